@@ -1,0 +1,37 @@
+"""kvnumba: SGLang's KV-cache transfer kernels (``sgl_kernel.kvcacheio``) in pure Python with Numba-CUDA.
+
+``import kvnumba as kv`` stands in for ``sgl_kernel.kvcacheio``: same entry points, argument names,
+order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
+(``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
+"""
+from .layouts import Layout
+from .ops import (
+    transfer_kv_all_layer,
+    transfer_kv_all_layer_lf_pf,
+    transfer_kv_all_layer_lf_ph,
+    transfer_kv_all_layer_mla,
+    transfer_kv_all_layer_mla_lf_pf,
+    transfer_kv_per_layer,
+    transfer_kv_per_layer_mla,
+    transfer_kv_per_layer_mla_pf_lf,
+    transfer_kv_per_layer_pf_lf,
+    transfer_kv_per_layer_ph_lf,
+)
+from .tables import layer_table
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Layout",
+    "layer_table",
+    "transfer_kv_all_layer",
+    "transfer_kv_all_layer_lf_pf",
+    "transfer_kv_all_layer_lf_ph",
+    "transfer_kv_all_layer_mla",
+    "transfer_kv_all_layer_mla_lf_pf",
+    "transfer_kv_per_layer",
+    "transfer_kv_per_layer_mla",
+    "transfer_kv_per_layer_mla_pf_lf",
+    "transfer_kv_per_layer_pf_lf",
+    "transfer_kv_per_layer_ph_lf",
+]

@@ -1,0 +1,113 @@
+"""Loads and stores at raw integer addresses: the only place kvnumba touches memory in a kernel.
+
+On the GPU these are inline-PTX intrinsics with the seed's cache hints: loads are
+``ld.global.nc`` (read-only, non-coherent path: the source does not change during a copy) and
+stores are ``st.global.cg`` (cache at L2 only: the destination is not read back by this kernel).
+16-byte forms (``.v2.u64``) are used when addresses and sizes allow.
+
+On Numba's CUDA simulator the same names are plain Python functions reading and writing through
+ctypes, so the kernel bodies are identical in both worlds.
+
+Names:
+    load_u64(addr) -> uint64            store_u64(addr, value)
+    load_u128(addr) -> (lo, hi)         store_u128(addr, pair)
+    load_i64(addr) -> int64             (indices and layer-table entries)
+"""
+from ._target import SIMULATOR
+
+if SIMULATOR:
+    import ctypes
+
+    _u64 = ctypes.c_uint64
+    _i64 = ctypes.c_int64
+
+    def load_u64(addr):
+        return _u64.from_address(addr).value
+
+    def store_u64(addr, value):
+        _u64.from_address(addr).value = value
+
+    def load_u128(addr):
+        return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
+
+    def store_u128(addr, pair):
+        _u64.from_address(addr).value = pair[0]
+        _u64.from_address(addr + 8).value = pair[1]
+
+    def load_i64(addr):
+        return _i64.from_address(addr).value
+
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    _I64 = ir.IntType(64)
+    _I64_PTR = _I64.as_pointer()
+    _PAIR = ir.LiteralStructType([_I64, _I64])
+
+    def _pointer(builder, address):
+        return builder.inttoptr(address, _I64_PTR)
+
+    # Loads carry no memory clobber: the compiler may issue several before the first store, which
+    # is what keeps enough bytes in flight over PCIe. Stores are volatile with a memory clobber so
+    # they are never dropped or merged.
+    @intrinsic
+    def load_u64(typingctx, addr):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l")
+            return builder.call(asm, [_pointer(builder, args[0])])
+
+        return types.uint64(types.int64), codegen
+
+    @intrinsic
+    def store_u64(typingctx, addr, value):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64]),
+                "st.global.cg.b64 [$0], $1;",
+                "l,l,~{memory}",
+                side_effect=True,
+            )
+            builder.call(asm, [_pointer(builder, args[0]), args[1]])
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.uint64), codegen
+
+    @intrinsic
+    def load_u128(typingctx, addr):
+        pair_type = types.UniTuple(types.uint64, 2)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(
+                ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.u64 {$0, $1}, [$2];", "=l,=l,l"
+            )
+            both = builder.call(asm, [_pointer(builder, args[0])])
+            parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
+            return context.make_tuple(builder, pair_type, parts)
+
+        return pair_type(types.int64), codegen
+
+    @intrinsic
+    def store_u128(typingctx, addr, pair):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(
+                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64, _I64]),
+                "st.global.cg.v2.u64 [$0], {$1, $2};",
+                "l,l,l,~{memory}",
+                side_effect=True,
+            )
+            lo = builder.extract_value(args[1], 0)
+            hi = builder.extract_value(args[1], 1)
+            builder.call(asm, [_pointer(builder, args[0]), lo, hi])
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.UniTuple(types.uint64, 2)), codegen
+
+    @intrinsic
+    def load_i64(typingctx, addr):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l")
+            return builder.call(asm, [_pointer(builder, args[0])])
+
+        return types.int64(types.int64), codegen

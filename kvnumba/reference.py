@@ -1,0 +1,134 @@
+"""A NumPy reference for every entry point: the tests' oracle, and yours.
+
+Written from the layout definitions, not from the kernels: each function computes the byte
+offsets of every item it moves and copies them with NumPy fancy indexing. Same names and
+arguments as ``kvnumba``'s entry points, with NumPy arrays for buffers and indices, and a list of
+per-layer NumPy arrays wherever the GPU version takes a layer table (``*_layers``). Destinations
+are written in place. Launch-shape arguments are accepted and ignored.
+
+Byte offsets (``item`` = item_size, ``dim`` = layout_dim, P = page_size, H = head_num):
+- layer-first buffer of one layer: token t at ``t * item``
+- page-first ``[T, L, item]``: token t, layer l at ``t * dim + l * item``
+- page-head ``[T/P, H, P, L, item/H]``: token t, layer l, head h at
+  ``(t // P) * P * dim + h * (P * dim // H) + (t % P) * (dim // H) + l * (item // H)``
+"""
+import numpy as np
+
+
+def _bytes(array, name):
+    array = np.asarray(array)
+    if not array.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous")
+    return array.reshape(-1).view(np.uint8)
+
+
+def _tokens(indices, name):
+    indices = np.asarray(indices)
+    if indices.dtype != np.int64 or indices.ndim != 1:
+        raise TypeError(f"{name} must be a 1-D int64 array, got {indices.dtype} with shape {indices.shape}")
+    return indices
+
+
+def _copy(src, src_offsets, dst, dst_offsets, nbytes):
+    """dst bytes [dst_offsets[i], +nbytes) = src bytes [src_offsets[i], +nbytes), in order."""
+    src_bytes, dst_bytes = _bytes(src, "src"), _bytes(dst, "dst")
+    span = np.arange(nbytes, dtype=np.int64)
+    dst_bytes[dst_offsets[:, None] + span] = src_bytes[src_offsets[:, None] + span]
+
+
+def layer_first_offsets(tokens, item_size):
+    return tokens * item_size
+
+
+def page_first_offsets(tokens, layer, item_size, layout_dim):
+    return tokens * layout_dim + layer * item_size
+
+
+def page_head_offsets(tokens, layer, head, item_size, layout_dim, page_size, head_num):
+    pages, slots = np.divmod(tokens, page_size)
+    return (pages * page_size * layout_dim + head * (page_size * layout_dim // head_num)
+            + slots * (layout_dim // head_num) + layer * (item_size // head_num))
+
+
+def _pairs(k, v):
+    return ((k[0], k[1]),) if v is None else ((k[0], k[1]), (v[0], v[1]))
+
+
+def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size, block_quota=2,
+                          num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    for src, dst in _pairs((src_k, dst_k), (src_v, dst_v)):
+        _copy(src, layer_first_offsets(s, item_size), dst, layer_first_offsets(d, item_size), item_size)
+
+
+def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
+                                src_layout_dim, block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    for src, dst in _pairs((src_k, dst_k), (src_v, dst_v)):
+        _copy(src, page_first_offsets(s, layer_id, item_size, src_layout_dim),
+              dst, layer_first_offsets(d, item_size), item_size)
+
+
+def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
+                                src_layout_dim, page_size, head_num, block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    head_bytes = item_size // head_num
+    for src, dst in _pairs((src_k, dst_k), (src_v, dst_v)):
+        for head in range(head_num):
+            _copy(src, page_head_offsets(s, layer_id, head, item_size, src_layout_dim, page_size, head_num),
+                  dst, layer_first_offsets(d, item_size) + head * head_bytes, head_bytes)
+
+
+def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices, dst_indices,
+                          item_size, num_layers, block_quota=2, num_warps_per_block=32):
+    for layer in range(num_layers):
+        transfer_kv_per_layer(src_k_layers[layer], dst_k_layers[layer], src_v_layers[layer], dst_v_layers[layer],
+                              src_indices, dst_indices, item_size)
+
+
+def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
+                                dst_layout_dim, num_layers, block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    for layer in range(num_layers):
+        for src, dst in _pairs((src_k_layers[layer], dst_k), (src_v_layers[layer], dst_v)):
+            _copy(src, layer_first_offsets(s, item_size),
+                  dst, page_first_offsets(d, layer, item_size, dst_layout_dim), item_size)
+
+
+def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
+                                dst_layout_dim, num_layers, page_size, head_num, block_quota=2,
+                                num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    head_bytes = item_size // head_num
+    for layer in range(num_layers):
+        for src, dst in _pairs((src_k_layers[layer], dst_k), (src_v_layers[layer], dst_v)):
+            for head in range(head_num):
+                _copy(src, layer_first_offsets(s, item_size) + head * head_bytes,
+                      dst, page_head_offsets(d, layer, head, item_size, dst_layout_dim, page_size, head_num),
+                      head_bytes)
+
+
+def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    _copy(src, layer_first_offsets(s, item_size), dst, layer_first_offsets(d, item_size), item_size)
+
+
+def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim,
+                                    block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    _copy(src, page_first_offsets(s, layer_id, item_size, src_layout_dim),
+          dst, layer_first_offsets(d, item_size), item_size)
+
+
+def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, item_size, num_layers,
+                              block_quota=2, num_warps_per_block=32):
+    for layer in range(num_layers):
+        transfer_kv_per_layer_mla(src_layers[layer], dst_layers[layer], src_indices, dst_indices, item_size)
+
+
+def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, item_size, dst_layout_dim,
+                                    num_layers, block_quota=2, num_warps_per_block=32):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    for layer in range(num_layers):
+        _copy(src_layers[layer], layer_first_offsets(s, item_size),
+              dst, page_first_offsets(d, layer, item_size, dst_layout_dim), item_size)
