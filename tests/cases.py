@@ -1,0 +1,157 @@
+"""Random transfer cases for every entry point, run through kvnumba and the NumPy reference.
+
+A case draws source buffers with random bytes, destination buffers filled with a poison pattern,
+and token indices; ``run_case`` runs the entry point and the reference on identical copies and
+compares every destination byte, so bytes outside the destination indices must stay poisoned.
+"""
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import kvnumba
+from kvnumba import reference
+from placement import PLACE, to_numpy
+
+# entry point -> (source layout, destination layout, MLA, per-layer)
+ENTRY_POINTS = {
+    "transfer_kv_per_layer": ("lf", "lf", False, True),
+    "transfer_kv_per_layer_pf_lf": ("pf", "lf", False, True),
+    "transfer_kv_per_layer_ph_lf": ("ph", "lf", False, True),
+    "transfer_kv_all_layer": ("lf_tbl", "lf_tbl", False, False),
+    "transfer_kv_all_layer_lf_pf": ("lf_tbl", "pf", False, False),
+    "transfer_kv_all_layer_lf_ph": ("lf_tbl", "ph", False, False),
+    "transfer_kv_per_layer_mla": ("lf", "lf", True, True),
+    "transfer_kv_per_layer_mla_pf_lf": ("pf", "lf", True, True),
+    "transfer_kv_all_layer_mla": ("lf_tbl", "lf_tbl", True, False),
+    "transfer_kv_all_layer_mla_lf_pf": ("lf_tbl", "pf", True, False),
+}
+
+DTYPES = {"fp16": np.float16, "bf16": np.uint16, "fp32": np.float32, "int8": np.int8}
+POISON = 0xA5
+
+
+@dataclass
+class Case:
+    op: str
+    item_size: int = 64
+    num_layers: int = 2
+    page_size: int = 1
+    head_num: int = 1
+    pool: int = 32  # token slots in each buffer
+    count: int = 8  # tokens moved
+    paged: bool = False
+    src_place: str = "device"
+    dst_place: str = "device"
+    dtype: str = "fp16"
+    block_quota: int = 2
+    num_warps_per_block: int = 2
+    seed: int = 0
+    layer_id: int = field(default=None)
+
+    @property
+    def layouts(self):
+        return ENTRY_POINTS[self.op]
+
+
+def _shape(layout, c):
+    """NumPy shape of one buffer of ``layout`` in bytes-per-dtype units (last axis is the item)."""
+    item = c.item_size
+    if layout in ("lf", "lf_tbl"):
+        return (c.pool, item)
+    if layout == "pf":
+        return (c.pool, c.num_layers, item)
+    if layout == "ph":
+        return (c.pool // c.page_size, c.head_num, c.page_size, c.num_layers, item // c.head_num)
+    raise AssertionError(layout)
+
+
+def _draw_indices(c, rng):
+    if not c.paged:
+        return rng.choice(c.pool, size=c.count, replace=False).astype(np.int64)
+    pages = rng.choice(c.pool // c.page_size, size=c.count // c.page_size, replace=False)
+    return (pages[:, None] * c.page_size + np.arange(c.page_size)).reshape(-1).astype(np.int64)
+
+
+def _buffers(layout, c, rng, poison):
+    """K and V (V None for MLA) as lists of byte arrays: one per layer for table layouts."""
+    mla = c.layouts[2]
+    n = c.num_layers if layout == "lf_tbl" else 1
+
+    def one():
+        shape = _shape(layout, c)
+        if poison:
+            return np.full(shape, POISON, dtype=np.uint8)
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+
+    k = [one() for _ in range(n)]
+    v = None if mla else [one() for _ in range(n)]
+    return k, v
+
+
+def _as_dtype(byte_array, dtype):
+    return byte_array.view(DTYPES[dtype])
+
+
+def _args(c, src, dst, si, di, tables):
+    """Positional arguments of entry point ``c.op``, given K/V lists; ``tables`` builds table operands."""
+    src_l, dst_l, mla, per_layer = c.layouts
+
+    def operand(layout, buffers):
+        if buffers is None:
+            return None
+        return tables(buffers) if layout == "lf_tbl" else buffers[0]
+
+    sk, dk = operand(src_l, src[0]), operand(dst_l, dst[0])
+    sv, dv = operand(src_l, src[1]), operand(dst_l, dst[1])
+    head = (sk, dk, si, di) if mla else (sk, dk, sv, dv, si, di)
+    dim = c.num_layers * c.item_size
+    page_head = (c.page_size, c.head_num)
+    tail = {
+        "transfer_kv_per_layer": (c.item_size,),
+        "transfer_kv_per_layer_pf_lf": (c.layer_id, c.item_size, dim),
+        "transfer_kv_per_layer_ph_lf": (c.layer_id, c.item_size, dim, *page_head),
+        "transfer_kv_all_layer": (c.item_size, c.num_layers),
+        "transfer_kv_all_layer_lf_pf": (c.item_size, dim, c.num_layers),
+        "transfer_kv_all_layer_lf_ph": (c.item_size, dim, c.num_layers, *page_head),
+        "transfer_kv_per_layer_mla": (c.item_size,),
+        "transfer_kv_per_layer_mla_pf_lf": (c.layer_id, c.item_size, dim),
+        "transfer_kv_all_layer_mla": (c.item_size, c.num_layers),
+        "transfer_kv_all_layer_mla_lf_pf": (c.item_size, dim, c.num_layers),
+    }[c.op]
+    return (*head, *tail, c.block_quota, c.num_warps_per_block)
+
+
+def run_case(c, stream=None):
+    """Run ``c`` through kvnumba and the reference; assert every destination byte agrees."""
+    rng = np.random.default_rng(c.seed)
+    if c.layer_id is None:
+        c.layer_id = int(rng.integers(c.num_layers))
+    src_l, dst_l, mla, _ = c.layouts
+    src = _buffers(src_l, c, rng, poison=False)
+    dst = _buffers(dst_l, c, rng, poison=True)
+    si, di = _draw_indices(c, rng), _draw_indices(c, rng)
+
+    # Reference: on NumPy copies, with per-layer lists where kvnumba takes tables.
+    ref_dst = [None if side is None else [b.copy() for b in side] for side in dst]
+    getattr(reference, c.op)(*_args(c, src, ref_dst, si, di, tables=lambda bufs: bufs))
+
+    # kvnumba: the same bytes placed on the device or in pinned host memory, viewed as c.dtype.
+    def place(side, where):
+        return None if side is None else [PLACE[where](_as_dtype(b, c.dtype)) for b in side]
+
+    gpu_src = [place(side, c.src_place) for side in src]
+    gpu_dst = [place(side, c.dst_place) for side in dst]
+    idx = PLACE["device"]
+    kw = {} if stream is None else {"stream": stream}
+    getattr(kvnumba, c.op)(*_args(c, gpu_src, gpu_dst, idx(si), idx(di), tables=kvnumba.layer_table), **kw)
+
+    moved = 0
+    for got_side, want_side in zip(gpu_dst, ref_dst):
+        if got_side is None:
+            continue
+        for got, want in zip(got_side, want_side):
+            got = to_numpy(got).view(np.uint8).reshape(want.shape)
+            np.testing.assert_array_equal(got, want, err_msg=f"{c}")
+            moved += int((want != POISON).sum())
+    # Guard against a vacuous pass: the reference must have written something (unless N == 0).
+    assert c.count == 0 or moved > 0, "case moved no bytes"

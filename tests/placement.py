@@ -1,0 +1,49 @@
+"""Where test buffers live, for the same tests on the simulator and on a real GPU.
+
+``device(a)`` and ``host(a)`` return a copy of NumPy array ``a`` in GPU memory or pinned host
+memory (on the simulator both are NumPy copies); ``to_numpy`` brings any of them back.
+"""
+import numpy as np
+
+from kvnumba._target import SIMULATOR, gpu_available
+
+ON_GPU = gpu_available()
+
+
+def device(a):
+    if SIMULATOR:
+        return np.array(a, copy=True)
+    from numba import cuda
+
+    return cuda.to_device(np.ascontiguousarray(a))
+
+
+def host(a):
+    if SIMULATOR:
+        return np.array(a, copy=True)
+    from numba import cuda
+
+    pinned = cuda.pinned_array(a.shape, dtype=a.dtype)
+    pinned[...] = a
+    return pinned
+
+
+PLACE = {"device": device, "host": host}
+
+
+def to_numpy(x):
+    synchronize()
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    if type(x).__module__.startswith("torch"):
+        return x.cpu().numpy()
+    if type(x).__module__.startswith("cupy"):
+        return x.get()
+    return np.array(x, copy=True)
+
+
+def synchronize():
+    if not SIMULATOR:
+        from numba import cuda
+
+        cuda.synchronize()
