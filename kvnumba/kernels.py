@@ -24,6 +24,9 @@ from .memory import load_i64, load_u64, load_u128, store_u64, store_u128
 # Words each lane loads before storing them; the loop handles the ragged tail with guards.
 WORDS_IN_FLIGHT = 4
 
+# 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
+MAX_REGISTERS = 64
+
 # Every kernel has this signature: 15 int64 scalars (see KernelArgs).
 SIGNATURE = "void(" + ", ".join(["int64"] * 15) + ")"
 
@@ -130,7 +133,9 @@ def _build_kernel(src_layout, dst_layout, mla):
 
     transfer_kv.__name__ = f"transfer_kv_{src_layout.value}_{dst_layout.value}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__
-    return cuda.jit(transfer_kv)  # compiled lazily, on first launch (or by compile_ptx)
+    # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
+    # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM).
+    return cuda.jit(transfer_kv, max_registers=MAX_REGISTERS)
 
 
 # The seed's kernel instances: (source layout, destination layout, MLA) -> the entry point using it.
