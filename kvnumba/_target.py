@@ -28,6 +28,14 @@ def device_function(fn):
     return cuda.jit(device=True, inline="always")(fn)
 
 
+def kernel(fn, **gpu_options):
+    """Make ``fn`` a lazily compiled CUDA kernel; ``gpu_options`` (e.g. ``max_registers``) apply on
+    the GPU only, the simulator has no use for them."""
+    from numba import cuda
+
+    return cuda.jit(fn) if SIMULATOR else cuda.jit(fn, **gpu_options)
+
+
 def gpu_available():
     """True when a real CUDA GPU can be used (never on the simulator)."""
     if SIMULATOR:

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from ._target import SIMULATOR, WARP_SIZE, device_function
+from ._target import SIMULATOR, WARP_SIZE, device_function, kernel
 from .layouts import ADDRESS_FUNCTIONS, Layout
 from .memory import load_i64, load_u64, load_u128, store_u64, store_u128
 
@@ -135,7 +135,7 @@ def _build_kernel(src_layout, dst_layout, mla):
     transfer_kv.__qualname__ = transfer_kv.__name__
     # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
     # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM).
-    return cuda.jit(transfer_kv, max_registers=MAX_REGISTERS)
+    return kernel(transfer_kv, max_registers=MAX_REGISTERS)
 
 
 # The seed's kernel instances: (source layout, destination layout, MLA) -> the entry point using it.
@@ -158,10 +158,10 @@ _kernels = {}
 def get_kernel(src_layout, dst_layout, mla):
     """The kernel for one layout pair, built on first request and memoised."""
     key = (Layout(src_layout), Layout(dst_layout), bool(mla))
-    kernel = _kernels.get(key)
-    if kernel is None:
-        kernel = _kernels[key] = _build_kernel(*key)
-    return kernel
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build_kernel(*key)
+    return built
 
 
 def launch_shape(num_items, block_quota, num_warps_per_block):
