@@ -7,6 +7,7 @@ Accepted without importing any of them (torch and CuPy stay optional):
   on the simulator: stand-ins for device and host memory alike).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 """
+import math
 from typing import NamedTuple
 
 import numpy as np
@@ -26,16 +27,23 @@ class ArrayInfo(NamedTuple):
     obj: object  # the caller's object, kept alive while it is in use
 
 
-def _is_torch(obj):
-    return type(obj).__module__.startswith("torch") and hasattr(obj, "data_ptr")
+def _is_torch_type(kind):
+    return kind.__module__.startswith("torch") and hasattr(kind, "data_ptr")
+
+
+# Every call describes several arrays, so this is the hot path of an entry point's host time:
+# dtype names are looked up in dicts filled on first sight rather than recomputed.
+_torch_dtype_names = {}
+_typestr_dtypes = {}
 
 
 def _torch_info(t, name):
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
-    dtype = str(t.dtype).removeprefix("torch.")
-    return ArrayInfo(t.data_ptr(), t.numel() * t.element_size(), tuple(t.shape), dtype,
-                     bool(t.is_cuda) or SIMULATOR, True, t)
+    dtype = _torch_dtype_names.get(t.dtype)
+    if dtype is None:
+        dtype = _torch_dtype_names[t.dtype] = str(t.dtype).removeprefix("torch.")
+    return ArrayInfo(t.data_ptr(), t.numel() * t.element_size(), t.shape, dtype, t.is_cuda or SIMULATOR, True, t)
 
 
 def _contiguous_strides(shape, itemsize):
@@ -49,12 +57,16 @@ def _contiguous_strides(shape, itemsize):
 def _cai_info(obj, name):
     cai = obj.__cuda_array_interface__
     shape = tuple(cai["shape"])
-    dtype = np.dtype(cai["typestr"])
+    typestr = cai["typestr"]
+    known = _typestr_dtypes.get(typestr)
+    if known is None:
+        dtype = np.dtype(typestr)
+        known = _typestr_dtypes[typestr] = (dtype.name, dtype.itemsize)
+    dtype, itemsize = known
     strides = cai.get("strides")
-    if strides is not None and any(n > 1 for n in shape) and tuple(strides) != _contiguous_strides(shape, dtype.itemsize):
+    if strides is not None and tuple(strides) != _contiguous_strides(shape, itemsize) and max(shape, default=0) > 1:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(strides)} for shape {shape}")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    return ArrayInfo(int(cai["data"][0] or 0), nbytes, shape, dtype.name, True, False, obj)
+    return ArrayInfo(cai["data"][0] or 0, math.prod(shape) * itemsize, shape, dtype, True, False, obj)
 
 
 def _numpy_info(a, name):
@@ -64,15 +76,31 @@ def _numpy_info(a, name):
     return ArrayInfo(ptr, a.nbytes, a.shape, a.dtype.name, SIMULATOR, False, a)
 
 
+_describe_by_type = {}  # type -> describing function, found on the first array of each type
+
+
+def _describer(kind):
+    if _is_torch_type(kind):
+        return _torch_info
+    if issubclass(kind, np.ndarray):  # before CAI: Numba's mapped arrays are ndarrays too
+        return _numpy_info
+    if hasattr(kind, "__cuda_array_interface__"):
+        return _cai_info
+    return None
+
+
 def array_info(obj, name):
     """Describe ``obj`` or raise ``TypeError`` naming the argument ``name``."""
-    if _is_torch(obj):
-        return _torch_info(obj, name)
-    if isinstance(obj, np.ndarray):  # before CAI: Numba's mapped arrays are ndarrays too
-        return _numpy_info(obj, name)
-    if hasattr(obj, "__cuda_array_interface__"):
-        return _cai_info(obj, name)
-    raise TypeError(
-        f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
-        f"got {type(obj).__name__}"
-    )
+    kind = type(obj)
+    describe = _describe_by_type.get(kind)
+    if describe is None:
+        describe = _describer(kind)
+        if describe is None and hasattr(obj, "__cuda_array_interface__"):  # set on the instance: no caching
+            return _cai_info(obj, name)
+        if describe is None:
+            raise TypeError(
+                f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
+                f"got {kind.__name__}"
+            )
+        _describe_by_type[kind] = describe
+    return describe(obj, name)

@@ -12,7 +12,6 @@ head by head when one side is page-head. Within an item, lane ``i`` of the warp 
 seed's 8-byte words, four words per lane loaded before any is stored so more bytes are in flight
 (a zero-copy read from pinned host memory takes microseconds).
 """
-import math
 from typing import NamedTuple
 
 from numba import cuda
@@ -169,8 +168,8 @@ def launch_shape(num_items, block_quota, num_warps_per_block):
 
     ``block_quota`` caps the blocks (and so the SMs) a transfer takes while the model computes.
     """
-    items_per_warp = math.ceil(num_items / (block_quota * num_warps_per_block))
-    blocks = math.ceil(num_items / (items_per_warp * num_warps_per_block))
+    items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact
+    blocks = -(-num_items // (items_per_warp * num_warps_per_block))
     return items_per_warp, blocks, num_warps_per_block * WARP_SIZE
 
 

@@ -14,8 +14,9 @@ Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L l
   by head (``layout_dim = L * item_size``).
 """
 from . import validate
+from .arrays import array_info
 from ._target import SIMULATOR
-from .kernels import KernelArgs, get_kernel, launch_shape
+from .kernels import get_kernel, launch_shape
 from .launch import launch
 from .layouts import Layout
 from .streams import stream_handle
@@ -41,16 +42,17 @@ def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num
     src_indices, dst_indices = indices
     num_items = src_indices.shape[0]
     block_quota, warps = launch_config
-    uses_torch = any(info is not None and info.is_torch for info in (*buffers, *indices))
-    handle = stream_handle(stream, uses_torch)
+    src_k, dst_k, src_v, dst_v = buffers
+    handle = stream_handle(stream, src_k.is_torch or dst_k.is_torch or src_indices.is_torch)
     if num_items == 0:
         return
     src_ptr, src_copy = _kernel_indices(src_indices)
     dst_ptr, dst_copy = _kernel_indices(dst_indices)
     items_per_warp, blocks, threads = launch_shape(num_items, block_quota, warps)
-    src_k, dst_k, src_v, dst_v = (0 if info is None else info.ptr for info in buffers)
-    args = KernelArgs(src_k, dst_k, src_v, dst_v, src_ptr, dst_ptr, first_layer, num_layers, num_items,
-                      items_per_warp, item_size, src_layout_dim, dst_layout_dim, page_size, head_num)
+    # A plain tuple in KernelArgs order (building the NamedTuple costs more than the launch).
+    args = (src_k.ptr, dst_k.ptr, src_v.ptr if src_v else 0, dst_v.ptr if dst_v else 0, src_ptr, dst_ptr,
+            first_layer, num_layers, num_items, items_per_warp, item_size, src_layout_dim, dst_layout_dim,
+            page_size, head_num)
     launch(get_kernel(src_layout, dst_layout, mla), blocks, threads, handle, args)
     if (src_copy is not None or dst_copy is not None) and not SIMULATOR:
         # Host-resident indices were copied to temporary device arrays: wait before freeing them.
@@ -62,7 +64,7 @@ def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num
 def _kv(src_k, dst_k, src_v, dst_v, table_src=None, table_dst=None, num_layers=None):
     """Describe K/V operands; ``table_*`` marks which side is a layer table."""
     def one(name, obj, is_table):
-        return validate.layer_table(name, obj, num_layers) if is_table else validate.buffer(name, obj)
+        return validate.layer_table(name, obj, num_layers) if is_table else array_info(obj, name)
 
     return (one(f"src_k{'_layers' if table_src else ''}", src_k, table_src),
             one(f"dst_k{'_layers' if table_dst else ''}", dst_k, table_dst),
@@ -71,8 +73,8 @@ def _kv(src_k, dst_k, src_v, dst_v, table_src=None, table_dst=None, num_layers=N
 
 
 def _mla(src, dst, table_src=None, table_dst=None, num_layers=None):
-    src = (validate.layer_table("src_layers", src, num_layers) if table_src else validate.buffer("src", src))
-    dst = (validate.layer_table("dst_layers", dst, num_layers) if table_dst else validate.buffer("dst", dst))
+    src = validate.layer_table("src_layers", src, num_layers) if table_src else array_info(src, "src")
+    dst = validate.layer_table("dst_layers", dst, num_layers) if table_dst else array_info(dst, "dst")
     return (src, dst, None, None)
 
 

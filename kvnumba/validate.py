@@ -10,6 +10,8 @@ _TABLE_DTYPES = ("uint64", "int64")
 
 def integer(name, value, minimum=None, maximum=None):
     """``value`` as an int; ``TypeError`` if it is not an integer, ``ValueError`` if out of range."""
+    if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
+        return value  # the common case, first: this runs several times per call
     if isinstance(value, bool):
         raise TypeError(f"{name} must be an integer, got bool")
     try:
@@ -57,10 +59,6 @@ def indices(src_indices, dst_indices):
             f"src_indices and dst_indices must have the same length, got {src.shape[0]} and {dst.shape[0]}"
         )
     return src, dst
-
-
-def buffer(name, obj):
-    return array_info(obj, name)
 
 
 def layer_table(name, obj, num_layers):

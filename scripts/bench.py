@@ -1,0 +1,432 @@
+"""Side-by-side benchmark of kvnumba's entry points against the pinned-copy ceilings, a reference
+implementation (the seed's CUDA C++ or sgl_kernel.kvcacheio) and torch indexing.
+
+Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (item 2048 B) and an MLA
+model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
+larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
+and device->device. GB/s = bytes moved (each payload byte once) / median CUDA-event time of one call.
+Host time = wall time per call of back-to-back calls, before any synchronisation.
+
+    python scripts/bench.py --reference sgl_kernel.kvcacheio --json out.json --plot out.png
+    python scripts/bench.py --reference /path/to/seedref.so
+    NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
+
+On a GPU it needs torch (allocation, events, the reference's tensors).
+"""
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvnumba  # noqa: E402
+from kvnumba._target import SIMULATOR  # noqa: E402
+
+MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
+
+# (entry point, direction, model): the direction SGLang uses, plus device->device.
+CASES = [
+    ("transfer_kv_per_layer", "h2d", "mha"), ("transfer_kv_per_layer", "d2d", "mha"),
+    ("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
+    ("transfer_kv_per_layer_ph_lf", "h2d", "mha"), ("transfer_kv_per_layer_ph_lf", "d2d", "mha"),
+    ("transfer_kv_all_layer", "d2h", "mha"), ("transfer_kv_all_layer", "d2d", "mha"),
+    ("transfer_kv_all_layer_lf_pf", "d2h", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
+    ("transfer_kv_all_layer_lf_ph", "d2h", "mha"), ("transfer_kv_all_layer_lf_ph", "d2d", "mha"),
+    ("transfer_kv_per_layer_mla", "h2d", "mla"), ("transfer_kv_per_layer_mla", "d2d", "mla"),
+    ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_per_layer_mla_pf_lf", "d2d", "mla"),
+    ("transfer_kv_all_layer_mla", "d2h", "mla"), ("transfer_kv_all_layer_mla", "d2d", "mla"),
+    ("transfer_kv_all_layer_mla_lf_pf", "d2h", "mla"), ("transfer_kv_all_layer_mla_lf_pf", "d2d", "mla"),
+]
+# Device->device with the whole GPU: block_quota at the SM count.
+FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
+                  ("transfer_kv_per_layer_pf_lf", "d2d", "mha")]
+# Copy-engine entry points: (entry point, direction, model); all-layer lf->pf on a side stream.
+DIRECT_CASES = [("transfer_kv_all_layer_direct_lf_pf", "d2h", "mha"),
+                ("transfer_kv_per_layer_direct_pf_lf", "h2d", "mha"),
+                ("transfer_kv_direct", "d2h", "mha")]
+
+# source layout, destination layout, per-layer?
+LAYOUTS = {
+    "transfer_kv_per_layer": ("lf", "lf", True), "transfer_kv_per_layer_pf_lf": ("pf", "lf", True),
+    "transfer_kv_per_layer_ph_lf": ("ph", "lf", True), "transfer_kv_all_layer": ("tbl", "tbl", False),
+    "transfer_kv_all_layer_lf_pf": ("tbl", "pf", False), "transfer_kv_all_layer_lf_ph": ("tbl", "ph", False),
+    "transfer_kv_per_layer_mla": ("lf", "lf", True), "transfer_kv_per_layer_mla_pf_lf": ("pf", "lf", True),
+    "transfer_kv_all_layer_mla": ("tbl", "tbl", False), "transfer_kv_all_layer_mla_lf_pf": ("tbl", "pf", False),
+    "transfer_kv_all_layer_direct_lf_pf": ("lflist", "pfd", False),
+    "transfer_kv_per_layer_direct_pf_lf": ("pfd", "lflist", True), "transfer_kv_direct": ("lflist", "lflist", False),
+}
+
+
+@dataclass
+class Shape:
+    layers: int = 32
+    page_size: int = 64
+    tokens: int = 8192
+    pool_factor: int = 4
+    block_quota: int = 2
+    warps: int = 32
+    repeat: int = 20
+    host_calls: int = 50
+
+    @property
+    def pool(self):
+        return self.tokens * self.pool_factor
+
+
+QUICK = Shape(layers=2, page_size=4, tokens=8, pool_factor=2, block_quota=1, warps=1, repeat=1, host_calls=1)
+
+
+# ----------------------------------------------------------------------------------------- backends
+class TorchBackend:
+    """GPU memory, pinned host memory and timing through torch."""
+
+    def __init__(self):
+        import torch
+
+        self.torch = torch
+        self.sms = torch.cuda.get_device_properties(0).multi_processor_count
+        self.name = torch.cuda.get_device_name(0)
+
+    def buffer(self, nbytes, where):
+        t = self.torch
+        if where == "host":
+            return t.empty(nbytes, dtype=t.uint8, pin_memory=True)
+        return t.empty(nbytes, dtype=t.uint8, device="cuda")
+
+    def indices(self, array):
+        return self.torch.from_numpy(array).cuda()
+
+    def time_gpu(self, fn, repeat):
+        """Median seconds of one call, from CUDA events around each call."""
+        t = self.torch
+        fn()
+        t.cuda.synchronize()
+        times = []
+        for _ in range(repeat):
+            start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        return statistics.median(times)
+
+    def time_host(self, fn, calls):
+        self.torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        self.torch.cuda.synchronize()
+        return elapsed / calls
+
+    def copy_ceiling(self, direction, nbytes, repeat):
+        src = self.buffer(nbytes, "host" if direction == "h2d" else "device")
+        dst = self.buffer(nbytes, "host" if direction == "d2h" else "device")
+        return nbytes / self.time_gpu(lambda: dst.copy_(src, non_blocking=True), repeat)
+
+    def synchronize(self):
+        self.torch.cuda.synchronize()
+
+
+class SimulatorBackend:
+    """NumPy arrays stand for every kind of memory; perf_counter times (meaningless) runs."""
+
+    sms = 2
+    name = "Numba CUDA simulator"
+
+    def buffer(self, nbytes, where):
+        return np.zeros(nbytes, np.uint8)
+
+    def indices(self, array):
+        return array
+
+    def time_gpu(self, fn, repeat):
+        start = time.perf_counter()
+        for _ in range(repeat):
+            fn()
+        return (time.perf_counter() - start) / repeat
+
+    def time_host(self, fn, calls):
+        return self.time_gpu(fn, calls)
+
+    def copy_ceiling(self, direction, nbytes, repeat):
+        src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
+        return nbytes / self.time_gpu(lambda: np.copyto(dst, src), repeat)
+
+    def synchronize(self):
+        pass
+
+
+# ------------------------------------------------------------------------------------------ buffers
+class Pools:
+    """One K and one V byte pool per place, carved into whatever layout a case needs."""
+
+    def __init__(self, backend, shape):
+        self.backend, self.shape = backend, shape
+        self.nbytes = shape.pool * shape.layers * max(m["item_size"] for m in MODELS.values())
+        self.pools = {}
+
+    def get(self, place):
+        if place not in self.pools:
+            self.pools[place] = [self.backend.buffer(self.nbytes, "host" if place == "host" else "device")
+                                 for _ in range(2)]
+        return self.pools[place]
+
+    def operand(self, layout, pool, item, heads):
+        """One K (or V) operand in ``layout`` carved from ``pool`` (a 1-D byte buffer)."""
+        s = self.shape
+        T, L, P = s.pool, s.layers, s.page_size
+        size = T * L * item
+        flat = pool[:size]
+        if layout == "lf":
+            return flat.reshape(L, T, item)[0]
+        if layout in ("tbl", "lflist"):
+            layers = [flat.reshape(L, T, item)[layer] for layer in range(L)]
+            return kvnumba.layer_table(layers) if layout == "tbl" else layers
+        if layout == "pf":
+            return flat.reshape(T, L, item)
+        if layout == "ph":
+            return flat.reshape(T // P, heads, P, L, item // heads)
+        if layout == "pfd":
+            return flat.reshape(T // P, L, P, item)
+        raise AssertionError(layout)
+
+
+def _page_aligned(rng, shape):
+    pages = rng.choice(shape.pool // shape.page_size, shape.tokens // shape.page_size, replace=False)
+    return (pages[:, None] * shape.page_size + np.arange(shape.page_size)).reshape(-1).astype(np.int64)
+
+
+def build_call(module, op, direction, model, pools, idx, shape, block_quota):
+    """A zero-argument callable running ``module.op`` on this case's buffers, and the bytes it moves."""
+    m = MODELS[model]
+    item, heads, kv = m["item_size"], m["head_num"], m["kv"]
+    src_l, dst_l, per_layer = LAYOUTS[op]
+    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_k, src_v = (pools.operand(src_l, p, item, heads) for p in pools.get(src_place))
+    dst_k, dst_v = (pools.operand(dst_l, p, item, heads) for p in pools.get(dst_place))
+    si, di = idx
+    L, P, dim = shape.layers, shape.page_size, shape.layers * item
+    launch = (block_quota, shape.warps)
+    fn = getattr(module, op)
+    if op == "transfer_kv_all_layer_direct_lf_pf":
+        args = ((src_k + src_v) if kv else src_k, [dst_k, dst_v] if kv else [dst_k], si, di, P)
+    elif op == "transfer_kv_per_layer_direct_pf_lf":
+        args = ([src_k, src_v] if kv else [src_k], [dst_k[0], dst_v[0]] if kv else [dst_k[0]], si, di, 0, P)
+    elif op == "transfer_kv_direct":
+        args = (src_k + src_v, dst_k + dst_v, si, di, P)
+    else:
+        head = (src_k, dst_k, src_v, dst_v, si, di) if kv else (src_k, dst_k, si, di)
+        tail = {
+            ("lf", "lf"): (item,), ("pf", "lf"): (3, item, dim), ("ph", "lf"): (3, item, dim, P, heads),
+            ("tbl", "tbl"): (item, L), ("tbl", "pf"): (item, dim, L), ("tbl", "ph"): (item, dim, L, P, heads),
+        }[(src_l, dst_l)]
+        args = (*head, *tail, *launch)
+    layers_moved = 1 if per_layer else L
+    nbytes = shape.tokens * item * layers_moved * (2 if kv else 1)
+    return (lambda: fn(*args)), nbytes
+
+
+def torch_indexing_call(backend, op, direction, model, pools, idx, shape):
+    """``dst[di] = src[si]`` with torch, for the layer-first and page-first cases (None otherwise)."""
+    if SIMULATOR or op not in ("transfer_kv_per_layer", "transfer_kv_per_layer_pf_lf", "transfer_kv_all_layer",
+                               "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_mla",
+                               "transfer_kv_per_layer_mla_pf_lf", "transfer_kv_all_layer_mla",
+                               "transfer_kv_all_layer_mla_lf_pf"):
+        return None
+    m = MODELS[model]
+    item, kv = m["item_size"], m["kv"]
+    src_l, dst_l, per_layer = LAYOUTS[op]
+    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    T, L = shape.pool, shape.layers
+    si, di = idx
+    si_src = si if src_place != "host" else si.cpu()
+    di_dst = di if dst_place != "host" else di.cpu()
+    pairs = list(zip(pools.get(src_place), pools.get(dst_place)))[: 2 if kv else 1]
+
+    def run():
+        for src, dst in pairs:
+            s = src[: T * L * item].view(-1, item)
+            d = dst[: T * L * item].view(-1, item)
+            layers = [3] if per_layer else range(L)
+            for layer in layers:
+                s_rows = si_src + layer * T if src_l in ("lf", "tbl") else si_src * L + layer
+                if src_l == "lf":
+                    s_rows = si_src
+                d_rows = di_dst + layer * T if dst_l in ("lf", "tbl") else di_dst * L + layer
+                if dst_l == "lf":
+                    d_rows = di_dst
+                d[d_rows] = s[s_rows].to(d.device, non_blocking=True)
+
+    return run
+
+
+def load_reference(spec):
+    if spec is None:
+        return None
+    if spec.endswith(".so") or os.path.sep in spec:
+        import torch  # noqa: F401  (the extension needs torch loaded first)
+
+        loaded = importlib.util.spec_from_file_location(os.path.basename(spec).split(".")[0], spec)
+        module = importlib.util.module_from_spec(loaded)
+        loaded.loader.exec_module(module)
+        return module
+    return importlib.import_module(spec)
+
+
+def run(args):
+    shape = QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
+                                           pool_factor=args.pool_factor, block_quota=args.block_quota,
+                                           warps=args.warps, repeat=args.repeat)
+    backend = SimulatorBackend() if SIMULATOR else TorchBackend()
+    reference = load_reference(args.reference)
+    pools = Pools(backend, shape)
+    rng = np.random.default_rng(0)
+    idx = (backend.indices(_page_aligned(rng, shape)), backend.indices(_page_aligned(rng, shape)))
+    ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
+    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape.repeat) for d in ("h2d", "d2h", "d2d")}
+
+    plan = [(c, shape.block_quota, "") for c in CASES]
+    plan += [(c, backend.sms, f" bq={backend.sms}") for c in FULL_GPU_CASES]
+    plan += [(c, shape.block_quota, " side-stream") for c in DIRECT_CASES if hasattr(kvnumba, c[0])]
+    if args.only:
+        plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
+    records = []
+    for (op, direction, model), block_quota, note in plan:
+        case = f"{op} {direction} {model}{note}"
+        record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota}
+        impls = {"kvnumba": kvnumba}
+        if reference is not None and hasattr(reference, op):
+            impls["reference"] = reference
+        for name, module in impls.items():
+            call, nbytes = build_call(module, op, direction, model, pools, idx, shape, block_quota)
+            if "side-stream" in note and not SIMULATOR:
+                call = _on_side_stream(backend, call)
+            seconds = backend.time_gpu(call, shape.repeat)
+            record["bytes"] = nbytes
+            record[f"{name}_gbps"] = nbytes / seconds / 1e9
+            record[f"{name}_host_us"] = backend.time_host(call, shape.host_calls) * 1e6
+            if "side-stream" in note:  # the memcpy target counts host time: wall time of one synchronised call
+                record[f"{name}_wall_gbps"] = nbytes / _wall(backend, call, shape.repeat) / 1e9
+        torch_call = torch_indexing_call(backend, op, direction, model, pools, idx, shape)
+        record["torch_gbps"] = (record["bytes"] / backend.time_gpu(torch_call, max(3, shape.repeat // 4)) / 1e9
+                                if torch_call else None)
+        record["ceiling_gbps"] = ceilings[direction] / 1e9
+        record["ratio_to_ceiling"] = record["kvnumba_gbps"] / record["ceiling_gbps"]
+        record["reference_gbps"] = record.get("reference_gbps")
+        record["ratio_to_reference"] = (record["kvnumba_gbps"] / record["reference_gbps"]
+                                        if record["reference_gbps"] else None)
+        record["host_us"] = record.pop("kvnumba_host_us")
+        record["reference_host_us"] = record.pop("reference_host_us", None)
+        records.append(record)
+        print(_row(record), flush=True)
+    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "shape": asdict(shape),
+            "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
+            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
+    return meta, records
+
+
+def _on_side_stream(backend, call):
+    torch = backend.torch
+    side = torch.cuda.Stream()
+
+    def run():
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            call()
+        torch.cuda.current_stream().wait_stream(side)
+
+    return run
+
+
+def _wall(backend, call, repeat):
+    times = []
+    for _ in range(max(3, repeat)):
+        backend.synchronize()
+        start = time.perf_counter()
+        call()
+        backend.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def _versions():
+    out = {}
+    for name in ("numba", "numba_cuda", "numpy", "torch", "cuda.bindings"):
+        try:
+            out[name] = importlib.import_module(name).__version__
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+HEADER = (f"{'case':54} {'MB':>8} {'kvnumba':>9} {'ref':>9} {'torch':>8} {'ceiling':>8} {'x ceil':>7} "
+          f"{'x ref':>6} {'host us':>8} {'ref us':>7}")
+
+
+def _fmt(value, spec):
+    return format(value, spec) if value is not None else "-"
+
+
+def _row(r):
+    return (f"{r['case']:54} {r['bytes'] / 1e6:8.1f} {r['kvnumba_gbps']:9.2f} {_fmt(r['reference_gbps'], '9.2f'):>9} "
+            f"{_fmt(r['torch_gbps'], '8.2f'):>8} {r['ceiling_gbps']:8.1f} {r['ratio_to_ceiling']:7.2f} "
+            f"{_fmt(r['ratio_to_reference'], '6.2f'):>6} {r['host_us']:8.1f} {_fmt(r['reference_host_us'], '7.1f'):>7}")
+
+
+def plot(records, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [r["case"].replace("transfer_kv_", "") for r in records]
+    y = np.arange(len(records))
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(records) + 1.5))
+    ax.barh(y - 0.2, [r["kvnumba_gbps"] for r in records], 0.4, label="kvnumba")
+    ax.barh(y + 0.2, [r["reference_gbps"] or 0 for r in records], 0.4, label="reference")
+    ax.scatter([r["ceiling_gbps"] for r in records], y, marker="|", s=200, color="k", label="copy ceiling")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("GB/s (bytes moved / median event time)")
+    ax.invert_yaxis()
+    ax.legend(loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", help="module name or path of a .so exposing the seed's entry points")
+    parser.add_argument("--json", help="write one record per case to this file")
+    parser.add_argument("--plot", help="write a PNG bar chart to this file")
+    parser.add_argument("--quick", action="store_true", help="every case at a tiny size (works on the simulator)")
+    parser.add_argument("--only", nargs="*", help="run only cases whose name contains one of these words")
+    parser.add_argument("--layers", type=int, default=32)
+    parser.add_argument("--page-size", type=int, default=64)
+    parser.add_argument("--tokens", type=int, default=8192)
+    parser.add_argument("--pool-factor", type=int, default=4)
+    parser.add_argument("--block-quota", type=int, default=2)
+    parser.add_argument("--warps", type=int, default=32)
+    parser.add_argument("--repeat", type=int, default=20)
+    args = parser.parse_args(argv)
+    print(HEADER)
+    meta, records = run(args)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"meta": meta, "records": records}, f, indent=1)
+    if args.plot:
+        plot(records, args.plot)
+    return records
+
+
+if __name__ == "__main__":
+    main()
