@@ -6,11 +6,9 @@ specialised as the seed's C++ template instances. Kernels take plain integers on
 counts, sizes): array arguments cost microseconds of host time per launch.
 
 Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``
-(an item is one token index), every layer in ``[first_layer, first_layer + num_layers)``, K then V,
-head by head when one side is page-head. Within an item, lane ``i`` of the warp moves words
-``i, i + 32, ...``: 16-byte words when both addresses and the size are 16-byte aligned, else the
-seed's 8-byte words, four words per lane loaded before any is stored so more bytes are in flight
-(a zero-copy read from pinned host memory takes microseconds).
+(an item is one token index), every layer in ``[first_layer, first_layer + num_layers)``, K and V,
+head by head when one side is page-head. Within an item the warp's lanes stride over 8- or 16-byte
+words (``warp_copy``).
 """
 from typing import NamedTuple
 
@@ -18,10 +16,11 @@ from numba import cuda
 
 from ._target import SIMULATOR, WARP_SIZE, device_function, kernel
 from .layouts import ADDRESS_FUNCTIONS, Layout
-from .memory import load_i64, load_u64, load_u128, store_u64, store_u128
+from .memory import load_i64
+from .warp_copy import CopyShape, make_copies
 
-# Words each lane loads before storing them; the loop handles the ragged tail with guards.
-WORDS_IN_FLIGHT = 4
+# The inner loop's shape for every kernel built from now on (see warp_copy; tuned on the H200).
+COPY_SHAPE = CopyShape()
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
@@ -50,63 +49,18 @@ class KernelArgs(NamedTuple):
     head_num: int  # page-head only; 1 otherwise
 
 
-def _strided_copy(load, store, shift):
-    """Build a warp-cooperative copy of ``nbytes`` with words of ``1 << shift`` bytes."""
-    stride = WARP_SIZE
-    round_words = WARP_SIZE * WORDS_IN_FLIGHT
-
-    @device_function
-    def copy(lane, src, dst, nbytes):
-        words = nbytes >> shift
-        for w0 in range(lane, words, round_words):
-            w1 = w0 + stride
-            w2 = w1 + stride
-            w3 = w2 + stride
-            a = load(src + (w0 << shift))
-            b = a
-            c = a
-            d = a
-            if w1 < words:
-                b = load(src + (w1 << shift))
-            if w2 < words:
-                c = load(src + (w2 << shift))
-            if w3 < words:
-                d = load(src + (w3 << shift))
-            store(dst + (w0 << shift), a)
-            if w1 < words:
-                store(dst + (w1 << shift), b)
-            if w2 < words:
-                store(dst + (w2 << shift), c)
-            if w3 < words:
-                store(dst + (w3 << shift), d)
-
-    return copy
-
-
-_copy_16 = _strided_copy(load_u128, store_u128, 4)
-_copy_8 = _strided_copy(load_u64, store_u64, 3)
-
-
-@device_function
-def copy_item(lane, src, dst, nbytes):
-    """The whole warp copies ``nbytes`` (a multiple of 8) from ``src`` to ``dst``."""
-    if (src | dst | nbytes) & 15 == 0:
-        _copy_16(lane, src, dst, nbytes)
-    else:
-        _copy_8(lane, src, dst, nbytes)
-
-
-def _build_kernel(src_layout, dst_layout, mla):
+def _build_kernel(src_layout, dst_layout, mla, copy_shape):
     src_address = ADDRESS_FUNCTIONS[src_layout]
     dst_address = ADDRESS_FUNCTIONS[dst_layout]
     headed = Layout.PAGE_HEAD in (src_layout, dst_layout)
+    copy_item, copy_pair = make_copies(copy_shape)
+    paired = copy_shape.paired and not mla
 
     def transfer_kv(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, first_layer, num_layers,
                     num_items, items_per_warp, item_size, src_layout_dim, dst_layout_dim, page_size,
                     head_num):
-        thread = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-        lane = thread % WARP_SIZE
-        warp = thread // WARP_SIZE
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         heads = head_num if headed else 1
         chunk = item_size // heads
         first_item = warp * items_per_warp
@@ -116,6 +70,16 @@ def _build_kernel(src_layout, dst_layout, mla):
             dst_token = load_i64(dst_indices + item * 8)
             for layer in range(first_layer, first_layer + num_layers):
                 for head in range(heads):
+                    if paired:  # K and V in one loop: twice the bytes in flight
+                        copy_pair(
+                            lane,
+                            src_address(src_k, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
+                            dst_address(dst_k, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
+                            src_address(src_v, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
+                            dst_address(dst_v, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
+                            chunk,
+                        )
+                        continue
                     copy_item(
                         lane,
                         src_address(src_k, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
@@ -156,7 +120,7 @@ _kernels = {}
 
 def get_kernel(src_layout, dst_layout, mla):
     """The kernel for one layout pair, built on first request and memoised."""
-    key = (Layout(src_layout), Layout(dst_layout), bool(mla))
+    key = (Layout(src_layout), Layout(dst_layout), bool(mla), COPY_SHAPE)
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)

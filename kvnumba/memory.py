@@ -49,13 +49,14 @@ else:
     def _pointer(builder, address):
         return builder.inttoptr(address, _I64_PTR)
 
-    # Loads carry no memory clobber: the compiler may issue several before the first store, which
-    # is what keeps enough bytes in flight over PCIe. Stores are volatile with a memory clobber so
-    # they are never dropped or merged.
+    # Loads and stores are volatile: the compiler keeps them in program order, so the copy loop's
+    # explicit batch of loads-then-stores is what decides the bytes in flight. Pure loads let it
+    # hoist loads of unrolled iterations above earlier stores, which spilled registers (~350 B a thread).
     @intrinsic
     def load_u64(typingctx, addr):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l")
+            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l",
+                               side_effect=True)
             return builder.call(asm, [_pointer(builder, args[0])])
 
         return types.uint64(types.int64), codegen
@@ -80,7 +81,8 @@ else:
 
         def codegen(context, builder, sig, args):
             asm = ir.InlineAsm(
-                ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.u64 {$0, $1}, [$2];", "=l,=l,l"
+                ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.u64 {$0, $1}, [$2];", "=l,=l,l",
+                side_effect=True,
             )
             both = builder.call(asm, [_pointer(builder, args[0])])
             parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]

@@ -215,6 +215,7 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota):
     dst_k, dst_v = (pools.operand(dst_l, p, item, heads) for p in pools.get(dst_place))
     si, di = idx
     L, P, dim = shape.layers, shape.page_size, shape.layers * item
+    layer = min(3, L - 1)  # the layer per-layer cases load
     launch = (block_quota, shape.warps)
     fn = getattr(module, op)
     if op == "transfer_kv_all_layer_direct_lf_pf":
@@ -226,7 +227,7 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota):
     else:
         head = (src_k, dst_k, src_v, dst_v, si, di) if kv else (src_k, dst_k, si, di)
         tail = {
-            ("lf", "lf"): (item,), ("pf", "lf"): (3, item, dim), ("ph", "lf"): (3, item, dim, P, heads),
+            ("lf", "lf"): (item,), ("pf", "lf"): (layer, item, dim), ("ph", "lf"): (layer, item, dim, P, heads),
             ("tbl", "tbl"): (item, L), ("tbl", "pf"): (item, dim, L), ("tbl", "ph"): (item, dim, L, P, heads),
         }[(src_l, dst_l)]
         args = (*head, *tail, *launch)
@@ -256,7 +257,7 @@ def torch_indexing_call(backend, op, direction, model, pools, idx, shape):
         for src, dst in pairs:
             s = src[: T * L * item].view(-1, item)
             d = dst[: T * L * item].view(-1, item)
-            layers = [3] if per_layer else range(L)
+            layers = [min(3, L - 1)] if per_layer else range(L)
             for layer in layers:
                 s_rows = si_src + layer * T if src_l in ("lf", "tbl") else si_src * L + layer
                 if src_l == "lf":
