@@ -15,7 +15,7 @@ from typing import NamedTuple
 from numba import cuda
 
 from ._target import SIMULATOR, WARP_SIZE, device_function, kernel
-from .layouts import ADDRESS_FUNCTIONS, Layout
+from .layouts import PARTS, Layout
 from .memory import load_i64
 from .warp_copy import CopyShape, make_copies
 
@@ -50,8 +50,9 @@ class KernelArgs(NamedTuple):
 
 
 def _build_kernel(src_layout, dst_layout, mla, copy_shape):
-    src_address = ADDRESS_FUNCTIONS[src_layout]
-    dst_address = ADDRESS_FUNCTIONS[dst_layout]
+    src, dst = PARTS[src_layout], PARTS[dst_layout]
+    src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
+    dst_layer_base, dst_token_offset, dst_head_stride = dst.layer_base, dst.token_offset, dst.head_stride
     headed = Layout.PAGE_HEAD in (src_layout, dst_layout)
     copy_item, copy_pair = make_copies(copy_shape)
     paired = copy_shape.paired and not mla
@@ -63,36 +64,31 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         heads = head_num if headed else 1
         chunk = item_size // heads
+        src_stride = src_head_stride(src_layout_dim, item_size, heads, page_size)
+        dst_stride = dst_head_stride(dst_layout_dim, item_size, heads, page_size)
         first_item = warp * items_per_warp
         end_item = min(first_item + items_per_warp, num_items)
         for item in range(first_item, end_item):
-            src_token = load_i64(src_indices + item * 8)
-            dst_token = load_i64(dst_indices + item * 8)
+            # Address parts are computed where they change: per item, per layer, per head.
+            src_offset = src_token_offset(load_i64(src_indices + item * 8), src_layout_dim, item_size, heads, page_size)
+            dst_offset = dst_token_offset(load_i64(dst_indices + item * 8), dst_layout_dim, item_size, heads, page_size)
             for layer in range(first_layer, first_layer + num_layers):
+                sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads) + src_offset
+                dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads) + dst_offset
+                if mla:
+                    for head in range(heads):
+                        copy_item(lane, sk + head * src_stride, dk + head * dst_stride, chunk)
+                    continue
+                sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads) + src_offset
+                dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads) + dst_offset
                 for head in range(heads):
+                    s_head = head * src_stride
+                    d_head = head * dst_stride
                     if paired:  # K and V in one loop: twice the bytes in flight
-                        copy_pair(
-                            lane,
-                            src_address(src_k, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
-                            dst_address(dst_k, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
-                            src_address(src_v, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
-                            dst_address(dst_v, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
-                            chunk,
-                        )
-                        continue
-                    copy_item(
-                        lane,
-                        src_address(src_k, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
-                        dst_address(dst_k, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
-                        chunk,
-                    )
-                    if not mla:
-                        copy_item(
-                            lane,
-                            src_address(src_v, layer, src_layout_dim, src_token, item_size, head, heads, page_size),
-                            dst_address(dst_v, layer, dst_layout_dim, dst_token, item_size, head, heads, page_size),
-                            chunk,
-                        )
+                        copy_pair(lane, sk + s_head, dk + d_head, sv + s_head, dv + d_head, chunk)
+                    else:
+                        copy_item(lane, sk + s_head, dk + d_head, chunk)
+                        copy_item(lane, sv + s_head, dv + d_head, chunk)
 
     transfer_kv.__name__ = f"transfer_kv_{src_layout.value}_{dst_layout.value}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__

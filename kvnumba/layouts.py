@@ -1,6 +1,6 @@
 """Where one item (one token's K or V of one layer) lives in each memory layout.
 
-Every address function has the same signature, so the kernel factory can pair any two:
+Every layout has the same address signature, so the kernel factory can pair any two:
 
     address(base, layer, layout_dim, token, item_size, head, heads, page_size) -> int
 
@@ -33,31 +33,90 @@ class Layout(str, enum.Enum):
         raise ValueError(f"unknown layout {value!r}: expected one of {names}")
 
 
-@device_function
-def layer_first_address(base, layer, layout_dim, token, item_size, head, heads, page_size):
-    return base + layer * layout_dim + token * item_size + item_size // heads * head
+# Each layout's address is split into three parts so kernels compute each once, where it changes:
+#   address = layer_base(base, layer, ...) + token_offset(token, ...) + head * head_stride(...)
+# The layer part includes the buffer's base (or, for the table layout, is read from the table).
 
 
 @device_function
-def layer_table_address(table, layer, layout_dim, token, item_size, head, heads, page_size):
-    return load_i64(table + layer * 8) + token * item_size + item_size // heads * head
+def layer_first_layer_base(base, layer, layout_dim, item_size, heads):
+    return base + layer * layout_dim
 
 
 @device_function
-def page_first_address(base, layer, layout_dim, token, item_size, head, heads, page_size):
-    return base + token * layout_dim + layer * item_size + item_size // heads * head
+def layer_table_layer_base(table, layer, layout_dim, item_size, heads):
+    return load_i64(table + layer * 8)
 
 
 @device_function
-def page_head_address(base, layer, layout_dim, token, item_size, head, heads, page_size):
-    return (
-        base
-        + token // page_size * page_size * layout_dim  # page
-        + layout_dim // heads * head * page_size  # head within the page
-        + token % page_size * layout_dim // heads  # token within the head
-        + layer * item_size // heads  # layer within the token
-    )
+def page_first_layer_base(base, layer, layout_dim, item_size, heads):
+    return base + layer * item_size
 
+
+@device_function
+def page_head_layer_base(base, layer, layout_dim, item_size, heads):
+    return base + layer * item_size // heads  # layer within the token
+
+
+@device_function
+def item_token_offset(token, layout_dim, item_size, heads, page_size):  # layer-first and table
+    return token * item_size
+
+
+@device_function
+def page_first_token_offset(token, layout_dim, item_size, heads, page_size):
+    return token * layout_dim
+
+
+@device_function
+def page_head_token_offset(token, layout_dim, item_size, heads, page_size):
+    return (token // page_size * page_size * layout_dim  # page
+            + token % page_size * layout_dim // heads)  # token within the head's block
+
+
+@device_function
+def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adjacent in the item
+    return item_size // heads
+
+
+@device_function
+def page_head_head_stride(layout_dim, item_size, heads, page_size):  # a head's block of the page
+    return layout_dim // heads * page_size
+
+
+class LayoutParts:
+    """The three address parts of one layout (device functions)."""
+
+    def __init__(self, layer_base, token_offset, head_stride):
+        self.layer_base, self.token_offset, self.head_stride = layer_base, token_offset, head_stride
+
+
+PARTS = {
+    Layout.LAYER_FIRST: LayoutParts(layer_first_layer_base, item_token_offset, item_head_stride),
+    Layout.LAYER_TABLE: LayoutParts(layer_table_layer_base, item_token_offset, item_head_stride),
+    Layout.PAGE_FIRST: LayoutParts(page_first_layer_base, page_first_token_offset, item_head_stride),
+    Layout.PAGE_HEAD: LayoutParts(page_head_layer_base, page_head_token_offset, page_head_head_stride),
+}
+
+
+def _composed(parts):
+    layer_base, token_offset, head_stride = parts.layer_base, parts.token_offset, parts.head_stride
+
+    @device_function
+    def address(base, layer, layout_dim, token, item_size, head, heads, page_size):
+        return (layer_base(base, layer, layout_dim, item_size, heads)
+                + token_offset(token, layout_dim, item_size, heads, page_size)
+                + head * head_stride(layout_dim, item_size, heads, page_size))
+
+    return address
+
+
+# Whole addresses, one function per layout (for reading and teaching; kernels use PARTS):
+#   address(base, layer, layout_dim, token, item_size, head, heads, page_size) -> int
+layer_first_address = _composed(PARTS[Layout.LAYER_FIRST])
+layer_table_address = _composed(PARTS[Layout.LAYER_TABLE])
+page_first_address = _composed(PARTS[Layout.PAGE_FIRST])
+page_head_address = _composed(PARTS[Layout.PAGE_HEAD])
 
 ADDRESS_FUNCTIONS = {
     Layout.LAYER_FIRST: layer_first_address,

@@ -12,6 +12,7 @@ Names:
     load_u64(addr) -> uint64            store_u64(addr, value)
     load_u128(addr) -> (lo, hi)         store_u128(addr, pair)
     load_i64(addr) -> int64             (indices and layer-table entries)
+    make_loads(qualifier) -> (load_u64, load_u128) with other ld.global qualifiers
 """
 from ._target import SIMULATOR
 
@@ -37,6 +38,9 @@ if SIMULATOR:
     def load_i64(addr):
         return _i64.from_address(addr).value
 
+    def make_loads(qualifier="nc"):
+        return load_u64, load_u128
+
 else:
     from llvmlite import ir
     from numba import types
@@ -52,14 +56,43 @@ else:
     # Loads and stores are volatile: the compiler keeps them in program order, so the copy loop's
     # explicit batch of loads-then-stores is what decides the bytes in flight. Pure loads let it
     # hoist loads of unrolled iterations above earlier stores, which spilled registers (~350 B a thread).
-    @intrinsic
-    def load_u64(typingctx, addr):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l",
-                               side_effect=True)
-            return builder.call(asm, [_pointer(builder, args[0])])
+    _loads = {}
 
-        return types.uint64(types.int64), codegen
+    def make_loads(qualifier="nc"):
+        """``(load_u64, load_u128)`` with PTX qualifiers ``qualifier`` (``ld.global.<qualifier>``).
+
+        ``"nc"`` is the seed's read-only path; prefetch-size forms such as ``"nc.L2::256B"`` ask the
+        memory system for whole 256-byte sectors, which suits streaming a large item.
+        """
+        if qualifier in _loads:
+            return _loads[qualifier]
+
+        @intrinsic
+        def load_u64(typingctx, addr):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), f"ld.global.{qualifier}.b64 $0, [$1];",
+                                   "=l,l", side_effect=True)
+                return builder.call(asm, [_pointer(builder, args[0])])
+
+            return types.uint64(types.int64), codegen
+
+        @intrinsic
+        def load_u128(typingctx, addr):
+            pair_type = types.UniTuple(types.uint64, 2)
+
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]),
+                                   f"ld.global.{qualifier}.v2.u64 {{$0, $1}}, [$2];", "=l,=l,l", side_effect=True)
+                both = builder.call(asm, [_pointer(builder, args[0])])
+                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
+                return context.make_tuple(builder, pair_type, parts)
+
+            return pair_type(types.int64), codegen
+
+        _loads[qualifier] = (load_u64, load_u128)
+        return load_u64, load_u128
+
+    load_u64, load_u128 = make_loads("nc")
 
     @intrinsic
     def store_u64(typingctx, addr, value):
@@ -74,21 +107,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(types.int64, types.uint64), codegen
-
-    @intrinsic
-    def load_u128(typingctx, addr):
-        pair_type = types.UniTuple(types.uint64, 2)
-
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(
-                ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.u64 {$0, $1}, [$2];", "=l,=l,l",
-                side_effect=True,
-            )
-            both = builder.call(asm, [_pointer(builder, args[0])])
-            parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-            return context.make_tuple(builder, pair_type, parts)
-
-        return pair_type(types.int64), codegen
 
     @intrinsic
     def store_u128(typingctx, addr, pair):

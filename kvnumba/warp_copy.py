@@ -13,7 +13,7 @@ and ``%`` cost registers, and a kernel of 1024 threads has 64 of them.
 from typing import NamedTuple
 
 from ._target import WARP_SIZE, device_function
-from .memory import load_u64, load_u128, store_u64, store_u128
+from .memory import make_loads, store_u64, store_u128
 
 
 class CopyShape(NamedTuple):
@@ -22,6 +22,7 @@ class CopyShape(NamedTuple):
     words: int = 2  # words per lane (per buffer) loaded before storing: 1, 2 or 4
     wide: bool = True  # use 16-byte words when alignment allows
     paired: bool = True  # copy K and V in one loop
+    load: str = "nc"  # ld.global qualifiers of the loads (memory.make_loads)
 
 
 def _single(load, store, word, words):
@@ -128,6 +129,7 @@ def make_copies(shape):
     ``copy_item(lane, src, dst, nbytes)`` and ``copy_pair(lane, src_a, dst_a, src_b, dst_b, nbytes)``:
     the whole warp copies ``nbytes`` (a multiple of 8) per buffer.
     """
+    load_u64, load_u128 = make_loads(shape.load)
     narrow = _single(load_u64, store_u64, 8, shape.words)
     narrow_pair = _paired(load_u64, store_u64, 8, min(shape.words, 2))
     if not shape.wide:
