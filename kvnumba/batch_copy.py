@@ -22,10 +22,15 @@ version. Every copy shares one attribute set, as in the seed: ``srcAccessOrder =
 and destination location hints (device ordinal, or host), ``flags = 0`` (a call with only
 ``srcAccessOrder`` set answered ``cudaErrorInvalidValue`` on an H200).
 
-Host cost: the binding converts its Python lists element by element. Measured on this project's CI
-machine (cuda-bindings 13.5): about 0.36 us per copy inside the binding plus 0.07 us for
-``ndarray.tolist()`` of the three arrays, so ~0.45 us per copy (4096 copies: ~1.8 ms). The
-page-by-page fallback costs one binding call per copy, a few microseconds each.
+Host cost, measured on the CI machine (cuda-bindings 13.5, no GPU: the binding converts its
+arguments, then answers cudaErrorInsufficientDriver) for ``transfer_kv_all_layer_direct_lf_pf``:
+about 60 us fixed per call, then ~0.4-0.55 us per copy, of which ~0.36 us is the binding converting
+its Python lists element by element and the rest kvnumba's NumPy address arithmetic and
+``tolist()``. 8192 tokens x 32 layers x K/V at page 128 (4096 copies): ~2.3 ms per call; page 1,
+2048 tokens (131072 copies): ~53 ms. Calling libcudart's ``cudaMemcpyBatchAsync`` through ctypes
+with the NumPy arrays' addresses would remove the per-copy conversion (choose the C signature by
+``cudaRuntimeGetVersion`` of the library loaded, never the driver's); not done yet. The page-by-page
+fallback costs one binding call per copy, a few microseconds each.
 """
 import ctypes
 import functools
@@ -50,11 +55,12 @@ class CopyError(RuntimeError):
 
 
 class PathLog:
-    """Which path the last copy submission took (``"batch"`` or ``"page"``), and counts per path."""
+    """Which path the last copy submission took, and counts per path: ``"batch"`` (one
+    cudaMemcpyBatchAsync), ``"page"`` (page by page), ``"runs"`` (``transfer_kv_direct``'s merged runs)."""
 
     def __init__(self):
         self.last = None
-        self.counts = {"batch": 0, "page": 0}
+        self.counts = {"batch": 0, "page": 0, "runs": 0}
 
     def record(self, path):
         self.last = path

@@ -29,12 +29,13 @@ __all__ = [
 
 
 def last_path():
-    """``"batch"`` or ``"page"``: how the last non-empty page-first-direct call copied (None before any)."""
+    """How the last non-empty call copied (None before any): ``"batch"`` (one cudaMemcpyBatchAsync),
+    ``"page"`` (page by page), or ``"runs"`` (``transfer_kv_direct``)."""
     return log.last
 
 
 def path_counts():
-    """``{"batch": n, "page": m}``: page-first-direct calls per path since import."""
+    """``{"batch": n, "page": m, "runs": k}``: non-empty calls per path since import."""
     return dict(log.counts)
 
 
@@ -127,6 +128,7 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
             rt.memcpy(d, s, n, handle)
         except CopyError as error:
             raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.error, index) from None
+    log.record("runs")
 
 
 def _layer_first(name, obj, is_mla):
@@ -244,6 +246,12 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
         If the batch call fails (naming the failing copy when the runtime reports it) or a page
         copy fails.
 
+    Notes
+    -----
+    Host time: ~60 us per call plus ~0.4-0.55 us per copy on the batch path (measured; most of it is
+    cuda-bindings converting its argument lists), e.g. ~2.3 ms for 4096 copies; the page-by-page
+    fallback costs a few microseconds per copy.
+
     Example
     -------
     >>> kvnumba.transfer_kv_per_layer_direct_pf_lf([k_host, v_host], [k_gpu, v_gpu], src_idx, dst_idx,
@@ -281,6 +289,12 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
         For a bad argument (named in the message); nothing is written.
     CopyError
         If the batch call or a page copy fails.
+
+    Notes
+    -----
+    Host time: ~60 us per call plus ~0.4-0.55 us per copy on the batch path (measured; most of it is
+    cuda-bindings converting its argument lists), e.g. ~2.3 ms for 4096 copies; the page-by-page
+    fallback costs a few microseconds per copy.
 
     Example
     -------

@@ -11,6 +11,8 @@ Byte offsets (``item`` = item_size, ``dim`` = layout_dim, P = page_size, H = hea
 - page-first ``[T, L, item]``: token t, layer l at ``t * dim + l * item``
 - page-head ``[T/P, H, P, L, item/H]``: token t, layer l, head h at
   ``(t // P) * P * dim + h * (P * dim // H) + (t % P) * (dim // H) + l * (item // H)``
+- copy-engine functions (``*_direct*``): lists of per-layer arrays, rows of dim 0 are tokens;
+  page-first-direct ``[num_pages, num_layers, P, ...]``: page p, layer l is one slot of P rows
 """
 import numpy as np
 

@@ -90,6 +90,11 @@ def test_direct_dtypes_and_rows(dtype, token_shape):
     _direct_case(np.arange(6)[::-1], np.arange(6) + 3, dtype=dtype, token_shape=token_shape, num_layers=2)
 
 
+def test_direct_records_its_path():
+    _direct_case([3, 4], [5, 6])
+    assert direct.last_path() == "runs"
+
+
 def test_direct_no_tokens_and_no_layers():
     _direct_case([], [], page_size=4)
     kvnumba.transfer_kv_direct([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), 1)
@@ -186,7 +191,7 @@ def test_last_path_is_recorded():
     _pf_case("transfer_kv_all_layer_direct_lf_pf", stream="default")
     assert direct.last_path() == "page"  # legacy default stream: never the batch call
     counts = direct.path_counts()
-    assert counts["page"] >= 1 and set(counts) == {"batch", "page"}
+    assert counts["page"] >= 1 and set(counts) == {"batch", "page", "runs"}
 
 
 # ---------------------------------------------------------------- validation
