@@ -4,6 +4,7 @@
 order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
 """
+from .direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
 from .layouts import Layout
 from .ops import (
     transfer_kv_all_layer,
@@ -25,11 +26,14 @@ __all__ = [
     "Layout",
     "layer_table",
     "transfer_kv_all_layer",
+    "transfer_kv_all_layer_direct_lf_pf",
     "transfer_kv_all_layer_lf_pf",
     "transfer_kv_all_layer_lf_ph",
     "transfer_kv_all_layer_mla",
     "transfer_kv_all_layer_mla_lf_pf",
+    "transfer_kv_direct",
     "transfer_kv_per_layer",
+    "transfer_kv_per_layer_direct_pf_lf",
     "transfer_kv_per_layer_mla",
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",

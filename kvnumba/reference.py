@@ -11,6 +11,8 @@ Byte offsets (``item`` = item_size, ``dim`` = layout_dim, P = page_size, H = hea
 - page-first ``[T, L, item]``: token t, layer l at ``t * dim + l * item``
 - page-head ``[T/P, H, P, L, item/H]``: token t, layer l, head h at
   ``(t // P) * P * dim + h * (P * dim // H) + (t % P) * (dim // H) + l * (item // H)``
+- copy-engine functions (``*_direct*``): lists of per-layer arrays, rows of dim 0 are tokens;
+  page-first-direct ``[num_pages, num_layers, P, ...]``: page p, layer l is one slot of P rows
 """
 import numpy as np
 
@@ -132,3 +134,48 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, i
     for layer in range(num_layers):
         _copy(src_layers[layer], layer_first_offsets(s, item_size),
               dst, page_first_offsets(d, layer, item_size, dst_layout_dim), item_size)
+
+
+# Copy-engine entry points: lists of per-layer arrays; rows of dim 0 are tokens on the layer-first
+# side; page-first-direct buffers are [num_pages, num_layers, page_size, ...].
+
+def _rows(array):
+    """A C-contiguous array as bytes, one row per slot of dim 0 (a view: writes go through)."""
+    flat = _bytes(array, "buffer")
+    return flat.reshape(np.asarray(array).shape[0], -1)
+
+
+def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    for src, dst in zip(src_layers, dst_layers):
+        dst_rows, src_rows = _rows(dst), _rows(src)
+        for i in range(len(s)):  # token by token, in order
+            dst_rows[d[i]] = src_rows[s[i]]
+
+
+def _page_slots(page_first):
+    """[num_pages, num_layers, page_size, ...] as bytes [num_pages, num_layers, page_size, token bytes]."""
+    array = np.asarray(page_first)
+    return _bytes(array, "page-first buffer").reshape(array.shape[0], array.shape[1], array.shape[2], -1)
+
+
+def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    num_layers = len(dst_ptrs) // len(src_ptrs)  # MLA: one source, L layers; else K and V halves
+    for page in range(len(s) // page_size):
+        src_page, dst_token = s[page * page_size] // page_size, d[page * page_size]
+        for kv, page_first in enumerate(src_ptrs):
+            for j in range(num_layers):
+                _rows(dst_ptrs[kv * num_layers + j])[dst_token:dst_token + page_size] = \
+                    _page_slots(page_first)[src_page, layer_id + j]
+
+
+def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size):
+    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    num_layers = len(src_ptrs) // len(dst_ptrs)
+    for page in range(len(s) // page_size):
+        src_token, dst_page = s[page * page_size], d[page * page_size] // page_size
+        for kv, page_first in enumerate(dst_ptrs):
+            for j in range(num_layers):
+                _page_slots(page_first)[dst_page, j] = \
+                    _rows(src_ptrs[kv * num_layers + j])[src_token:src_token + page_size]

@@ -69,3 +69,49 @@ def layer_table(name, obj, num_layers):
     if len(info.shape) != 1 or info.shape[0] != num_layers:
         raise ValueError(f"{name} must hold num_layers={num_layers} addresses, got shape {info.shape}")
     return info
+
+
+def buffer_list(name, obj, minimum=1):
+    """A Python list (or tuple) of at least ``minimum`` arrays; elements are named ``name[i]``."""
+    if not isinstance(obj, (list, tuple)):
+        raise TypeError(f"{name} must be a list of arrays (one per layer, K layers then V), got {type(obj).__name__}")
+    if len(obj) < minimum:
+        raise ValueError(f"{name} must hold at least {minimum} array{'s' if minimum > 1 else ''}, got {len(obj)}")
+    infos = [array_info(item, f"{name}[{i}]") for i, item in enumerate(obj)]
+    for i, info in enumerate(infos):
+        if len(info.shape) == 0 or info.shape[0] == 0:
+            raise ValueError(f"{name}[{i}] must have at least one row (token) on dim 0, got shape {info.shape}")
+    return infos
+
+
+def row_bytes(info):
+    """Bytes per row of dim 0 (one token of a layer-first buffer)."""
+    return info.nbytes // info.shape[0]
+
+
+def same_dtype(named_infos):
+    """All (name, info) pairs share one dtype (copies move raw bytes; no conversion as torch's copy_ would)."""
+    first_name, first = named_infos[0]
+    for name, info in named_infos[1:]:
+        if info.dtype != first.dtype:
+            raise TypeError(f"{name} has dtype {info.dtype} but {first_name} has {first.dtype}: "
+                            "the direct copies move raw bytes, dtypes must match")
+
+
+def page_size(value, count):
+    """``page_size`` positive and dividing the number of indices ``count``."""
+    value = integer("page_size", value, minimum=1)
+    if count % value:
+        raise ValueError(f"the number of indices ({count}) must be a multiple of page_size ({value})")
+    return value
+
+
+def index_range(name, values, limit, what):
+    """Every value in ``values`` (host NumPy) lies in ``[0, limit)``; ``what`` names the bound."""
+    if len(values) == 0:
+        return
+    low, high = int(values.min()), int(values.max())
+    if low < 0:
+        raise ValueError(f"{name} must be >= 0, got {low}")
+    if high >= limit:
+        raise ValueError(f"{name} hold {high}, out of range for {what} (must be < {limit})")

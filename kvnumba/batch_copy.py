@@ -1,0 +1,253 @@
+"""Many small copies on one stream: one ``cudaMemcpyBatchAsync``, or page by page with the same bytes.
+
+Contract
+--------
+The real batch call (``cuda.bindings.runtime.cudaMemcpyBatchAsync``) is used when all of these hold:
+
+- kvnumba runs on a GPU (not the simulator);
+- the cuda-bindings package has major version 12 or 13 and exposes ``cudaMemcpyBatchAsync``
+  (cuda-bindings >= 12.8);
+- the driver reports CUDA >= 12.8 (``cudaDriverGetVersion() >= 12080``);
+- the stream is not a legacy default stream (handle 0, or ``cudaStreamLegacy`` = 1): the driver
+  forbids it there, and the seed's batch path kills the process with a segfault on it.
+
+Otherwise, and when the batch call answers ``cudaErrorNotSupported`` or
+``cudaErrorCallRequiresNewerDriver``, every copy is issued in the same order through
+``cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, stream)`` (on the simulator: ``ctypes.memmove``
+between the NumPy buffers' addresses). Both give the same bytes.
+
+The binding takes the same arguments in 12.x and 13.x but returns ``(err, failIdx)`` in 12.x and
+``(err,)`` in 13.x (the C API lost ``failIdx`` in CUDA 13); the form is chosen by the binding's major
+version. Every copy shares one attribute set, as in the seed: ``srcAccessOrder = Stream``, source
+and destination location hints (device ordinal, or host), ``flags = 0`` (a call with only
+``srcAccessOrder`` set answered ``cudaErrorInvalidValue`` on an H200).
+
+Host cost, measured on the CI machine (cuda-bindings 13.5, no GPU: the binding converts its
+arguments, then answers cudaErrorInsufficientDriver) for ``transfer_kv_all_layer_direct_lf_pf``:
+about 60 us fixed per call, then ~0.4-0.55 us per copy, of which ~0.36 us is the binding converting
+its Python lists element by element and the rest kvnumba's NumPy address arithmetic and
+``tolist()``. 8192 tokens x 32 layers x K/V at page 128 (4096 copies): ~2.3 ms per call; page 1,
+2048 tokens (131072 copies): ~53 ms. Calling libcudart's ``cudaMemcpyBatchAsync`` through ctypes
+with the NumPy arrays' addresses would remove the per-copy conversion (choose the C signature by
+``cudaRuntimeGetVersion`` of the library loaded, never the driver's); not done yet. The page-by-page
+fallback costs one binding call per copy, a few microseconds each.
+"""
+import ctypes
+import functools
+from typing import NamedTuple
+
+from ._target import SIMULATOR
+
+# cudaStreamLegacy is ((cudaStream_t)0x1); 0 is the default stream, legacy unless built per-thread.
+LEGACY_STREAMS = (0, 1)
+MIN_DRIVER_VERSION = 12080
+_NOT_SUPPORTED = 801  # cudaErrorNotSupported
+_REQUIRES_NEWER_DRIVER = 36  # cudaErrorCallRequiresNewerDriver
+
+
+class CopyError(RuntimeError):
+    """A CUDA copy failed. ``error`` is the CUDA error code, ``index`` the failing copy (or None)."""
+
+    def __init__(self, message, error=None, index=None):
+        super().__init__(message)
+        self.error = error
+        self.index = index
+
+
+class PathLog:
+    """Which path the last copy submission took, and counts per path: ``"batch"`` (one
+    cudaMemcpyBatchAsync), ``"page"`` (page by page), ``"runs"`` (``transfer_kv_direct``'s merged runs)."""
+
+    def __init__(self):
+        self.last = None
+        self.counts = {"batch": 0, "page": 0, "runs": 0}
+
+    def record(self, path):
+        self.last = path
+        self.counts[path] += 1
+
+
+log = PathLog()
+
+
+class BatchResult(NamedTuple):
+    error: int  # cudaError_t as an int; 0 is success
+    fail_index: object  # the failing copy's index (12.x), else None
+
+
+class SimulatorRuntime:
+    """The simulator's stand-in: NumPy arrays are device and host memory alike; no batch call."""
+
+    binding_major = None
+    driver_version = 0
+    has_batch = False
+
+    def memcpy(self, dst, src, nbytes, stream):
+        ctypes.memmove(dst, src, nbytes)
+
+    def device_of(self, ptr):
+        return 0
+
+    def batch(self, dsts, srcs, sizes, src_device, dst_device, stream):  # pragma: no cover - never called
+        raise RuntimeError("the simulator has no cudaMemcpyBatchAsync")
+
+    def error_name(self, error):
+        return f"error {error}"
+
+
+class CudaRuntime:
+    """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt``.
+
+    ``rt`` is ``cuda.bindings.runtime`` in use; tests pass a stand-in with the same names.
+    """
+
+    def __init__(self, rt, binding_major, driver_version):
+        self.rt = rt
+        self.binding_major = binding_major
+        self.driver_version = driver_version
+        self.has_batch = hasattr(rt, "cudaMemcpyBatchAsync") and binding_major in (12, 13)
+        self._default_kind = rt.cudaMemcpyKind.cudaMemcpyDefault
+
+    def error_name(self, error):
+        try:
+            err, name = self.rt.cudaGetErrorName(self.rt.cudaError_t(int(error)))
+            return name.decode() if isinstance(name, bytes) else str(name)
+        except Exception:  # noqa: BLE001 - only for a message
+            return f"error {int(error)}"
+
+    def memcpy(self, dst, src, nbytes, stream):
+        (err,) = self.rt.cudaMemcpyAsync(dst, src, nbytes, self._default_kind, stream)
+        if int(err):
+            raise CopyError(f"cudaMemcpyAsync of {nbytes} bytes from 0x{src:x} to 0x{dst:x} failed: "
+                            f"{self.error_name(err)}", int(err))
+
+    def device_of(self, ptr):
+        """Device ordinal owning device pointer ``ptr``."""
+        err, attributes = self.rt.cudaPointerGetAttributes(ptr)
+        if int(err):
+            raise CopyError(f"cudaPointerGetAttributes(0x{ptr:x}) failed: {self.error_name(err)}", int(err))
+        return int(attributes.device)
+
+    def attributes(self, src_device, dst_device):
+        """One ``cudaMemcpyAttributes`` for every copy: stream order, location hints, no flags."""
+        rt = self.rt
+        attrs = rt.cudaMemcpyAttributes()
+        attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
+        for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
+            if device is None:
+                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeHost
+                hint.id = 0
+            else:
+                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeDevice
+                hint.id = device
+        attrs.flags = 0
+        return attrs
+
+    def batch(self, dsts, srcs, sizes, src_device, dst_device, stream):
+        """Submit one ``cudaMemcpyBatchAsync``; ``dsts``/``srcs``/``sizes`` are lists of ints."""
+        attrs = self.attributes(src_device, dst_device)
+        result = self.rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(dsts), [attrs], [0], 1, stream)
+        if self.binding_major == 12:  # (err, failIdx)
+            if len(result) != 2:
+                raise CopyError(f"cuda-bindings 12.x cudaMemcpyBatchAsync returned {len(result)} values, expected 2")
+            err, fail_index = result
+            return BatchResult(int(err), None if fail_index is None else int(fail_index))
+        if len(result) != 1:  # 13.x: (err,)
+            raise CopyError(f"cuda-bindings 13.x cudaMemcpyBatchAsync returned {len(result)} values, expected 1")
+        return BatchResult(int(result[0]), None)
+
+
+@functools.cache
+def _default_runtime():
+    if SIMULATOR:
+        return SimulatorRuntime()
+    import cuda.bindings
+    from cuda.bindings import runtime as rt
+
+    major = int(cuda.bindings.__version__.split(".")[0])
+    err, version = rt.cudaDriverGetVersion()
+    return CudaRuntime(rt, major, int(version) if not int(err) else 0)
+
+
+def runtime():
+    """The runtime the copy paths use (replaceable in tests with ``set_runtime``)."""
+    return _override[0] if _override else _default_runtime()
+
+
+_override = []
+
+
+def set_runtime(value):
+    """Use ``value`` (a ``CudaRuntime``-like object) for every copy; ``None`` restores the default."""
+    _override.clear()
+    if value is not None:
+        _override.append(value)
+
+
+def batch_copy_available(stream=None):
+    """True when ``copy_many`` on ``stream`` (a raw handle; default: a non-legacy stream) would use
+    the real ``cudaMemcpyBatchAsync``. It can still fall back if the call answers not-supported."""
+    rt = runtime()
+    if not rt.has_batch or rt.driver_version < MIN_DRIVER_VERSION:
+        return False
+    return stream is None or int(stream) not in LEGACY_STREAMS
+
+
+def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None):
+    """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` for every i, on ``stream``.
+
+    Parameters
+    ----------
+    dsts, srcs, sizes : int64 NumPy arrays, ``[n]``
+        Addresses (device or unified host addresses) and byte counts.
+    stream : int
+        Raw stream handle.
+    src_device_ptr, dst_device_ptr : int or None
+        A device pointer on the source / destination side (its device becomes the location hint),
+        or None for host memory.
+
+    Returns
+    -------
+    str
+        ``"batch"`` or ``"page"``: the path taken (also in ``log``); nothing for ``n == 0``.
+
+    Raises
+    ------
+    CopyError
+        If the batch call fails other than not-supported (naming the failing copy when the 12.x
+        binding reports it), or a page copy fails.
+    """
+    count = len(dsts)
+    if count == 0:
+        return None
+    rt = runtime()
+    dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
+    if batch_copy_available(stream):
+        src_device = None if src_device_ptr is None else rt.device_of(src_device_ptr)
+        dst_device = None if dst_device_ptr is None else rt.device_of(dst_device_ptr)
+        result = rt.batch(dst_list, src_list, size_list, src_device, dst_device, stream)
+        if result.error == 0:
+            log.record("batch")
+            return "batch"
+        if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
+            raise _batch_error(rt, result, dst_list, src_list, size_list)
+    for index, (dst, src, size) in enumerate(zip(dst_list, src_list, size_list)):
+        try:
+            rt.memcpy(dst, src, size, stream)
+        except CopyError as error:
+            raise CopyError(f"page copy {index} of {count}: {error}", error.error, index) from None
+    log.record("page")
+    return "page"
+
+
+def _batch_error(rt, result, dsts, srcs, sizes):
+    name = rt.error_name(result.error)
+    count = len(dsts)
+    if result.fail_index is not None and 0 <= result.fail_index < count:
+        i = result.fail_index
+        where = f"at copy {i} of {count} (0x{srcs[i]:x} -> 0x{dsts[i]:x}, {sizes[i]} bytes)"
+    elif result.fail_index is not None:
+        where = f"(failIdx={result.fail_index}, not a single copy) of {count} copies"
+    else:
+        where = f"for one of {count} copies (this runtime does not report which)"
+    return CopyError(f"cudaMemcpyBatchAsync failed {where}: {name}", result.error, result.fail_index)
