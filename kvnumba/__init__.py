@@ -4,6 +4,7 @@
 order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
 """
+from .convert import CacheLayout, convert
 from .direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
 from .layouts import Layout
 from .ops import (
@@ -23,7 +24,9 @@ from .tables import layer_table
 __version__ = "0.1.0"
 
 __all__ = [
+    "CacheLayout",
     "Layout",
+    "convert",
     "layer_table",
     "transfer_kv_all_layer",
     "transfer_kv_all_layer_direct_lf_pf",

@@ -23,6 +23,37 @@ def _demo(args):
     return 0
 
 
+def _convert(args):
+    from .convert_files import convert_file
+
+    try:
+        shapes = convert_file(args.input, args.output, args.src, args.dst, args.page_size,
+                              chunk_bytes=args.chunk_bytes, progress=None if args.quiet else sys.stderr)
+    except (ValueError, TypeError, OSError) as err:
+        print(f"kvnumba convert: error: {err}", file=sys.stderr)
+        return 1
+    for name, shape in shapes.items():
+        print(f"{args.output}{f'[{name}]' if name else ''}: {args.dst} {shape}")
+    return 0
+
+
+def _info(args):
+    from .info import report
+
+    for key, value in report():
+        print(f"{key + ':':<22} {value}")
+    return 0
+
+
+def _layout_name(value):
+    from .convert import layout
+
+    try:
+        return layout(value).value
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kvnumba", description="KV-cache transfers with Numba-CUDA")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -33,6 +64,25 @@ def build_parser():
     d.add_argument("--page-size", type=int)
     d.add_argument("--pool", type=int, help="token slots on each side")
     d.set_defaults(func=_demo, needs_kernels=True)
+
+    c = commands.add_parser(
+        "convert", help="convert a .npy file or every array of a .npz archive between cache layouts",
+        description="Convert one K (or V, or MLA) tensor of a whole cache between layouts: layer_first (L, T, *item), "
+                    "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D). "
+                    "Works in chunks with NumPy; the output appears complete or not at all.")
+    c.add_argument("input", metavar="IN", help="input .npy file or .npz archive")
+    c.add_argument("output", metavar="OUT", help="output file (same kind as IN)")
+    c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
+                   help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph)")
+    c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT", help="layout of OUT")
+    c.add_argument("--page-size", type=int, help="tokens per page (needed for page_first_direct and page_head)")
+    c.add_argument("--chunk-bytes", type=int, metavar="N",
+                   help="bytes per chunk (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=_convert)
+
+    i = commands.add_parser("info", help="versions, the GPU (or simulator), and whether the batched-copy path is there")
+    i.set_defaults(func=_info)
     return parser
 
 

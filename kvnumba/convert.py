@@ -1,0 +1,443 @@
+"""Whole-cache layout conversion: one K (or V, or MLA) tensor of T tokens and L layers, re-laid out.
+
+Layouts (``item`` is one token's shape in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for
+MLA; ``P`` is the page size):
+
+- ``layer_first``: ``(L, T, *item)``
+- ``page_first``: ``(T, L, *item)``
+- ``page_first_direct``: ``(T // P, L, P, *item)`` (the memcpy path's layout)
+- ``page_head``: ``(T // P, H, P, L, D)`` (MHA items ``(H, D)`` only)
+
+Two engines do the same thing:
+
+- ``"numpy"``: every layout is a strided view of one index space ``(L, T // P, P, *item)``; the
+  conversion is one NumPy assignment between the source's view and the destination's (no
+  intermediate copy). Used for NumPy arrays (and CPU torch tensors), and by ``kvnumba convert``.
+- ``"kernels"``: kvnumba's own transfer kernels, for arrays in GPU memory (torch, CuPy, Numba):
+
+  - layer_first -> page_first: ``transfer_kv_all_layer_mla_lf_pf`` (one launch, a layer table of
+    the L layers, identity token indices);
+  - page_first -> layer_first: ``transfer_kv_per_layer_mla_pf_lf``, one launch per layer;
+  - layer_first <-> page_head: the page-head kernels (``lf_ph`` all-layer, ``ph_lf`` per layer) in
+    their single-buffer (MLA) form, head by head;
+  - layer_first <-> page_first_direct: one ``transfer_kv_per_layer_mla`` launch whose "items" are
+    whole ``(P, *item)`` blocks: a block is contiguous in both layouts, so the conversion is a
+    gather of blocks by index;
+  - any other pair goes through a layer_first intermediate on the device (two of the legs above;
+    the intermediate costs one more buffer of the tensor's size while it runs).
+
+  ``convert`` returns after the GPU work is done. On the simulator the kernel engine works on
+  NumPy arrays (tiny ones: the simulator runs one Python thread per CUDA thread).
+
+``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
+"""
+import enum
+import math
+import sys
+from typing import NamedTuple
+
+import numpy as np
+
+from . import validate
+from ._target import SIMULATOR, gpu_available
+from .arrays import array_info
+
+__all__ = ["CacheLayout", "convert", "converted_shape"]
+
+
+class CacheLayout(str, enum.Enum):
+    """Whole-cache layouts. Accepts its value (``"page_first"``) or a short name (``"pf"``)."""
+
+    LAYER_FIRST = "layer_first"
+    PAGE_FIRST = "page_first"
+    PAGE_FIRST_DIRECT = "page_first_direct"
+    PAGE_HEAD = "page_head"
+
+    @classmethod
+    def _missing_(cls, value):
+        if isinstance(value, str):
+            name = value.strip().lower().replace("-", "_")
+            name = _ALIASES.get(name, name)
+            for member in cls:
+                if member.value == name:
+                    return member
+        names = ", ".join(m.value for m in cls)
+        short = ", ".join(f"{k}={v}" for k, v in _ALIASES.items())
+        raise ValueError(f"unknown layout {value!r}: expected one of {names} (or short names {short})")
+
+    @property
+    def paged(self):
+        """True when the layout's shape has a page axis (and so needs ``page_size``)."""
+        return self in (CacheLayout.PAGE_FIRST_DIRECT, CacheLayout.PAGE_HEAD)
+
+
+_ALIASES = {"lf": "layer_first", "pf": "page_first", "pfd": "page_first_direct", "ph": "page_head"}
+
+_SHAPES = {
+    CacheLayout.LAYER_FIRST: "(L, T, *item)",
+    CacheLayout.PAGE_FIRST: "(T, L, *item)",
+    CacheLayout.PAGE_FIRST_DIRECT: "(T // page_size, L, page_size, *item)",
+    CacheLayout.PAGE_HEAD: "(T // page_size, H, page_size, L, D)",
+}
+
+
+class Dims(NamedTuple):
+    """What a shape says in a layout's terms."""
+
+    layers: int
+    tokens: int
+    item: tuple  # the per-token shape
+    token_axis: str  # where T is read, for messages: "dimension 0" or "dimensions 0 and 2"
+
+
+def layout(value, name="layout"):
+    """``value`` as a ``CacheLayout``; ``ValueError`` listing the valid names otherwise."""
+    try:
+        return CacheLayout(value)
+    except ValueError as err:
+        raise ValueError(f"{name}: {err}") from None
+
+
+def _page_size(value, needed_by):
+    if value is None:
+        raise ValueError(f"{needed_by} needs page_size: pass page_size= (--page-size on the command line)")
+    return validate.integer("page_size", value, minimum=1)
+
+
+def dims(src, shape, page_size=None):
+    """Read ``L``, ``T`` and the item shape off ``shape`` in layout ``src``; ``ValueError`` if it does not fit."""
+    src = layout(src, "src")
+    shape = tuple(int(n) for n in shape)
+    minimum = {CacheLayout.LAYER_FIRST: 3, CacheLayout.PAGE_FIRST: 3, CacheLayout.PAGE_FIRST_DIRECT: 4}.get(src)
+    if src is CacheLayout.PAGE_HEAD and len(shape) != 5:
+        raise ValueError(f"page_head arrays are {_SHAPES[src]}, 5 dimensions: got shape {shape}")
+    if minimum and len(shape) < minimum:
+        raise ValueError(f"{src.value} arrays are {_SHAPES[src]}, at least {minimum} dimensions "
+                         f"(an item has at least one): got shape {shape}")
+    if src is CacheLayout.LAYER_FIRST:
+        return Dims(shape[0], shape[1], shape[2:], f"dimension 1 of shape {shape}")
+    if src is CacheLayout.PAGE_FIRST:
+        return Dims(shape[1], shape[0], shape[2:], f"dimension 0 of shape {shape}")
+    page_size = _page_size(page_size, src.value)
+    page_axis = 2
+    if shape[page_axis] != page_size:
+        raise ValueError(f"{src.value} arrays are {_SHAPES[src]}: dimension {page_axis} should be "
+                         f"page_size={page_size}, got {shape[page_axis]} (shape {shape})")
+    where = f"dimensions 0 and 2 of shape {shape}"
+    if src is CacheLayout.PAGE_FIRST_DIRECT:
+        return Dims(shape[1], shape[0] * page_size, shape[3:], where)
+    pages, heads, _, layers, head_dim = shape
+    return Dims(layers, pages * page_size, (heads, head_dim), where)
+
+
+def converted_shape(shape, src, dst, page_size=None):
+    """The shape an array of ``shape`` in layout ``src`` has in layout ``dst``.
+
+    Raises
+    ------
+    ValueError
+        If a name is unknown, ``shape`` does not fit ``src``, ``page_size`` is missing or does not
+        divide T where ``dst`` pages tokens, or ``dst`` is page_head and items are not ``(H, D)``.
+    """
+    src, dst = layout(src, "src"), layout(dst, "dst")
+    d = dims(src, shape, page_size)
+    if dst is CacheLayout.LAYER_FIRST:
+        return (d.layers, d.tokens, *d.item)
+    if dst is CacheLayout.PAGE_FIRST:
+        return (d.tokens, d.layers, *d.item)
+    page_size = _page_size(page_size, dst.value)
+    if d.tokens % page_size:
+        raise ValueError(f"{dst.value} needs T divisible by page_size={page_size}: got T={d.tokens} "
+                         f"({d.token_axis})")
+    pages = d.tokens // page_size
+    if dst is CacheLayout.PAGE_FIRST_DIRECT:
+        return (pages, d.layers, page_size, *d.item)
+    if len(d.item) != 2:
+        raise ValueError(f"page_head needs a per-token item of shape (H, D) to find H: got item shape "
+                         f"{d.item} (shape {tuple(shape)} in {src.value})")
+    heads, head_dim = d.item
+    return (pages, heads, page_size, d.layers, head_dim)
+
+
+# --- The NumPy engine: every layout as a view of the index space (L, pages, P, *item) ---------------
+
+def canonical_view(array, lay, page_size):
+    """A view of ``array`` (layout ``lay``) with axes ``(L, T // P, P, *item)``; P is 1 when unpaged.
+
+    Writing to the view writes ``array``: the NumPy engine assigns one such view to another.
+    """
+    lay = CacheLayout(lay)
+    p = page_size or 1
+    if lay is CacheLayout.LAYER_FIRST:
+        layers, tokens, *item = array.shape
+        return array.reshape(layers, tokens // p, p, *item)
+    if lay is CacheLayout.PAGE_FIRST:
+        tokens, layers, *item = array.shape
+        v = array.reshape(tokens // p, p, layers, *item)
+        return v.transpose(2, 0, 1, *range(3, v.ndim))
+    if lay is CacheLayout.PAGE_FIRST_DIRECT:
+        return array.transpose(1, 0, 2, *range(3, array.ndim))
+    return array.transpose(3, 0, 2, 1, 4)  # page_head (N, H, P, L, D) -> (L, N, P, H, D)
+
+
+def _view_page_size(src, dst, page_size):
+    """The page size for the canonical views: the given one if either side pages tokens, else 1."""
+    return page_size if (src.paged or dst.paged) else 1
+
+
+def _numpy_convert(array, src, dst, page_size, out_shape):
+    p = _view_page_size(src, dst, page_size)
+    out = np.empty(out_shape, dtype=array.dtype)
+    canonical_view(out, dst, p)[...] = canonical_view(array, src, p)
+    return out
+
+
+def _torch_cpu_as_numpy(t):
+    """A CPU torch tensor as NumPy (bf16 and fp8 viewed as same-size integers), and the way back."""
+    torch = sys.modules["torch"]
+    try:
+        return t.numpy(), torch.from_numpy
+    except TypeError:
+        dtype = t.dtype
+        as_int = getattr(torch, f"int{8 * t.element_size()}")
+        return t.view(as_int).numpy(), lambda a: torch.from_numpy(a).view(dtype)
+
+
+# --- The kernel engine ----------------------------------------------------------------------------------
+
+class _Device:
+    """Allocation, index arrays and address tables where the kernels can use them, for one input kind."""
+
+    def __init__(self, info):
+        self.info = info
+        self.obj = info.obj
+        self.kind = "torch" if info.is_torch else type(info.obj).__module__.split(".")[0]
+
+    def empty(self, shape):
+        obj = self.obj
+        if self.kind == "torch":
+            return sys.modules["torch"].empty(shape, dtype=obj.dtype, device=obj.device)
+        if self.kind == "cupy":
+            return sys.modules["cupy"].empty(shape, dtype=obj.dtype)
+        if isinstance(obj, np.ndarray):  # the simulator: NumPy stands for device memory
+            return np.empty(shape, dtype=obj.dtype)
+        from numba import cuda
+
+        return cuda.device_array(shape, dtype=np.dtype(obj.dtype))
+
+    @staticmethod
+    def put(host_array):
+        """A small NumPy array (indices, address tables) where the kernels read it."""
+        if SIMULATOR:
+            return np.ascontiguousarray(host_array)
+        from numba import cuda
+
+        return cuda.to_device(np.ascontiguousarray(host_array))
+
+    @staticmethod
+    def synchronize():
+        if not SIMULATOR:
+            from numba import cuda
+
+            cuda.synchronize()
+
+
+def _ptr(obj):
+    return array_info(obj, "array").ptr
+
+
+class _Kernels:
+    """Conversions to and from layer_first with kvnumba's kernels (see the module docstring)."""
+
+    def __init__(self, device, layers, tokens, item_bytes, heads, page_size, launch):
+        self.device, self.L, self.T, self.item = device, layers, tokens, item_bytes
+        self.H, self.P, self.launch = heads, page_size, launch
+        self._tokens = None
+
+    def tokens(self):
+        if self._tokens is None:
+            self._tokens = self.device.put(np.arange(self.T, dtype=np.int64))
+        return self._tokens
+
+    def layer_table(self, lf):
+        base = _ptr(lf)
+        return self.device.put(base + np.arange(self.L, dtype=np.uint64) * np.uint64(self.T * self.item))
+
+    def layer_view(self, lf, layer):
+        return lf[layer]
+
+    def lf_to(self, dst_layout, lf, out):
+        from . import ops
+
+        L, T, item, idx = self.L, self.T, self.item, None
+        if dst_layout is CacheLayout.PAGE_FIRST:
+            idx = self.tokens()
+            ops.transfer_kv_all_layer_mla_lf_pf(self.layer_table(lf), out, idx, idx, item, L * item, L, *self.launch)
+        elif dst_layout is CacheLayout.PAGE_HEAD:
+            self._page_head(lf, out, to_page_head=True)
+        elif dst_layout is CacheLayout.PAGE_FIRST_DIRECT:
+            src_blocks, dst_blocks = self._direct_blocks()
+            ops.transfer_kv_per_layer_mla(lf, out, src_blocks, dst_blocks, self.P * item, *self.launch)
+        else:
+            self.copy(lf, out, self.L, self.T * item)
+
+    def to_lf(self, src_layout, src, lf):
+        from . import ops
+
+        L, item = self.L, self.item
+        if src_layout is CacheLayout.PAGE_FIRST:
+            idx = self.tokens()
+            for layer in range(L):
+                ops.transfer_kv_per_layer_mla_pf_lf(src, self.layer_view(lf, layer), idx, idx, layer, item, L * item,
+                                                    *self.launch)
+        elif src_layout is CacheLayout.PAGE_HEAD:
+            self._page_head(src, lf, to_page_head=False)
+        elif src_layout is CacheLayout.PAGE_FIRST_DIRECT:
+            lf_blocks, direct_blocks = self._direct_blocks()
+            ops.transfer_kv_per_layer_mla(src, lf, direct_blocks, lf_blocks, self.P * item, *self.launch)
+        else:
+            self.copy(src, lf, self.L, self.T * item)
+
+    def copy(self, src, dst, rows, row_bytes):
+        """``dst = src`` byte for byte, ``rows`` rows of ``row_bytes`` (a multiple of 8), one row per item."""
+        from . import ops
+
+        index = self.device.put(np.arange(rows, dtype=np.int64))
+        ops.transfer_kv_per_layer_mla(src, dst, index, index, row_bytes, *self.launch)
+
+    def _direct_blocks(self):
+        """Block indices pairing layer_first's ``(L, pages)`` blocks with page_first_direct's ``(pages, L)``."""
+        pages = self.T // self.P
+        lf_blocks = np.arange(self.L * pages, dtype=np.int64)  # block (l, n) at l * pages + n
+        layer, page = np.divmod(lf_blocks, pages)
+        direct_blocks = page * self.L + layer  # the same block in page_first_direct
+        return self.device.put(lf_blocks), self.device.put(direct_blocks)
+
+    def _page_head(self, src, dst, to_page_head):
+        # No MLA entry point reads or writes page-head, so this calls the same launcher the
+        # ``*_ph`` entry points use, with one buffer (the single-buffer kernel of the same factory).
+        from .layouts import Layout
+        from .ops import _transfer
+
+        idx = validate.indices(self.tokens(), self.tokens())
+        common = dict(item_size=self.item, page_size=self.P, head_num=self.H, launch_config=self.launch, stream=None)
+        if to_page_head:
+            table = self.layer_table(src)
+            buffers = (validate.layer_table("src_layers", table, self.L), array_info(dst, "dst"), None, None)
+            _transfer(Layout.LAYER_TABLE, Layout.PAGE_HEAD, True, buffers, idx, first_layer=0, num_layers=self.L,
+                      dst_layout_dim=self.L * self.item, **common)
+        else:
+            for layer in range(self.L):
+                buffers = (array_info(src, "src"), array_info(self.layer_view(dst, layer), "dst"), None, None)
+                _transfer(Layout.PAGE_HEAD, Layout.LAYER_FIRST, True, buffers, idx, first_layer=layer, num_layers=1,
+                          src_layout_dim=self.L * self.item, **common)
+
+
+def _default_launch():
+    """Launch shape for conversions: tiny on the simulator, wide on a GPU (this is not a background copy)."""
+    return (2, 1) if SIMULATOR else (1024, 8)
+
+
+def _kernel_convert(info, src, dst, page_size, d, out_shape, launch):
+    count = math.prod(info.shape)
+    itemsize = info.nbytes // count if count else 1
+    item_bytes = math.prod(d.item) * itemsize
+    heads = d.item[0] if (CacheLayout.PAGE_HEAD in (src, dst)) else 1
+    if item_bytes % 8:
+        raise ValueError(f"engine='kernels' moves 8-byte words: one token's item is {item_bytes} bytes "
+                         f"(item shape {d.item} x {itemsize} B), not a multiple of 8; use engine='numpy'")
+    if heads > 1 and item_bytes % (8 * heads):
+        raise ValueError(f"engine='kernels' copies page_head items head by head: item_size / H = "
+                         f"{item_bytes} / {heads} bytes is not a multiple of 8; use engine='numpy'")
+    device = _Device(info)
+    out = device.empty(out_shape)
+    if count == 0:
+        return out
+    kernels = _Kernels(device, d.layers, d.tokens, item_bytes, heads, page_size, launch)
+    array = info.obj
+    if src is dst:
+        kernels.copy(array, out, info.shape[0], info.nbytes // info.shape[0])
+    elif src is CacheLayout.LAYER_FIRST:
+        kernels.lf_to(dst, array, out)
+    elif dst is CacheLayout.LAYER_FIRST:
+        kernels.to_lf(src, array, out)
+    else:
+        lf = device.empty((d.layers, d.tokens, *d.item))
+        kernels.to_lf(src, array, lf)
+        kernels.lf_to(dst, lf, out)
+    device.synchronize()
+    return out
+
+
+def convert(array, src, dst, page_size=None, *, engine="auto", block_quota=None, num_warps_per_block=None):
+    """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``.
+
+    Parameters
+    ----------
+    array : array
+        A NumPy array, a CPU torch tensor, or a GPU array (torch, CuPy, Numba). C-contiguous for the
+        kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA):
+
+        - ``"layer_first"``: ``(L, T, *item)``
+        - ``"page_first"``: ``(T, L, *item)``
+        - ``"page_first_direct"``: ``(T // page_size, L, page_size, *item)``
+        - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
+    src, dst : str or CacheLayout
+        Layout names (or short names ``lf``, ``pf``, ``pfd``, ``ph``).
+    page_size : int, optional
+        Tokens per page; required when either layout is page_first_direct or page_head.
+    engine : {"auto", "numpy", "kernels"}
+        ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
+        the simulator runs the kernels on (tiny) NumPy arrays.
+    block_quota, num_warps_per_block : int, optional
+        Launch shape for the kernel engine (default: wide on a GPU, tiny on the simulator).
+
+    Returns
+    -------
+    array
+        A new array of the same kind, dtype and device, in layout ``dst``.
+
+    Raises
+    ------
+    ValueError
+        Unknown layout or engine names, a shape that does not fit ``src`` (the message names the
+        dimension), a missing ``page_size``, T not divisible by it, page_head without ``(H, D)``
+        items, or items the kernels cannot move (not a multiple of 8 bytes).
+    TypeError
+        If ``array`` is not an array.
+
+    Example
+    -------
+    >>> k_pf = kvnumba.convert(k_lf, "layer_first", "page_first")          # doctest: +SKIP
+    >>> k_ph = kvnumba.convert(k_lf, "lf", "page_head", page_size=64)      # doctest: +SKIP
+    """
+    src, dst = layout(src, "src"), layout(dst, "dst")
+    if engine not in ("auto", "numpy", "kernels"):
+        raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
+    if page_size is not None:
+        page_size = validate.integer("page_size", page_size, minimum=1)
+    info = array_info(array, "array")
+    d = dims(src, info.shape, page_size)
+    out_shape = converted_shape(info.shape, src, dst, page_size)
+    if engine == "auto":
+        engine = "kernels" if (info.on_device and not SIMULATOR) else "numpy"
+    if engine == "numpy":
+        if info.is_torch:
+            if info.on_device and not SIMULATOR:
+                raise ValueError("engine='numpy' needs host memory: got a CUDA torch tensor (use engine='kernels')")
+            host, back = _torch_cpu_as_numpy(array)
+            return back(_numpy_convert(host, src, dst, page_size, out_shape))
+        if not isinstance(array, np.ndarray):
+            raise ValueError(f"engine='numpy' needs a NumPy array or a CPU torch tensor, got {type(array).__name__} "
+                             f"(use engine='kernels' for GPU memory)")
+        return _numpy_convert(array, src, dst, page_size, out_shape)
+    if not SIMULATOR:
+        if not gpu_available():
+            raise ValueError("engine='kernels' needs a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator")
+        if not info.on_device:
+            raise ValueError("engine='kernels' needs an array in GPU memory, got host memory "
+                             "(copy it to the device first, or use engine='numpy')")
+    default_quota, default_warps = _default_launch()
+    launch = validate.launch_config(default_quota if block_quota is None else block_quota,
+                                    default_warps if num_warps_per_block is None else num_warps_per_block)
+    return _kernel_convert(info, src, dst, page_size, d, out_shape, launch)
