@@ -16,7 +16,7 @@ from numba import cuda
 
 from ._target import SIMULATOR, WARP_SIZE, device_function, kernel
 from .layouts import PARTS, Layout
-from .memory import load_i64
+from .memory import load_i64, store_u64
 from .warp_copy import CopyShape, make_copies
 
 # The inner loop's shape for every kernel built from now on (see warp_copy; tuned on the H200).
@@ -25,8 +25,11 @@ COPY_SHAPE = CopyShape()
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
 
-# Every kernel has this signature: 15 int64 scalars (see KernelArgs).
-SIGNATURE = "void(" + ", ".join(["int64"] * 15) + ")"
+# Every kernel has this signature: 18 int64 scalars (see KernelArgs).
+SIGNATURE = "void(" + ", ".join(["int64"] * 18) + ")"
+
+# "No limit" for a token bound.
+NO_LIMIT = 2**63 - 1
 
 
 class KernelArgs(NamedTuple):
@@ -47,6 +50,9 @@ class KernelArgs(NamedTuple):
     dst_layout_dim: int
     page_size: int  # page-head only; 1 otherwise
     head_num: int  # page-head only; 1 otherwise
+    src_token_limit: int  # items whose source token is outside [0, limit) are skipped and flagged
+    dst_token_limit: int  # the same for the destination token
+    error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
 
 
 def _build_kernel(src_layout, dst_layout, mla, copy_shape):
@@ -59,7 +65,7 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
 
     def transfer_kv(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, first_layer, num_layers,
                     num_items, items_per_warp, item_size, src_layout_dim, dst_layout_dim, page_size,
-                    head_num):
+                    head_num, src_token_limit, dst_token_limit, error_flag):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         heads = head_num if headed else 1
@@ -69,9 +75,16 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
         first_item = warp * items_per_warp
         end_item = min(first_item + items_per_warp, num_items)
         for item in range(first_item, end_item):
+            src_token = load_i64(src_indices + item * 8)
+            dst_token = load_i64(dst_indices + item * 8)
+            # Bounds guard: an index outside its buffer is skipped, never followed (kvnumba.guard).
+            if src_token < 0 or src_token >= src_token_limit or dst_token < 0 or dst_token >= dst_token_limit:
+                if error_flag != 0 and lane == 0:
+                    store_u64(error_flag, 1)
+                continue
             # Address parts are computed where they change: per item, per layer, per head.
-            src_offset = src_token_offset(load_i64(src_indices + item * 8), src_layout_dim, item_size, heads, page_size)
-            dst_offset = dst_token_offset(load_i64(dst_indices + item * 8), dst_layout_dim, item_size, heads, page_size)
+            src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, page_size)
+            dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, page_size)
             for layer in range(first_layer, first_layer + num_layers):
                 sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads) + src_offset
                 dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads) + dst_offset

@@ -16,7 +16,7 @@ Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L l
 from . import validate
 from .arrays import array_info
 from ._target import SIMULATOR
-from .kernels import get_kernel, launch_shape
+from .kernels import NO_LIMIT, get_kernel, launch_shape
 from .launch import launch
 from .layouts import Layout
 from .streams import stream_handle
@@ -37,7 +37,8 @@ def _kernel_indices(index_info):
 
 
 def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num_layers, item_size,
-              src_layout_dim=0, dst_layout_dim=0, page_size=1, head_num=1, launch_config, stream):
+              src_layout_dim=0, dst_layout_dim=0, page_size=1, head_num=1, launch_config, stream,
+              src_token_limit=NO_LIMIT, dst_token_limit=NO_LIMIT, error_flag=0):
     """Launch one transfer. ``buffers`` is (src_k, dst_k, src_v, dst_v) as ArrayInfo (V None for MLA)."""
     src_indices, dst_indices = indices
     num_items = src_indices.shape[0]
@@ -52,7 +53,7 @@ def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num
     # A plain tuple in KernelArgs order (building the NamedTuple costs more than the launch).
     args = (src_k.ptr, dst_k.ptr, src_v.ptr if src_v else 0, dst_v.ptr if dst_v else 0, src_ptr, dst_ptr,
             first_layer, num_layers, num_items, items_per_warp, item_size, src_layout_dim, dst_layout_dim,
-            page_size, head_num)
+            page_size, head_num, src_token_limit, dst_token_limit, error_flag)
     launch(get_kernel(src_layout, dst_layout, mla), blocks, threads, handle, args)
     if (src_copy is not None or dst_copy is not None) and not SIMULATOR:
         # Host-resident indices were copied to temporary device arrays: wait before freeing them.
