@@ -27,6 +27,11 @@ class ArrayInfo(NamedTuple):
     obj: object  # the caller's object, kept alive while it is in use
 
 
+def _new_info(fields, _new=tuple.__new__):
+    """Build an ArrayInfo without NamedTuple's Python-level constructor (this is the hot path)."""
+    return _new(ArrayInfo, fields)
+
+
 def _is_torch_type(kind):
     return kind.__module__.startswith("torch") and hasattr(kind, "data_ptr")
 
@@ -43,7 +48,7 @@ def _torch_info(t, name):
     dtype = _torch_dtype_names.get(t.dtype)
     if dtype is None:
         dtype = _torch_dtype_names[t.dtype] = str(t.dtype).removeprefix("torch.")
-    return ArrayInfo(t.data_ptr(), t.numel() * t.element_size(), t.shape, dtype, t.is_cuda or SIMULATOR, True, t)
+    return _new_info((t.data_ptr(), t.nbytes, t.shape, dtype, t.is_cuda or SIMULATOR, True, t))
 
 
 def _contiguous_strides(shape, itemsize):
@@ -66,14 +71,14 @@ def _cai_info(obj, name):
     strides = cai.get("strides")
     if strides is not None and tuple(strides) != _contiguous_strides(shape, itemsize) and max(shape, default=0) > 1:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(strides)} for shape {shape}")
-    return ArrayInfo(cai["data"][0] or 0, math.prod(shape) * itemsize, shape, dtype, True, False, obj)
+    return _new_info((cai["data"][0] or 0, math.prod(shape) * itemsize, shape, dtype, True, False, obj))
 
 
 def _numpy_info(a, name):
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (use numpy.ascontiguousarray)")
     ptr = a.__array_interface__["data"][0]
-    return ArrayInfo(ptr, a.nbytes, a.shape, a.dtype.name, SIMULATOR, False, a)
+    return _new_info((ptr, a.nbytes, a.shape, a.dtype.name, SIMULATOR, False, a))
 
 
 _describe_by_type = {}  # type -> describing function, found on the first array of each type

@@ -37,6 +37,7 @@ else:
                 fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
                 fn.restype = ctypes.c_int
                 lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+                lib.cuKernelGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
                 _driver = lib
         return _driver
 
@@ -45,9 +46,15 @@ else:
 
         def __init__(self, kernel):
             compiled = kernel.compile(SIGNATURE)
-            self.function = int(compiled._codelibrary.get_cufunc().handle)
+            handle = int(compiled._codelibrary.get_cufunc().handle)
             self.driver = _libcuda()
             self.local = threading.local()
+            # Numba loads kernels as library kernels (CUkernel); resolving one to the context's
+            # CUfunction once here saves the driver that lookup on every launch.
+            function = ctypes.c_void_p()
+            if self.driver.cuKernelGetFunction(ctypes.byref(function), handle) == 0 and function.value:
+                handle = function.value
+            self.function = handle
 
         def _params(self):
             local = self.local
@@ -60,7 +67,11 @@ else:
             return values, local.pointers
 
         def __call__(self, blocks, threads, stream, args):
-            values, pointers = self._params()
+            local = self.local
+            try:
+                values, pointers = local.values, local.pointers
+            except AttributeError:
+                values, pointers = self._params()
             values[:] = args
             err = self.driver.cuLaunchKernel(self.function, blocks, 1, 1, threads, 1, 1, 0, stream, pointers, None)
             if err:

@@ -11,8 +11,8 @@ from ._target import SIMULATOR
 
 def _torch_current_stream():
     torch = sys.modules["torch"]
-    try:  # the raw getter costs well under a microsecond; current_stream() builds an object
-        return torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+    try:  # the raw C getters cost well under a microsecond; current_stream() builds an object
+        return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
     except AttributeError:  # pragma: no cover - older torch
         return torch.cuda.current_stream().cuda_stream
 
