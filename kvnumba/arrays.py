@@ -27,7 +27,10 @@ class ArrayInfo(NamedTuple):
     obj: object  # the caller's object, kept alive while it is in use
 
 
-def _new_info(fields, _new=tuple.__new__):
+_new = tuple.__new__
+
+
+def _new_info(fields):
     """Build an ArrayInfo without NamedTuple's Python-level constructor (this is the hot path)."""
     return _new(ArrayInfo, fields)
 
@@ -42,13 +45,14 @@ _torch_dtype_names = {}
 _typestr_dtypes = {}
 
 
-def _torch_info(t, name):
+def _torch_info(t, name, _names=_torch_dtype_names):
     if not t.is_contiguous():
         raise ValueError(f"{name} must be contiguous (call .contiguous() first)")
-    dtype = _torch_dtype_names.get(t.dtype)
+    torch_dtype = t.dtype
+    dtype = _names.get(torch_dtype)
     if dtype is None:
-        dtype = _torch_dtype_names[t.dtype] = str(t.dtype).removeprefix("torch.")
-    return _new_info((t.data_ptr(), t.nbytes, t.shape, dtype, t.is_cuda or SIMULATOR, True, t))
+        dtype = _names[torch_dtype] = str(torch_dtype).removeprefix("torch.")
+    return _new(ArrayInfo, (t.data_ptr(), t.nbytes, t.shape, dtype, t.is_cuda or SIMULATOR, True, t))
 
 
 def _contiguous_strides(shape, itemsize):

@@ -129,10 +129,11 @@ _kernels = {}
 
 def get_kernel(src_layout, dst_layout, mla):
     """The kernel for one layout pair, built on first request and memoised."""
-    key = (Layout(src_layout), Layout(dst_layout), bool(mla), COPY_SHAPE)
-    built = _kernels.get(key)
+    built = _kernels.get((src_layout, dst_layout, mla, COPY_SHAPE))  # the hot path: Layout members
     if built is None:
-        built = _kernels[key] = _build_kernel(*key)
+        key = (Layout(src_layout), Layout(dst_layout), bool(mla), COPY_SHAPE)
+        built = _kernels.get(key) or _build_kernel(*key)
+        _kernels[key] = _kernels[(src_layout, dst_layout, mla, COPY_SHAPE)] = built
     return built
 
 

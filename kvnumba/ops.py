@@ -62,15 +62,19 @@ def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num
         cuda.external_stream(handle).synchronize() if handle else cuda.default_stream().synchronize()
 
 
-def _kv(src_k, dst_k, src_v, dst_v, table_src=None, table_dst=None, num_layers=None):
+def _kv(src_k, dst_k, src_v, dst_v, table_src=False, table_dst=False, num_layers=None):
     """Describe K/V operands; ``table_*`` marks which side is a layer table."""
-    def one(name, obj, is_table):
-        return validate.layer_table(name, obj, num_layers) if is_table else array_info(obj, name)
-
-    return (one(f"src_k{'_layers' if table_src else ''}", src_k, table_src),
-            one(f"dst_k{'_layers' if table_dst else ''}", dst_k, table_dst),
-            one(f"src_v{'_layers' if table_src else ''}", src_v, table_src),
-            one(f"dst_v{'_layers' if table_dst else ''}", dst_v, table_dst))
+    if table_src:
+        src_k = validate.layer_table("src_k_layers", src_k, num_layers)
+        src_v = validate.layer_table("src_v_layers", src_v, num_layers)
+    else:
+        src_k, src_v = array_info(src_k, "src_k"), array_info(src_v, "src_v")
+    if table_dst:
+        dst_k = validate.layer_table("dst_k_layers", dst_k, num_layers)
+        dst_v = validate.layer_table("dst_v_layers", dst_v, num_layers)
+    else:
+        dst_k, dst_v = array_info(dst_k, "dst_k"), array_info(dst_v, "dst_v")
+    return src_k, dst_k, src_v, dst_v
 
 
 def _mla(src, dst, table_src=None, table_dst=None, num_layers=None):

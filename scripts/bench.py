@@ -4,8 +4,10 @@ implementation (the seed's CUDA C++ or sgl_kernel.kvcacheio) and torch indexing.
 Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (item 2048 B) and an MLA
 model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
-and device->device. GB/s = bytes moved (each payload byte once) / median CUDA-event time of one call.
-Host time = wall time per call of back-to-back calls, before any synchronisation.
+and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
+around back-to-back calls, median of 5 groups). Host time = wall time per call of back-to-back
+calls, before any synchronisation. The memcpy cases also give GB/s of one synchronised call,
+host time included ("wall").
 
     python scripts/bench.py --reference sgl_kernel.kvcacheio --json out.json --plot out.png
     python scripts/bench.py --reference /path/to/seedref.so
@@ -103,19 +105,25 @@ class TorchBackend:
     def indices(self, array):
         return self.torch.from_numpy(array).cuda()
 
-    def time_gpu(self, fn, repeat):
-        """Median seconds of one call, from CUDA events around each call."""
+    def time_gpu(self, fn, repeat, groups=5):
+        """Seconds per call: CUDA events around back-to-back calls, median over ``groups`` groups.
+
+        Back to back, the GPU never waits for the host between calls (as in a serving loop), so
+        this is device time, not host time; host time per call is measured separately.
+        """
         t = self.torch
         fn()
         t.cuda.synchronize()
+        per_group = max(2, repeat // groups)
         times = []
-        for _ in range(repeat):
+        for _ in range(groups):
             start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
             start.record()
-            fn()
+            for _ in range(per_group):
+                fn()
             end.record()
             end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3)
+            times.append(start.elapsed_time(end) / 1e3 / per_group)
         return statistics.median(times)
 
     def time_host(self, fn, calls):
