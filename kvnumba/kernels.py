@@ -19,8 +19,25 @@ from .layouts import PARTS, Layout
 from .memory import load_i64, store_u64
 from .warp_copy import CopyShape, make_copies
 
-# The inner loop's shape for every kernel built from now on (see warp_copy; tuned on the H200).
-COPY_SHAPE = CopyShape()
+# The inner loop's shape per kernel, chosen on the H200 (scripts/RESULTS.md, "Tuning"): device time
+# per call, back to back, at the seed's launch shape, in the direction SGLang uses each kernel and
+# device->device. Where both kernels are limited by the same thing (zero-copy reads over PCIe at two
+# SMs), the seed's 8-byte one-word loop is as fast as any; K and V paired and 16-byte words pay off
+# for page-head (256-byte head chunks) and MLA items.
+_SEED_LIKE = CopyShape(words=1, wide=False, paired=False)
+_WIDE = CopyShape(words=1, wide=True, paired=True)
+COPY_SHAPES = {
+    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, False): _SEED_LIKE,
+    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, False): _SEED_LIKE,
+    (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): CopyShape(words=2, wide=False, paired=True),
+    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, False): _SEED_LIKE,
+    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, False): _WIDE,
+    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): CopyShape(words=2, wide=True, paired=True),
+}
+DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
+
+# Set to a CopyShape to build every kernel with it (tuning experiments); None uses COPY_SHAPES.
+COPY_SHAPE = None
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
@@ -131,7 +148,9 @@ def get_kernel(src_layout, dst_layout, mla):
     """The kernel for one layout pair, built on first request and memoised."""
     built = _kernels.get((src_layout, dst_layout, mla, COPY_SHAPE))  # the hot path: Layout members
     if built is None:
-        key = (Layout(src_layout), Layout(dst_layout), bool(mla), COPY_SHAPE)
+        pair = (Layout(src_layout), Layout(dst_layout), bool(mla))
+        shape = COPY_SHAPE or COPY_SHAPES.get(pair, DEFAULT_COPY_SHAPE)
+        key = (*pair, shape)
         built = _kernels.get(key) or _build_kernel(*key)
         _kernels[key] = _kernels[(src_layout, dst_layout, mla, COPY_SHAPE)] = built
     return built
