@@ -22,19 +22,19 @@ version. Every copy shares one attribute set, as in the seed: ``srcAccessOrder =
 and destination location hints (device ordinal, or host), ``flags = 0`` (a call with only
 ``srcAccessOrder`` set answered ``cudaErrorInvalidValue`` on an H200).
 
-Host cost, measured on the CI machine (cuda-bindings 13.5, no GPU: the binding converts its
-arguments, then answers cudaErrorInsufficientDriver) for ``transfer_kv_all_layer_direct_lf_pf``:
-about 60 us fixed per call, then ~0.4-0.55 us per copy, of which ~0.36 us is the binding converting
-its Python lists element by element and the rest kvnumba's NumPy address arithmetic and
-``tolist()``. 8192 tokens x 32 layers x K/V at page 128 (4096 copies): ~2.3 ms per call; page 1,
-2048 tokens (131072 copies): ~53 ms. Calling libcudart's ``cudaMemcpyBatchAsync`` through ctypes
-with the NumPy arrays' addresses would remove the per-copy conversion (choose the C signature by
-``cudaRuntimeGetVersion`` of the library loaded, never the driver's); not done yet. The page-by-page
-fallback costs one binding call per copy, a few microseconds each.
+Host cost. The binding converts its Python-list arguments element by element (~0.36 us per copy:
+~2.3 ms for the 4096 copies of 8192 tokens x 32 layers x K/V at page 128). So on a GPU kvnumba calls
+libcudart's ``cudaMemcpyBatchAsync`` directly through ctypes with the NumPy address arrays (no
+per-copy Python work), choosing the C signature by ``cudaRuntimeGetVersion`` of the library it
+loaded (>= 13000: no ``failIdx`` argument), never by the driver's version: a mismatch is what makes
+the seed segfault. If that library or symbol cannot be loaded, the binding path above is used. The
+page-by-page fallback costs one binding call per copy, a few microseconds each.
 """
 import ctypes
 import functools
 from typing import NamedTuple
+
+import numpy as np
 
 from ._target import SIMULATOR
 
@@ -95,17 +95,78 @@ class SimulatorRuntime:
         return f"error {error}"
 
 
+class _MemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+class _MemcpyAttributes(ctypes.Structure):  # cudaMemcpyAttributes, as in cuda_runtime_api.h
+    _fields_ = [("srcAccessOrder", ctypes.c_int), ("srcLocHint", _MemLocation), ("dstLocHint", _MemLocation),
+                ("flags", ctypes.c_uint)]
+
+
+class CudartBatch:
+    """``cudaMemcpyBatchAsync`` straight from libcudart: NumPy address arrays, no per-copy Python.
+
+    The C signature follows the version of the library loaded here (``cudaRuntimeGetVersion``):
+    CUDA 13 dropped the ``size_t* failIdx`` argument before the stream.
+    """
+
+    def __init__(self, lib, rt):
+        """``lib``: the loaded libcudart (``ctypes.CDLL``; tests pass a stand-in), ``rt``: the binding."""
+        version = ctypes.c_int()
+        if lib.cudaRuntimeGetVersion(ctypes.byref(version)) != 0:
+            raise OSError("cudaRuntimeGetVersion failed")
+        self.runtime_version = version.value
+        self.has_fail_index = version.value < 13000
+        fn = lib.cudaMemcpyBatchAsync
+        pointer, size = ctypes.c_void_p, ctypes.c_size_t
+        fn.argtypes = [pointer, pointer, pointer, size, pointer, pointer, size] + (
+            [pointer, pointer] if self.has_fail_index else [pointer])
+        fn.restype = ctypes.c_int
+        self.fn = fn
+        self.access_order = int(rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream)
+        self.host = int(rt.cudaMemLocationType.cudaMemLocationTypeHost)
+        self.device = int(rt.cudaMemLocationType.cudaMemLocationTypeDevice)
+        self.attrs_index = (ctypes.c_size_t * 1)(0)
+
+    def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream):
+        """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length."""
+        dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
+        attrs = _MemcpyAttributes(self.access_order)
+        for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
+            hint.type, hint.id = (self.host, 0) if device is None else (self.device, device)
+        head = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(dsts), ctypes.byref(attrs),
+                self.attrs_index, 1)
+        if self.has_fail_index:
+            fail = ctypes.c_size_t(2**64 - 1)
+            err = self.fn(*head, ctypes.byref(fail), stream)
+            return BatchResult(err, None if fail.value == 2**64 - 1 else fail.value)
+        return BatchResult(self.fn(*head, stream), None)
+
+
+def _load_cudart_batch(rt):
+    """CudartBatch for the libcudart cuda-python uses, or None if it cannot be loaded."""
+    try:
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        return CudartBatch(ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path), rt)
+    except Exception:  # noqa: BLE001 - any failure means "use the binding"
+        return None
+
+
 class CudaRuntime:
     """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt``.
 
     ``rt`` is ``cuda.bindings.runtime`` in use; tests pass a stand-in with the same names.
+    ``cudart`` is a ``CudartBatch`` (the fast batch call) or None (batch through the binding).
     """
 
-    def __init__(self, rt, binding_major, driver_version):
+    def __init__(self, rt, binding_major, driver_version, cudart=None):
         self.rt = rt
         self.binding_major = binding_major
         self.driver_version = driver_version
-        self.has_batch = hasattr(rt, "cudaMemcpyBatchAsync") and binding_major in (12, 13)
+        self.cudart = cudart
+        self.has_batch = (hasattr(rt, "cudaMemcpyBatchAsync") and binding_major in (12, 13)) or cudart is not None
         self._default_kind = rt.cudaMemcpyKind.cudaMemcpyDefault
 
     def error_name(self, error):
@@ -166,7 +227,7 @@ def _default_runtime():
 
     major = int(cuda.bindings.__version__.split(".")[0])
     err, version = rt.cudaDriverGetVersion()
-    return CudaRuntime(rt, major, int(version) if not int(err) else 0)
+    return CudaRuntime(rt, major, int(version) if not int(err) else 0, _load_cudart_batch(rt))
 
 
 def runtime():
@@ -221,16 +282,23 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     if count == 0:
         return None
     rt = runtime()
-    dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
+    dst_list = src_list = size_list = None
     if batch_copy_available(stream):
         src_device = None if src_device_ptr is None else rt.device_of(src_device_ptr)
         dst_device = None if dst_device_ptr is None else rt.device_of(dst_device_ptr)
-        result = rt.batch(dst_list, src_list, size_list, src_device, dst_device, stream)
+        cudart = getattr(rt, "cudart", None)
+        if cudart is not None:
+            result = cudart(dsts, srcs, sizes, src_device, dst_device, stream)
+        else:
+            dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
+            result = rt.batch(dst_list, src_list, size_list, src_device, dst_device, stream)
         if result.error == 0:
             log.record("batch")
             return "batch"
         if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
-            raise _batch_error(rt, result, dst_list, src_list, size_list)
+            raise _batch_error(rt, result, dsts.tolist(), srcs.tolist(), sizes.tolist())
+    if dst_list is None:
+        dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
     for index, (dst, src, size) in enumerate(zip(dst_list, src_list, size_list)):
         try:
             rt.memcpy(dst, src, size, stream)
