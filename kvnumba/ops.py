@@ -335,7 +335,8 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
 
 
 def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
-                                dst_layout_dim, num_layers, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+                                dst_layout_dim, num_layers, block_quota=2, num_warps_per_block=32, *, stream=None,
+                                check=False):
     """Back up every layer from layer-first buffers into page-first buffers (HiCache's backup).
 
     ``dst_k[dst_indices[i], l] = src_k_layer[l][src_indices[i]]`` for all l (and V).
