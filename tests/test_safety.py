@@ -327,3 +327,64 @@ def test_token_limit_matches_brute_force(layout):
         first_out = inside.index(False)
         assert not any(inside[first_out:]), "item ends must grow with the token"
         assert limit == first_out, (layout, kw, nbytes)
+
+
+# --- the copy-engine entry points ---------------------------------------------------------------------
+
+def _direct_call(op):
+    """A valid call of a copy-engine entry point: 2 layers of [16 tokens, 8 bytes], pages of 4."""
+    lf = [device(np.full((16, 8), 0xA5, np.uint8)) for _ in range(4)]  # K layers then V layers
+    pf = [host(np.full((4, 2, 4, 8), 0xA5, np.uint8)) for _ in range(2)]
+    idx = np.arange(8, dtype=np.int64)
+    if op == "transfer_kv_direct":
+        return dict(src_layers=[device(np.ones((16, 8), np.uint8))] * 2, dst_layers=lf[:2], src_indices=idx,
+                    dst_indices=idx, page_size=4), lf[:2]
+    if op == "transfer_kv_per_layer_direct_pf_lf":
+        src = [host(np.ones((4, 2, 4, 8), np.uint8)) for _ in range(2)]
+        return dict(src_ptrs=src, dst_ptrs=[lf[0], lf[1]], src_indices=idx, dst_indices=idx, layer_id=1,
+                    page_size=4), lf[:2]
+    return dict(src_ptrs=[device(np.ones((16, 8), np.uint8))] * 4, dst_ptrs=pf, src_indices=idx, dst_indices=idx,
+                page_size=4), pf
+
+
+DIRECT = ["transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf", "transfer_kv_all_layer_direct_lf_pf"]
+DIRECT_ROWS = [
+    (op, *row) for op in DIRECT for row in [
+        ("page_size_zero", dict(page_size=0), ValueError, r"page_size must be >= 1, got 0"),
+        ("page_size_not_dividing", dict(page_size=3), ValueError,
+         r"the number of indices \(8\) must be a multiple of page_size \(3\)"),
+        ("indices_int32", dict(src_indices=np.arange(8, dtype=np.int32)), TypeError, r"src_indices must hold int64"),
+        ("indices_lengths", dict(dst_indices=np.arange(4, dtype=np.int64)), ValueError, r"same length, got 8 and 4"),
+        ("index_negative", dict(src_indices=np.arange(-4, 4, dtype=np.int64)), IndexOutOfRangeError,
+         r"src_indices\[0\] = -4 is out of range"),
+        ("index_past_end", dict(dst_indices=np.arange(12, 20, dtype=np.int64)), IndexOutOfRangeError,
+         r"dst_indices\[4\] = 16 is out of range|dst_indices\[0\] = 12 is out of range"),
+        ("stream_bad", dict(stream="fast"), TypeError, r"stream must be a CUDA stream"),
+    ]
+] + [
+    ("transfer_kv_direct", "lists_differ", dict(src_layers=[device(np.ones((16, 8), np.uint8))]), ValueError,
+     r"same number of layers, got 1 and 2"),
+    ("transfer_kv_direct", "not_a_list", dict(src_layers=device(np.ones((2, 16, 8), np.uint8))), TypeError,
+     r"src_layers must be a list of arrays"),
+    ("transfer_kv_per_layer_direct_pf_lf", "layer_id_past_end", dict(layer_id=2), ValueError,
+     r"layer_id=2 \+ 1 layers in dst_ptrs exceed the 2 layers of src_ptrs"),
+    ("transfer_kv_per_layer_direct_pf_lf", "zero_layers",
+     dict(src_ptrs=[host(np.ones((4, 0, 4, 8), np.uint8))] * 2), ValueError,
+     r"src_ptrs\[0\] must have at least one page, layer and slot, got shape \(4, 0, 4, 8\)"),
+    ("transfer_kv_per_layer_direct_pf_lf", "kv_count_odd", dict(dst_ptrs=[device(np.zeros((16, 8), np.uint8))] * 3),
+     ValueError, r"dst_ptrs must hold K layers then V layers \(an even count\), got 3"),
+    ("transfer_kv_all_layer_direct_lf_pf", "three_page_buffers",
+     dict(dst_ptrs=[host(np.zeros((4, 2, 4, 8), np.uint8))] * 3), ValueError, r"dst_ptrs must hold 2 page-first buffers \(K, V\) or 1 \(MLA\), got 3"),
+    ("transfer_kv_all_layer_direct_lf_pf", "too_many_layers", dict(src_ptrs=[device(np.ones((16, 8), np.uint8))] * 6),
+     ValueError, r"3 layers in src_ptrs exceed the 2 layers of dst_ptrs"),
+]
+
+
+@pytest.mark.parametrize("op,label,override,error,match", DIRECT_ROWS, ids=[f"{r[0]}-{r[1]}" for r in DIRECT_ROWS])
+def test_direct_bad_call_raises_and_writes_nothing(op, label, override, error, match):
+    kwargs, dsts = _direct_call(op)
+    with pytest.raises(error, match=match):
+        getattr(kvnumba, op)(**{**kwargs, **override})
+    assert all((to_numpy(d) == 0xA5).all() for d in dsts)
+    getattr(kvnumba, op)(**kwargs, check=True)  # valid: still works
+    assert not any((to_numpy(d) == 0xA5).all() for d in dsts)
