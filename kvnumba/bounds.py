@@ -51,10 +51,11 @@ def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, p
     return layer_part + token_part + head_part + item_size // heads
 
 
-def token_limit(layout, nbytes, *, item_size, layout_dim=0, first_layer=0, num_layers=1, page_size=1, heads=1):
+def token_limit(layout, nbytes, item_size, layout_dim=0, first_layer=0, num_layers=1, page_size=1, heads=1):
     """Exclusive token bound for one side of a transfer (see the module docstring); ``NO_LIMIT`` when
     every token maps to the same bytes (``layout_dim == 0`` on a page-first side) and they fit."""
-    layout = Layout(layout)
+    if type(layout) is not Layout:
+        layout = Layout(layout)
     last_layer = first_layer + num_layers - 1
     if layout is Layout.LAYER_FIRST:
         room = nbytes - last_layer * layout_dim
@@ -118,11 +119,12 @@ def first_outside(values, low, high):
 def check_indices(name, values, limit, what, positions=None):
     """Every value of ``values`` (host NumPy) lies in ``[0, limit)``, else ``IndexOutOfRangeError``
     naming ``name``, the first offending position (``positions`` maps it back when ``values`` is a
-    subset) and value, and the valid range of ``what``."""
+    subset) and value, and the valid range of ``what`` (a string, or a function making one)."""
     where = first_outside(values, 0, limit)
     if where is None:
         return
     position = where if positions is None else int(positions[where])
+    what = what() if callable(what) else what
     bound = "any token >= 0" if limit >= NO_LIMIT else f"[0, {limit})"
     raise IndexOutOfRangeError(f"{name}[{position}] = {int(values[where])} is out of range for {what}: "
                                f"valid tokens are {bound}; nothing was written")

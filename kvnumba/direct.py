@@ -91,7 +91,8 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     src = validate.buffer_list("src_layers", src_layers, minimum=0)
     dst = validate.buffer_list("dst_layers", dst_layers, minimum=0)
     if len(src) != len(dst):
-        raise ValueError(f"src_layers and dst_layers must have the same number of layers, got {len(src)} and {len(dst)}")
+        raise ValueError(f"src_layers and dst_layers must have the same number of layers, "
+                         f"got {len(src)} and {len(dst)}")
     for j, (s, d) in enumerate(zip(src, dst)):
         if validate.row_bytes(s) != validate.row_bytes(d):
             raise ValueError(f"src_layers[{j}] and dst_layers[{j}] must have the same bytes per row, "

@@ -13,6 +13,10 @@ Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L l
 - page-head ``ph``: one buffer ``[T / page_size, head_num, page_size, L, item / head_num]``, copied head
   by head (``layout_dim = L * item_size``).
 """
+import functools
+
+import numpy as np
+
 from . import bounds, guard, pinned, validate
 from .arrays import array_info
 from ._target import SIMULATOR
@@ -68,6 +72,7 @@ def _transfer(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num
 _LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "page-head"}
 
 
+@functools.cache
 def _names(src_layout, dst_layout, mla):
     """Argument names of (src_k, dst_k, src_v, dst_v) for messages (V None for MLA)."""
     s = "_layers" if src_layout is TBL else ""
@@ -77,65 +82,84 @@ def _names(src_layout, dst_layout, mla):
     return (f"src_k{s}", f"dst_k{d}", f"src_v{s}", f"dst_v{d}")
 
 
-def _side_limit(layout, k, v, k_name, v_name, layout_dim, check, **common):
-    """Token limit of one side (K and V: the smaller), and words for messages."""
-    pair = [(k_name, k)] if v is None else [(k_name, k), (v_name, v)]
-    names = "/".join(name for name, _ in pair)
+def _side_limit(layout, k, v, k_name, v_name, layout_dim, check, item_size, first_layer, num_layers, page_size,
+                heads):
+    """Token limit of one side (K and V: the smaller) and the bytes it was computed from."""
     if layout is TBL:
-        first, count = common["first_layer"], common["num_layers"]
-        sizes = []
-        for name, info in pair:
+        nbytes = None
+        for name, info in ((k_name, k), (v_name, v)):
+            if info is None:
+                continue
             extents = getattr(info.obj, "layer_nbytes", None)  # recorded by kvnumba.layer_table
             if extents is None and check:
-                extents = guard.raw_table_extents(name, info, first + count)
+                extents = guard.raw_table_extents(name, info, first_layer + num_layers)
             if extents is None:  # a raw table, unchecked: nothing known about its layers
-                return NO_LIMIT, f"{names} (raw layer tables: layer sizes unknown)"
-            sizes.append(min(extents[first:first + count]))
-        nbytes = min(sizes)
-        what = f"{names} (layer-first layers of {nbytes} bytes, item_size={common['item_size']})"
+                return NO_LIMIT, None
+            size = min(extents[first_layer:first_layer + num_layers])
+            nbytes = size if nbytes is None or size < nbytes else nbytes
     else:
-        nbytes = min(info.nbytes for _, info in pair)
-        what = (f"{names} ({_LAYOUT_NAMES[layout]}, {nbytes} bytes, item_size={common['item_size']}"
-                + (f", layout_dim={layout_dim}" if layout in (PF, PH) else "")
-                + (f", layer {common['first_layer']}" if common["num_layers"] == 1 and layout in (PF, PH) else "")
-                + ")")
-    return bounds.token_limit(layout, nbytes, layout_dim=layout_dim, **common), what
+        nbytes = k.nbytes if v is None or k.nbytes <= v.nbytes else v.nbytes
+    return bounds.token_limit(layout, nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads), nbytes
+
+
+def _what(layout, k_name, v_name, nbytes, item_size, layout_dim, first_layer, num_layers):
+    """Words for an index error: which buffers, and what bounds them."""
+    names = k_name if v_name is None else f"{k_name}/{v_name}"
+    if nbytes is None:
+        return f"{names} (raw layer tables: layer sizes unknown)"
+    if layout is TBL:
+        return f"{names} (layer-first layers of {nbytes} bytes, item_size={item_size})"
+    extra = ""
+    if layout in (PF, PH):
+        extra = f", layout_dim={layout_dim}" + (f", layer {first_layer}" if num_layers == 1 else "")
+    return f"{names} ({_LAYOUT_NAMES[layout]}, {nbytes} bytes, item_size={item_size}{extra})"
 
 
 def _run(src_layout, dst_layout, mla, buffers, indices, *, first_layer, num_layers, item_size, src_layout_dim=0,
          dst_layout_dim=0, page_size=1, head_num=1, launch_config, stream, check):
     """The checks every kernel entry point shares, then the launch, then (``check``) the flag.
 
-    All argument checks run before the launch: on any error nothing is written.
+    All argument checks run before the launch: on any error nothing is written. This runs on every
+    call, so the common case is kept to plain attribute tests; messages are built only on error.
     """
-    check = guard.checks_on(check)
+    check = check or guard.ALWAYS_CHECK
     names = _names(src_layout, dst_layout, mla)
-    for name, info in zip(names, buffers):
-        if info is not None:
-            validate.aligned(name, info)
-            pinned.require(name, info)
-    validate.writable(names[1], buffers[1])
-    validate.writable(names[3], buffers[3])
-    heads = head_num if PH in (src_layout, dst_layout) else 1
-    common = dict(item_size=item_size, first_layer=first_layer, num_layers=num_layers, page_size=page_size,
-                  heads=heads)
     src_k, dst_k, src_v, dst_v = buffers
-    src_limit, src_what = _side_limit(src_layout, src_k, src_v, names[0], names[2], src_layout_dim, check, **common)
-    dst_limit, dst_what = _side_limit(dst_layout, dst_k, dst_v, names[1], names[3], dst_layout_dim, check, **common)
+    for name, info in zip(names, buffers):
+        if info is None:
+            continue
+        if info.ptr & 7:
+            validate.aligned(name, info)
+        if not info.on_device:
+            pinned.require(name, info)
+    for name, info in ((names[1], dst_k), (names[3], dst_v)):
+        if info is not None and isinstance(info.obj, np.ndarray) and not info.obj.flags.writeable:
+            validate.writable(name, info)
+    heads = head_num if (src_layout is PH or dst_layout is PH) else 1
+    src_limit, src_bytes = _side_limit(src_layout, src_k, src_v, names[0], names[2], src_layout_dim, check,
+                                       item_size, first_layer, num_layers, page_size, heads)
+    dst_limit, dst_bytes = _side_limit(dst_layout, dst_k, dst_v, names[1], names[3], dst_layout_dim, check,
+                                       item_size, first_layer, num_layers, page_size, heads)
     src_info, dst_info = indices
-    if src_info.shape[0] and bounds.HOST_INDEX_CHECK and (SIMULATOR or not src_info.on_device):
-        bounds.check_indices("src_indices", bounds.host_indices(src_info), src_limit, src_what)
-    if dst_info.shape[0] and bounds.HOST_INDEX_CHECK and (SIMULATOR or not dst_info.on_device):
-        bounds.check_indices("dst_indices", bounds.host_indices(dst_info), dst_limit, dst_what)
+    count = src_info.shape[0]
+    whats = (lambda: _what(src_layout, names[0], names[2], src_bytes, item_size, src_layout_dim, first_layer,
+                           num_layers),
+             lambda: _what(dst_layout, names[1], names[3], dst_bytes, item_size, dst_layout_dim, first_layer,
+                           num_layers))
+    if count and bounds.HOST_INDEX_CHECK:
+        for name, info, limit, what in zip(("src_indices", "dst_indices"), indices, (src_limit, dst_limit), whats):
+            if SIMULATOR or not info.on_device:
+                bounds.check_indices(name, bounds.host_indices(info), limit, what)
     handle = _transfer(src_layout, dst_layout, mla, buffers, indices, first_layer=first_layer, num_layers=num_layers,
                        item_size=item_size, src_layout_dim=src_layout_dim, dst_layout_dim=dst_layout_dim,
                        page_size=page_size, head_num=head_num, launch_config=launch_config, stream=stream,
-                       src_token_limit=src_limit, dst_token_limit=dst_limit, error_flag=guard.flag_address())
-    if check and src_info.shape[0]:
+                       src_token_limit=src_limit, dst_token_limit=dst_limit,
+                       error_flag=guard._address or guard.flag_address())
+    if check and count:
         guard.synchronize(handle)
         if guard.flag_set():
             guard.clear()
-            raise _skipped_error(indices, (src_limit, dst_limit), (src_what, dst_what))
+            raise _skipped_error(indices, (src_limit, dst_limit), [what() for what in whats])
 
 
 def _skipped_error(indices, limits, whats):
