@@ -5,6 +5,8 @@ order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
 """
 from .convert import CacheLayout, convert
+from .errors import IndexOutOfRangeError, PageableMemoryError
+from .guard import check_errors
 from .direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
 from .layouts import Layout
 from .ops import (
@@ -25,7 +27,10 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CacheLayout",
+    "IndexOutOfRangeError",
     "Layout",
+    "PageableMemoryError",
+    "check_errors",
     "convert",
     "layer_table",
     "transfer_kv_all_layer",

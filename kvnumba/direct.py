@@ -13,7 +13,7 @@ NumPy; ``last_path()`` says which path the last batched call took.
 """
 import numpy as np
 
-from . import validate
+from . import bounds, guard, validate
 from .batch_copy import CopyError, batch_copy_available, copy_many, log, runtime
 from .streams import stream_handle
 
@@ -41,16 +41,7 @@ def path_counts():
 
 def _host_indices(info):
     """The indices as a host NumPy int64 array (torch ``.cpu()``, CuPy ``.get()``, Numba ``copy_to_host``)."""
-    obj = info.obj
-    if info.is_torch:
-        return obj.detach().cpu().numpy()
-    if isinstance(obj, np.ndarray):
-        return obj
-    if hasattr(obj, "copy_to_host"):
-        return obj.copy_to_host()
-    if hasattr(obj, "get"):
-        return obj.get()
-    raise TypeError(f"cannot bring indices of type {type(obj).__name__} to the host")  # pragma: no cover
+    return bounds.host_indices(info)
 
 
 def _uses_torch(*groups):
@@ -61,7 +52,7 @@ def _device_ptr(info):
     return info.ptr if info.on_device else None
 
 
-def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size, *, stream=None):
+def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size, *, stream=None, check=False):
     """Copy tokens between per-layer buffers with ``cudaMemcpyAsync``, merging runs of indices.
 
     ``dst_layers[j][dst_indices[i]] = src_layers[j][src_indices[i]]`` for every layer j and index i.
@@ -80,11 +71,15 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     stream : optional
         CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
         default stream.
+    check : bool
+        Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
+        ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
 
     Raises
     ------
     TypeError, ValueError
-        For a bad argument (named in the message); nothing is written.
+        For a bad argument (named in the message); nothing is written. Indices outside their
+        buffers raise ``kvnumba.errors.IndexOutOfRangeError`` (a ``ValueError``).
     CopyError
         If a ``cudaMemcpyAsync`` fails.
 
@@ -92,10 +87,12 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     -------
     >>> kvnumba.transfer_kv_direct(host_layers, gpu_layers, src_idx, dst_idx, page_size=64)  # doctest: +SKIP
     """
+    guard.raise_pending()
     src = validate.buffer_list("src_layers", src_layers, minimum=0)
     dst = validate.buffer_list("dst_layers", dst_layers, minimum=0)
     if len(src) != len(dst):
-        raise ValueError(f"src_layers and dst_layers must have the same number of layers, got {len(src)} and {len(dst)}")
+        raise ValueError(f"src_layers and dst_layers must have the same number of layers, "
+                         f"got {len(src)} and {len(dst)}")
     for j, (s, d) in enumerate(zip(src, dst)):
         if validate.row_bytes(s) != validate.row_bytes(d):
             raise ValueError(f"src_layers[{j}] and dst_layers[{j}] must have the same bytes per row, "
@@ -108,8 +105,8 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     if count == 0 or not src:
         return
     s_idx, d_idx = _host_indices(src_info), _host_indices(dst_info)
-    validate.index_range("src_indices", s_idx, min(i.shape[0] for i in src), "the rows of src_layers")
-    validate.index_range("dst_indices", d_idx, min(i.shape[0] for i in dst), "the rows of dst_layers")
+    bounds.check_indices("src_indices", s_idx, min(i.shape[0] for i in src), "the rows of src_layers")
+    bounds.check_indices("dst_indices", d_idx, min(i.shape[0] for i in dst), "the rows of dst_layers")
 
     # Runs: a new run starts wherever either side does not advance by exactly one.
     breaks = np.flatnonzero((np.diff(s_idx) != 1) | (np.diff(d_idx) != 1)) + 1
@@ -129,6 +126,8 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
         except CopyError as error:
             raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.error, index) from None
     log.record("runs")
+    if guard.checks_on(check):
+        guard.synchronize(handle)
 
 
 def _layer_first(name, obj, is_mla):
@@ -149,14 +148,17 @@ def _page_first(name, obj):
     for i, info in enumerate(infos):
         if len(info.shape) < 3:
             raise ValueError(f"{name}[{i}] must be [num_pages, num_layers, page_size, ...], got shape {info.shape}")
+        if 0 in info.shape[:3]:
+            raise ValueError(f"{name}[{i}] must have at least one page, layer and slot, got shape {info.shape}")
     if len(infos) == 2 and (infos[0].shape != infos[1].shape):
         raise ValueError(f"{name}[0] and {name}[1] must have the same shape, got {infos[0].shape} and {infos[1].shape}")
     return infos
 
 
 def _page_first_direct(lf_name, lf_obj, pf_name, pf_obj, lf_idx_name, pf_idx_name, src_indices, dst_indices,
-                       start_layer, page_size, stream, lf_to_pf):
+                       start_layer, page_size, stream, lf_to_pf, check):
     """The seed's ``transfer_kv_page_first_direct_impl``: validate, build addresses, copy."""
+    guard.raise_pending()
     pf = _page_first(pf_name, pf_obj)
     is_mla = len(pf) == 1
     lf, row = _layer_first(lf_name, lf_obj, is_mla)
@@ -189,9 +191,10 @@ def _page_first_direct(lf_name, lf_obj, pf_name, pf_obj, lf_idx_name, pf_idx_nam
     first = np.arange(0, count, page_size)
     tokens = _host_indices(lf_info)[first]  # first token of each page on the layer-first side
     pages_raw = _host_indices(pf_info)[first]
-    validate.index_range(lf_idx_name, tokens, min(i.shape[0] for i in lf) - page_size + 1,
-                         f"a page of {page_size} tokens in {lf_name}")
-    validate.index_range(pf_idx_name, pages_raw, pages_total * page_size, f"the {pages_total} pages of {pf_name}")
+    bounds.check_indices(lf_idx_name, tokens, max(min(i.shape[0] for i in lf) - page_size + 1, 0),
+                         f"the first token of a page of {page_size} tokens in {lf_name}", positions=first)
+    bounds.check_indices(pf_idx_name, pages_raw, pages_total * page_size, f"the {pages_total} pages of {pf_name}",
+                         positions=first)
     pages = pages_raw // page_size
 
     copy_bytes = page_size * row
@@ -210,10 +213,12 @@ def _page_first_direct(lf_name, lf_obj, pf_name, pf_obj, lf_idx_name, pf_idx_nam
     else:
         srcs, dsts, src_side, dst_side = pf_addr, lf_addr, pf[0], lf[0]
     copy_many(dsts, srcs, sizes, handle, src_device_ptr=_device_ptr(src_side), dst_device_ptr=_device_ptr(dst_side))
+    if guard.checks_on(check):
+        guard.synchronize(handle)
 
 
 def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size, *,
-                                       stream=None):
+                                       stream=None, check=False):
     """Load layers from page-first-direct buffers into layer-first buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P] // P``, ``d = dst_indices[i*P]``, and each
@@ -237,6 +242,9 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     stream : optional
         CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
         default stream (where the batch call is never used).
+    check : bool
+        Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
+        ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
 
     Raises
     ------
@@ -258,10 +266,11 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     ...                                            layer_id=3, page_size=64, stream=side)  # doctest: +SKIP
     """
     _page_first_direct("dst_ptrs", dst_ptrs, "src_ptrs", src_ptrs, "dst_indices", "src_indices", src_indices,
-                       dst_indices, layer_id, page_size, stream, lf_to_pf=False)
+                       dst_indices, layer_id, page_size, stream, lf_to_pf=False, check=check)
 
 
-def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, *, stream=None):
+def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, *, stream=None,
+                                       check=False):
     """Store all layers from layer-first buffers into page-first-direct buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P]``, ``d = dst_indices[i*P] // P``, and every
@@ -280,7 +289,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
         Host or device; only each page's first index is read.
     page_size : int
         Positive, dividing N, equal to dim 2 of ``dst_ptrs``.
-    stream : optional
+    stream, check : optional
         As in ``transfer_kv_per_layer_direct_pf_lf``.
 
     Raises
@@ -302,4 +311,4 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
     ...                                            page_size=64, stream=side)  # doctest: +SKIP
     """
     _page_first_direct("src_ptrs", src_ptrs, "dst_ptrs", dst_ptrs, "src_indices", "dst_indices", src_indices,
-                       dst_indices, None, page_size, stream, lf_to_pf=True)
+                       dst_indices, None, page_size, stream, lf_to_pf=True, check=check)

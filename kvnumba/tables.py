@@ -3,14 +3,17 @@ import sys
 
 import numpy as np
 
+from . import pinned, validate
 from ._target import SIMULATOR
 from .arrays import array_info
 
 
 class HostLayerTable(np.ndarray):
-    """A NumPy uint64 table that keeps the layers it points into alive (``.layers``)."""
+    """A NumPy uint64 table that keeps the layers it points into alive (``.layers``) and records
+    their sizes (``.layer_nbytes``)."""
 
     layers = ()
+    layer_nbytes = None
 
 
 def layer_table(layers):
@@ -28,14 +31,18 @@ def layer_table(layers):
         A 1-D uint64 array of ``len(layers)`` addresses, where the kernels can read it: a torch
         CUDA tensor when the layers are torch tensors, a CuPy array for CuPy layers, else a Numba
         device array; on the simulator a NumPy array. It keeps a reference to ``layers`` in
-        ``.layers``, so the addresses stay valid while the table lives.
+        ``.layers``, so the addresses stay valid while the table lives, and each layer's size in
+        bytes in ``.layer_nbytes``: the transfers bound token indices by it (``kvnumba.bounds``).
+        CuPy arrays take no attributes: a CuPy table is treated as a raw table (see
+        ``kvnumba.guard``).
 
     Raises
     ------
     TypeError
         If ``layers`` is not a sequence of arrays.
     ValueError
-        If it is empty.
+        If it is empty, a layer is not 8-byte aligned, or (on a GPU) a layer is pageable host
+        memory (``kvnumba.errors.PageableMemoryError``).
 
     Example
     -------
@@ -48,6 +55,9 @@ def layer_table(layers):
     if not layers:
         raise ValueError("layers must hold at least one buffer, got an empty sequence")
     infos = [array_info(layer, f"layers[{i}]") for i, layer in enumerate(layers)]
+    for i, info in enumerate(infos):
+        validate.aligned(f"layers[{i}]", info)
+        pinned.require(f"layers[{i}]", info)
     addresses = np.array([info.ptr for info in infos], dtype=np.uint64)
 
     if SIMULATOR:
@@ -66,6 +76,7 @@ def layer_table(layers):
         table = cuda.to_device(addresses)
     try:
         table.layers = layers
+        table.layer_nbytes = tuple(info.nbytes for info in infos)
     except AttributeError:  # CuPy arrays take no attributes: the caller keeps the layers alive
         pass
     return table

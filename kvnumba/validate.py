@@ -2,9 +2,14 @@
 was given; nothing is launched or written before all checks pass."""
 import operator
 
+import numpy as np
+
 from .arrays import array_info
 
 MAX_THREADS_PER_BLOCK = 1024
+# Sizes, layer ids and page sizes stay far below 2**63 so the kernels' int64 address arithmetic
+# cannot overflow (offsets are bounded by buffer sizes, but every factor is bounded too).
+MAX_SIZE = 2**48
 _TABLE_DTYPES = ("uint64", "int64")
 
 
@@ -27,7 +32,7 @@ def integer(name, value, minimum=None, maximum=None):
 
 def item_size(value, head_num=1):
     """Item size in bytes: positive, a multiple of 8, and (page-head) split into 8-byte-multiple heads."""
-    value = integer("item_size", value, minimum=1)
+    value = integer("item_size", value, minimum=1, maximum=MAX_SIZE)
     if value % 8:
         raise ValueError(f"item_size must be a multiple of 8 bytes, got {value}")
     if head_num > 1 and value % (8 * head_num):
@@ -106,12 +111,34 @@ def page_size(value, count):
     return value
 
 
-def index_range(name, values, limit, what):
-    """Every value in ``values`` (host NumPy) lies in ``[0, limit)``; ``what`` names the bound."""
-    if len(values) == 0:
-        return
-    low, high = int(values.min()), int(values.max())
-    if low < 0:
-        raise ValueError(f"{name} must be >= 0, got {low}")
-    if high >= limit:
-        raise ValueError(f"{name} hold {high}, out of range for {what} (must be < {limit})")
+def layout_dim(name, value, item_size, layers_needed, head_num=1, layer_id=None):
+    """A page-first or page-head ``*_layout_dim``: a multiple of 8 bytes (of ``8 * head_num`` for
+    page-head, so every head's block stays 8-byte aligned), and large enough for the layers the call
+    touches: ``>= layers_needed * item_size`` (``layer_id + 1`` layers for a per-layer call)."""
+    value = integer(name, value, minimum=0, maximum=MAX_SIZE)
+    unit = 8 * head_num
+    if value % unit:
+        per = f" (8 bytes per head x head_num={head_num})" if head_num > 1 else ""
+        raise ValueError(f"{name} must be a multiple of {unit} bytes{per}, got {value}")
+    if value < layers_needed * item_size:
+        if layer_id is not None:
+            raise ValueError(
+                f"layer_id={layer_id} is out of range for {name}={value}: a token slot of {value} bytes holds "
+                f"{value // item_size} items of item_size={item_size}, so layer_id must be < {value // item_size} "
+                f"({name} must be >= (layer_id + 1) * item_size = {layers_needed * item_size})")
+        raise ValueError(f"{name} must be >= num_layers * item_size = {layers_needed} * {item_size} = "
+                         f"{layers_needed * item_size} (one item per layer in a token slot), got {value}")
+    return value
+
+
+def aligned(name, info):
+    """Kernels move 8-byte words: a buffer (or table) must start on an 8-byte boundary."""
+    if info.ptr % 8:
+        raise ValueError(f"{name} must start at an 8-byte aligned address, got 0x{info.ptr:x} "
+                         f"(a view at an offset of {info.ptr % 8} bytes? copy it with .contiguous()/.copy())")
+
+
+def writable(name, info):
+    """A destination NumPy array must be writable (a read-only view's memory may not be ours to change)."""
+    if info is not None and not info.is_torch and isinstance(info.obj, np.ndarray) and not info.obj.flags.writeable:
+        raise ValueError(f"{name} is a read-only NumPy array; a destination must be writable")

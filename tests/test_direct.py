@@ -222,9 +222,9 @@ def _lf_pf_args(**override):
     (dict(page_size=3), ValueError, r"number of indices \(8\) must be a multiple of page_size \(3\)"),
     (dict(src_indices=np.arange(8, dtype=np.int32)), TypeError, r"src_indices must hold int64"),
     (dict(dst_indices=np.arange(4, dtype=np.int64)), ValueError, r"same length, got 8 and 4"),
-    (dict(dst_indices=np.arange(16, 24, dtype=np.int64)), ValueError, r"dst_indices hold 20, out of range"),
-    (dict(src_indices=np.arange(13, 21, dtype=np.int64)), ValueError, r"src_indices hold 17, out of range"),
-    (dict(src_indices=np.arange(-1, 7, dtype=np.int64)), ValueError, r"src_indices must be >= 0, got -1"),
+    (dict(dst_indices=np.arange(16, 24, dtype=np.int64)), ValueError, r"dst_indices\[0\] = 16 is out of range for the 4 pages of dst_ptrs: valid tokens are \[0, 16\)"),
+    (dict(src_indices=np.arange(13, 21, dtype=np.int64)), ValueError, r"src_indices\[0\] = 13 is out of range for the first token of a page of 4 tokens in src_ptrs: valid tokens are \[0, 13\)"),
+    (dict(src_indices=np.arange(-1, 7, dtype=np.int64)), ValueError, r"src_indices\[0\] = -1 is out of range"),
     (dict(stream="s"), TypeError, r"stream must be a CUDA stream"),
 ])
 def test_lf_pf_rejects(override, error, match):
@@ -255,8 +255,8 @@ def test_pf_lf_layer_id(layer_id, error, match):
     (dict(src_layers=(np.zeros((8, 4), np.uint8), "x")), TypeError, r"src_layers\[1\] must be an array"),
     (dict(src_layers=np.zeros((2, 8, 4), np.uint8)), TypeError, r"src_layers must be a list"),
     (dict(page_size=3), ValueError, r"multiple of page_size \(3\)"),
-    (dict(dst_indices=np.array([6, 8], np.int64)), ValueError, r"dst_indices hold 8, out of range"),
-    (dict(src_indices=np.array([-2, 0], np.int64)), ValueError, r"src_indices must be >= 0, got -2"),
+    (dict(dst_indices=np.array([6, 8], np.int64)), ValueError, r"dst_indices\[1\] = 8 is out of range for the rows of dst_layers: valid tokens are \[0, 8\)"),
+    (dict(src_indices=np.array([-2, 0], np.int64)), ValueError, r"src_indices\[0\] = -2 is out of range"),
 ])
 def test_direct_rejects(override, error, match):
     args = dict(src_layers=[device(np.ones((8, 4), np.uint8))] * 2,

@@ -1,0 +1,130 @@
+"""Token limits: how many token slots of a buffer a transfer may address without leaving it.
+
+For one side of a transfer (a layout, a buffer of ``nbytes`` bytes, and the call's ``item_size``,
+``layout_dim``, layers ``[first_layer, first_layer + num_layers)``, ``page_size`` and heads),
+``token_limit`` is the exclusive bound ``T`` such that for every token ``0 <= t < T`` every byte
+the kernel touches for ``t`` (every layer of the call, every head, every byte of each chunk) lies in
+``[0, nbytes)`` of the buffer, and token ``T`` would not. It follows the address arithmetic of
+``kvnumba.layouts`` exactly (``item_end`` evaluates those very functions; the closed forms below are
+checked against it by the tests):
+
+- layer-first (``lf``): ``end(t) = last_layer * layout_dim + (t + 1) * item_size``
+  (``layout_dim`` is 0 on the layer-first side of every entry point);
+- layer table (``lf_tbl``): each layer is its own buffer: ``end(t) = (t + 1) * item_size``; pass the
+  smallest layer's size;
+- page-first (``pf``): ``end(t) = t * layout_dim + (last_layer + 1) * item_size``;
+- page-head (``ph``): not linear in ``t`` (pages, then slots within a head's block) but monotonic:
+  a binary search over ``end(t)``.
+
+Offsets never go below 0 for ``t >= 0`` (every term is non-negative), so the lower bound is 0.
+"""
+import functools
+
+import numpy as np
+
+from .errors import IndexOutOfRangeError
+from .kernels import NO_LIMIT
+from .layouts import PARTS, Layout
+
+# Tests set this to False to send host-readable indices down the device path (the kernel's guard),
+# as indices in GPU memory go on a real GPU. Never needed by users.
+HOST_INDEX_CHECK = True
+
+
+def _py(fn):
+    """The Python body of a layouts device function (itself on the simulator)."""
+    return getattr(fn, "py_func", fn)
+
+
+def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
+    """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
+    touches, over all layers of the call and all heads, by ``kvnumba.layouts``' own functions."""
+    layout = Layout(layout)
+    parts = PARTS[layout]
+    last_layer = first_layer + num_layers - 1
+    if layout is Layout.LAYER_TABLE:
+        layer_part = 0  # the table holds each layer's base; offsets start there
+    else:
+        layer_part = _py(parts.layer_base)(0, last_layer, layout_dim, item_size, heads)  # grows with the layer
+    token_part = _py(parts.token_offset)(token, layout_dim, item_size, heads, page_size)
+    head_part = (heads - 1) * _py(parts.head_stride)(layout_dim, item_size, heads, page_size)  # last head
+    return layer_part + token_part + head_part + item_size // heads
+
+
+def token_limit(layout, nbytes, item_size, layout_dim=0, first_layer=0, num_layers=1, page_size=1, heads=1):
+    """Exclusive token bound for one side of a transfer (see the module docstring); ``NO_LIMIT`` when
+    every token maps to the same bytes (``layout_dim == 0`` on a page-first side) and they fit."""
+    if type(layout) is not Layout:
+        layout = Layout(layout)
+    last_layer = first_layer + num_layers - 1
+    if layout is Layout.LAYER_FIRST:
+        room = nbytes - last_layer * layout_dim
+        return max(room // item_size, 0)
+    if layout is Layout.LAYER_TABLE:
+        return max(nbytes // item_size, 0)
+    if layout is Layout.PAGE_FIRST:
+        room = nbytes - (last_layer + 1) * item_size
+        if room < 0:
+            return 0
+        return NO_LIMIT if layout_dim == 0 else room // layout_dim + 1
+    return _page_head_limit(nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads)
+
+
+@functools.lru_cache(maxsize=4096)
+def _page_head_limit(nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads):
+    """Binary search on the monotonic ``item_end`` (memoised: a call repeats its arguments)."""
+    def end(t):
+        return item_end(Layout.PAGE_HEAD, t, item_size=item_size, layout_dim=layout_dim, first_layer=first_layer,
+                        num_layers=num_layers, page_size=page_size, heads=heads)
+
+    if end(0) > nbytes:
+        return 0
+    high = nbytes + 1  # end(t) grows by >= 1 per token whenever it grows at all
+    if end(high) <= nbytes:
+        return NO_LIMIT  # end does not grow (layout_dim 0): every token addresses the same bytes
+    low = 0  # end(low) <= nbytes < end(high)
+    while high - low > 1:
+        mid = (low + high) // 2
+        if end(mid) <= nbytes:
+            low = mid
+        else:
+            high = mid
+    return high
+
+
+def host_indices(info):
+    """Indices as a host NumPy int64 array (torch ``.cpu()``, CuPy ``.get()``, Numba ``copy_to_host``);
+    a device-to-host copy (synchronous) for indices in GPU memory."""
+    obj = info.obj
+    if info.is_torch:
+        return obj.detach().cpu().numpy()
+    if isinstance(obj, np.ndarray):
+        return obj
+    if hasattr(obj, "copy_to_host"):
+        return obj.copy_to_host()
+    if hasattr(obj, "get"):
+        return obj.get()
+    raise TypeError(f"cannot bring indices of type {type(obj).__name__} to the host")  # pragma: no cover
+
+
+def first_outside(values, low, high):
+    """Position of the first value outside ``[low, high)``, or None. Vectorised: min/max first."""
+    if len(values) == 0:
+        return None
+    if int(values.min()) >= low and int(values.max()) < high:
+        return None
+    return int(np.flatnonzero((values < low) | (values >= high))[0])
+
+
+def check_indices(name, values, limit, what, positions=None):
+    """Every value of ``values`` (host NumPy) lies in ``[0, limit)``, else ``IndexOutOfRangeError``
+    naming ``name``, the first offending position (``positions`` maps it back when ``values`` is a
+    subset) and value, and the valid range of ``what`` (a string, or a function making one)."""
+    where = first_outside(values, 0, limit)
+    if where is None:
+        return
+    position = where if positions is None else int(positions[where])
+    what = what() if callable(what) else what
+    bound = "any token >= 0" if limit >= NO_LIMIT else f"[0, {limit})"
+    raise IndexOutOfRangeError(f"{name}[{position}] = {int(values[where])} is out of range for {what}: "
+                               f"valid tokens are {bound}; nothing was written")
