@@ -5,8 +5,8 @@ device-to-host copy per call). Instead each launch receives exclusive token limi
 (``kvnumba.bounds``) and the address of one int64 flag: the kernel skips any item whose token lies
 outside its buffer, copies the others, and stores 1 to the flag.
 
-The flag is one int64 in pinned, mapped host memory per process (``numba.cuda.mapped_array``; on the
-simulator a NumPy array), so the host reads it without a copy (~100 ns). It is reported:
+The flag is one int64 in pinned host memory per process (``numba.cuda.pinned_array``, which the
+GPU reaches at its host address through unified addressing; on the simulator a NumPy array), so the host reads it without a copy (~100 ns). It is reported:
 
 - at the call itself with ``check=True`` (or with ``KVNUMBA_CHECK=1`` in the environment, read at
   import): the entry point synchronises its stream after the launch and raises
@@ -50,11 +50,12 @@ def flag_address():
                 else:
                     from numba import cuda
 
-                    mapped = cuda.mapped_array(1, np.int64, portable=True)
-                    address = mapped.device_ctypes_pointer.value
-                    flag = mapped.view(np.ndarray)  # plain indexing: ~100 ns a read
+                    # Pinned host memory is mapped into the GPU's unified address space: the kernel
+                    # writes it at its host address, the host reads it as a plain NumPy array.
+                    flag = cuda.pinned_array(1, np.int64)
                     flag[0] = 0
-                    _owner = mapped
+                    address = flag.ctypes.data
+                    _owner = flag
                 _address = address
                 _flag = flag
     return _address

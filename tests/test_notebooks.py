@@ -5,11 +5,17 @@ import os
 import sys
 from pathlib import Path
 
-import nbclient  # the test extra installs both: a missing one should fail CI, not skip
-import nbformat
 import pytest
 
 from kvnumba._target import SIMULATOR
+
+try:
+    import nbclient
+    import nbformat
+except ImportError:  # the test extra installs both: missing in CI (the simulator) is a failure
+    if SIMULATOR:
+        raise
+    pytest.skip("nbclient/nbformat not installed on this GPU machine", allow_module_level=True)
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
