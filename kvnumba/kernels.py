@@ -32,7 +32,7 @@ COPY_SHAPES = {
     (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): CopyShape(words=2, wide=False, paired=True),
     (Layout.LAYER_TABLE, Layout.LAYER_TABLE, False): _SEED_LIKE,
     (Layout.LAYER_TABLE, Layout.PAGE_FIRST, False): _WIDE,
-    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): CopyShape(words=2, wide=True, paired=True),
+    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): _SEED_LIKE,
 }
 DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 

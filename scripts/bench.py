@@ -5,8 +5,8 @@ Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (it
 model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
 and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
-around back-to-back calls, median of 5 groups). Host time = median wall time of one call, started
-on an idle GPU, until it returns (no synchronisation inside). The memcpy cases also give GB/s of one synchronised call,
+around back-to-back calls, median of 5 groups). Host time = wall time per call of 20 back-to-back
+calls, before any synchronisation. The memcpy cases also give GB/s of one synchronised call,
 host time included ("wall").
 
     python scripts/bench.py --reference sgl_kernel.kvcacheio --json out.json --plot out.png
@@ -75,7 +75,7 @@ class Shape:
     block_quota: int = 2
     warps: int = 32
     repeat: int = 20
-    host_calls: int = 50
+    host_calls: int = 20
 
     @property
     def pool(self):
@@ -127,15 +127,19 @@ class TorchBackend:
         return statistics.median(times)
 
     def time_host(self, fn, calls):
-        """Median wall time of one call, each started on an idle GPU (so no queue back-pressure)."""
-        times = []
-        for _ in range(calls):
-            self.torch.cuda.synchronize()
-            start = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - start)
+        """Wall time per call of ``calls`` back-to-back calls, no synchronisation in between.
+
+        Few enough calls that the launch queue never fills (a full queue would make the host wait
+        for the GPU); timing single calls right after a synchronisation measured a cold, woken-up
+        CPU instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
+        """
         self.torch.cuda.synchronize()
-        return statistics.median(times)
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        elapsed = time.perf_counter() - start
+        self.torch.cuda.synchronize()
+        return elapsed / calls
 
     def copy_ceiling(self, direction, nbytes, repeat):
         src = self.buffer(nbytes, "host" if direction == "h2d" else "device")
