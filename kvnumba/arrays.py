@@ -4,7 +4,8 @@ Accepted without importing any of them (torch and CuPy stay optional):
 - torch tensors (CUDA, or CPU: pinned for the GPU to read them),
 - anything with ``__cuda_array_interface__`` (CuPy arrays, Numba device arrays),
 - NumPy arrays (on a GPU: host memory, pinned with ``numba.cuda.pinned_array`` or registered;
-  on the simulator: stand-ins for device and host memory alike).
+  on the simulator: stand-ins for device and host memory alike, as are the simulator's own
+  ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 """
 import math
@@ -88,7 +89,14 @@ def _numpy_info(a, name):
 _describe_by_type = {}  # type -> describing function, found on the first array of each type
 
 
+def _simulated_device_info(obj, name):
+    """Numba's simulated device arrays (``cuda.to_device`` etc. on the simulator) wrap a NumPy array."""
+    return _numpy_info(obj._ary, name)._replace(obj=obj)
+
+
 def _describer(kind):
+    if SIMULATOR and kind.__name__ == "FakeCUDAArray" and kind.__module__.startswith("numba"):
+        return _simulated_device_info
     if _is_torch_type(kind):
         return _torch_info
     if issubclass(kind, np.ndarray):  # before CAI: Numba's mapped arrays are ndarrays too
