@@ -27,8 +27,10 @@ Host cost. The binding converts its Python-list arguments element by element (~0
 libcudart's ``cudaMemcpyBatchAsync`` directly through ctypes with the NumPy address arrays (no
 per-copy Python work), choosing the C signature by ``cudaRuntimeGetVersion`` of the library it
 loaded (>= 13000: no ``failIdx`` argument), never by the driver's version: a mismatch is what makes
-the seed segfault. If that library or symbol cannot be loaded, the binding path above is used. The
-page-by-page fallback costs one binding call per copy, a few microseconds each.
+the seed segfault. If that library or symbol cannot be loaded, the binding path above is used.
+Measured on the H200 (CUDA 13.0): 8192 copies cost 8.8 ms of host time per call, 7 ms of it inside
+``cudaMemcpyBatchAsync`` itself. The page-by-page fallback costs one binding call per copy, a few
+microseconds each.
 """
 import ctypes
 import functools

@@ -33,7 +33,6 @@ def _kernel_indices(index_info):
     """An index array's address where the kernel can read it, and whether we made a device copy."""
     if index_info.on_device:
         return index_info.ptr, None
-    import numpy as np
     from numba import cuda
 
     host = index_info.obj.numpy() if index_info.is_torch else np.ascontiguousarray(index_info.obj)
