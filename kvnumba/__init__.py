@@ -6,10 +6,10 @@ order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
 """
 from .convert import CacheLayout, convert
 from .errors import IndexOutOfRangeError, PageableMemoryError
-from .guard import check_errors
-from .direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
-from .layouts import Layout
-from .ops import (
+from .checks.guard import check_errors
+from .api.direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
+from .kernels.layouts import Layout
+from .api.entry_points import (
     transfer_kv_all_layer,
     transfer_kv_all_layer_lf_pf,
     transfer_kv_all_layer_lf_ph,
@@ -21,7 +21,7 @@ from .ops import (
     transfer_kv_per_layer_pf_lf,
     transfer_kv_per_layer_ph_lf,
 )
-from .tables import layer_table
+from .api.tables import layer_table
 
 __version__ = "0.1.0"
 

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._target import SIMULATOR
+from .driver.target import SIMULATOR
 
 
 class ArrayInfo(NamedTuple):

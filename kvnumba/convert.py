@@ -38,8 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import validate
-from ._target import SIMULATOR, gpu_available
+from .checks import validate
+from .driver.target import SIMULATOR, gpu_available
 from .arrays import array_info
 
 __all__ = ["CacheLayout", "convert", "converted_shape"]
@@ -267,43 +267,43 @@ class _Kernels:
         return lf[layer]
 
     def lf_to(self, dst_layout, lf, out):
-        from . import ops
+        from .api import entry_points
 
         L, T, item, idx = self.L, self.T, self.item, None
         if dst_layout is CacheLayout.PAGE_FIRST:
             idx = self.tokens()
-            ops.transfer_kv_all_layer_mla_lf_pf(self.layer_table(lf), out, idx, idx, item, L * item, L, *self.launch)
+            entry_points.transfer_kv_all_layer_mla_lf_pf(self.layer_table(lf), out, idx, idx, item, L * item, L, *self.launch)
         elif dst_layout is CacheLayout.PAGE_HEAD:
             self._page_head(lf, out, to_page_head=True)
         elif dst_layout is CacheLayout.PAGE_FIRST_DIRECT:
             src_blocks, dst_blocks = self._direct_blocks()
-            ops.transfer_kv_per_layer_mla(lf, out, src_blocks, dst_blocks, self.P * item, *self.launch)
+            entry_points.transfer_kv_per_layer_mla(lf, out, src_blocks, dst_blocks, self.P * item, *self.launch)
         else:
             self.copy(lf, out, self.L, self.T * item)
 
     def to_lf(self, src_layout, src, lf):
-        from . import ops
+        from .api import entry_points
 
         L, item = self.L, self.item
         if src_layout is CacheLayout.PAGE_FIRST:
             idx = self.tokens()
             for layer in range(L):
-                ops.transfer_kv_per_layer_mla_pf_lf(src, self.layer_view(lf, layer), idx, idx, layer, item, L * item,
+                entry_points.transfer_kv_per_layer_mla_pf_lf(src, self.layer_view(lf, layer), idx, idx, layer, item, L * item,
                                                     *self.launch)
         elif src_layout is CacheLayout.PAGE_HEAD:
             self._page_head(src, lf, to_page_head=False)
         elif src_layout is CacheLayout.PAGE_FIRST_DIRECT:
             lf_blocks, direct_blocks = self._direct_blocks()
-            ops.transfer_kv_per_layer_mla(src, lf, direct_blocks, lf_blocks, self.P * item, *self.launch)
+            entry_points.transfer_kv_per_layer_mla(src, lf, direct_blocks, lf_blocks, self.P * item, *self.launch)
         else:
             self.copy(src, lf, self.L, self.T * item)
 
     def copy(self, src, dst, rows, row_bytes):
         """``dst = src`` byte for byte, ``rows`` rows of ``row_bytes`` (a multiple of 8), one row per item."""
-        from . import ops
+        from .api import entry_points
 
         index = self.device.put(np.arange(rows, dtype=np.int64))
-        ops.transfer_kv_per_layer_mla(src, dst, index, index, row_bytes, *self.launch)
+        entry_points.transfer_kv_per_layer_mla(src, dst, index, index, row_bytes, *self.launch)
 
     def _direct_blocks(self):
         """Block indices pairing layer_first's ``(L, pages)`` blocks with page_first_direct's ``(pages, L)``."""
@@ -316,8 +316,8 @@ class _Kernels:
     def _page_head(self, src, dst, to_page_head):
         # No MLA entry point reads or writes page-head, so this calls the same launcher the
         # ``*_ph`` entry points use, with one buffer (the single-buffer kernel of the same factory).
-        from .layouts import Layout
-        from .ops import _transfer
+        from .kernels.layouts import Layout
+        from .api.entry_points import _transfer
 
         idx = validate.indices(self.tokens(), self.tokens())
         common = dict(item_size=self.item, page_size=self.P, head_num=self.H, launch_config=self.launch, stream=None)

@@ -31,7 +31,9 @@ def main():
     import torch
 
     import kvnumba
-    from kvnumba import batch_copy, direct, reference
+    from kvnumba import reference
+from kvnumba.api import direct
+from kvnumba.driver import batch_copy
 
     print(f"kvnumba from {kvnumba.__file__}")
     rt = batch_copy.runtime()

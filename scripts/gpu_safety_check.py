@@ -32,7 +32,8 @@ def _setup():
 
 def main():
     torch, cuda, kv, reference = _setup()
-    from kvnumba import guard, ops, pinned
+    from kvnumba.api import entry_points as ops
+from kvnumba.checks import guard, pinned
     from kvnumba.arrays import array_info
     from kvnumba.errors import BadAddressError, IndexOutOfRangeError, PageableMemoryError
 
@@ -213,7 +214,7 @@ def main():
         pool = torch.zeros((POOL, ITEM), dtype=torch.uint8).pin_memory()
         pinned_np = cuda.pinned_array((POOL, ITEM), np.uint8)
         idx = torch.arange(32, dtype=torch.int64, device=dev)
-        from kvnumba.validate import indices as check_indices
+        from kvnumba.checks.validate import indices as check_indices
 
         def per_call(fn, n=2000):
             for _ in range(50):

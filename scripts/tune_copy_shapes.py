@@ -1,5 +1,5 @@
-"""Time every kernel entry point with several inner-loop shapes (kvnumba.warp_copy.CopyShape), next to
-a reference, to choose kvnumba.kernels.COPY_SHAPES. Needs a GPU and torch.
+"""Time every kernel entry point with several inner-loop shapes (kvnumba.kernels.warp_copy.CopyShape), next to
+a reference, to choose kvnumba.kernels.factory.COPY_SHAPES. Needs a GPU and torch.
 
     python scripts/tune_copy_shapes.py --reference /path/to/seedref.so
 
@@ -15,8 +15,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
-import kvnumba.kernels as kernels  # noqa: E402
-from kvnumba.warp_copy import CopyShape  # noqa: E402
+import kvnumba.kernels.factory as kernels  # noqa: E402
+from kvnumba.kernels.warp_copy import CopyShape  # noqa: E402
 
 SHAPES = [CopyShape(2, True, True), CopyShape(1, False, False), CopyShape(1, True, True), CopyShape(4, True, False),
           CopyShape(2, False, True)]

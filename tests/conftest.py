@@ -5,7 +5,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from kvnumba._target import SIMULATOR  # noqa: E402
+from kvnumba.driver.target import SIMULATOR  # noqa: E402
 from placement import ON_GPU  # noqa: E402
 
 

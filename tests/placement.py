@@ -5,7 +5,7 @@ memory (on the simulator both are NumPy copies); ``to_numpy`` brings any of them
 """
 import numpy as np
 
-from kvnumba._target import SIMULATOR, gpu_available
+from kvnumba.driver.target import SIMULATOR, gpu_available
 
 ON_GPU = gpu_available()
 

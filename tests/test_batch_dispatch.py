@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba import batch_copy, direct, reference
+from kvnumba import reference
+from kvnumba.api import direct
+from kvnumba.driver import batch_copy
 
 rt = pytest.importorskip("cuda.bindings.runtime")
 

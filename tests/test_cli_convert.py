@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba import cli, convert_files
+from kvnumba.tools import cli, convert_files
 
 
 def _cache(layers=3, tokens=16, heads=2, head_dim=8, dtype=np.uint16, seed=0):
@@ -144,29 +144,29 @@ def test_info_reports_versions_and_target(capsys):
     assert info["kvnumba"] == kvnumba.__version__
     for key in ("numba", "numba-cuda", "cuda-bindings", "CUDA runtime", "CUDA driver", "GPU", "cudaMemcpyBatchAsync"):
         assert info[key]
-    from kvnumba._target import SIMULATOR
+    from kvnumba.driver.target import SIMULATOR
 
     if SIMULATOR:
         assert info["GPU"].startswith("simulator")
 
 
 def test_info_without_direct_module(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "kvnumba.direct", None)  # makes the import fail
-    assert _info(capsys)["cudaMemcpyBatchAsync"].strip() == "unknown (kvnumba.direct not present)"
+    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", None)  # makes the import fail
+    assert _info(capsys)["cudaMemcpyBatchAsync"].strip() == "unknown (kvnumba.api.direct not present)"
 
 
 @pytest.mark.parametrize("answer,shown", [(True, "yes"), (False, "no"), ("CUDA runtime 12.4 < 12.8", "no: CUDA runtime 12.4 < 12.8")])
 def test_info_asks_direct_module(capsys, monkeypatch, answer, shown):
-    fake = types.ModuleType("kvnumba.direct")
+    fake = types.ModuleType("kvnumba.api.direct")
     fake.batch_copy_available = lambda: answer
-    monkeypatch.setitem(sys.modules, "kvnumba.direct", fake)
+    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", fake)
     assert _info(capsys)["cudaMemcpyBatchAsync"].strip() == shown
 
 
 def test_info_survives_a_failing_probe(capsys, monkeypatch):
-    fake = types.ModuleType("kvnumba.direct")
+    fake = types.ModuleType("kvnumba.api.direct")
     fake.batch_copy_available = lambda: 1 / 0
-    monkeypatch.setitem(sys.modules, "kvnumba.direct", fake)
+    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", fake)
     assert "ZeroDivisionError" in _info(capsys)["cudaMemcpyBatchAsync"]
 
 

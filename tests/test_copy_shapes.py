@@ -1,4 +1,4 @@
-"""Every inner-loop shape (kvnumba.warp_copy.CopyShape) is correct, not only the ones tuned in.
+"""Every inner-loop shape (kvnumba.kernels.warp_copy.CopyShape) is correct, not only the ones tuned in.
 
 The tuning table picks one shape per kernel; the others must stay correct so the table can change.
 """
@@ -6,9 +6,9 @@ import itertools
 
 import pytest
 
-import kvnumba.kernels as kernels
+import kvnumba.kernels.factory as kernels
 from cases import Case, run_case
-from kvnumba.warp_copy import CopyShape
+from kvnumba.kernels.warp_copy import CopyShape
 
 pytestmark = pytest.mark.needs_target
 

@@ -5,7 +5,7 @@ import ctypes
 import numpy as np
 import pytest
 
-from kvnumba import batch_copy
+from kvnumba.driver import batch_copy
 from placement import ON_GPU
 
 rt = pytest.importorskip("cuda.bindings.runtime")

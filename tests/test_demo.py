@@ -1,7 +1,7 @@
 """``kvnumba demo`` (the README's main job): runs, verifies every byte, and reports what it moved."""
 import pytest
 
-from kvnumba import cli, demo
+from kvnumba.tools import cli, demo
 
 pytestmark = pytest.mark.needs_target
 

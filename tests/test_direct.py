@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba import direct, reference
-from kvnumba._target import SIMULATOR
+from kvnumba import reference
+from kvnumba.api import direct
+from kvnumba.driver.target import SIMULATOR
 from placement import PLACE, device, host, to_numpy
 
 pytestmark = pytest.mark.needs_target

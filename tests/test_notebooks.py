@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvnumba._target import SIMULATOR
+from kvnumba.driver.target import SIMULATOR
 
 try:
     import nbclient
@@ -61,6 +61,6 @@ def test_notebook_runs(path, kernel_name):
 
 
 def _gpu():
-    from kvnumba._target import gpu_available
+    from kvnumba.driver.target import gpu_available
 
     return gpu_available()

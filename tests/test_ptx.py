@@ -11,7 +11,7 @@ import pytest
 
 SCRIPT = r"""
 import json, re
-from kvnumba.kernels import COPY_SHAPES, DEFAULT_COPY_SHAPE, SEED_KERNELS, kernel_ptx
+from kvnumba.kernels.factory import COPY_SHAPES, DEFAULT_COPY_SHAPE, SEED_KERNELS, kernel_ptx
 out = {}
 for (src, dst, mla), name in SEED_KERNELS.items():
     ptx = kernel_ptx(src, dst, mla, cc=(9, 0))

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba import bounds, guard
-from kvnumba._target import SIMULATOR
+from kvnumba.checks import bounds, guard
+from kvnumba.driver.target import SIMULATOR
 from kvnumba.errors import IndexOutOfRangeError, PageableMemoryError
-from kvnumba.kernels import NO_LIMIT
+from kvnumba.kernels.factory import NO_LIMIT
 from placement import ON_GPU, device, host, to_numpy
 from safety_cases import OPS, build
 
@@ -234,7 +234,7 @@ def test_direct_entry_points_check_flag_first(device_path):
 
 def test_kernel_guard_through_transfer():
     """The raw launcher with explicit limits: items at or past a limit are skipped and flagged."""
-    from kvnumba import ops
+    from kvnumba.api import entry_points as ops
     from kvnumba.arrays import array_info
 
     src = device(np.arange(8 * 8, dtype=np.uint8).reshape(8, 8))
@@ -295,7 +295,7 @@ def test_pageable_numpy_rejected():
 
 
 def test_pinned_check_is_a_no_op_for_device_and_simulator():
-    from kvnumba import pinned
+    from kvnumba.checks import pinned
     from kvnumba.arrays import array_info
 
     pinned.require("x", array_info(device(np.zeros(8)), "x"))

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvnumba import guard
+from kvnumba.checks import guard
 from placement import host
 from safety_cases import OPS, build
 

@@ -46,7 +46,7 @@ def _info(args):
 
 
 def _layout_name(value):
-    from .convert import layout
+    from ..convert import layout
 
     try:
         return layout(value).value
@@ -88,7 +88,7 @@ def build_parser():
 
 def _rerun_on_simulator_without_gpu(argv):
     """Without a GPU, run the command again on Numba's CUDA simulator (it must be chosen before import)."""
-    from ._target import SIMULATOR, gpu_available
+    from ..driver.target import SIMULATOR, gpu_available
 
     if SIMULATOR or gpu_available():
         return

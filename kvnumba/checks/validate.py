@@ -4,7 +4,7 @@ import operator
 
 import numpy as np
 
-from .arrays import array_info
+from ..arrays import array_info
 
 MAX_THREADS_PER_BLOCK = 1024
 # Sizes, layer ids and page sizes stay far below 2**63 so the kernels' int64 address arithmetic

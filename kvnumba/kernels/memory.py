@@ -14,7 +14,7 @@ Names:
     load_i64(addr) -> int64             (indices and layer-table entries)
     make_loads(qualifier) -> (load_u64, load_u128) with other ld.global qualifiers
 """
-from ._target import SIMULATOR
+from ..driver.target import SIMULATOR
 
 if SIMULATOR:
     import ctypes

@@ -20,7 +20,7 @@ import zipfile
 
 import numpy as np
 
-from .convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"

@@ -6,7 +6,7 @@ argument, else the default stream. ``stream=`` accepts a raw handle, a torch, Cu
 """
 import sys
 
-from ._target import SIMULATOR
+from .target import SIMULATOR
 
 
 def _torch_current_stream():

@@ -5,7 +5,7 @@
 - ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between
   layer-first buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``;
   one copy per (page, layer, K/V), all submitted as one ``cudaMemcpyBatchAsync`` where the
-  driver, binding and stream allow it, else page by page (see ``kvnumba.batch_copy``).
+  driver, binding and stream allow it, else page by page (see ``kvnumba.driver.batch_copy``).
 
 Indices may live on the host or the device; like the seed, they are brought to the host first
 (a synchronous device-to-host copy for device indices). Address arithmetic is vectorised with
@@ -13,9 +13,13 @@ NumPy; ``last_path()`` says which path the last batched call took.
 """
 import numpy as np
 
-from . import bounds, guard, validate
-from .batch_copy import CopyError, batch_copy_available, copy_many, log, runtime
-from .streams import stream_handle
+from ..checks import bounds
+
+from ..checks import guard
+
+from ..checks import validate
+from ..driver.batch_copy import CopyError, batch_copy_available, copy_many, log, runtime
+from ..driver.streams import stream_handle
 
 __all__ = [
     "CopyError",
@@ -224,7 +228,7 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     For page i (``P = page_size``), ``s = src_indices[i*P] // P``, ``d = dst_indices[i*P]``, and each
     layer j of ``dst_ptrs``: ``dst_ptrs[j][d:d+P] = src_ptrs[0][s, layer_id + j]`` (and V from
     ``src_ptrs[1]`` into ``dst_ptrs[j + L]``). One copy per (page, layer, K/V), submitted as one
-    ``cudaMemcpyBatchAsync`` when available (see ``kvnumba.batch_copy``), else page by page.
+    ``cudaMemcpyBatchAsync`` when available (see ``kvnumba.driver.batch_copy``), else page by page.
 
     Parameters
     ----------
@@ -257,7 +261,7 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     Notes
     -----
     Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.batch_copy``); the
+    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
     page-by-page fallback costs a few microseconds per copy.
 
     Example
@@ -302,7 +306,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
     Notes
     -----
     Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.batch_copy``); the
+    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
     page-by-page fallback costs a few microseconds per copy.
 
     Example

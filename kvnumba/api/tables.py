@@ -3,9 +3,11 @@ import sys
 
 import numpy as np
 
-from . import pinned, validate
-from ._target import SIMULATOR
-from .arrays import array_info
+from ..checks import pinned
+
+from ..checks import validate
+from ..driver.target import SIMULATOR
+from ..arrays import array_info
 
 
 class HostLayerTable(np.ndarray):
@@ -32,9 +34,9 @@ def layer_table(layers):
         CUDA tensor when the layers are torch tensors, a CuPy array for CuPy layers, else a Numba
         device array; on the simulator a NumPy array. It keeps a reference to ``layers`` in
         ``.layers``, so the addresses stay valid while the table lives, and each layer's size in
-        bytes in ``.layer_nbytes``: the transfers bound token indices by it (``kvnumba.bounds``).
+        bytes in ``.layer_nbytes``: the transfers bound token indices by it (``kvnumba.checks.bounds``).
         CuPy arrays take no attributes: a CuPy table is treated as a raw table (see
-        ``kvnumba.guard``).
+        ``kvnumba.checks.guard``).
 
     Raises
     ------

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._target import SIMULATOR
+from .target import SIMULATOR
 
 # cudaStreamLegacy is ((cudaStream_t)0x1); 0 is the default stream, legacy unless built per-thread.
 LEGACY_STREAMS = (0, 1)

@@ -17,14 +17,20 @@ import functools
 
 import numpy as np
 
-from . import bounds, guard, pinned, validate
-from .arrays import array_info
-from ._target import SIMULATOR
-from .errors import IndexOutOfRangeError
-from .kernels import NO_LIMIT, get_kernel, launch_shape
-from .launch import launch
-from .layouts import Layout
-from .streams import stream_handle
+from ..checks import bounds
+
+from ..checks import guard
+
+from ..checks import pinned
+
+from ..checks import validate
+from ..arrays import array_info
+from ..driver.target import SIMULATOR
+from ..errors import IndexOutOfRangeError
+from ..kernels.factory import NO_LIMIT, get_kernel, launch_shape
+from ..driver.launch import launch
+from ..kernels.layouts import Layout
+from ..driver.streams import stream_handle
 
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
 
@@ -219,7 +225,7 @@ def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, 
     check : bool
         Keyword only. Synchronise the stream after the launch and raise if the kernel skipped items
         with out-of-range indices in GPU memory (also on with ``KVNUMBA_CHECK=1``; see
-        ``kvnumba.guard``). Costs the synchronisation. Off: such errors raise at the next kvnumba
+        ``kvnumba.checks.guard``). Costs the synchronisation. Off: such errors raise at the next kvnumba
         call or at ``kvnumba.check_errors()``.
 
     Raises

@@ -10,15 +10,15 @@ address, and the CUDA context is lost. ``require`` turns that into a ``PageableM
   only for the duration of its ``with`` block.
 - On the simulator there is nothing to check: NumPy arrays stand for every kind of memory.
 
-``address_range`` (for raw layer tables, ``kvnumba.guard``) asks the driver for the allocation that
+``address_range`` (for raw layer tables, ``kvnumba.checks.guard``) asks the driver for the allocation that
 holds an address.
 """
 import ctypes
 import threading
 import weakref
 
-from ._target import SIMULATOR
-from .errors import BadAddressError, PageableMemoryError
+from ..driver.target import SIMULATOR
+from ..errors import BadAddressError, PageableMemoryError
 
 _CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
 _CU_POINTER_ATTRIBUTE_RANGE_START_ADDR = 11

@@ -4,7 +4,7 @@ import importlib
 import importlib.metadata
 import platform
 
-from ._target import SIMULATOR, gpu_available
+from ..driver.target import SIMULATOR, gpu_available
 
 
 def _version(distribution):
@@ -60,14 +60,14 @@ def _gpu():
 
 
 def _batch_copy():
-    """Whether ``cudaMemcpyBatchAsync`` is usable, as ``kvnumba.direct`` (added separately) sees it."""
+    """Whether ``cudaMemcpyBatchAsync`` is usable, as ``kvnumba.api.direct`` (added separately) sees it."""
     try:
-        direct = importlib.import_module("kvnumba.direct")
+        direct = importlib.import_module("kvnumba.api.direct")
     except ImportError:
-        return "unknown (kvnumba.direct not present)"
+        return "unknown (kvnumba.api.direct not present)"
     probe = getattr(direct, "batch_copy_available", None)
     if probe is None:
-        return "unknown (kvnumba.direct has no batch_copy_available)"
+        return "unknown (kvnumba.api.direct has no batch_copy_available)"
     try:
         answer = probe()
     except Exception as exc:  # noqa: BLE001
@@ -81,7 +81,7 @@ def _batch_copy():
 
 def report():
     """``(name, value)`` pairs for ``kvnumba info``."""
-    from . import __version__
+    from .. import __version__
 
     return [
         ("kvnumba", __version__),

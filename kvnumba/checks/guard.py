@@ -2,7 +2,7 @@
 
 Indices in GPU memory are not read by the host before a launch (that would cost a synchronising
 device-to-host copy per call). Instead each launch receives exclusive token limits for both sides
-(``kvnumba.bounds``) and the address of one int64 flag: the kernel skips any item whose token lies
+(``kvnumba.checks.bounds``) and the address of one int64 flag: the kernel skips any item whose token lies
 outside its buffer, copies the others, and stores 1 to the flag.
 
 The flag is one int64 in pinned host memory per process (``numba.cuda.pinned_array``, which the
@@ -26,8 +26,9 @@ import threading
 
 import numpy as np
 
-from ._target import SIMULATOR, env_flag
-from .errors import IndexOutOfRangeError
+from ..config import env_flag
+from ..driver.target import SIMULATOR
+from ..errors import IndexOutOfRangeError
 
 # KVNUMBA_CHECK=1: every call behaves as if given check=True (read once, at import).
 ALWAYS_CHECK = env_flag("KVNUMBA_CHECK")
@@ -117,7 +118,7 @@ def raw_table_extents(name, info, num_layers):
     """Each layer's usable bytes for a raw table (read to the host; the driver gives each address's
     allocation): ``min(end of allocation - address)`` per layer. Checks the addresses' alignment."""
     from .bounds import host_indices
-    from .errors import BadAddressError
+    from ..errors import BadAddressError
     from .pinned import address_range
 
     addresses = host_indices(info).view(np.uint64)[:num_layers].tolist()

@@ -14,7 +14,8 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from ._target import SIMULATOR, WARP_SIZE, device_function, kernel
+from ..driver.target import SIMULATOR
+from .jit import WARP_SIZE, device_function, kernel
 from .layouts import PARTS, Layout
 from .memory import load_i64, store_u64
 from .warp_copy import CopyShape, make_copies
@@ -94,7 +95,7 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
         for item in range(first_item, end_item):
             src_token = load_i64(src_indices + item * 8)
             dst_token = load_i64(dst_indices + item * 8)
-            # Bounds guard: an index outside its buffer is skipped, never followed (kvnumba.guard).
+            # Bounds guard: an index outside its buffer is skipped, never followed (kvnumba.checks.guard).
             if src_token < 0 or src_token >= src_token_limit or dst_token < 0 or dst_token >= dst_token_limit:
                 if error_flag != 0 and lane == 0:
                     store_u64(error_flag, 1)

@@ -13,9 +13,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import ops, reference
-from ._target import SIMULATOR
-from .tables import layer_table
+from ..api import entry_points
+
+from .. import reference
+from ..driver.target import SIMULATOR
+from ..api.tables import layer_table
 
 
 @dataclass
@@ -102,18 +104,18 @@ def run(shape=None, seed=0, out=print):
 
     # 1. backup: all layers, device -> host, page-first
     k_table, v_table = layer_table(gpu_k), layer_table(gpu_v)
-    ops.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)  # warm-up
+    entry_points.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)  # warm-up
     with _Clock() as backup:
-        ops.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)
+        entry_points.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)
 
     # 2. load back: layer by layer, host -> device, into fresh poisoned buffers
     load_k = [_placed(np.full((shape.pool, item), 0xA5, np.uint8), "device") for _ in range(L)]
     load_v = [_placed(np.full((shape.pool, item), 0xA5, np.uint8), "device") for _ in range(L)]
     scratch = _placed(np.zeros((shape.pool, item), np.uint8), "device")  # warm-up: compile, first touch
-    ops.transfer_kv_per_layer_pf_lf(host_k, scratch, host_v, scratch, h_idx, d_idx, 0, item, dim, *launch)
+    entry_points.transfer_kv_per_layer_pf_lf(host_k, scratch, host_v, scratch, h_idx, d_idx, 0, item, dim, *launch)
     with _Clock() as load:
         for layer in range(L):
-            ops.transfer_kv_per_layer_pf_lf(host_k, load_k[layer], host_v, load_v[layer], h_idx, d_idx, layer,
+            entry_points.transfer_kv_per_layer_pf_lf(host_k, load_k[layer], host_v, load_v[layer], h_idx, d_idx, layer,
                                             item, dim, *launch)
 
     # 3. verify every byte against the reference

@@ -12,7 +12,7 @@ and ``%`` cost registers, and a kernel of 1024 threads has 64 of them.
 """
 from typing import NamedTuple
 
-from ._target import WARP_SIZE, device_function
+from .jit import WARP_SIZE, device_function
 from .memory import make_loads, store_u64, store_u128
 
 

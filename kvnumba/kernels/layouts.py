@@ -15,7 +15,7 @@ addresses agree even on unusual arguments.
 """
 import enum
 
-from ._target import device_function
+from .jit import device_function
 from .memory import load_i64
 
 

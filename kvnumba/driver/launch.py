@@ -10,8 +10,8 @@ On the simulator the dispatcher is the launcher (and the stream is ignored).
 import ctypes
 import threading
 
-from ._target import SIMULATOR
-from .kernels import SIGNATURE, KernelArgs
+from .target import SIMULATOR
+from ..kernels.factory import SIGNATURE, KernelArgs
 
 _NUM_ARGS = len(KernelArgs._fields)
 

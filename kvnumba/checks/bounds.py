@@ -5,7 +5,7 @@ For one side of a transfer (a layout, a buffer of ``nbytes`` bytes, and the call
 ``token_limit`` is the exclusive bound ``T`` such that for every token ``0 <= t < T`` every byte
 the kernel touches for ``t`` (every layer of the call, every head, every byte of each chunk) lies in
 ``[0, nbytes)`` of the buffer, and token ``T`` would not. It follows the address arithmetic of
-``kvnumba.layouts`` exactly (``item_end`` evaluates those very functions; the closed forms below are
+``kvnumba.kernels.layouts`` exactly (``item_end`` evaluates those very functions; the closed forms below are
 checked against it by the tests):
 
 - layer-first (``lf``): ``end(t) = last_layer * layout_dim + (t + 1) * item_size``
@@ -22,9 +22,9 @@ import functools
 
 import numpy as np
 
-from .errors import IndexOutOfRangeError
-from .kernels import NO_LIMIT
-from .layouts import PARTS, Layout
+from ..errors import IndexOutOfRangeError
+from ..kernels.factory import NO_LIMIT
+from ..kernels.layouts import PARTS, Layout
 
 # Tests set this to False to send host-readable indices down the device path (the kernel's guard),
 # as indices in GPU memory go on a real GPU. Never needed by users.
@@ -38,7 +38,7 @@ def _py(fn):
 
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
-    touches, over all layers of the call and all heads, by ``kvnumba.layouts``' own functions."""
+    touches, over all layers of the call and all heads, by ``kvnumba.kernels.layouts``' own functions."""
     layout = Layout(layout)
     parts = PARTS[layout]
     last_layer = first_layer + num_layers - 1
