@@ -5,9 +5,24 @@ order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
 """
 from .convert import CacheLayout, convert
-from .errors import IndexOutOfRangeError, PageableMemoryError
+from .api.direct import (
+    batch_copy_available,
+    last_path,
+    transfer_kv_all_layer_direct_lf_pf,
+    transfer_kv_direct,
+    transfer_kv_per_layer_direct_pf_lf,
+)
+from .api.transfer import Transfer, prepare
 from .checks.guard import check_errors
-from .api.direct import transfer_kv_all_layer_direct_lf_pf, transfer_kv_direct, transfer_kv_per_layer_direct_pf_lf
+from .errors import (
+    BadAddressError,
+    CopyError,
+    CudaError,
+    DeviceMismatchError,
+    IndexOutOfRangeError,
+    OverlapError,
+    PageableMemoryError,
+)
 from .kernels.layouts import Layout
 from .api.entry_points import (
     transfer_kv_all_layer,
@@ -26,13 +41,22 @@ from .api.tables import layer_table
 __version__ = "0.1.0"
 
 __all__ = [
+    "BadAddressError",
     "CacheLayout",
+    "CopyError",
+    "CudaError",
+    "DeviceMismatchError",
     "IndexOutOfRangeError",
     "Layout",
+    "OverlapError",
     "PageableMemoryError",
+    "Transfer",
+    "batch_copy_available",
     "check_errors",
     "convert",
+    "last_path",
     "layer_table",
+    "prepare",
     "transfer_kv_all_layer",
     "transfer_kv_all_layer_direct_lf_pf",
     "transfer_kv_all_layer_lf_pf",

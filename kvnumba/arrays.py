@@ -7,6 +7,9 @@ Accepted without importing any of them (torch and CuPy stay optional):
   on the simulator: stand-ins for device and host memory alike, as are the simulator's own
   ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
+
+``fingerprint(obj)`` is what a cached description re-checks on reuse: the parts of an array that
+can change in place cheaply (a torch tensor's data pointer and shape, a NumPy array's shape).
 """
 import math
 from typing import NamedTuple
@@ -15,6 +18,8 @@ import numpy as np
 
 from .driver.target import SIMULATOR
 
+HOST = -1  # ArrayInfo.device of host memory
+
 
 class ArrayInfo(NamedTuple):
     """One array as kvnumba sees it."""
@@ -22,25 +27,22 @@ class ArrayInfo(NamedTuple):
     ptr: int  # address of the first byte (a device or unified address)
     nbytes: int
     shape: tuple
-    dtype: str  # NumPy-style name: "int64", "uint64", "bfloat16", ...
+    dtype: str  # NumPy-style name: "int64", "uint64", "bfloat16", ...; ">int64" if not native order
     on_device: bool  # GPU memory (always True on the simulator)
+    device: int  # the GPU that owns it (0 on the simulator), or HOST (-1)
     is_torch: bool
+    writable: bool
     obj: object  # the caller's object, kept alive while it is in use
 
 
 _new = tuple.__new__
 
 
-def _new_info(fields):
-    """Build an ArrayInfo without NamedTuple's Python-level constructor (this is the hot path)."""
-    return _new(ArrayInfo, fields)
-
-
 def _is_torch_type(kind):
     return kind.__module__.startswith("torch") and hasattr(kind, "data_ptr")
 
 
-# Every call describes several arrays, so this is the hot path of an entry point's host time:
+# Every call describes several arrays, so this is on the hot path of an entry point's host time:
 # dtype names are looked up in dicts filled on first sight rather than recomputed.
 _torch_dtype_names = {}
 _typestr_dtypes = {}
@@ -53,7 +55,8 @@ def _torch_info(t, name, _names=_torch_dtype_names):
     dtype = _names.get(torch_dtype)
     if dtype is None:
         dtype = _names[torch_dtype] = str(torch_dtype).removeprefix("torch.")
-    return _new(ArrayInfo, (t.data_ptr(), t.nbytes, t.shape, dtype, t.is_cuda or SIMULATOR, True, t))
+    device = 0 if SIMULATOR else t.get_device()
+    return _new(ArrayInfo, (t.data_ptr(), t.nbytes, tuple(t.shape), dtype, device >= 0, device, True, True, t))
 
 
 def _contiguous_strides(shape, itemsize):
@@ -64,6 +67,10 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+def _dtype_name(dtype):
+    return dtype.name if dtype.isnative or dtype.itemsize == 1 else f"{dtype.byteorder}{dtype.name}"
+
+
 def _cai_info(obj, name):
     cai = obj.__cuda_array_interface__
     shape = tuple(cai["shape"])
@@ -71,27 +78,48 @@ def _cai_info(obj, name):
     known = _typestr_dtypes.get(typestr)
     if known is None:
         dtype = np.dtype(typestr)
-        known = _typestr_dtypes[typestr] = (dtype.name, dtype.itemsize)
+        known = _typestr_dtypes[typestr] = (_dtype_name(dtype), dtype.itemsize)
     dtype, itemsize = known
     strides = cai.get("strides")
     if strides is not None and tuple(strides) != _contiguous_strides(shape, itemsize) and max(shape, default=0) > 1:
         raise ValueError(f"{name} must be C-contiguous, got strides {tuple(strides)} for shape {shape}")
-    return _new_info((cai["data"][0] or 0, math.prod(shape) * itemsize, shape, dtype, True, False, obj))
+    ptr, read_only = cai["data"]
+    ptr = ptr or 0
+    return _new(ArrayInfo, (ptr, math.prod(shape) * itemsize, shape, dtype, True, _device_of(obj, ptr), False,
+                            not read_only, obj))
+
+
+def _device_of(obj, ptr):
+    """The GPU holding a ``__cuda_array_interface__`` array: CuPy says so, else the driver."""
+    if SIMULATOR:
+        return 0
+    device = getattr(obj, "device", None)
+    ordinal = getattr(device, "id", None)
+    if isinstance(ordinal, int):
+        return ordinal
+    from .driver.devices import current_device
+    from .driver.pointers import pointer_info
+
+    if not ptr:
+        return current_device()
+    found = pointer_info(ptr).device
+    return found if found >= 0 else current_device()
 
 
 def _numpy_info(a, name):
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be C-contiguous (use numpy.ascontiguousarray)")
     ptr = a.__array_interface__["data"][0]
-    return _new_info((ptr, a.nbytes, a.shape, a.dtype.name, SIMULATOR, False, a))
-
-
-_describe_by_type = {}  # type -> describing function, found on the first array of each type
+    return _new(ArrayInfo, (ptr, a.nbytes, a.shape, _dtype_name(a.dtype), SIMULATOR, 0 if SIMULATOR else HOST,
+                            False, bool(a.flags.writeable), a))
 
 
 def _simulated_device_info(obj, name):
     """Numba's simulated device arrays (``cuda.to_device`` etc. on the simulator) wrap a NumPy array."""
     return _numpy_info(obj._ary, name)._replace(obj=obj)
+
+
+_describe_by_type = {}  # type -> describing function, found on the first array of each type
 
 
 def _describer(kind):
@@ -121,3 +149,40 @@ def array_info(obj, name):
             )
         _describe_by_type[kind] = describe
     return describe(obj, name)
+
+
+# --- what a cached description re-checks ---------------------------------------------------------
+
+
+def _torch_fingerprint(t):
+    return t.data_ptr(), t.shape
+
+
+def _numpy_fingerprint(a):
+    # A NumPy array's memory moves only with an in-place resize, which changes its shape.
+    return a.shape, a.dtype
+
+
+def _cai_fingerprint(obj):
+    cai = obj.__cuda_array_interface__
+    return cai["data"][0], tuple(cai["shape"])
+
+
+def _cupy_fingerprint(a):
+    return a.data.ptr, a.shape
+
+
+def fingerprint_function(obj):
+    """The function giving ``obj``'s fingerprint (see the module docstring)."""
+    kind = type(obj)
+    if SIMULATOR and kind.__name__ == "FakeCUDAArray":
+        return lambda fake: _numpy_fingerprint(fake._ary)
+    if _is_torch_type(kind):
+        return _torch_fingerprint
+    if isinstance(obj, np.ndarray):
+        return _numpy_fingerprint
+    if kind.__module__.startswith("cupy"):
+        return _cupy_fingerprint
+    if kind.__module__.startswith("numba") and hasattr(obj, "gpu_data"):
+        return _numpy_fingerprint  # a Numba device array never moves: its shape is enough
+    return _cai_fingerprint

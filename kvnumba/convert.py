@@ -225,14 +225,22 @@ class _Device:
 
         return cuda.device_array(shape, dtype=np.dtype(obj.dtype))
 
-    @staticmethod
-    def put(host_array):
-        """A small NumPy array (indices, address tables) where the kernels read it."""
+    def put(self, host_array):
+        """A small NumPy array (indices) where the kernels read it, on the input's device."""
+        host_array = np.ascontiguousarray(host_array)
         if SIMULATOR:
-            return np.ascontiguousarray(host_array)
+            return host_array
+        if self.kind == "torch":
+            return sys.modules["torch"].from_numpy(host_array).to(self.obj.device)
+        if self.kind == "cupy":
+            with self.obj.device:
+                return sys.modules["cupy"].asarray(host_array)
         from numba import cuda
 
-        return cuda.to_device(np.ascontiguousarray(host_array))
+        from .driver.devices import on_device
+
+        with on_device(self.info.device):
+            return cuda.to_device(host_array)
 
     @staticmethod
     def synchronize():
@@ -260,8 +268,9 @@ class _Kernels:
         return self._tokens
 
     def layer_table(self, lf):
-        base = _ptr(lf)
-        return self.device.put(base + np.arange(self.L, dtype=np.uint64) * np.uint64(self.T * self.item))
+        from .api.tables import layer_table
+
+        return layer_table([lf[layer] for layer in range(self.L)])
 
     def layer_view(self, lf, layer):
         return lf[layer]
@@ -314,23 +323,20 @@ class _Kernels:
         return self.device.put(lf_blocks), self.device.put(direct_blocks)
 
     def _page_head(self, src, dst, to_page_head):
-        # No MLA entry point reads or writes page-head, so this calls the same launcher the
-        # ``*_ph`` entry points use, with one buffer (the single-buffer kernel of the same factory).
-        from .kernels.layouts import Layout
-        from .api.entry_points import _transfer
+        # No MLA entry point reads or writes page-head: the same factory's single-buffer kernels do,
+        # through the entry-point machinery (kvnumba.api.spec.INTERNAL).
+        from .api.transfer import plain
 
-        idx = validate.indices(self.tokens(), self.tokens())
-        common = dict(item_size=self.item, page_size=self.P, head_num=self.H, launch_config=self.launch, stream=None)
+        idx = self.tokens()
+        shape = (self.P, self.H)
         if to_page_head:
-            table = self.layer_table(src)
-            buffers = (validate.layer_table("src_layers", table, self.L), array_info(dst, "dst"), None, None)
-            _transfer(Layout.LAYER_TABLE, Layout.PAGE_HEAD, True, buffers, idx, first_layer=0, num_layers=self.L,
-                      dst_layout_dim=self.L * self.item, **common)
+            plain("_mla_table_to_page_head")(self.layer_table(src), dst, idx, idx, self.item, self.L * self.item,
+                                             self.L, *shape, *self.launch)
         else:
+            load = plain("_mla_page_head_to_layer_first")
             for layer in range(self.L):
-                buffers = (array_info(src, "src"), array_info(self.layer_view(dst, layer), "dst"), None, None)
-                _transfer(Layout.PAGE_HEAD, Layout.LAYER_FIRST, True, buffers, idx, first_layer=layer, num_layers=1,
-                          src_layout_dim=self.L * self.item, **common)
+                load(src, self.layer_view(dst, layer), idx, idx, layer, self.item, self.L * self.item, *shape,
+                     *self.launch)
 
 
 def _default_launch():

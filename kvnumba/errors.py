@@ -1,5 +1,8 @@
-"""kvnumba's own exception classes. Each subclasses the built-in a caller would catch anyway
-(``ValueError``), so ``except ValueError`` keeps working."""
+"""kvnumba's own exception classes, in one place.
+
+Argument errors subclass the built-in a caller would catch anyway (``ValueError``), so
+``except ValueError`` keeps working; CUDA failures subclass ``RuntimeError``.
+"""
 
 
 class IndexOutOfRangeError(IndexError, ValueError):
@@ -18,5 +21,33 @@ class PageableMemoryError(ValueError):
 
 
 class BadAddressError(ValueError):
-    """An address in a raw layer table is not memory CUDA knows (not device or pinned host memory),
+    """An address in a raw layer table is not memory CUDA (or, on the simulator, kvnumba) knows,
     or not 8-byte aligned."""
+
+
+class DeviceMismatchError(ValueError):
+    """The buffers of one call live on different GPUs (or its indices on another GPU than its
+    buffers). kvnumba copies within one device (and its pinned host memory), never across two."""
+
+
+class OverlapError(ValueError):
+    """A destination overlaps memory the same call reads to find its way: a layer table or an
+    index array. The copy would overwrite them mid-transfer and then follow garbage."""
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver or runtime call failed. ``call`` names it, ``code`` is the CUDA error number."""
+
+    def __init__(self, message, code=None, call=None):
+        super().__init__(message)
+        self.code = code
+        self.call = call
+
+
+class CopyError(CudaError):
+    """A CUDA copy failed. ``error`` is the CUDA error code, ``index`` the failing copy (or None)."""
+
+    def __init__(self, message, error=None, index=None):
+        super().__init__(message, error, "copy")
+        self.error = error
+        self.index = index

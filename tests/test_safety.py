@@ -232,19 +232,12 @@ def test_direct_entry_points_check_flag_first(device_path):
         kvnumba.transfer_kv_direct(lf, lf, idx, idx, 1)
 
 
-def test_kernel_guard_through_transfer():
-    """The raw launcher with explicit limits: items at or past a limit are skipped and flagged."""
-    from kvnumba.api import entry_points as ops
-    from kvnumba.arrays import array_info
-
-    src = device(np.arange(8 * 8, dtype=np.uint8).reshape(8, 8))
+def test_kernel_guard_skips_and_flags(device_path):
+    """Items whose token is at or past a buffer's limit are skipped and flagged; the others copied."""
+    src = device(np.arange(6 * 8, dtype=np.uint8).reshape(6, 8))  # 6 token slots: token 6 is past the end
     dst = device(np.zeros((8, 8), np.uint8))
     si, di = device(np.array([0, 5, 6], np.int64)), device(np.array([1, 2, 3], np.int64))
-    buffers = (array_info(src, "src"), array_info(dst, "dst"), None, None)
-    indices = (array_info(si, "si"), array_info(di, "di"))
-    ops._transfer("lf", "lf", True, buffers, indices, first_layer=0, num_layers=1, item_size=8,
-                  launch_config=(1, 1), stream=None, src_token_limit=6, dst_token_limit=NO_LIMIT,
-                  error_flag=guard.flag_address())
+    kvnumba.transfer_kv_per_layer_mla(src, dst, si, di, 8, 1, 1)
     got = to_numpy(dst)
     want = np.zeros((8, 8), np.uint8)
     want[1], want[2] = np.arange(8), np.arange(40, 48)
@@ -262,15 +255,35 @@ def test_layer_table_records_layer_sizes():
     assert tuple(table.layer_nbytes) == (64, 96)
 
 
-@pytest.mark.skipif(not SIMULATOR, reason="a raw table of NumPy addresses: the simulator's stand-in")
-def test_raw_table_unchecked_gets_no_limit():
+@pytest.mark.parametrize("move", ["copy", "slice", "to_device"])
+def test_moved_table_keeps_its_bounds(move):
+    """A table copied, sliced or moved away from kv.layer_table's result still bounds its layers."""
     call = build("transfer_kv_all_layer_mla")
-    raw = np.array(call.kwargs["src_layers"], dtype=np.uint64)  # plain ndarray: no .layer_nbytes
-    call.run(src_layers=raw)
+    table = call.kwargs["src_layers"]
+    addresses = to_numpy(table).view(np.uint64).copy()
+    moved = {"copy": lambda: device(addresses), "slice": lambda: device(np.concatenate([addresses, addresses])[:2]),
+             "to_device": lambda: device(addresses.copy())}[move]()
+    assert getattr(moved, "layer_nbytes", None) is None  # a plain array: the recorded sizes did not travel
+    call.run(src_layers=moved)
     call.run_reference()
     assert call.matches_reference()
-    with pytest.raises(IndexOutOfRangeError, match=r"src_indices\[0\] = -1 .*raw layer tables"):
-        call.run(src_layers=raw, src_indices=np.array([-1, 0, 1, 2], np.int64))
+    with pytest.raises(IndexOutOfRangeError, match=r"src_indices\[0\] = 8 is out of range for src_layers "
+                                                   r"\(layer-first layers of 128 bytes"):
+        call.run(src_layers=moved, src_indices=np.array([8, 0, 1, 2], np.int64))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator has no driver to ask about an address")
+def test_unknown_raw_table_on_simulator():
+    """Addresses nobody registered: unbounded with checks off, refused with checks on."""
+    call = build("transfer_kv_all_layer_mla")
+    layers = [np.zeros((8, 16), np.uint8) for _ in range(2)]  # never given to kv.layer_table
+    raw = np.array([a.ctypes.data for a in layers], np.uint64)
+    call.run(src_layers=raw)  # copies (zeros)
+    with pytest.raises(kvnumba.BadAddressError, match=r"src_layers\[0\] = 0x[0-9a-f]+ is not in any layer kvnumba"):
+        call.run(src_layers=raw, check=True)
+    garbage = np.array([0x1000, 0x2000], np.uint64)
+    with pytest.raises(kvnumba.BadAddressError, match="is not in any layer kvnumba knows"):
+        call.run(src_layers=garbage, check=True)
 
 
 def test_raw_table_misaligned_address_rejected_with_check():
@@ -351,8 +364,9 @@ DIRECT = ["transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf", "transfer_
 DIRECT_ROWS = [
     (op, *row) for op in DIRECT for row in [
         ("page_size_zero", dict(page_size=0), ValueError, r"page_size must be >= 1, got 0"),
-        ("page_size_not_dividing", dict(page_size=3), ValueError,
-         r"the number of indices \(8\) must be a multiple of page_size \(3\)"),
+        ("page_size_not_dividing", dict(src_indices=np.arange(6, dtype=np.int64),
+                                        dst_indices=np.arange(6, dtype=np.int64)), ValueError,
+         r"the number of indices \(6\) must be a multiple of page_size \(4\)"),
         ("indices_int32", dict(src_indices=np.arange(8, dtype=np.int32)), TypeError, r"src_indices must hold int64"),
         ("indices_lengths", dict(dst_indices=np.arange(4, dtype=np.int64)), ValueError, r"same length, got 8 and 4"),
         ("index_negative", dict(src_indices=np.arange(-4, 4, dtype=np.int64)), IndexOutOfRangeError,

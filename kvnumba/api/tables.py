@@ -3,11 +3,12 @@ import sys
 
 import numpy as np
 
-from ..checks import pinned
-
-from ..checks import validate
+from ..arrays import HOST, array_info
+from ..checks import pinned, validate
+from ..checks.tables import register_layers
+from ..driver.devices import current_device, on_device
 from ..driver.target import SIMULATOR
-from ..arrays import array_info
+from ..errors import DeviceMismatchError
 
 
 class HostLayerTable(np.ndarray):
@@ -60,25 +61,44 @@ def layer_table(layers):
     for i, info in enumerate(infos):
         validate.aligned(f"layers[{i}]", info)
         pinned.require(f"layers[{i}]", info)
+    device = _one_device(infos)
     addresses = np.array([info.ptr for info in infos], dtype=np.uint64)
+    register_layers(infos)
 
     if SIMULATOR:
         table = addresses.view(HostLayerTable)
     elif infos[0].is_torch:
         torch = sys.modules["torch"]
-        device = layers[0].device if layers[0].is_cuda else torch.device("cuda", torch.cuda.current_device())
-        table = torch.from_numpy(addresses.view(np.int64)).to(device)
+        table = torch.from_numpy(addresses.view(np.int64)).to(torch.device("cuda", device))
         if hasattr(torch, "uint64"):
             table = table.view(torch.uint64)
     elif type(layers[0]).__module__.startswith("cupy"):
-        table = sys.modules["cupy"].asarray(addresses)
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(device):
+            table = cupy.asarray(addresses)
     else:
         from numba import cuda
 
-        table = cuda.to_device(addresses)
+        with on_device(device):
+            table = cuda.to_device(addresses)
     try:
         table.layers = layers
         table.layer_nbytes = tuple(info.nbytes for info in infos)
     except AttributeError:  # CuPy arrays take no attributes: the caller keeps the layers alive
         pass
     return table
+
+
+def _one_device(infos):
+    """The GPU the table goes on: its layers' (one device; pinned host layers go with any)."""
+    devices = {}
+    for i, info in enumerate(infos):
+        if info.device != HOST:
+            devices.setdefault(info.device, i)
+    if len(devices) > 1:
+        (d0, i0), (d1, i1) = list(devices.items())[:2]
+        raise DeviceMismatchError(f"layers[{i0}] is on cuda:{d0} but layers[{i1}] is on cuda:{d1}: "
+                                  "a layer table's layers live on one device")
+    if devices:
+        return next(iter(devices))
+    return 0 if SIMULATOR else current_device()

@@ -34,20 +34,19 @@ from ..errors import IndexOutOfRangeError
 ALWAYS_CHECK = env_flag("KVNUMBA_CHECK")
 
 _lock = threading.Lock()
-_flag = None  # the int64 flag as a plain NumPy array (host view)
-_owner = None  # what keeps its memory alive (the mapped array on a GPU)
+_flag = None  # the int64 flag (a NumPy array over pinned memory on a GPU)
+_view = None  # a memoryview of it: the cheapest read on the hot path
 _address = 0  # where kernels write it
 
 
 def flag_address():
     """Address of the error flag for a kernel argument (allocated on first use)."""
-    global _flag, _owner, _address
+    global _flag, _view, _address
     if _flag is None:
         with _lock:
             if _flag is None:
                 if SIMULATOR:
                     flag = np.zeros(1, np.int64)
-                    address = flag.ctypes.data
                 else:
                     from numba import cuda
 
@@ -55,11 +54,16 @@ def flag_address():
                     # writes it at its host address, the host reads it as a plain NumPy array.
                     flag = cuda.pinned_array(1, np.int64)
                     flag[0] = 0
-                    address = flag.ctypes.data
-                    _owner = flag
-                _address = address
+                _view = memoryview(flag)
+                _address = flag.ctypes.data
                 _flag = flag
     return _address
+
+
+def flag_view():
+    """The flag as a memoryview (``view[0] != 0``: a kernel skipped items); allocates it."""
+    flag_address()
+    return _view
 
 
 def checks_on(check):
@@ -69,38 +73,42 @@ def checks_on(check):
 
 def flag_set():
     """True if a kernel has flagged a skipped item since the flag was last cleared (no synchronisation)."""
-    return _flag is not None and _flag[0] != 0
+    return _view is not None and _view[0] != 0
 
 
 def clear():
-    if _flag is not None:
-        _flag[0] = 0
+    if _view is not None:
+        _view[0] = 0
 
 
 def raise_pending():
     """At the start of every entry point: report what an earlier asynchronous launch flagged."""
-    if _flag is not None and _flag[0] != 0:
-        _flag[0] = 0
-        raise IndexOutOfRangeError(
-            "an earlier kvnumba transfer skipped items whose token indices (in GPU memory) were out of range "
-            "for their buffers; the other items were copied. This call did nothing. Pass check=True (or set "
-            "KVNUMBA_CHECK=1) to raise at the call that does it.")
+    if _view is not None and _view[0]:
+        _view[0] = 0
+        raise pending_error()
+
+
+def pending_error():
+    return IndexOutOfRangeError(
+        "an earlier kvnumba transfer skipped items whose token indices (in GPU memory) were out of range "
+        "for their buffers; the other items were copied. This call did nothing. Pass check=True (or set "
+        "KVNUMBA_CHECK=1) to raise at the call that does it.")
 
 
 def synchronize(handle):
     """Wait for stream ``handle`` (0: the default stream). Nothing to wait for on the simulator."""
     if SIMULATOR:
         return
-    from numba import cuda
+    from ..driver.bindings import check, cu
 
-    (cuda.external_stream(handle) if handle else cuda.default_stream()).synchronize()
+    check(cu.cuStreamSynchronize(cu.CUstream(handle)), "cuStreamSynchronize")
 
 
 def check_errors():
     """Wait for the GPU, then raise ``IndexOutOfRangeError`` if any earlier kvnumba kernel skipped items
     with out-of-range indices (and clear the flag).
 
-    Cost: a device synchronisation (``numba.cuda.synchronize()``).
+    Cost: a synchronisation of every device kvnumba has used (``numba.cuda.synchronize()`` on each).
 
     Raises
     ------
@@ -108,27 +116,7 @@ def check_errors():
         A ``ValueError`` (and ``IndexError``) subclass, from ``kvnumba.errors``.
     """
     if not SIMULATOR and _flag is not None:
-        from numba import cuda
+        from ..driver.devices import synchronize_all
 
-        cuda.synchronize()
+        synchronize_all()
     raise_pending()
-
-
-def raw_table_extents(name, info, num_layers):
-    """Each layer's usable bytes for a raw table (read to the host; the driver gives each address's
-    allocation): ``min(end of allocation - address)`` per layer. Checks the addresses' alignment."""
-    from .bounds import host_indices
-    from ..errors import BadAddressError
-    from .pinned import address_range
-
-    addresses = host_indices(info).view(np.uint64)[:num_layers].tolist()
-    for layer, address in enumerate(addresses):
-        if address % 8:
-            raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not 8-byte aligned")
-    if SIMULATOR:  # no driver to ask: a NumPy address could be anything
-        return None
-    extents = []
-    for layer, address in enumerate(addresses):
-        start, size = address_range(f"{name}[{layer}]", address)
-        extents.append(start + size - address)
-    return tuple(extents)

@@ -48,27 +48,39 @@ def launch_config(block_quota, num_warps_per_block):
     return block_quota, warps
 
 
-def indices(src_indices, dst_indices):
-    """Both index arrays: int64, one-dimensional, of equal length."""
-    infos = []
-    for name, obj in (("src_indices", src_indices), ("dst_indices", dst_indices)):
-        info = array_info(obj, name)
-        if info.dtype != "int64":
-            raise TypeError(f"{name} must hold int64 token indices, got dtype {info.dtype}")
-        if len(info.shape) != 1:
-            raise ValueError(f"{name} must be one-dimensional, got shape {info.shape}")
-        infos.append(info)
-    src, dst = infos
+def index_info(name, obj):
+    """One index array: int64 in native byte order, one-dimensional, 8-byte aligned (kernels load
+    indices 8 bytes at a time)."""
+    info = array_info(obj, name)
+    if info.dtype != "int64":
+        order = " (non-native byte order: convert with .astype(numpy.int64))" if info.dtype.endswith("int64") else ""
+        raise TypeError(f"{name} must hold int64 token indices, got dtype {info.dtype}{order}")
+    if len(info.shape) != 1:
+        raise ValueError(f"{name} must be one-dimensional, got shape {info.shape}")
+    if info.ptr & 7:
+        aligned(name, info)
+    return info
+
+
+def same_length(src, dst):
     if src.shape[0] != dst.shape[0]:
         raise ValueError(
             f"src_indices and dst_indices must have the same length, got {src.shape[0]} and {dst.shape[0]}"
         )
+
+
+def indices(src_indices, dst_indices):
+    """Both index arrays (``index_info``), of equal length."""
+    src, dst = index_info("src_indices", src_indices), index_info("dst_indices", dst_indices)
+    same_length(src, dst)
     return src, dst
 
 
 def layer_table(name, obj, num_layers):
     """A 1-D table of ``num_layers`` 8-byte base addresses (see ``kvnumba.layer_table``)."""
     info = array_info(obj, name)
+    if info.ptr & 7:
+        aligned(name, info)
     if info.dtype not in _TABLE_DTYPES:
         raise TypeError(f"{name} must be a uint64 table of layer addresses, got dtype {info.dtype}")
     if len(info.shape) != 1 or info.shape[0] != num_layers:
@@ -139,6 +151,9 @@ def aligned(name, info):
 
 
 def writable(name, info):
-    """A destination NumPy array must be writable (a read-only view's memory may not be ours to change)."""
-    if info is not None and not info.is_torch and isinstance(info.obj, np.ndarray) and not info.obj.flags.writeable:
-        raise ValueError(f"{name} is a read-only NumPy array; a destination must be writable")
+    """A destination must be writable: a read-only array's memory may not be ours to change (a
+    read-only memory map faults when written; ``np.frombuffer(bytes)`` would change an immutable
+    ``bytes``)."""
+    if info is not None and not info.writable:
+        kind = "NumPy array" if isinstance(info.obj, np.ndarray) else f"{type(info.obj).__name__} array"
+        raise ValueError(f"{name} is a read-only {kind}; a destination must be writable")

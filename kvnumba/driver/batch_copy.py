@@ -38,6 +38,8 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..config import batch_copy_route
+from ..errors import CopyError
 from .target import SIMULATOR
 
 # cudaStreamLegacy is ((cudaStream_t)0x1); 0 is the default stream, legacy unless built per-thread.
@@ -45,15 +47,6 @@ LEGACY_STREAMS = (0, 1)
 MIN_DRIVER_VERSION = 12080
 _NOT_SUPPORTED = 801  # cudaErrorNotSupported
 _REQUIRES_NEWER_DRIVER = 36  # cudaErrorCallRequiresNewerDriver
-
-
-class CopyError(RuntimeError):
-    """A CUDA copy failed. ``error`` is the CUDA error code, ``index`` the failing copy (or None)."""
-
-    def __init__(self, message, error=None, index=None):
-        super().__init__(message)
-        self.error = error
-        self.index = index
 
 
 class PathLog:
@@ -185,7 +178,7 @@ class CudaRuntime:
                             f"{self.error_name(err)}", int(err))
 
     def device_of(self, ptr):
-        """Device ordinal owning device pointer ``ptr``."""
+        """Device ordinal owning device pointer ``ptr`` (``cudaPointerGetAttributes``)."""
         err, attributes = self.rt.cudaPointerGetAttributes(ptr)
         if int(err):
             raise CopyError(f"cudaPointerGetAttributes(0x{ptr:x}) failed: {self.error_name(err)}", int(err))
@@ -220,8 +213,16 @@ class CudaRuntime:
         return BatchResult(int(result[0]), None)
 
 
-@functools.cache
-def _default_runtime():
+ROUTES = ("auto", "cudart", "bindings", "page")
+
+
+def make_runtime(route="auto"):
+    """The runtime for one batch route (see the module docstring): ``"auto"`` (libcudart's call with
+    NumPy address arrays where it loads, else cuda-bindings'), ``"cudart"`` (that call; an error if
+    it cannot be loaded), ``"bindings"`` (cuda-bindings' ``cudaMemcpyBatchAsync`` with Python lists),
+    ``"page"`` (never batch: page by page)."""
+    if route not in ROUTES:
+        raise ValueError(f"batch copy route must be one of {', '.join(ROUTES)}, got {route!r}")
     if SIMULATOR:
         return SimulatorRuntime()
     import cuda.bindings
@@ -229,7 +230,19 @@ def _default_runtime():
 
     major = int(cuda.bindings.__version__.split(".")[0])
     err, version = rt.cudaDriverGetVersion()
-    return CudaRuntime(rt, major, int(version) if not int(err) else 0, _load_cudart_batch(rt))
+    cudart = _load_cudart_batch(rt) if route in ("auto", "cudart") else None
+    if route == "cudart" and cudart is None:
+        raise RuntimeError("KVNUMBA_BATCH_COPY=cudart: libcudart's cudaMemcpyBatchAsync could not be loaded")
+    runtime = CudaRuntime(rt, major, int(version) if not int(err) else 0, cudart)
+    if route == "page":
+        runtime.has_batch = False
+    runtime.route = route if route != "auto" else ("cudart" if cudart is not None else "bindings")
+    return runtime
+
+
+@functools.cache
+def _default_runtime():
+    return make_runtime(batch_copy_route())
 
 
 def runtime():

@@ -1,88 +1,123 @@
 """Launching a compiled kernel with as little host time as possible.
 
-On the GPU, Numba's dispatcher costs ~20 us per launch (it re-inspects every argument), more than
-the transfers it launches take. kvnumba compiles each kernel once for its fixed all-int64
-signature, keeps the driver handle, and calls ``cuLaunchKernel`` through ctypes with a prebuilt,
-per-thread parameter block: a few microseconds.
+Numba's dispatcher costs ~20 us per launch (it re-inspects every argument), more than the transfers
+it launches take. kvnumba's kernels take only int64 scalars, so a launch here is:
 
-On the simulator the dispatcher is the launcher (and the stream is ignored).
+- ``Kernel``: a Numba kernel compiled once for its signature and loaded on each device it runs on,
+  kept as the driver's function handle for that device's context;
+- ``ParamBlocks``: the kernel's parameters as the driver takes them (an array of pointers to int64
+  values), one block per thread, each starting as a copy of a template. The caller writes the
+  values that change into its thread's block (``struct.pack_into`` on ``.view``) and launches;
+  the driver copies the values during ``cuLaunchKernel``, so the block is free again when it
+  returns. Blocks are per thread because cuda-bindings releases the GIL during the call;
+- ``BoundKernel.launch``: ``cuda.bindings.driver.cuLaunchKernel`` with the block's address, in the
+  kernel's device context (pushed for the call if another one is current).
+
+On the simulator the dispatcher is the launcher, and simulated launches are serialised: Numba's
+simulator keeps a kernel's launch shape on the shared dispatcher, and runs one grid at a time.
 """
 import ctypes
 import threading
 
+from ..errors import CudaError
+from .bindings import check, cu, error_name
+from .devices import context, on_device
 from .target import SIMULATOR
-from ..kernels.factory import SIGNATURE, KernelArgs
 
-_NUM_ARGS = len(KernelArgs._fields)
+
+class ParamBlocks(threading.local):
+    """One parameter block per thread, each starting as a copy of ``template`` (int64 values)."""
+
+    def __init__(self, template):
+        count = len(template)
+        self.values = (ctypes.c_int64 * count)(*template)
+        base = ctypes.addressof(self.values)
+        self.pointers = (ctypes.c_void_p * count)(*[base + 8 * i for i in range(count)])
+        self.address = ctypes.addressof(self.pointers)  # the void** cuLaunchKernel takes
+        self.view = memoryview(self.values).cast("B")  # for struct.pack_into
+
+
+class Kernel:
+    """A Numba kernel compiled for one signature, with its function handle per device."""
+
+    def __init__(self, dispatcher, signature):
+        self.dispatcher = dispatcher
+        self.signature = signature
+        self._lock = threading.Lock()
+        self._functions = {}  # device -> CUfunction
+        self._compiled = None  # keeps Numba's compiled kernel (and so its loaded modules) alive
+
+    def function(self, device):
+        """The CUfunction of this kernel in ``device``'s context (compiled and loaded on first use)."""
+        function = self._functions.get(device)
+        if function is None:
+            with self._lock, on_device(device):
+                function = self._functions.get(device)
+                if function is None:
+                    self._compiled = self.dispatcher.compile(self.signature)
+                    handle = int(self._compiled._codelibrary.get_cufunc().handle)
+                    # Numba loads library kernels (CUkernel); resolving one to this context's CUfunction
+                    # once saves the driver that lookup on every launch.
+                    err, resolved = cu.cuKernelGetFunction(cu.CUkernel(handle))
+                    function = resolved if not err else cu.CUfunction(handle)
+                    self._functions[device] = function
+        return function
+
+
+_streams = {}  # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
+
+
+def _stream(handle):
+    stream = _streams.get(handle)
+    if stream is None:
+        if len(_streams) > 4096:
+            _streams.clear()
+        stream = _streams[handle] = cu.CUstream(handle)
+    return stream
 
 
 if SIMULATOR:
+    _simulator_lock = threading.Lock()
 
-    def launch(kernel, blocks, threads, stream, args):
-        kernel[blocks, threads](*args)
+    class BoundKernel:
+        """A kernel and a parameter template, launched through the simulator's dispatcher."""
+
+        __slots__ = ("dispatcher", "blocks")
+
+        def __init__(self, kernel, device, template):
+            self.dispatcher = kernel.dispatcher
+            self.blocks = ParamBlocks(template)
+
+        def launch(self, grid, threads, stream, address):
+            values = tuple(self.blocks.values)  # this thread's block
+            with _simulator_lock:
+                self.dispatcher[grid, threads](*values)
 
 else:
-    from numba import cuda
 
-    _driver_lock = threading.RLock()
-    _driver = None
-    _launchers = {}
+    class BoundKernel:
+        """A kernel loaded on one device and a parameter template: what a prepared transfer launches."""
 
-    def _libcuda():
-        global _driver
-        with _driver_lock:
-            if _driver is None:
-                lib = ctypes.CDLL("libcuda.so.1")
-                fn = lib.cuLaunchKernel
-                fn.argtypes = [ctypes.c_void_p] + [ctypes.c_uint] * 7 + [ctypes.c_void_p] * 3
-                fn.restype = ctypes.c_int
-                lib.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-                lib.cuKernelGetFunction.argtypes = [ctypes.POINTER(ctypes.c_void_p), ctypes.c_void_p]
-                _driver = lib
-        return _driver
+        __slots__ = ("function", "ctx", "ctx_handle", "blocks")
 
-    class _Launcher:
-        """One compiled kernel on the current device, and per-thread parameter blocks."""
+        def __init__(self, kernel, device, template):
+            self.function = kernel.function(device)
+            self.ctx, self.ctx_handle = context(device)
+            self.blocks = ParamBlocks(template)
 
-        def __init__(self, kernel):
-            compiled = kernel.compile(SIGNATURE)
-            handle = int(compiled._codelibrary.get_cufunc().handle)
-            self.driver = _libcuda()
-            self.local = threading.local()
-            # Numba loads kernels as library kernels (CUkernel); resolving one to the context's
-            # CUfunction once here saves the driver that lookup on every launch.
-            function = ctypes.c_void_p()
-            if self.driver.cuKernelGetFunction(ctypes.byref(function), handle) == 0 and function.value:
-                handle = function.value
-            self.function = handle
-
-        def _params(self):
-            local = self.local
-            values = getattr(local, "values", None)
-            if values is None:
-                cuda.current_context()  # make the primary context current on this thread
-                values = local.values = (ctypes.c_int64 * _NUM_ARGS)()
-                base = ctypes.addressof(values)
-                local.pointers = (ctypes.c_void_p * _NUM_ARGS)(*[base + 8 * i for i in range(_NUM_ARGS)])
-            return values, local.pointers
-
-        def __call__(self, blocks, threads, stream, args):
-            local = self.local
-            try:
-                values, pointers = local.values, local.pointers
-            except AttributeError:
-                values, pointers = self._params()
-            values[:] = args
-            err = self.driver.cuLaunchKernel(self.function, blocks, 1, 1, threads, 1, 1, 0, stream, pointers, None)
+        def launch(self, grid, threads, stream, address, _current=cu.cuCtxGetCurrent, _launch=cu.cuLaunchKernel):
+            """Launch with this thread's block at ``address`` on raw stream handle ``stream``."""
+            cu_stream = _streams.get(stream)
+            if cu_stream is None:
+                cu_stream = _stream(stream)
+            err, current = _current()
+            if int(current) == self.ctx_handle:
+                (err,) = _launch(self.function, grid, 1, 1, threads, 1, 1, 0, cu_stream, address, 0)
+            else:  # another device's context (or none) is current on this thread
+                check(cu.cuCtxPushCurrent(self.ctx), "cuCtxPushCurrent")
+                try:
+                    (err,) = _launch(self.function, grid, 1, 1, threads, 1, 1, 0, cu_stream, address, 0)
+                finally:
+                    check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
             if err:
-                name = ctypes.c_char_p()
-                self.driver.cuGetErrorName(err, ctypes.byref(name))
-                raise RuntimeError(f"cuLaunchKernel failed: {(name.value or b'?').decode()} ({err})")
-
-    def launch(kernel, blocks, threads, stream, args):
-        launcher = _launchers.get(kernel)
-        if launcher is None:
-            with _driver_lock:
-                launcher = _launchers.get(kernel) or _Launcher(kernel)
-            _launchers[kernel] = launcher
-        launcher(blocks, threads, stream, args)
+                raise CudaError(f"cuLaunchKernel failed: {error_name(err)} ({int(err)})", int(err), "cuLaunchKernel")

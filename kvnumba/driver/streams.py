@@ -1,30 +1,43 @@
 """Which CUDA stream a transfer runs on, as a raw handle (an int; 0 is the legacy default stream).
 
-Like the seed, a call given torch tensors follows torch's current stream; otherwise the ``stream=``
-argument, else the default stream. ``stream=`` accepts a raw handle, a torch, CuPy, Numba or
-``cuda.core`` stream.
+Like the seed, a call given torch tensors follows torch's current stream *for the device the
+transfer runs on*; otherwise the ``stream=`` argument, else the default stream. ``stream=`` accepts a
+raw handle, a torch, CuPy, Numba or ``cuda.core`` stream (anything with ``__cuda_stream__``).
 """
 import sys
 
 from .target import SIMULATOR
 
+NULL_STREAMS = (0, 1, 2)  # the default stream, cudaStreamLegacy, cudaStreamPerThread
 
-def _torch_current_stream():
+
+def torch_current_stream(device):
+    """torch's current stream on ``device`` (raw handle); the raw C getter costs well under a us."""
     torch = sys.modules["torch"]
-    try:  # the raw C getters cost well under a microsecond; current_stream() builds an object
-        return torch._C._cuda_getCurrentRawStream(torch._C._cuda_getDevice())
+    try:
+        return torch._C._cuda_getCurrentRawStream(device)
     except AttributeError:  # pragma: no cover - older torch
-        return torch.cuda.current_stream().cuda_stream
+        return torch.cuda.current_stream(device).cuda_stream
 
 
-def stream_handle(stream, uses_torch=False):
-    """The handle for ``stream`` (see the module docstring). Raises ``TypeError`` if unusable."""
+def stream_handle(stream, torch_device=None):
+    """The handle for ``stream``; ``None`` means torch's current stream on ``torch_device`` when the
+    call has torch tensors (``torch_device`` not None), else the default stream. Raises
+    ``TypeError`` for something that is not a stream."""
     if stream is None:
-        if uses_torch and not SIMULATOR:
-            return _torch_current_stream()
+        if torch_device is not None and not SIMULATOR:
+            return torch_current_stream(torch_device)
         return 0
-    if isinstance(stream, int):
+    if type(stream) is int:
         return stream
+    return _object_handle(stream)
+
+
+def _object_handle(stream):
+    if isinstance(stream, bool):
+        raise TypeError("stream must be a CUDA stream or a raw stream handle (int), got bool")
+    if isinstance(stream, int):
+        return int(stream)
     for attribute in ("cuda_stream", "ptr"):  # torch.cuda.Stream, cupy.cuda.Stream
         value = getattr(stream, attribute, None)
         if isinstance(value, int):

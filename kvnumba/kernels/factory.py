@@ -51,26 +51,34 @@ NO_LIMIT = 2**63 - 1
 
 
 class KernelArgs(NamedTuple):
-    """The kernel's parameters, in order. Addresses are plain integers; sizes are in bytes."""
+    """The kernel's parameters, in order. Addresses are plain integers; sizes are in bytes.
 
+    What changes from call to call comes first, so a prepared transfer rewrites one prefix of its
+    parameter block: the first four on every call, the next three when the layer changes.
+    """
+
+    src_indices: int  # address of num_items int64 token indices, readable by the kernel
+    dst_indices: int
+    num_items: int
+    items_per_warp: int
+    first_layer: int
+    src_token_limit: int  # items whose source token is outside [0, limit) are skipped and flagged
+    dst_token_limit: int  # the same for the destination token
     src_k: int  # buffer base, or the address of a uint64 layer table for Layout.LAYER_TABLE
     dst_k: int
     src_v: int  # 0 for MLA
     dst_v: int
-    src_indices: int  # address of num_items int64 token indices, readable by the kernel
-    dst_indices: int
-    first_layer: int
     num_layers: int
-    num_items: int
-    items_per_warp: int
     item_size: int
     src_layout_dim: int
     dst_layout_dim: int
     page_size: int  # page-head only; 1 otherwise
     head_num: int  # page-head only; 1 otherwise
-    src_token_limit: int  # items whose source token is outside [0, limit) are skipped and flagged
-    dst_token_limit: int  # the same for the destination token
     error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
+
+
+PER_CALL_ARGS = 4  # src_indices .. items_per_warp
+PER_LAYER_ARGS = 7  # .. dst_token_limit
 
 
 def _build_kernel(src_layout, dst_layout, mla, copy_shape):
@@ -81,9 +89,9 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
     copy_item, copy_pair = make_copies(copy_shape)
     paired = copy_shape.paired and not mla
 
-    def transfer_kv(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, first_layer, num_layers,
-                    num_items, items_per_warp, item_size, src_layout_dim, dst_layout_dim, page_size,
-                    head_num, src_token_limit, dst_token_limit, error_flag):
+    def transfer_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                    dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
+                    dst_layout_dim, page_size, head_num, error_flag):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         heads = head_num if headed else 1

@@ -1,0 +1,226 @@
+"""A copy-engine entry point's plan (validated once) and its per-call path: no kernels, copies.
+
+- ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination
+  both advance by one are merged, one ``cudaMemcpyAsync`` per run per layer.
+- ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between
+  layer-first buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``;
+  one copy per (page, layer, K/V), all submitted as one ``cudaMemcpyBatchAsync`` where the driver,
+  binding and stream allow it, else page by page (``kvnumba.driver.batch_copy``).
+
+Indices may live on the host or the device; like the seed, they are brought to the host first (a
+synchronous device-to-host copy for device indices). Address arithmetic is vectorised with NumPy.
+"""
+import numpy as np
+
+from ..arrays import HOST, fingerprint_function
+from ..checks import bounds, guard, validate
+from ..driver.batch_copy import copy_many, log, runtime
+from ..driver.devices import current_device, on_device
+from ..driver.streams import stream_handle
+from ..driver.target import SIMULATOR
+from ..errors import CopyError, DeviceMismatchError
+
+
+class DirectPlan:
+    """The validated part of one copy-engine call: buffer lists, their addresses, the device."""
+
+    raw_tables = False
+
+    def __init__(self, spec, geometry, strict):
+        self.spec = spec
+        if spec.name == "transfer_kv_direct":
+            src, dst = self._init_runs(geometry)
+        else:
+            src, dst = self._init_pages(geometry)
+        self.device = _one_device(self.src_name, src, self.dst_name, dst)
+        self.uses_torch = any(info.is_torch for info in src + dst)
+        self.empty = not src
+        # What a cache re-checks before reusing this plan; the plan keeps no reference to the arrays.
+        lists = [[info.obj for info in src], [info.obj for info in dst]]
+        self.fingerprints = tuple(tuple(fingerprint_function(x) for x in lst) for lst in lists)
+        self.expected = tuple(tuple(fn(x) for fn, x in zip(fns, lst)) for fns, lst in zip(self.fingerprints, lists))
+
+    def matches_objects(self, objects):
+        for fns, expected, lst in zip(self.fingerprints, self.expected, objects):
+            for fn, value, x in zip(fns, expected, lst):
+                if fn(x) != value:
+                    return False
+        return True
+
+    # --- transfer_kv_direct ----------------------------------------------------------------------
+
+    def _init_runs(self, geometry):
+        self.src_name, self.dst_name = "src_layers", "dst_layers"
+        src = validate.buffer_list("src_layers", geometry["src_layers"], minimum=0)
+        dst = validate.buffer_list("dst_layers", geometry["dst_layers"], minimum=0)
+        if len(src) != len(dst):
+            raise ValueError(f"src_layers and dst_layers must have the same number of layers, "
+                             f"got {len(src)} and {len(dst)}")
+        for j, (s, d) in enumerate(zip(src, dst)):
+            if validate.row_bytes(s) != validate.row_bytes(d):
+                raise ValueError(f"src_layers[{j}] and dst_layers[{j}] must have the same bytes per row, "
+                                 f"got {validate.row_bytes(s)} and {validate.row_bytes(d)}")
+            validate.same_dtype([(f"src_layers[{j}]", s), (f"dst_layers[{j}]", d)])
+            validate.writable(f"dst_layers[{j}]", d)
+        self.page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
+        self.rows = np.array([validate.row_bytes(i) for i in src], dtype=np.int64)
+        self.src_base = np.array([i.ptr for i in src], dtype=np.int64)
+        self.dst_base = np.array([i.ptr for i in dst], dtype=np.int64)
+        self.src_tokens = min((i.shape[0] for i in src), default=0)
+        self.dst_tokens = min((i.shape[0] for i in dst), default=0)
+        return src, dst
+
+    def _run_merged(self, s_idx, d_idx, handle):
+        # Runs: a new run starts wherever either side does not advance by exactly one.
+        count = len(s_idx)
+        breaks = np.flatnonzero((np.diff(s_idx) != 1) | (np.diff(d_idx) != 1)) + 1
+        starts = np.concatenate(([0], breaks))
+        lengths = np.diff(np.concatenate((starts, [count])))
+        rows = self.rows
+        # (run, layer), runs outer as in the seed.
+        srcs = self.src_base[None, :] + s_idx[starts, None] * rows[None, :]
+        dsts = self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]
+        sizes = lengths[:, None] * rows[None, :]
+        rt = runtime()
+        for index, (d, s, n) in enumerate(zip(dsts.ravel().tolist(), srcs.ravel().tolist(),
+                                              sizes.ravel().tolist())):
+            try:
+                rt.memcpy(d, s, n, handle)
+            except CopyError as error:
+                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.error, index) from None
+        log.record("runs")
+
+    # --- the page-first-direct pair --------------------------------------------------------------
+
+    def _init_pages(self, geometry):
+        self.lf_to_pf = self.spec.name == "transfer_kv_all_layer_direct_lf_pf"
+        lf_name, pf_name = ("src_ptrs", "dst_ptrs") if self.lf_to_pf else ("dst_ptrs", "src_ptrs")
+        self.lf_name, self.pf_name = lf_name, pf_name
+        pf = _page_first(pf_name, geometry[pf_name])
+        is_mla = len(pf) == 1
+        lf, row = _layer_first(lf_name, geometry[lf_name], is_mla)
+        num_layers = len(lf) if is_mla else len(lf) // 2
+        validate.same_dtype([(f"{pf_name}[{i}]", info) for i, info in enumerate(pf)]
+                            + [(f"{lf_name}[{i}]", info) for i, info in enumerate(lf)])
+        page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
+        pages_total, layers_total, slots = pf[0].shape[:3]
+        if slots != page_size:
+            raise ValueError(f"{pf_name}[0] must be [num_pages, num_layers, page_size={page_size}, ...], "
+                             f"got shape {pf[0].shape}")
+        layer_bytes = pf[0].nbytes // (pages_total * layers_total)  # one (page, layer) slot
+        if layer_bytes != page_size * row:
+            raise ValueError(f"{pf_name}[0] holds {layer_bytes // page_size} bytes per token, {lf_name} {row}: "
+                             "the per-token bytes must match")
+        first_layer = 0
+        if "layer_id" in geometry:
+            first_layer = validate.integer("layer_id", geometry["layer_id"], minimum=0, maximum=validate.MAX_SIZE)
+        if first_layer + num_layers > layers_total:
+            what = f"layer_id={first_layer} + " if "layer_id" in geometry else ""
+            raise ValueError(f"{what}{num_layers} layers in {lf_name} exceed the {layers_total} layers of {pf_name}")
+        for i, info in enumerate(pf if self.lf_to_pf else lf):
+            validate.writable(f"dst_ptrs[{i}]", info)
+        self.page_size, self.row, self.layer_bytes = page_size, row, layer_bytes
+        self.pages_total, self.layers_total = pages_total, layers_total
+        self.lf_tokens = min(i.shape[0] for i in lf)
+        kinds = len(pf)  # K and V, or MLA's one
+        self.lf_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers)
+        self.pf_base = np.array([info.ptr for info in pf], dtype=np.int64)
+        self.layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
+        self.lf_device_ptr, self.pf_device_ptr = _device_ptr(lf[0]), _device_ptr(pf[0])
+        self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
+        return (lf, pf) if self.lf_to_pf else (pf, lf)
+
+    def _run_pages(self, lf_idx, pf_idx, handle):
+        page_size, row = self.page_size, self.row
+        first = np.arange(0, len(lf_idx), page_size)
+        lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
+        tokens = lf_idx[first]  # first token of each page on the layer-first side
+        pages_raw = pf_idx[first]
+        bounds.check_indices(lf_idx_name, tokens, max(self.lf_tokens - page_size + 1, 0),
+                             f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
+        bounds.check_indices(pf_idx_name, pages_raw, self.pages_total * page_size,
+                             f"the {self.pages_total} pages of {self.pf_name}", positions=first)
+        pages = pages_raw // page_size
+        # Addresses shaped (page, layer, K/V): the seed's order, pages outer.
+        lf_addr = self.lf_base.T[None, :, :] + (tokens * row)[:, None, None]
+        pf_addr = (self.pf_base[None, None, :] + (pages * self.layers_total * self.layer_bytes)[:, None, None]
+                   + (self.layers * self.layer_bytes)[None, :, None])
+        lf_addr, pf_addr = lf_addr.ravel(), pf_addr.ravel()
+        sizes = np.full(lf_addr.size, page_size * row, dtype=np.int64)
+        if self.lf_to_pf:
+            srcs, dsts, src_ptr, dst_ptr = lf_addr, pf_addr, self.lf_device_ptr, self.pf_device_ptr
+        else:
+            srcs, dsts, src_ptr, dst_ptr = pf_addr, lf_addr, self.pf_device_ptr, self.lf_device_ptr
+        copy_many(dsts, srcs, sizes, handle, src_device_ptr=src_ptr, dst_device_ptr=dst_ptr)
+
+    # --- the per-call path -------------------------------------------------------------------------
+
+    def run(self, src_indices, dst_indices, stream, check):
+        """Check the indices, bring them to the host, copy; ``check``: wait for the copies."""
+        guard.raise_pending()
+        src_info, dst_info = validate.indices(src_indices, dst_indices)
+        count = src_info.shape[0]
+        validate.page_size(self.page_size, count)
+        uses_torch = self.uses_torch or src_info.is_torch or dst_info.is_torch
+        handle = stream_handle(stream, self.device if uses_torch else None)
+        for name, info in (("src_indices", src_info), ("dst_indices", dst_info)):
+            if info.device != HOST and not SIMULATOR and info.device != self.device:
+                raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
+        if count == 0 or self.empty:
+            return
+        with on_device(self.device):
+            s_idx, d_idx = bounds.host_indices(src_info), bounds.host_indices(dst_info)
+            if self.spec.name == "transfer_kv_direct":
+                bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
+                bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
+                self._run_merged(s_idx, d_idx, handle)
+            elif self.lf_to_pf:
+                self._run_pages(s_idx, d_idx, handle)
+            else:
+                self._run_pages(d_idx, s_idx, handle)
+            if check or guard.ALWAYS_CHECK:
+                guard.synchronize(handle)
+
+
+def _layer_first(name, obj, is_mla):
+    infos = validate.buffer_list(name, obj, minimum=1 if is_mla else 2)
+    if not is_mla and len(infos) % 2:
+        raise ValueError(f"{name} must hold K layers then V layers (an even count), got {len(infos)}")
+    row = validate.row_bytes(infos[0])
+    for i, info in enumerate(infos[1:], 1):
+        if validate.row_bytes(info) != row:
+            raise ValueError(f"{name}[{i}] has {validate.row_bytes(info)} bytes per token, {name}[0] has {row}")
+    return infos, row
+
+
+def _page_first(name, obj):
+    infos = validate.buffer_list(name, obj)
+    if len(infos) not in (1, 2):
+        raise ValueError(f"{name} must hold 2 page-first buffers (K, V) or 1 (MLA), got {len(infos)}")
+    for i, info in enumerate(infos):
+        if len(info.shape) < 3:
+            raise ValueError(f"{name}[{i}] must be [num_pages, num_layers, page_size, ...], got shape {info.shape}")
+        if 0 in info.shape[:3]:
+            raise ValueError(f"{name}[{i}] must have at least one page, layer and slot, got shape {info.shape}")
+    if len(infos) == 2 and (infos[0].shape != infos[1].shape):
+        raise ValueError(f"{name}[0] and {name}[1] must have the same shape, got {infos[0].shape} and {infos[1].shape}")
+    return infos
+
+
+def _one_device(src_name, src, dst_name, dst):
+    seen = {}
+    for name, infos in ((src_name, src), (dst_name, dst)):
+        for i, info in enumerate(infos):
+            if info.device != HOST:
+                seen.setdefault(info.device, f"{name}[{i}]")
+    if len(seen) > 1:
+        (d0, n0), (d1, n1) = list(seen.items())[:2]
+        raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one GPU "
+                                  "(and host memory); move the buffers to one device")
+    if seen:
+        return next(iter(seen))
+    return 0 if SIMULATOR else current_device()
+
+
+def _device_ptr(info):
+    return info.ptr if info.on_device else None

@@ -1,0 +1,397 @@
+"""A kernel entry point's plan: everything about a call that does not change from call to call,
+validated once; and ``run``, the per-call path every kernel transfer takes.
+
+A plan is built from an entry point's geometry arguments (its buffers, tables and sizes; see
+``kvnumba.api.spec``). Building it checks them all (types, sizes, alignment, pinned host memory,
+writable destinations, one device, destinations clear of the tables), reads what is known about
+table layers (``kvnumba.checks.tables``), chooses the kernel, loads it on the buffers' device and
+fills a parameter block with every value that stays the same. ``run`` then checks the indices, the
+layer and the launch shape, writes the few values that change, and launches.
+"""
+import struct
+import sys
+
+import numpy as np
+
+from ..arrays import HOST, array_info, fingerprint_function
+from ..checks import bounds, guard, pinned, validate
+from ..checks.overlap import check_disjoint, hull
+from ..checks.tables import table_layers
+from ..driver.devices import current_device, on_device
+from ..driver.launch import BoundKernel, Kernel
+from ..driver.streams import stream_handle
+from ..driver.target import SIMULATOR
+from ..errors import DeviceMismatchError, IndexOutOfRangeError
+from ..kernels.factory import NO_LIMIT, PER_CALL_ARGS, PER_LAYER_ARGS, SIGNATURE, get_kernel
+from ..kernels.jit import WARP_SIZE
+from ..kernels.layouts import Layout
+from .spec import buffer_names
+
+LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
+_LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "page-head"}
+_PACK_CALL = struct.Struct(f"{PER_CALL_ARGS}q").pack_into
+_PACK_LAYER = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into
+_MAX_QUOTA = 2**31 - 1
+_MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
+
+_kernels = {}  # Numba dispatcher -> driver.launch.Kernel
+
+
+def _launchable(dispatcher):
+    kernel = _kernels.get(dispatcher)
+    if kernel is None:
+        kernel = _kernels.setdefault(dispatcher, Kernel(dispatcher, SIGNATURE))
+    return kernel
+
+
+class Side:
+    """One side (source or destination) of a transfer: its layout and what bounds its tokens."""
+
+    __slots__ = ("layout", "k_name", "v_name", "nbytes", "extents", "layout_dim")
+
+    def __init__(self, layout, k_name, v_name, nbytes, extents, layout_dim):
+        self.layout, self.k_name, self.v_name = layout, k_name, v_name
+        self.nbytes = nbytes  # the smaller of K and V (non-table sides)
+        self.extents = extents  # per layer, the smaller of K and V (table sides); None entries: unknown
+        self.layout_dim = layout_dim
+
+    def limit(self, plan, first_layer, num_layers):
+        """Exclusive token limit for layers ``[first_layer, first_layer + num_layers)``, and the bytes
+        it was computed from (None for a raw table whose layers are unknown)."""
+        if self.layout is TBL:
+            window = self.extents[first_layer:first_layer + num_layers]
+            if any(extent is None for extent in window):
+                return NO_LIMIT, None
+            nbytes = min(window)
+        else:
+            nbytes = self.nbytes
+        limit = bounds.token_limit(self.layout, nbytes, plan.item_size, self.layout_dim, first_layer, num_layers,
+                                   plan.page_size, plan.heads)
+        return limit, nbytes
+
+    def describe(self, plan, nbytes, first_layer, num_layers):
+        """Words for an index error: which buffers, and what bounds them."""
+        names = self.k_name if self.v_name is None else f"{self.k_name}/{self.v_name}"
+        if nbytes is None:
+            return f"{names} (raw layer tables: layer sizes unknown)"
+        if self.layout is TBL:
+            return f"{names} (layer-first layers of {nbytes} bytes, item_size={plan.item_size})"
+        extra = ""
+        if self.layout in (PF, PH):
+            extra = f", layout_dim={self.layout_dim}" + (f", layer {first_layer}" if num_layers == 1 else "")
+        return f"{names} ({_LAYOUT_NAMES[self.layout]}, {nbytes} bytes, item_size={plan.item_size}{extra})"
+
+
+class LayerWindow:
+    """Token limits of one layer window (per-layer calls: one per layer_id, memoised)."""
+
+    __slots__ = ("first_layer", "src_limit", "dst_limit", "src_bytes", "dst_bytes")
+
+    def __init__(self, plan, first_layer):
+        self.first_layer = first_layer
+        self.src_limit, self.src_bytes = plan.src.limit(plan, first_layer, plan.window)
+        self.dst_limit, self.dst_bytes = plan.dst.limit(plan, first_layer, plan.window)
+
+    def what(self, plan, side):
+        if side == "src":
+            return plan.src.describe(plan, self.src_bytes, self.first_layer, plan.window)
+        return plan.dst.describe(plan, self.dst_bytes, self.first_layer, plan.window)
+
+
+class KernelPlan:
+    """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
+
+    def __init__(self, spec, geometry, strict):
+        self.spec = spec
+        names = buffer_names(spec)
+        src_layout, dst_layout = spec.src_layout, spec.dst_layout
+        headed = PH in (src_layout, dst_layout)
+        g = geometry.get
+        self.head_num = validate.integer("head_num", g("head_num"), minimum=1, maximum=validate.MAX_SIZE) \
+            if "head_num" in geometry else 1
+        self.page_size = validate.integer("page_size", g("page_size"), minimum=1, maximum=validate.MAX_SIZE) \
+            if "page_size" in geometry else 1
+        self.heads = self.head_num if headed else 1
+        self.item_size = validate.item_size(g("item_size"), self.head_num if headed else 1)
+        tables = TBL in (src_layout, dst_layout)
+        self.num_layers = validate.integer("num_layers", g("num_layers"), minimum=1, maximum=validate.MAX_SIZE) \
+            if tables else 1
+        self.window = self.num_layers  # layers one call moves
+        src_dim = self._layout_dim("src_layout_dim", g("src_layout_dim"), spec) if "src_layout_dim" in geometry else 0
+        dst_dim = self._layout_dim("dst_layout_dim", g("dst_layout_dim"), spec) if "dst_layout_dim" in geometry else 0
+
+        # Buffers: described, aligned, reachable by the GPU; destinations writable.
+        infos, layers = {}, {}
+        for name, layout in zip(names, (src_layout, dst_layout, src_layout, dst_layout)):
+            if name is None:
+                continue
+            obj = geometry[name]
+            if layout is TBL:
+                info = validate.layer_table(name, obj, self.num_layers)
+                layers[name] = table_layers(name, info, self.num_layers, strict)
+            else:
+                info = array_info(obj, name)
+                if info.ptr & 7:
+                    validate.aligned(name, info)
+            pinned.require(name, info)
+            infos[name] = info
+        for name, layout in ((names[1], dst_layout), (names[3], dst_layout)):
+            if name is None:
+                continue
+            if layout is TBL:  # the table is only read; the layers it points to are written
+                for i, ok in enumerate(layers[name].writable):
+                    if ok is False:
+                        raise ValueError(f"{name}[{i}] is a read-only layer; a destination must be writable")
+            else:
+                validate.writable(name, infos[name])
+        self.raw_tables = any(t.raw for t in layers.values())
+        self.device = self._device(infos, layers)
+        self.uses_torch = any(info.is_torch for info in infos.values())
+
+        self.src = self._side(src_layout, names[0], names[2], infos, layers, src_dim)
+        self.dst = self._side(dst_layout, names[1], names[3], infos, layers, dst_dim)
+        self.destinations = self._destinations(names, dst_layout, infos, layers)
+        guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
+        check_disjoint(self.destinations, guides)
+        self.dst_low, self.dst_high = hull(self.destinations)
+
+        # The kernel, on the buffers' device, and the parameter values that never change.
+        src_k, dst_k = infos[names[0]], infos[names[1]]
+        src_v, dst_v = (infos[names[2]], infos[names[3]]) if names[2] else (None, None)
+        self.windows = {}
+        first = self.window_for(0) if not spec.per_layer else None
+        template = (0, 0, 0, 0, 0, first.src_limit if first else NO_LIMIT, first.dst_limit if first else NO_LIMIT,
+                    src_k.ptr, dst_k.ptr, src_v.ptr if src_v else 0, dst_v.ptr if dst_v else 0, self.num_layers,
+                    self.item_size, src_dim, dst_dim, self.page_size, self.head_num, guard.flag_address())
+        self.flag = guard.flag_view()
+        kernel = _launchable(get_kernel(src_layout, dst_layout, spec.mla))
+        self.kernel = BoundKernel(kernel, self.device, template)
+        self.names = names
+
+        # What a cache re-checks before reusing this plan for the same objects (in argument order).
+        self.fingerprints = tuple(fingerprint_function(infos[name].obj) for name in names if name)
+        self.expected = tuple(fn(infos[name].obj) for fn, name in zip(self.fingerprints, [n for n in names if n]))
+
+    # --- building ------------------------------------------------------------------------------
+
+    def _layout_dim(self, name, value, spec):
+        if spec.per_layer:  # its lower bound depends on layer_id: checked per layer (window_for)
+            value = validate.integer(name, value, minimum=0, maximum=validate.MAX_SIZE)
+            unit = 8 * self.heads
+            if value % unit:
+                return validate.layout_dim(name, value, self.item_size, 0, self.heads)
+            return value
+        return validate.layout_dim(name, value, self.item_size, self.num_layers, self.heads)
+
+    def _side(self, layout, k_name, v_name, infos, layers, layout_dim):
+        if layout is TBL:
+            k = layers[k_name].extents
+            if v_name is None:
+                extents = k
+            else:
+                v = layers[v_name].extents
+                extents = tuple(None if a is None or b is None else min(a, b) for a, b in zip(k, v))
+            return Side(layout, k_name, v_name, None, extents, layout_dim)
+        nbytes = infos[k_name].nbytes if v_name is None else min(infos[k_name].nbytes, infos[v_name].nbytes)
+        return Side(layout, k_name, v_name, nbytes, None, layout_dim)
+
+    @staticmethod
+    def _device(infos, layers):
+        """The one GPU the buffers live on (pinned host memory goes with any); the current device
+        when everything is host memory."""
+        seen = {}
+        for name, info in infos.items():
+            if info.device != HOST:
+                seen.setdefault(info.device, name)
+            if name in layers:
+                for i, device in enumerate(layers[name].devices):
+                    if device is not None and device != HOST:
+                        seen.setdefault(device, f"{name}[{i}]")
+        if len(seen) > 1:
+            (d0, n0), (d1, n1) = list(seen.items())[:2]
+            raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one "
+                                      "GPU (and pinned host memory); move the buffers to one device")
+        if seen:
+            return next(iter(seen))
+        return 0 if SIMULATOR else current_device()
+
+    @staticmethod
+    def _destinations(names, dst_layout, infos, layers):
+        ranges = []
+        for name in (names[1], names[3]):
+            if name is None:
+                continue
+            if dst_layout is TBL:
+                table = layers[name]
+                for i, (address, extent) in enumerate(zip(table.addresses, table.extents)):
+                    if address is not None and extent is not None:
+                        ranges.append((f"{name}[{i}]", address, address + extent))
+            else:
+                info = infos[name]
+                ranges.append((name, info.ptr, info.ptr + info.nbytes))
+        return ranges
+
+    def window_for(self, layer_id):
+        """Token limits for the call's layers, starting at ``layer_id`` (validated; memoised)."""
+        window = self.windows.get(layer_id)
+        if window is None:
+            if self.spec.per_layer:
+                layer_id = validate.integer("layer_id", layer_id, minimum=0, maximum=validate.MAX_SIZE)
+                window = self.windows.get(layer_id)
+                if window is not None:
+                    return window
+                dim_name = "src_layout_dim" if self.spec.src_layout in (PF, PH) else "dst_layout_dim"
+                side = self.src if dim_name == "src_layout_dim" else self.dst
+                validate.layout_dim(dim_name, side.layout_dim, self.item_size, layer_id + 1, self.heads,
+                                    layer_id=layer_id)
+            window = LayerWindow(self, layer_id)
+            if len(self.windows) < 4096:
+                self.windows[layer_id] = window
+        return window
+
+    def matches_objects(self, objects):
+        """True if ``objects`` (the buffers this plan was built from, in argument order) still have
+        the fingerprints they had then."""
+        for fn, expected, obj in zip(self.fingerprints, self.expected, objects):
+            if fn(obj) != expected:
+                return False
+        return True
+
+    # --- the per-call path ----------------------------------------------------------------------
+
+    def run(self, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+        """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
+        raise if the kernel skipped items). Nothing is written when a check fails."""
+        if self.flag[0]:
+            guard.raise_pending()
+        window = self.windows.get(layer_id) if self.spec.per_layer else self.windows[0]
+        if window is None:
+            window = self.window_for(layer_id)
+        if type(block_quota) is not int or type(warps) is not int or not (
+                0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS):
+            block_quota, warps = validate.launch_config(block_quota, warps)
+        check = check or guard.ALWAYS_CHECK
+        src = _index(src_indices, "src_indices", self.device)
+        dst = _index(dst_indices, "dst_indices", self.device)
+        count = src[1]
+        if count != dst[1]:
+            validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
+        self._clear_of_destinations(src, dst)
+        host_side = src[3] or dst[3]
+        if host_side and count and bounds.HOST_INDEX_CHECK:
+            self._check_host_indices(src, dst, window)
+        uses_torch = self.uses_torch or src[4] or dst[4]
+        handle = stream_handle(stream, self.device if uses_torch else None)
+        if count == 0:
+            return handle
+        items_per_warp = -(-count // (block_quota * warps))
+        grid = -(-count // (items_per_warp * warps))
+        kernel = self.kernel
+        if host_side and not SIMULATOR:
+            return self._run_host_indices(src, dst, count, items_per_warp, grid, warps, window, handle, check)
+        blocks = kernel.blocks
+        if self.spec.per_layer:
+            _PACK_LAYER(blocks.view, 0, src[0], dst[0], count, items_per_warp, window.first_layer, window.src_limit,
+                        window.dst_limit)
+        else:
+            _PACK_CALL(blocks.view, 0, src[0], dst[0], count, items_per_warp)
+        kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
+        if check:
+            self._wait_and_check(handle, src_indices, dst_indices, window)
+        return handle
+
+    def _clear_of_destinations(self, src, dst):
+        """Index arrays must not overlap a destination (the kernel would overwrite them mid-transfer)."""
+        for index, name in ((src, "src_indices"), (dst, "dst_indices")):
+            start, end = index[0], index[0] + 8 * index[1]
+            if start < self.dst_high and end > self.dst_low:
+                check_disjoint(self.destinations, [(name, start, end)])
+
+    def _check_host_indices(self, src, dst, window):
+        for index, name, limit, side in ((src, "src_indices", window.src_limit, "src"),
+                                         (dst, "dst_indices", window.dst_limit, "dst")):
+            if index[3]:
+                bounds.check_indices(name, index[2](), limit, lambda side=side: window.what(self, side))
+
+    def _run_host_indices(self, src, dst, count, items_per_warp, grid, warps, window, handle, check):
+        """Indices in host memory: copied to the device on the call's stream, then waited for (the
+        copies are freed when the call returns)."""
+        from numba import cuda
+
+        with on_device(self.device):
+            stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+            staged = [cuda.to_device(np.ascontiguousarray(index[2]()), stream=stream) if index[3] else None
+                      for index in (src, dst)]
+            pointers = [index[0] if copy is None else copy.device_ctypes_pointer.value
+                        for index, copy in zip((src, dst), staged)]
+            blocks = self.kernel.blocks
+            if self.spec.per_layer:
+                _PACK_LAYER(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, window.first_layer,
+                            window.src_limit, window.dst_limit)
+            else:
+                _PACK_CALL(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp)
+            self.kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
+            stream.synchronize()
+        if check and guard.flag_set():
+            guard.clear()
+            raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by "
+                                       "another call in flight?); the other items were copied")
+        return handle
+
+    def _wait_and_check(self, handle, src_indices, dst_indices, window):
+        with on_device(self.device):
+            guard.synchronize(handle)
+        if guard.flag_set():
+            guard.clear()
+            raise self._skipped_error(src_indices, dst_indices, window)
+
+    def _skipped_error(self, src_indices, dst_indices, window):
+        """The error for ``check=True`` after the kernel skipped items: the first offending index."""
+        for name, obj, limit, side in (("src_indices", src_indices, window.src_limit, "src"),
+                                       ("dst_indices", dst_indices, window.dst_limit, "dst")):
+            values = bounds.host_indices(array_info(obj, name))
+            where = bounds.first_outside(values, 0, limit)
+            if where is not None:
+                bound = "any token >= 0" if limit >= NO_LIMIT else f"[0, {limit})"
+                return IndexOutOfRangeError(
+                    f"{name}[{where}] = {int(values[where])} is out of range for {window.what(self, side)}: "
+                    f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
+        return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
+                                    "call in flight?); the other items were copied")
+
+
+# --- index arrays, per call ----------------------------------------------------------------------
+# An index is (address, count, host values getter or None, in host memory?, torch?). The torch path
+# is the hot one (SGLang passes torch tensors): a handful of attribute reads.
+
+_torch_types = set()
+_torch_int64 = []
+
+
+def _index(obj, name, device):
+    kind = type(obj)
+    if kind in _torch_types:
+        ptr = obj.data_ptr()
+        shape = obj.shape
+        on = obj.get_device()
+        if obj.dtype is _torch_int64[0] and len(shape) == 1 and not ptr & 7 and obj.is_contiguous():
+            if on == device and not SIMULATOR:
+                return ptr, shape[0], None, False, True
+            if on < 0 or SIMULATOR:
+                return ptr, shape[0], obj.numpy if on < 0 else obj.cpu().numpy, True, True
+    elif kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        _torch_types.add(kind)
+        _torch_int64[:] = [sys.modules["torch"].int64]
+        return _index(obj, name, device)
+    return _slow_index(obj, name, device)
+
+
+def _slow_index(obj, name, device):
+    """Any array type, and every error message."""
+    info = validate.index_info(name, obj)
+    if SIMULATOR or info.device == HOST:
+        values = info.obj.numpy if info.is_torch and info.device == HOST else (lambda: bounds.host_indices(info))
+        return info.ptr, info.shape[0], values, True, info.is_torch
+    if info.device != device:
+        raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
+    return info.ptr, info.shape[0], None, False, info.is_torch

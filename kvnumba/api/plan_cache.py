@@ -1,0 +1,70 @@
+"""A small cache of validated plans, keyed on the identity of the objects they were built from.
+
+SGLang-style code passes the same pool tensors (and layer tables) on every call; validating them
+each time is most of a plain call's host time. The cache keeps weak references only: an entry is
+reused only while every object it was built from is alive and is the very object passed now, and
+only if what can change in place cheaply (a torch tensor's data pointer and shape, a NumPy array's
+shape and dtype; ``kvnumba.arrays.fingerprint_function``) is as it was. Scalars are part of the key,
+with their types (``True`` is not ``1`` here).
+"""
+import threading
+import weakref
+
+MAX_ENTRIES = 1024
+
+
+class PlanCache:
+    """``get(objects, scalars, build)``: the plan for these objects and scalar values, built by
+    ``build()`` on a miss. ``objects``: the arrays (or lists of arrays, compared element by element)."""
+
+    def __init__(self, max_entries=MAX_ENTRIES):
+        self.max_entries = max_entries
+        self.entries = {}
+        self.hits = self.misses = 0
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def key(objects, scalars):
+        ids = tuple(tuple(map(id, o)) if type(o) in (list, tuple) else id(o) for o in objects)
+        return ids, scalars, tuple(map(type, scalars))
+
+    def get(self, objects, scalars, build):
+        try:
+            key = self.key(objects, scalars)
+            entry = self.entries.get(key)
+        except TypeError:  # an unhashable scalar: let validation say what is wrong with it
+            return build()
+        if entry is not None:
+            refs, plan = entry
+            if all(_same(ref, obj) for ref, obj in zip(refs, objects)) and plan.matches_objects(objects):
+                self.hits += 1
+                return plan
+        self.misses += 1
+        plan = build()
+        refs = _refs(objects)
+        if refs is not None:
+            with self._lock:
+                if len(self.entries) >= self.max_entries:
+                    for old in list(self.entries)[: self.max_entries // 4]:
+                        del self.entries[old]
+                self.entries[key] = (refs, plan)
+        return plan
+
+    def clear(self):
+        with self._lock:
+            self.entries.clear()
+
+
+def _same(ref, obj):
+    if type(ref) is tuple:  # a list of arrays
+        return type(obj) in (list, tuple) and len(ref) == len(obj) and all(r() is o for r, o in zip(ref, obj))
+    return ref() is obj
+
+
+def _refs(objects):
+    """Weak references to ``objects`` (tuples of them for lists), or None if one cannot have one."""
+    try:
+        return tuple(tuple(weakref.ref(x) for x in o) if type(o) in (list, tuple) else weakref.ref(o)
+                     for o in objects)
+    except TypeError:
+        return None

@@ -1,0 +1,238 @@
+"""``kvnumba.prepare``: validate and resolve the unchanging part of a transfer once, then call it.
+
+Everything an entry point checks before launching depends on buffers and sizes that stay the same
+across the calls of a HiCache load; only the indices (and, per layer, ``layer_id``) change. So:
+
+    load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=host_k, dst_k=gpu_k[l], src_v=host_v,
+                      dst_v=gpu_v[l], item_size=2048, src_layout_dim=32 * 2048)
+    load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
+
+The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
+through a plan cache keyed on the identity of the buffers (``kvnumba.api.plan_cache``).
+"""
+import inspect
+from operator import itemgetter
+
+from ..checks import guard, validate
+from .direct_plan import DirectPlan
+from .kernel_plan import KernelPlan
+from .plan_cache import PlanCache
+from .spec import INTERNAL, SPECS
+
+_KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
+_DIRECT_CALL = ("src_indices", "dst_indices")
+
+
+class Transfer:
+    """One entry point with some of its arguments bound (validated once, at ``prepare``).
+
+    Call it with the remaining arguments, positionally in the entry point's order (the bound ones
+    left out) or by keyword, plus ``stream=`` and ``check=``. It keeps its bound buffers alive.
+    Results, errors and "nothing written on error" are exactly those of the plain entry point.
+    """
+
+    def __init__(self, spec, bound, stream=None, check=False):
+        self.spec = spec
+        self.bound = dict(bound)
+        self.stream = stream
+        self.check = bool(check)
+        params = spec.params
+        self._free = tuple(n for n in params if n not in bound)
+        bound_names = tuple(n for n in params if n in bound)
+        self._bound_values = tuple(bound[n] for n in bound_names)
+        # Calls that leave out only trailing arguments with defaults get them appended.
+        self._tails = {}
+        for n in range(len(self._free) + 1):
+            rest = self._free[n:]
+            if all(r in spec.defaults for r in rest):
+                self._tails[n] = tuple(spec.defaults[r] for r in rest)
+        # Every argument's position in ``args + bound values``.
+        position = {n: i for i, n in enumerate(self._free)}
+        position.update({n: len(self._free) + i for i, n in enumerate(bound_names)})
+        self._geometry = tuple(n for n in params if spec.role(n) == "geometry")
+        self._arrays = sum(1 for n in self._geometry if _is_buffer_argument(spec, n))
+        self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
+        call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
+        self._call_names = tuple(n for n in call_names if n in position)
+        self._pick_call = itemgetter(*[position[n] for n in self._call_names])
+        self._cache = PlanCache()
+        self._plan = None
+        if all(n in bound for n in self._geometry):
+            placeholders = (None,) * len(self._free) + self._bound_values
+            self._plan = self._build(self._pick_geometry(placeholders), False)
+        self._validate_bound_call_arguments()
+
+    # --- binding ---------------------------------------------------------------------------------
+
+    def _validate_bound_call_arguments(self):
+        """Indices, ``layer_id`` and the launch shape given to ``prepare`` are checked there too."""
+        b = self.bound
+        for name in ("src_indices", "dst_indices"):
+            if name in b:
+                validate.index_info(name, b[name])
+        if "src_indices" in b and "dst_indices" in b:
+            validate.indices(b["src_indices"], b["dst_indices"])
+        if "block_quota" in b or "num_warps_per_block" in b:
+            validate.launch_config(b.get("block_quota", 2), b.get("num_warps_per_block", 32))
+        if "layer_id" in b and self.spec.per_layer:
+            if self._plan is not None:
+                self._plan.window_for(b["layer_id"])
+            else:
+                validate.integer("layer_id", b["layer_id"], minimum=0, maximum=validate.MAX_SIZE)
+
+    def _complete(self, args, kwargs):
+        """``args`` and ``kwargs`` as one tuple of the free arguments, in order, with defaults."""
+        name = self.spec.name
+        if len(args) > len(self._free):
+            raise TypeError(f"{name} transfer takes {len(self._free)} positional arguments "
+                            f"({', '.join(self._free) or 'none'}) but {len(args)} were given")
+        values = dict(zip(self._free, args))
+        for key, value in kwargs.items():
+            if key not in self._free:
+                if key in self.bound:
+                    raise TypeError(f"{name} transfer: {key} was bound at prepare time")
+                raise TypeError(f"{name} transfer got an unexpected keyword argument {key!r}")
+            if key in values:
+                raise TypeError(f"{name} transfer got multiple values for argument {key!r}")
+            values[key] = value
+        missing = [n for n in self._free if n not in values and n not in self.spec.defaults]
+        if missing:
+            raise TypeError(f"{name} transfer missing required argument{'s' if len(missing) > 1 else ''}: "
+                            f"{', '.join(missing)}")
+        return tuple(values[n] if n in values else self.spec.defaults[n] for n in self._free)
+
+    def _build(self, geometry_values, strict):
+        geometry = dict(zip(self._geometry, geometry_values))
+        if self.spec.kind == "kernel":
+            return KernelPlan(self.spec, geometry, strict)
+        return DirectPlan(self.spec, geometry, strict)
+
+    def _plan_for(self, everything, strict):
+        values = self._pick_geometry(everything)
+        if strict:  # checks on: contents of raw tables are read again, nothing cached
+            plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
+                                                 lambda: self._build(values, False))
+            return self._build(values, True) if getattr(plan, "raw_tables", False) else plan
+        return self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
+
+    # --- calling ---------------------------------------------------------------------------------
+
+    def __call__(self, *args, stream=None, check=False, **kwargs):
+        if kwargs:
+            args = self._complete(args, kwargs)
+        else:
+            tail = self._tails.get(len(args))
+            if tail is None:
+                args = self._complete(args, kwargs)
+            elif tail:
+                args += tail
+        everything = args + self._bound_values
+        strict = check or self.check or guard.ALWAYS_CHECK
+        plan = self._plan
+        if plan is None or (strict and plan.raw_tables):
+            plan = self._plan_for(everything, strict)
+        if stream is None:
+            stream = self.stream
+        call = self._pick_call(everything)
+        if self.spec.kind == "kernel":
+            if self.spec.per_layer:
+                src_indices, dst_indices, layer_id, block_quota, warps = call
+            else:
+                src_indices, dst_indices, block_quota, warps = call
+                layer_id = None
+            plan.run(src_indices, dst_indices, layer_id, block_quota, warps, stream, strict)
+        else:
+            plan.run(call[0], call[1], stream, strict)
+
+    @property
+    def __signature__(self):
+        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                                    default=self.spec.defaults.get(n, inspect.Parameter.empty))
+                  for n in self._free]
+        params += [inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None),
+                   inspect.Parameter("check", inspect.Parameter.KEYWORD_ONLY, default=False)]
+        return inspect.Signature(params)
+
+    def __repr__(self):
+        bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
+        return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
+
+
+def _is_buffer_argument(spec, name):
+    """Geometry arguments that are arrays (or lists of arrays) rather than sizes."""
+    return name not in ("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
+                        "layer_id")
+
+
+def _short(value):
+    """A few words for an argument in a repr: arrays by kind, device, dtype and shape."""
+    if isinstance(value, (list, tuple)):
+        return f"[{len(value)} arrays]" if value and not isinstance(value[0], (int, float)) else repr(value)
+    shape = getattr(value, "shape", None)
+    if shape is None:
+        return repr(value)
+    device = getattr(value, "device", None)
+    where = f" {device}" if device is not None and not isinstance(device, (int, str)) or isinstance(device, str) \
+        else ""
+    return f"{type(value).__name__}{where} {getattr(value, 'dtype', '')} {tuple(shape)}".replace("  ", " ")
+
+
+def prepare(entry_point, /, **bound):
+    """Bind some arguments of a kvnumba entry point, validated once; return a callable ``Transfer``.
+
+    Parameters
+    ----------
+    entry_point : function or str
+        Any of kvnumba's 13 entry points (``kv.transfer_kv_per_layer_pf_lf``, ...) or its name.
+    **bound
+        Any of its arguments, by keyword (``stream=`` and ``check=`` become the calls' defaults).
+        Each is validated and resolved here: buffers described, pinned memory checked, token limits
+        computed, layer-table extents read, the kernel chosen and loaded on the buffers' GPU and its
+        parameter block filled.
+
+    Returns
+    -------
+    Transfer
+        Call it with the remaining arguments, positionally in the entry point's order (with the
+        bound ones removed) or by keyword, plus ``stream=`` and ``check=``. It checks only those,
+        then launches. It keeps its bound buffers alive; its ``repr`` says what is bound.
+
+    Raises
+    ------
+    TypeError
+        For an unknown entry point or keyword, or a bound argument of the wrong type.
+    ValueError
+        For a bound argument with a bad value (named in the message).
+
+    Example
+    -------
+    >>> loads = [kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=hk, dst_k=dk[l], src_v=hv, dst_v=dv[l],
+    ...                     item_size=item, src_layout_dim=L * item) for l in range(L)]  # doctest: +SKIP
+    >>> for l in range(L):
+    ...     loads[l](host_idx, dev_idx, l)                                              # doctest: +SKIP
+    """
+    name = entry_point if isinstance(entry_point, str) else getattr(entry_point, "__name__", None)
+    spec = SPECS.get(name) if isinstance(name, str) else None
+    if spec is None:
+        raise TypeError(f"entry_point must be one of kvnumba's entry points (e.g. kv.transfer_kv_per_layer_pf_lf), "
+                        f"got {entry_point!r}")
+    stream = bound.pop("stream", None)
+    check = bound.pop("check", False)
+    unknown = [k for k in bound if k not in spec.params]
+    if unknown:
+        raise TypeError(f"{spec.name}() got an unexpected keyword argument {unknown[0]!r} "
+                        f"(its arguments: {', '.join(spec.params)})")
+    if not isinstance(check, bool):
+        raise TypeError(f"check must be True or False, got {type(check).__name__}")
+    return Transfer(spec, bound, stream, check)
+
+
+_PLAIN = {}
+
+
+def plain(name):
+    """The nothing-bound ``Transfer`` behind plain entry point ``name`` (shares its plan cache)."""
+    transfer = _PLAIN.get(name)
+    if transfer is None:
+        transfer = _PLAIN.setdefault(name, Transfer(SPECS.get(name) or INTERNAL[name], {}))
+    return transfer

@@ -1,0 +1,138 @@
+"""Layer tables, and what is known about the layers they point to.
+
+An all-layer kernel reads each layer's base address from a uint64 table. To bound token indices
+(``kvnumba.checks.bounds``) and to refuse read-only destination layers, kvnumba needs each layer's
+size and writability. In order of preference:
+
+1. ``kv.layer_table`` records them on the table (``.layer_nbytes``, ``.layers``).
+2. ``kv.layer_table`` also records every layer it saw in a process-wide registry (weakly: a layer's
+   entry goes when the layer does), by address. A table that was copied, sliced or moved
+   (``t.copy()``, ``t[:2]``, ``cuda.to_device(t)``) or built by hand from those layers' addresses
+   still finds them there. This needs the table's addresses on the host: one small copy (a
+   synchronisation) when kvnumba first sees the table object.
+3. On a GPU, an address that the registry does not know is asked of the driver: the allocation
+   holding it (``cuPointerGetAttributes``). For a torch tensor that is the caching allocator's
+   segment, so this stops faults but not a write into a neighbouring tensor of the same segment.
+   An address the driver does not know raises ``BadAddressError``.
+4. On the simulator there is no driver to ask: an address the registry does not know raises
+   ``BadAddressError`` when checks are on, and is left unbounded (only tokens >= 0) when they are off.
+
+A table's contents are read when kvnumba first sees the table object; with checks on, on every
+call. Write new addresses into a table kvnumba has seen and, with checks off, it will not notice:
+build a new table instead (``kv.layer_table``).
+"""
+import threading
+import weakref
+from typing import NamedTuple
+
+import numpy as np
+
+from ..arrays import HOST, array_info
+from ..driver.target import SIMULATOR
+from ..errors import BadAddressError
+
+
+class LayerRecord(NamedTuple):
+    nbytes: int
+    writable: bool
+    device: int  # HOST for pinned host memory
+    ref: object  # weakref to the layer
+
+
+_lock = threading.Lock()
+_registry = {}  # address -> LayerRecord
+
+
+def register_layers(infos):
+    """Remember ``infos`` (``ArrayInfo`` of layers given to ``kv.layer_table``) by address."""
+    for info in infos:
+        try:
+            ref = weakref.ref(info.obj, _forget(info.ptr))
+        except TypeError:  # an array type without weak references: known through its table only
+            continue
+        with _lock:
+            _registry[info.ptr] = LayerRecord(info.nbytes, info.writable, info.device, ref)
+
+
+def _forget(address):
+    def callback(ref):
+        with _lock:
+            record = _registry.get(address)
+            if record is not None and record.ref is ref:
+                del _registry[address]
+    return callback
+
+
+def lookup(address):
+    """The live ``LayerRecord`` at ``address``, or None."""
+    record = _registry.get(address)
+    if record is not None and record.ref() is not None:
+        return record
+    return None
+
+
+class TableLayers(NamedTuple):
+    """What a call knows about the layers of one table."""
+
+    extents: tuple  # usable bytes from each layer's address, or None where unknown (unbounded)
+    writable: tuple  # per layer: True, False, or None (unknown)
+    devices: tuple  # per layer: device ordinal, HOST, or None (unknown)
+    addresses: tuple  # per layer (None if the table was not read)
+    raw: bool  # True if the table was not made by kv.layer_table (its contents were read)
+
+
+def table_layers(name, info, num_layers, strict):
+    """``TableLayers`` for a validated table (``ArrayInfo``) of ``num_layers`` addresses.
+
+    ``strict``: checks are on (an address nobody knows raises instead of being left unbounded).
+    """
+    recorded = getattr(info.obj, "layer_nbytes", None)
+    layers = getattr(info.obj, "layers", None)
+    if recorded is not None and layers is not None and len(recorded) == num_layers:
+        infos = [array_info(layer, f"{name}[{i}]") for i, layer in enumerate(layers)]
+        return TableLayers(tuple(recorded), tuple(i.writable for i in infos), tuple(i.device for i in infos),
+                           tuple(i.ptr for i in infos), False)
+    addresses = read_addresses(info, num_layers)
+    extents, writable, devices = [], [], []
+    for layer, address in enumerate(addresses):
+        if address % 8:
+            raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not 8-byte aligned")
+        record = lookup(address)
+        if record is not None:
+            extents.append(record.nbytes)
+            writable.append(record.writable)
+            devices.append(record.device)
+        elif not SIMULATOR:
+            extent, device = _driver_extent(f"{name}[{layer}]", address)
+            extents.append(extent)
+            writable.append(True)
+            devices.append(device)
+        elif strict:
+            raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not in any layer kvnumba knows: on the "
+                                  "simulator, raw tables may point only into arrays given to kv.layer_table "
+                                  "(checks are on: unknown addresses are refused)")
+        else:
+            extents.append(None)
+            writable.append(None)
+            devices.append(None)
+    return TableLayers(tuple(extents), tuple(writable), tuple(devices), tuple(addresses), True)
+
+
+def read_addresses(info, num_layers):
+    """The table's first ``num_layers`` addresses as Python ints (a device table is copied to the host)."""
+    from .bounds import host_indices
+
+    values = np.ascontiguousarray(host_indices(info)).view(np.uint64)
+    return [int(v) for v in values[:num_layers]]
+
+
+def _driver_extent(name, address):
+    from ..driver.pointers import DEVICE, allocation, pointer_info
+
+    found = allocation(address)
+    if found is None:
+        raise BadAddressError(f"{name} = 0x{address:x} is not in any allocation CUDA knows (device memory or "
+                              "pinned host memory)")
+    start, size, device = found
+    kind = pointer_info(address).memory_type
+    return start + size - address, device if kind == DEVICE else HOST
