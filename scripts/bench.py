@@ -6,8 +6,11 @@ model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
 and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
 around back-to-back calls, median of 5 groups). Host time = wall time per call of 20 back-to-back
-calls, before any synchronisation. The memcpy cases also give GB/s of one synchronised call,
-host time included ("wall").
+calls, before any synchronisation (median of 5 groups), for the plain call (its plan cached: the
+same pool tensors every call, as SGLang passes them), the prepared form (``kvnumba.prepare``) and
+a plain call whose plan cache was emptied first ("miss"). The ``64tok`` cases move one page: host
+time is the whole cost. The memcpy cases also give GB/s of one synchronised call, host time
+included ("wall").
 
     python scripts/bench.py --reference sgl_kernel.kvcacheio --json out.json --plot out.png
     python scripts/bench.py --reference /path/to/seedref.so
@@ -49,6 +52,10 @@ CASES = [
 # Device->device with the whole GPU: block_quota at the SM count.
 FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
                   ("transfer_kv_per_layer_pf_lf", "d2d", "mha")]
+# Few tokens: host time is the whole cost (a 64-token prefix hit, one page).
+SMALL_CASES = [("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
+               ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_all_layer_lf_pf", "d2h", "mha")]
+SMALL_TOKENS = 64
 # Copy-engine entry points: (entry point, direction, model); all-layer lf->pf on a side stream.
 DIRECT_CASES = [("transfer_kv_all_layer_direct_lf_pf", "d2h", "mha"),
                 ("transfer_kv_per_layer_direct_pf_lf", "h2d", "mha"),
@@ -126,20 +133,23 @@ class TorchBackend:
             times.append(start.elapsed_time(end) / 1e3 / per_group)
         return statistics.median(times)
 
-    def time_host(self, fn, calls):
-        """Wall time per call of ``calls`` back-to-back calls, no synchronisation in between.
+    def time_host(self, fn, calls, groups=5):
+        """Wall time per call of ``calls`` back-to-back calls, no synchronisation in between; the
+        median of ``groups`` groups (synchronised between groups).
 
         Few enough calls that the launch queue never fills (a full queue would make the host wait
         for the GPU); timing single calls right after a synchronisation measured a cold, woken-up
         CPU instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
         """
+        times = []
+        for _ in range(groups):
+            self.torch.cuda.synchronize()
+            start = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            times.append((time.perf_counter() - start) / calls)
         self.torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        elapsed = time.perf_counter() - start
-        self.torch.cuda.synchronize()
-        return elapsed / calls
+        return statistics.median(times)
 
     def copy_ceiling(self, direction, nbytes, repeat):
         src = self.buffer(nbytes, "host" if direction == "h2d" else "device")
@@ -219,8 +229,11 @@ def _page_aligned(rng, shape):
     return (pages[:, None] * shape.page_size + np.arange(shape.page_size)).reshape(-1).astype(np.int64)
 
 
-def build_call(module, op, direction, model, pools, idx, shape, block_quota):
-    """A zero-argument callable running ``module.op`` on this case's buffers, and the bytes it moves."""
+def build_call(module, op, direction, model, pools, idx, shape, block_quota, prepared=False):
+    """A zero-argument callable running ``module.op`` on this case's buffers, and the bytes it moves.
+
+    ``prepared``: the call through ``kvnumba.prepare`` with everything but the indices and
+    ``layer_id`` bound (kvnumba only)."""
     m = MODELS[model]
     item, heads, kv = m["item_size"], m["head_num"], m["kv"]
     src_l, dst_l, per_layer = LAYOUTS[op]
@@ -247,7 +260,33 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota):
         args = (*head, *tail, *launch)
     layers_moved = 1 if per_layer else L
     nbytes = shape.tokens * item * layers_moved * (2 if kv else 1)
+    if prepared:
+        return _prepared(op, fn, args), nbytes
     return (lambda: fn(*args)), nbytes
+
+
+def _prepared(op, fn, args):
+    from kvnumba.api.spec import SPECS
+
+    spec = SPECS[op]
+    named = dict(zip(spec.params, args))
+    per_call = [n for n in spec.params if n in ("src_indices", "dst_indices") or spec.role(n) == "layer"]
+    transfer = kvnumba.prepare(fn, **{n: v for n, v in named.items() if n not in per_call})
+    call_args = tuple(named[n] for n in per_call)
+    return lambda: transfer(*call_args)
+
+
+def _plain_miss(op, call):
+    """The plain call with its plan cache emptied first: validation from scratch, every time."""
+    from kvnumba.api.transfer import plain
+
+    cache = plain(op)._cache
+
+    def run():
+        cache.clear()
+        call()
+
+    return run
 
 
 def torch_indexing_call(backend, op, direction, model, pools, idx, shape):
@@ -309,20 +348,24 @@ def run(args):
     ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
     ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape.repeat) for d in ("h2d", "d2h", "d2d")}
 
-    plan = [(c, shape.block_quota, "") for c in CASES]
-    plan += [(c, backend.sms, f" bq={backend.sms}") for c in FULL_GPU_CASES]
-    plan += [(c, shape.block_quota, " side-stream") for c in DIRECT_CASES if hasattr(kvnumba, c[0])]
+    small = Shape(**{**asdict(shape), "tokens": min(SMALL_TOKENS, shape.tokens)})
+    small_idx = (backend.indices(_page_aligned(rng, small)), backend.indices(_page_aligned(rng, small)))
+    plan = [(c, shape.block_quota, "", shape, idx) for c in CASES]
+    plan += [(c, backend.sms, f" bq={backend.sms}", shape, idx) for c in FULL_GPU_CASES]
+    plan += [(c, shape.block_quota, f" {small.tokens}tok", small, small_idx) for c in SMALL_CASES]
+    plan += [(c, shape.block_quota, " side-stream", shape, idx) for c in DIRECT_CASES if hasattr(kvnumba, c[0])]
     if args.only:
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
     records = []
-    for (op, direction, model), block_quota, note in plan:
+    for (op, direction, model), block_quota, note, case_shape, case_idx in plan:
         case = f"{op} {direction} {model}{note}"
-        record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota}
+        record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota,
+                  "tokens": case_shape.tokens}
         impls = {"kvnumba": kvnumba}
         if reference is not None and hasattr(reference, op):
             impls["reference"] = reference
         for name, module in impls.items():
-            call, nbytes = build_call(module, op, direction, model, pools, idx, shape, block_quota)
+            call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
             if "side-stream" in note and not SIMULATOR:
                 call = _on_side_stream(backend, call)
             seconds = backend.time_gpu(call, shape.repeat)
@@ -331,6 +374,14 @@ def run(args):
             record[f"{name}_host_us"] = backend.time_host(call, shape.host_calls) * 1e6
             if "side-stream" in note:  # the memcpy target counts host time: wall time of one synchronised call
                 record[f"{name}_wall_gbps"] = nbytes / _wall(backend, call, shape.repeat) / 1e9
+            if name == "kvnumba":  # host time of the prepared form, and of a plain call that misses the cache
+                prepared, _ = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota,
+                                         prepared=True)
+                miss = _plain_miss(op, call)
+                if "side-stream" in note and not SIMULATOR:
+                    prepared = _on_side_stream(backend, prepared)
+                record["prepared_host_us"] = backend.time_host(prepared, shape.host_calls) * 1e6
+                record["miss_host_us"] = backend.time_host(miss, shape.host_calls) * 1e6
         torch_call = torch_indexing_call(backend, op, direction, model, pools, idx, shape)
         record["torch_gbps"] = (record["bytes"] / backend.time_gpu(torch_call, max(3, shape.repeat // 4)) / 1e9
                                 if torch_call else None)
@@ -384,7 +435,7 @@ def _versions():
 
 
 HEADER = (f"{'case':54} {'MB':>8} {'kvnumba':>9} {'ref':>9} {'torch':>8} {'ceiling':>8} {'x ceil':>7} "
-          f"{'x ref':>6} {'host us':>8} {'ref us':>7}")
+          f"{'x ref':>6} {'host us':>8} {'prep us':>8} {'miss us':>8} {'ref us':>7}")
 
 
 def _fmt(value, spec):
@@ -394,7 +445,8 @@ def _fmt(value, spec):
 def _row(r):
     return (f"{r['case']:54} {r['bytes'] / 1e6:8.1f} {r['kvnumba_gbps']:9.2f} {_fmt(r['reference_gbps'], '9.2f'):>9} "
             f"{_fmt(r['torch_gbps'], '8.2f'):>8} {r['ceiling_gbps']:8.1f} {r['ratio_to_ceiling']:7.2f} "
-            f"{_fmt(r['ratio_to_reference'], '6.2f'):>6} {r['host_us']:8.1f} {_fmt(r['reference_host_us'], '7.1f'):>7}")
+            f"{_fmt(r['ratio_to_reference'], '6.2f'):>6} {r['host_us']:8.1f} {_fmt(r.get('prepared_host_us'), '8.1f'):>8} "
+            f"{_fmt(r.get('miss_host_us'), '8.1f'):>8} {_fmt(r['reference_host_us'], '7.1f'):>7}")
 
 
 def plot(records, path):

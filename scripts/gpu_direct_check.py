@@ -32,8 +32,8 @@ def main():
 
     import kvnumba
     from kvnumba import reference
-from kvnumba.api import direct
-from kvnumba.driver import batch_copy
+    from kvnumba.api import direct
+    from kvnumba.driver import batch_copy
 
     print(f"kvnumba from {kvnumba.__file__}")
     rt = batch_copy.runtime()

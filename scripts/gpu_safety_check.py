@@ -32,8 +32,7 @@ def _setup():
 
 def main():
     torch, cuda, kv, reference = _setup()
-    from kvnumba.api import entry_points as ops
-from kvnumba.checks import guard, pinned
+    from kvnumba.checks import guard, pinned
     from kvnumba.arrays import array_info
     from kvnumba.errors import BadAddressError, IndexOutOfRangeError, PageableMemoryError
 
@@ -168,7 +167,9 @@ from kvnumba.checks import guard, pinned
 
     def raw_table_pinned_host_range():
         host_layers = [torch.zeros((POOL, ITEM), dtype=torch.uint8).pin_memory() for _ in range(LAYERS)]
-        start, size = pinned.address_range("layer", host_layers[0].data_ptr())
+        from kvnumba.driver.pointers import allocation
+
+        start, size, _ = allocation(host_layers[0].data_ptr())
         if start + size < host_layers[0].data_ptr() + POOL * ITEM:
             raise AssertionError(f"pinned host range too short: start 0x{start:x} size {size}")
         layers_dev = [torch.ones((POOL, ITEM), dtype=torch.uint8, device=dev) for _ in range(LAYERS)]
@@ -214,7 +215,6 @@ from kvnumba.checks import guard, pinned
         pool = torch.zeros((POOL, ITEM), dtype=torch.uint8).pin_memory()
         pinned_np = cuda.pinned_array((POOL, ITEM), np.uint8)
         idx = torch.arange(32, dtype=torch.int64, device=dev)
-        from kvnumba.checks.validate import indices as check_indices
 
         def per_call(fn, n=2000):
             for _ in range(50):
@@ -227,20 +227,15 @@ from kvnumba.checks import guard, pinned
             torch.cuda.synchronize()
             return elapsed * 1e6
 
-        infos = (array_info(src, "src"), array_info(dst, "dst"), None, None)
-
-        def unchecked():
-            ops._transfer("lf", "lf", True, infos, check_indices(idx, idx), first_layer=0, num_layers=1,
-                          item_size=ITEM, launch_config=(2, 32), stream=None)
-
-        base = per_call(unchecked)
+        prepared = kv.prepare(kv.transfer_kv_per_layer_mla, src=src, dst=dst, item_size=ITEM)
+        base = per_call(lambda: prepared(idx, idx))
         full = per_call(lambda: kv.transfer_kv_per_layer_mla(src, dst, idx, idx, ITEM))
         h2d = per_call(lambda: kv.transfer_kv_per_layer_mla(pool, dst, idx, idx, ITEM))
         torch_pin = per_call(lambda: pinned.require("x", array_info(pool, "x")), 20000)
         numpy_pin = per_call(lambda: pinned.require("x", array_info(pinned_np, "x")), 20000)
         flag = per_call(guard.raise_pending, 20000)
         checked = per_call(lambda: kv.transfer_kv_per_layer_mla(src, dst, idx, idx, ITEM, check=True), 500)
-        return (f"per call: unchecked launch {base:.1f} us, entry point D2D {full:.1f} us (+{full - base:.1f}), "
+        return (f"per call: prepared {base:.1f} us, entry point D2D {full:.1f} us (+{full - base:.1f}), "
                 f"H2D pinned torch {h2d:.1f} us; pinned.require torch {torch_pin:.2f} us, NumPy {numpy_pin:.2f} us; "
                 f"flag read {flag:.2f} us; check=True {checked:.1f} us")
 

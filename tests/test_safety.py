@@ -47,6 +47,12 @@ def _misaligned(call, name):
     return device(raw)[4:-4]
 
 
+def _misaligned_indices(n):
+    """int64 indices 4 bytes into an allocation (NumPy allows such a view; the kernel's loads do not)."""
+    raw = np.zeros(8 * n + 8, np.uint8)
+    return np.frombuffer(raw.data, dtype=np.int64, count=n, offset=4)
+
+
 def _rows(op):
     """(id, override(call) -> dict, error type, message regex) for op."""
     src, dst = _names(op)
@@ -76,6 +82,13 @@ def _rows(op):
         ("dst_index_huge", lambda c: dict(dst_indices=np.array([2**62, 0, 1, 2], np.int64)), IndexOutOfRangeError,
          r"dst_indices\[0\] = 4611686018427387904 is out of range"),
         ("stream_bad", lambda c: dict(stream="fast"), TypeError, r"stream must be a CUDA stream"),
+        # Index arrays the kernel would misread: swapped bytes, or 8-byte loads off their boundary.
+        ("indices_big_endian", lambda c: dict(src_indices=np.arange(n, dtype=">i8")), TypeError,
+         r"src_indices must hold int64 token indices, got dtype >int64 \(non-native byte order"),
+        ("indices_misaligned", lambda c: dict(dst_indices=_misaligned_indices(n)), ValueError,
+         r"dst_indices must start at an 8-byte aligned address"),
+        ("indices_float", lambda c: dict(dst_indices=np.arange(n, dtype=np.float64)), TypeError,
+         r"dst_indices must hold int64 token indices, got dtype float64"),
     ]
     if "mla" not in op:
         rows.append(("v_missing", lambda c: {src.replace("_k", "_v"): None}, TypeError,
@@ -374,12 +387,22 @@ DIRECT_ROWS = [
         ("index_past_end", dict(dst_indices=np.arange(12, 20, dtype=np.int64)), IndexOutOfRangeError,
          r"dst_indices\[4\] = 16 is out of range|dst_indices\[0\] = 12 is out of range"),
         ("stream_bad", dict(stream="fast"), TypeError, r"stream must be a CUDA stream"),
+        ("indices_big_endian", dict(src_indices=np.arange(8, dtype=">i8")), TypeError, r"non-native byte order"),
+        ("indices_misaligned", dict(src_indices=_misaligned_indices(8)), ValueError,
+         r"src_indices must start at an 8-byte aligned address"),
     ]
 ] + [
     ("transfer_kv_direct", "lists_differ", dict(src_layers=[device(np.ones((16, 8), np.uint8))]), ValueError,
      r"same number of layers, got 1 and 2"),
     ("transfer_kv_direct", "not_a_list", dict(src_layers=device(np.ones((2, 16, 8), np.uint8))), TypeError,
      r"src_layers must be a list of arrays"),
+    ("transfer_kv_per_layer_direct_pf_lf", "layer_id_none", dict(layer_id=None), TypeError,
+     r"layer_id must be an integer, got NoneType"),
+    ("transfer_kv_per_layer_direct_pf_lf", "layer_id_negative", dict(layer_id=-1), ValueError,
+     r"layer_id must be >= 0, got -1"),
+    ("transfer_kv_per_layer_direct_pf_lf", "layer_id_float", dict(layer_id=1.0), TypeError,
+     r"layer_id must be an integer, got float"),
+    ("transfer_kv_direct", "page_size_none", dict(page_size=None), TypeError, r"page_size must be an integer"),
     ("transfer_kv_per_layer_direct_pf_lf", "layer_id_past_end", dict(layer_id=2), ValueError,
      r"layer_id=2 \+ 1 layers in dst_ptrs exceed the 2 layers of src_ptrs"),
     ("transfer_kv_per_layer_direct_pf_lf", "zero_layers",

@@ -233,13 +233,11 @@ class KernelPlan:
 
     def window_for(self, layer_id):
         """Token limits for the call's layers, starting at ``layer_id`` (validated; memoised)."""
+        if self.spec.per_layer:
+            layer_id = validate.integer("layer_id", layer_id, minimum=0, maximum=validate.MAX_SIZE)
         window = self.windows.get(layer_id)
         if window is None:
             if self.spec.per_layer:
-                layer_id = validate.integer("layer_id", layer_id, minimum=0, maximum=validate.MAX_SIZE)
-                window = self.windows.get(layer_id)
-                if window is not None:
-                    return window
                 dim_name = "src_layout_dim" if self.spec.src_layout in (PF, PH) else "dst_layout_dim"
                 side = self.src if dim_name == "src_layout_dim" else self.dst
                 validate.layout_dim(dim_name, side.layout_dim, self.item_size, layer_id + 1, self.heads,
@@ -264,7 +262,10 @@ class KernelPlan:
         raise if the kernel skipped items). Nothing is written when a check fails."""
         if self.flag[0]:
             guard.raise_pending()
-        window = self.windows.get(layer_id) if self.spec.per_layer else self.windows[0]
+        if not self.spec.per_layer:
+            window = self.windows[0]
+        else:  # a bool or NumPy integer must not hit an int's entry: window_for validates it
+            window = self.windows.get(layer_id) if type(layer_id) is int else None
         if window is None:
             window = self.window_for(layer_id)
         if type(block_quota) is not int or type(warps) is not int or not (

@@ -1,0 +1,125 @@
+"""Host microseconds per call, on a GPU: where a call's time goes, from the launch floor up.
+
+    python scripts/host_cost.py --reference /path/to/seedref.so [--profile]
+
+For a few-token (one page: host time is the whole cost) per-layer load and an MLA load, with torch
+tensors as SGLang passes them, it times back-to-back calls (median of groups, no synchronisation
+inside a group) of:
+
+- ``launch``: the prepared transfer's own ``cuLaunchKernel`` with its parameter block already
+  written (``BoundKernel.launch``): the floor any Python launcher of this kernel has here;
+- ``prepared``: ``kv.prepare(...)`` then ``transfer(src_indices, dst_indices, layer_id)``;
+- ``plain``: the plain entry point, its plan cached (the same pool tensors every call);
+- ``miss``: the plain entry point with its plan cache emptied first (full validation);
+- ``seed``: the reference implementation's call (``--reference``), same buffers.
+
+``--profile`` adds a cProfile of prepared and plain calls (top functions by own time).
+"""
+import argparse
+import cProfile
+import os
+import pstats
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import kvnumba as kv  # noqa: E402
+from kvnumba.api.transfer import plain  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench import load_reference  # noqa: E402
+
+
+def per_call(torch, fn, calls=50, groups=21):
+    for _ in range(20):
+        fn()
+    times = []
+    for _ in range(groups):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    torch.cuda.synchronize()
+    return statistics.median(times) * 1e6
+
+
+def cases(torch, tokens=64, layers=32, pool=32768):
+    dev = torch.device("cuda")
+    item, mla_item = 2048, 1152
+    host_k = torch.zeros((pool, layers, item), dtype=torch.uint8).pin_memory()
+    host_v = torch.zeros_like(host_k).pin_memory()
+    dk = torch.zeros((pool, item), dtype=torch.uint8, device=dev)
+    dv = torch.zeros_like(dk)
+    host_mla = torch.zeros((pool, layers, mla_item), dtype=torch.uint8).pin_memory()
+    dmla = torch.zeros((pool, mla_item), dtype=torch.uint8, device=dev)
+    si = torch.arange(tokens, dtype=torch.int64, device=dev) + 640
+    di = torch.arange(tokens, dtype=torch.int64, device=dev) + 128
+    return {
+        "per_layer_pf_lf 64tok h2d": ("transfer_kv_per_layer_pf_lf",
+                                      dict(src_k=host_k, dst_k=dk, src_v=host_v, dst_v=dv, item_size=item,
+                                           src_layout_dim=layers * item), (si, di, 3)),
+        "per_layer_mla_pf_lf 64tok h2d": ("transfer_kv_per_layer_mla_pf_lf",
+                                          dict(src=host_mla, dst=dmla, item_size=mla_item,
+                                               src_layout_dim=layers * mla_item), (si, di, 3)),
+        "per_layer_mla 64tok d2d": ("transfer_kv_per_layer_mla", dict(src=dmla, dst=torch.zeros_like(dmla),
+                                                                     item_size=mla_item), (si, di)),
+    }
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reference", help="module name or path of a .so with the seed's entry points")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args(argv)
+    import torch
+
+    reference = load_reference(args.reference)
+    rows = []
+    for label, (op, bound, call_args) in cases(torch).items():
+        spec = kv.api.spec.SPECS[op]
+        named = dict(bound, **dict(zip([n for n in spec.params if n in ("src_indices", "dst_indices", "layer_id")],
+                                       call_args)))
+        ordered = tuple(named[n] for n in spec.params if n in named)
+        transfer = kv.prepare(getattr(kv, op), **bound)
+        transfer(*call_args)
+        plan = transfer._plan
+        kernel = plan.kernel
+        grid, threads, stream = 1, 1024, torch.cuda.current_stream().cuda_stream
+        address = kernel.blocks.address
+        fn = getattr(kv, op)
+        cache = plain(op)._cache
+
+        def miss():
+            cache.clear()
+            fn(*ordered)
+
+        row = {"case": label,
+               "launch": per_call(torch, lambda: kernel.launch(grid, threads, stream, address)),
+               "prepared": per_call(torch, lambda: transfer(*call_args)),
+               "plain": per_call(torch, lambda: fn(*ordered)),
+               "miss": per_call(torch, miss, calls=20, groups=7)}
+        if reference is not None:
+            ref = getattr(reference, op)
+            row["seed"] = per_call(torch, lambda: ref(*ordered))
+        rows.append(row)
+        if args.profile:
+            for name, call in (("prepared", lambda: transfer(*call_args)), ("plain", lambda: fn(*ordered))):
+                profile = cProfile.Profile()
+                profile.enable()
+                for _ in range(3000):
+                    call()
+                profile.disable()
+                torch.cuda.synchronize()
+                print(f"--- cProfile, 3000 {name} calls of {label} (own time) ---")
+                pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+    columns = ["launch", "prepared", "plain", "miss", "seed"]
+    print(f"{'host us per call':34}" + "".join(f"{c:>10}" for c in columns))
+    for row in rows:
+        print(f"{row['case']:34}" + "".join(f"{row[c]:10.2f}" if c in row else f"{'-':>10}" for c in columns))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
