@@ -8,8 +8,10 @@ Accepted without importing any of them (torch and CuPy stay optional):
   ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 
-``fingerprint(obj)`` is what a cached description re-checks on reuse: the parts of an array that
-can change in place cheaply (a torch tensor's data pointer and shape, a NumPy array's shape).
+``fingerprint_function(obj)`` gives what a cached plan re-checks on reuse: what the kernels depend
+on and what can change in place (``resize_``, ``set_``): a torch tensor's data pointer and size in
+bytes (its shape times its element size: kernels address raw bytes), a NumPy array's shape and
+dtype (its memory moves only with an in-place ``resize``, which changes the shape).
 """
 import math
 from typing import NamedTuple
@@ -155,7 +157,7 @@ def array_info(obj, name):
 
 
 def _torch_fingerprint(t):
-    return t.data_ptr(), t.shape
+    return t.data_ptr(), t.nbytes
 
 
 def _numpy_fingerprint(a):

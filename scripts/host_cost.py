@@ -81,7 +81,8 @@ def main(argv=None):
         spec = kv.api.spec.SPECS[op]
         named = dict(bound, **dict(zip([n for n in spec.params if n in ("src_indices", "dst_indices", "layer_id")],
                                        call_args)))
-        ordered = tuple(named[n] for n in spec.params if n in named)
+        named.update(block_quota=2, num_warps_per_block=32)  # the seed's binding has no defaults
+        ordered = tuple(named[n] for n in spec.params)
         transfer = kv.prepare(getattr(kv, op), **bound)
         transfer(*call_args)
         plan = transfer._plan

@@ -1,4 +1,4 @@
-"""The ten kernel entry points of SGLang's ``sgl_kernel.kvcacheio``: validate, pick the stream, launch.
+"""The ten kernel entry points of SGLang's ``sgl_kernel.kvcacheio``: thin wrappers over ``kvnumba.prepare``'s path.
 
 Names, argument names, order and defaults are the seed's; ``stream=`` is kvnumba's keyword-only
 addition. Sizes (``item_size``, ``*_layout_dim``) are in bytes. Every buffer is read as raw bytes,
@@ -55,7 +55,9 @@ def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, 
     -------
     >>> kvnumba.transfer_kv_per_layer(k_host, k_gpu, v_host, v_gpu, src_idx, dst_idx, 2048)  # doctest: +SKIP
     """
-    _transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_per_layer.plain_call(
+        (src_k, dst_k, src_v, dst_v), (item_size,), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_per_layer = plain("transfer_kv_per_layer")
@@ -88,7 +90,9 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size, src_layout_dim, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_per_layer_pf_lf.plain_call(
+        (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_per_layer_pf_lf = plain("transfer_kv_per_layer_pf_lf")
@@ -124,7 +128,9 @@ def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size, src_layout_dim, page_size, head_num, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_per_layer_ph_lf.plain_call(
+        (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_per_layer_ph_lf = plain("transfer_kv_per_layer_ph_lf")
@@ -153,7 +159,9 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices, dst_indices, item_size, num_layers, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_all_layer.plain_call(
+        (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_all_layer = plain("transfer_kv_all_layer")
@@ -185,7 +193,9 @@ def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size, dst_layout_dim, num_layers, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_all_layer_lf_pf.plain_call(
+        (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_all_layer_lf_pf = plain("transfer_kv_all_layer_lf_pf")
@@ -219,7 +229,9 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size, dst_layout_dim, num_layers, page_size, head_num, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_all_layer_lf_ph.plain_call(
+        (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_all_layer_lf_ph = plain("transfer_kv_all_layer_lf_ph")
@@ -233,7 +245,9 @@ def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, blo
     Raises ``TypeError``/``ValueError`` for a bad argument; nothing is written.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_per_layer_mla.plain_call(
+        (src, dst), (item_size,), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_per_layer_mla = plain("transfer_kv_per_layer_mla")
@@ -247,7 +261,9 @@ def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id
     ``transfer_kv_per_layer_pf_lf``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_per_layer_mla_pf_lf.plain_call(
+        (src, dst), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_per_layer_mla_pf_lf = plain("transfer_kv_per_layer_mla_pf_lf")
@@ -261,7 +277,9 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
     ``transfer_kv_all_layer``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, item_size, num_layers, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_all_layer_mla.plain_call(
+        (src_layers, dst_layers), (item_size, num_layers), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_all_layer_mla = plain("transfer_kv_all_layer_mla")
@@ -275,7 +293,9 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, i
     ``transfer_kv_all_layer_lf_pf``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, item_size, dst_layout_dim, num_layers, block_quota, num_warps_per_block, stream=stream, check=check)
+    _transfer_kv_all_layer_mla_lf_pf.plain_call(
+        (src_layers, dst), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
+        block_quota, num_warps_per_block, stream, check)
 
 
 _transfer_kv_all_layer_mla_lf_pf = plain("transfer_kv_all_layer_mla_lf_pf")

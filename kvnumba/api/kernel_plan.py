@@ -159,6 +159,7 @@ class KernelPlan:
         src_k, dst_k = infos[names[0]], infos[names[1]]
         src_v, dst_v = (infos[names[2]], infos[names[3]]) if names[2] else (None, None)
         self.windows = {}
+        self.packed = {}  # layer -> (first_layer, src_limit, dst_limit): the parameters a layer changes
         first = self.window_for(0) if not spec.per_layer else None
         template = (0, 0, 0, 0, 0, first.src_limit if first else NO_LIMIT, first.dst_limit if first else NO_LIMIT,
                     src_k.ptr, dst_k.ptr, src_v.ptr if src_v else 0, dst_v.ptr if dst_v else 0, self.num_layers,
@@ -245,6 +246,7 @@ class KernelPlan:
             window = LayerWindow(self, layer_id)
             if len(self.windows) < 4096:
                 self.windows[layer_id] = window
+                self.packed[layer_id] = (window.first_layer, window.src_limit, window.dst_limit)
         return window
 
     def matches_objects(self, objects):
@@ -257,9 +259,11 @@ class KernelPlan:
 
     # --- the per-call path ----------------------------------------------------------------------
 
-    def run(self, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+    def run(self, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_per_block=32, stream=None,
+            check=False):
         """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
         raise if the kernel skipped items). Nothing is written when a check fails."""
+        warps = num_warps_per_block
         if self.flag[0]:
             guard.raise_pending()
         if not self.spec.per_layer:

@@ -26,7 +26,25 @@ class PlanCache:
     @staticmethod
     def key(objects, scalars):
         ids = tuple(tuple(map(id, o)) if type(o) in (list, tuple) else id(o) for o in objects)
-        return ids, scalars, tuple(map(type, scalars))
+        return (*ids, *scalars, *map(type, scalars))
+
+    def lookup(self, objects, scalars):
+        """The cached plan for arrays ``objects`` and int ``scalars`` if it is still valid, else None
+        (the plain kernel entry points' hot path: no lists, exact ints only)."""
+        for value in scalars:
+            if type(value) is not int:
+                return None
+        entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
+        if entry is None:
+            return None
+        refs, plan = entry
+        for ref, obj in zip(refs, objects):
+            if ref() is not obj:
+                return None
+        if not plan.matches_objects(objects):
+            return None
+        self.hits += 1
+        return plan
 
     def get(self, objects, scalars, build):
         try:

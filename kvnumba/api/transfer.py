@@ -15,6 +15,7 @@ from operator import itemgetter
 
 from ..checks import guard, validate
 from .direct_plan import DirectPlan
+from .fast_path import make_fast_call
 from .kernel_plan import KernelPlan
 from .plan_cache import PlanCache
 from .spec import INTERNAL, SPECS
@@ -61,6 +62,24 @@ class Transfer:
             placeholders = (None,) * len(self._free) + self._bound_values
             self._plan = self._build(self._pick_geometry(placeholders), False)
         self._validate_bound_call_arguments()
+        self._use_fast_call()
+
+    def _use_fast_call(self):
+        """A prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape)
+        is called straight through its plan's fast path: one Python frame per call."""
+        spec, plan = self.spec, self._plan
+        if plan is None or spec.kind != "kernel" or self.stream is not None or self.check:
+            return
+        if self._free != tuple(n for n in _KERNEL_CALL if n in spec.params):
+            return
+        fast = plan.fast
+        if spec.per_layer:
+            call = fast
+        else:
+            def call(src_indices, dst_indices, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+                return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
+                            check=check)
+        self.__class__ = type("Transfer", (Transfer,), {"__call__": staticmethod(call), "__module__": __name__})
 
     # --- binding ---------------------------------------------------------------------------------
 
@@ -104,16 +123,21 @@ class Transfer:
     def _build(self, geometry_values, strict):
         geometry = dict(zip(self._geometry, geometry_values))
         if self.spec.kind == "kernel":
-            return KernelPlan(self.spec, geometry, strict)
+            plan = KernelPlan(self.spec, geometry, strict)
+            plan.fast = make_fast_call(plan)
+            return plan
         return DirectPlan(self.spec, geometry, strict)
 
     def _plan_for(self, everything, strict):
-        values = self._pick_geometry(everything)
-        if strict:  # checks on: contents of raw tables are read again, nothing cached
-            plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
-                                                 lambda: self._build(values, False))
-            return self._build(values, True) if getattr(plan, "raw_tables", False) else plan
-        return self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
+        return self._plan_for_geometry(self._pick_geometry(everything), strict)
+
+    def _plan_for_geometry(self, values, strict):
+        """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order)."""
+        plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
+                                             lambda: self._build(values, False))
+        if strict and plan.raw_tables:  # checks on: the contents of raw tables are read again
+            return self._build(values, True)
+        return plan
 
     # --- calling ---------------------------------------------------------------------------------
 
@@ -140,9 +164,19 @@ class Transfer:
             else:
                 src_indices, dst_indices, block_quota, warps = call
                 layer_id = None
-            plan.run(src_indices, dst_indices, layer_id, block_quota, warps, stream, strict)
+            plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=strict)
         else:
             plan.run(call[0], call[1], stream, strict)
+
+    def plain_call(self, objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+        """A plain kernel entry point's call (nothing bound): ``objects`` are its buffers and tables,
+        ``scalars`` its sizes, in argument order. The plan comes from the cache when the same objects
+        come back unchanged (``PlanCache.lookup``), else it is built (and every argument checked)."""
+        strict = check or guard.ALWAYS_CHECK
+        plan = self._cache.lookup(objects, scalars)
+        if plan is None or (strict and plan.raw_tables):
+            plan = self._plan_for_geometry(objects + scalars, strict)
+        return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=strict)
 
     @property
     def __signature__(self):

@@ -35,6 +35,7 @@ class ParamBlocks(threading.local):
         self.pointers = (ctypes.c_void_p * count)(*[base + 8 * i for i in range(count)])
         self.address = ctypes.addressof(self.pointers)  # the void** cuLaunchKernel takes
         self.view = memoryview(self.values).cast("B")  # for struct.pack_into
+        self.pair = (self.view, self.address)  # both in one thread-local read
 
 
 class Kernel:

@@ -1,0 +1,67 @@
+"""The hot path of a kernel transfer: torch index tensors on the plan's GPU, nothing unusual.
+
+SGLang calls a per-layer load once per layer of every forward pass, with torch tensors; each call's
+host time is on the scheduler's critical path. ``make_fast_call(plan)`` returns a function that does
+what ``KernelPlan.run`` does for that common case in as few Python operations as it can: a handful
+of attribute reads per index tensor, one ``struct.pack_into``, one ``cuLaunchKernel``. Anything it
+does not recognise (another array type, host indices, a pending error flag, ``check=True``, an
+index array overlapping a destination, zero items) goes to ``plan.run``, which checks everything
+and gives the errors; so both paths accept and refuse exactly the same calls.
+"""
+import sys
+
+from ..checks import guard
+from ..driver.target import SIMULATOR
+from ..kernels.jit import WARP_SIZE
+from .kernel_plan import _MAX_QUOTA, _MAX_WARPS, _PACK_LAYER
+
+
+def make_fast_call(plan):
+    """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
+    check=False)`` for ``plan`` (``layer_id`` is ignored by all-layer plans)."""
+    run = plan.run
+    torch = sys.modules.get("torch")
+    if SIMULATOR or guard.ALWAYS_CHECK or torch is None:
+        def checked(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
+                    check=False):
+            return run(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
+
+        checked.__name__ = checked.__qualname__ = plan.spec.name
+        return checked
+    tensor, int64, one = torch.Tensor, torch.int64, (1,)
+    current_stream = torch._C._cuda_getCurrentRawStream
+    flag, packed, per_layer = plan.flag, plan.packed, plan.spec.per_layer
+    device, low, high = plan.device, plan.dst_low, plan.dst_high
+    kernel = plan.kernel
+    blocks, launch = kernel.blocks, kernel.launch
+
+    def call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+        warps = num_warps_per_block
+        if (flag[0] or check or type(src_indices) is not tensor or type(dst_indices) is not tensor
+                or type(block_quota) is not int or type(warps) is not int):
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+        window = packed.get(layer_id if per_layer else 0) if type(layer_id) is int or not per_layer else None
+        src, dst = src_indices.data_ptr(), dst_indices.data_ptr()
+        count = src_indices.numel()
+        if (window is None or not (0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS)
+                or src_indices.dtype is not int64 or dst_indices.dtype is not int64
+                or src_indices.stride() != one or dst_indices.stride() != one
+                or src_indices.get_device() != device or dst_indices.get_device() != device
+                or (src | dst) & 7 or count != dst_indices.numel() or not count
+                or (src < high and src + 8 * count > low) or (dst < high and dst + 8 * count > low)):
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+        items_per_warp = -(-count // (block_quota * warps))
+        grid = -(-count // (items_per_warp * warps))
+        if stream is None:
+            handle = current_stream(device)
+        elif type(stream) is int:
+            handle = stream
+        else:
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+        view, address = blocks.pair
+        _PACK_LAYER(view, 0, src, dst, count, items_per_warp, *window)
+        launch(grid, warps * WARP_SIZE, handle, address)
+        return handle
+
+    call.__name__ = call.__qualname__ = plan.spec.name  # Python's own argument errors name the entry point
+    return call
