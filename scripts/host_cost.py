@@ -68,10 +68,42 @@ def cases(torch, tokens=64, layers=32, pool=32768):
     }
 
 
+def batch_routes(torch, reference, tokens=8192, layers=32, page=64, item=2048):
+    """Host us per call of the page-first-direct entry points through each batch route, on a side
+    stream (the legacy default stream never batches), against the seed's. Indices in host memory, so
+    the host time is the submission's own (device indices would wait for the previous copies)."""
+    from kvnumba.driver import batch_copy
+
+    lf = [torch.zeros((4 * tokens, item), dtype=torch.uint8, device="cuda") for _ in range(2 * layers)]
+    pf = [torch.zeros((4 * tokens // page, layers, page, item), dtype=torch.uint8).pin_memory() for _ in range(2)]
+    pages = torch.randperm(4 * tokens // page)[: tokens // page]
+    idx = (pages[:, None] * page + torch.arange(page)).reshape(-1)  # host indices: no wait for the GPU
+    side = torch.cuda.Stream()
+    cases = {"all_layer_direct_lf_pf": ("transfer_kv_all_layer_direct_lf_pf", (lf, pf, idx, idx, page)),
+             "per_layer_direct_pf_lf": ("transfer_kv_per_layer_direct_pf_lf",
+                                        (pf, [lf[3], lf[layers + 3]], idx, idx, 3, page))}
+    print(f"{'batch route host us':34}{'cudart':>10}{'bindings':>10}{'page':>10}{'seed':>10}   copies")
+    for label, (op, call_args) in cases.items():
+        row = []
+        for route in ("cudart", "bindings", "page"):
+            batch_copy.set_runtime(batch_copy.make_runtime(route))
+            fn = getattr(kv, op)
+            with torch.cuda.stream(side):
+                row.append(per_call(torch, lambda: fn(*call_args), calls=3, groups=5))
+        batch_copy.set_runtime(None)
+        if reference is not None:
+            ref = getattr(reference, op)
+            with torch.cuda.stream(side):
+                row.append(per_call(torch, lambda: ref(*call_args), calls=3, groups=5))
+        copies = (tokens // page) * 2 * (layers if op.startswith("transfer_kv_all") else 1)
+        print(f"{label:34}" + "".join(f"{v:10.1f}" for v in row) + f"   {copies}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", help="module name or path of a .so with the seed's entry points")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--routes", action="store_true", help="host time of each batch-copy route too")
     args = parser.parse_args(argv)
     import torch
 
@@ -115,6 +147,8 @@ def main(argv=None):
                 torch.cuda.synchronize()
                 print(f"--- cProfile, 3000 {name} calls of {label} (own time) ---")
                 pstats.Stats(profile).sort_stats("tottime").print_stats(12)
+    if args.routes:
+        batch_routes(torch, reference)
     columns = ["launch", "prepared", "plain", "miss", "seed"]
     print(f"{'host us per call':34}" + "".join(f"{c:>10}" for c in columns))
     for row in rows:

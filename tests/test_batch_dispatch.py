@@ -259,3 +259,16 @@ def test_default_runtime_matches_target():
         assert isinstance(runtime, batch_copy.SimulatorRuntime) and not batch_copy.batch_copy_available(STREAM)
     else:
         assert runtime.binding_major in (12, 13)
+
+
+def test_route_setting_is_checked(monkeypatch):
+    from kvnumba import config
+
+    with pytest.raises(ValueError, match=r"batch copy route must be one of auto, cudart, bindings, page, got 'fast'"):
+        batch_copy.make_runtime("fast")
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", "Fast")
+    with pytest.raises(ValueError, match=r"KVNUMBA_BATCH_COPY must be one of auto, cudart, bindings, page, got 'fast'"):
+        config.batch_copy_route()
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", " bindings ")
+    assert config.batch_copy_route() == "bindings"
+

@@ -12,7 +12,7 @@ synchronous device-to-host copy for device indices). Address arithmetic is vecto
 """
 import numpy as np
 
-from ..arrays import HOST, fingerprint_function
+from ..arrays import HOST
 from ..checks import bounds, guard, validate
 from ..driver.batch_copy import copy_many, log, runtime
 from ..driver.devices import current_device, on_device
@@ -35,17 +35,6 @@ class DirectPlan:
         self.device = _one_device(self.src_name, src, self.dst_name, dst)
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
-        # What a cache re-checks before reusing this plan; the plan keeps no reference to the arrays.
-        lists = [[info.obj for info in src], [info.obj for info in dst]]
-        self.fingerprints = tuple(tuple(fingerprint_function(x) for x in lst) for lst in lists)
-        self.expected = tuple(tuple(fn(x) for fn, x in zip(fns, lst)) for fns, lst in zip(self.fingerprints, lists))
-
-    def matches_objects(self, objects):
-        for fns, expected, lst in zip(self.fingerprints, self.expected, objects):
-            for fn, value, x in zip(fns, expected, lst):
-                if fn(x) != value:
-                    return False
-        return True
 
     # --- transfer_kv_direct ----------------------------------------------------------------------
 

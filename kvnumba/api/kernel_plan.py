@@ -13,7 +13,7 @@ import sys
 
 import numpy as np
 
-from ..arrays import HOST, array_info, fingerprint_function
+from ..arrays import HOST, array_info
 from ..checks import bounds, guard, pinned, validate
 from ..checks.overlap import check_disjoint, hull
 from ..checks.tables import table_layers
@@ -169,9 +169,6 @@ class KernelPlan:
         self.kernel = BoundKernel(kernel, self.device, template)
         self.names = names
 
-        # What a cache re-checks before reusing this plan for the same objects (in argument order).
-        self.fingerprints = tuple(fingerprint_function(infos[name].obj) for name in names if name)
-        self.expected = tuple(fn(infos[name].obj) for fn, name in zip(self.fingerprints, [n for n in names if n]))
 
     # --- building ------------------------------------------------------------------------------
 
@@ -248,14 +245,6 @@ class KernelPlan:
                 self.windows[layer_id] = window
                 self.packed[layer_id] = (window.first_layer, window.src_limit, window.dst_limit)
         return window
-
-    def matches_objects(self, objects):
-        """True if ``objects`` (the buffers this plan was built from, in argument order) still have
-        the fingerprints they had then."""
-        for fn, expected, obj in zip(self.fingerprints, self.expected, objects):
-            if fn(obj) != expected:
-                return False
-        return True
 
     # --- the per-call path ----------------------------------------------------------------------
 

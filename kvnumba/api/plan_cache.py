@@ -7,8 +7,15 @@ only if what can change in place cheaply (a torch tensor's data pointer and shap
 shape and dtype; ``kvnumba.arrays.fingerprint_function``) is as it was. Scalars are part of the key,
 with their types (``True`` is not ``1`` here).
 """
+import operator
+import sys
 import threading
 import weakref
+
+from ..arrays import fingerprint_function
+
+_call = getattr(operator, "call", lambda ref: ref())  # operator.call is Python 3.11+
+_is = operator.is_
 
 MAX_ENTRIES = 1024
 
@@ -37,14 +44,12 @@ class PlanCache:
         entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
         if entry is None:
             return None
-        refs, plan = entry
-        for ref, obj in zip(refs, objects):
-            if ref() is not obj:
-                return None
-        if not plan.matches_objects(objects):
-            return None
-        self.hits += 1
-        return plan
+        refs, plan, fingerprints, expected = entry
+        # Every object the very one the plan was built from, and unchanged (C-level loops: map).
+        if all(map(_is, map(_call, refs), objects)) and fingerprints(objects) == expected:
+            self.hits += 1
+            return plan
+        return None
 
     def get(self, objects, scalars, build):
         try:
@@ -53,19 +58,20 @@ class PlanCache:
         except TypeError:  # an unhashable scalar: let validation say what is wrong with it
             return build()
         if entry is not None:
-            refs, plan = entry
-            if all(_same(ref, obj) for ref, obj in zip(refs, objects)) and plan.matches_objects(objects):
+            refs, plan, fingerprints, expected = entry
+            if all(_same(ref, obj) for ref, obj in zip(refs, objects)) and fingerprints(objects) == expected:
                 self.hits += 1
                 return plan
         self.misses += 1
         plan = build()
         refs = _refs(objects)
         if refs is not None:
+            fingerprints = _fingerprints(objects)
             with self._lock:
                 if len(self.entries) >= self.max_entries:
                     for old in list(self.entries)[: self.max_entries // 4]:
                         del self.entries[old]
-                self.entries[key] = (refs, plan)
+                self.entries[key] = (refs, plan, fingerprints, fingerprints(objects))
         return plan
 
     def clear(self):
@@ -86,3 +92,20 @@ def _refs(objects):
                      for o in objects)
     except TypeError:
         return None
+
+
+def _fingerprints(objects):
+    """One function giving the fingerprints of all ``objects`` (``kvnumba.arrays``) as one tuple:
+    for torch tensors, data pointers and sizes read in C loops; lists element by element."""
+    torch = sys.modules.get("torch")
+    if torch is not None and all(type(o) is torch.Tensor for o in objects):
+        data_ptr, nbytes = torch.Tensor.data_ptr, operator.attrgetter("nbytes")
+        return lambda objs: (*map(data_ptr, objs), *map(nbytes, objs))
+    functions = [[fingerprint_function(x) for x in o] if type(o) in (list, tuple) else fingerprint_function(o)
+                 for o in objects]
+
+    def fingerprints(objs):
+        return tuple(tuple(f(x) for f, x in zip(fn, o)) if type(fn) is list else fn(o)
+                     for fn, o in zip(functions, objs))
+
+    return fingerprints
