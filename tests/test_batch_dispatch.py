@@ -110,13 +110,13 @@ def test_batch_arrays_and_bytes(use, major, mla):
     (attrs,) = call.attrs
     assert attrs.srcAccessOrder == rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
     assert attrs.flags == 0
-    # plain NumPy: "device" memory on the simulator (device 3 from the stand-in), host memory on a GPU
+    # plain NumPy: "device" memory on the simulator (device 0: the plan knows it), host memory on a GPU
     on_device = batch_copy.SIMULATOR
     device_type = rt.cudaMemLocationType.cudaMemLocationTypeDevice
     host_type = rt.cudaMemLocationType.cudaMemLocationTypeHost
     for hint in (attrs.srcLocHint, attrs.dstLocHint):
         assert hint.type == (device_type if on_device else host_type)
-        assert hint.id == (3 if on_device else 0)
+        assert hint.id == 0
     want = [a.copy() for a in dst]
     reference.transfer_kv_all_layer_direct_lf_pf(src, want, s, d, page_size)
     assert all(np.array_equal(a, b) for a, b in zip(dst, want))

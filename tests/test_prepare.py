@@ -202,9 +202,9 @@ def test_plain_calls_reuse_their_plan_and_notice_changes():
     dst = device(np.zeros((16, 8), np.uint8))
     idx = device(np.array([1, 2], np.int64))
     kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8, 1, 1)
-    hits, misses = cache.hits, cache.misses
+    misses = cache.misses
     kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8, 1, 1)
-    assert (cache.hits, cache.misses) == (hits + 1, misses)
+    assert cache.misses == misses  # a hit
     kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 16, 1, 1)  # another item_size: another plan
     assert cache.misses == misses + 1
     if isinstance(dst, np.ndarray):  # reshaped in place: same object, new fingerprint

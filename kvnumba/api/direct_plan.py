@@ -114,8 +114,13 @@ class DirectPlan:
         kinds = len(pf)  # K and V, or MLA's one
         self.lf_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers)
         self.pf_base = np.array([info.ptr for info in pf], dtype=np.int64)
-        self.layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
-        self.lf_device_ptr, self.pf_device_ptr = _device_ptr(lf[0]), _device_ptr(pf[0])
+        layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
+        # What a page's addresses add to its token (or page) offset, shaped (1, layer, K/V).
+        self.lf_layer_base = self.lf_base.T[None, :, :]
+        self.pf_layer_base = self.pf_base[None, None, :] + (layers * layer_bytes)[None, :, None]
+        self.page_bytes = layers_total * layer_bytes
+        self.sizes = {}  # copies per call -> the sizes array (every copy is one page of one layer)
+        self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
         self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
         return (lf, pf) if self.lf_to_pf else (pf, lf)
 
@@ -131,16 +136,16 @@ class DirectPlan:
                              f"the {self.pages_total} pages of {self.pf_name}", positions=first)
         pages = pages_raw // page_size
         # Addresses shaped (page, layer, K/V): the seed's order, pages outer.
-        lf_addr = self.lf_base.T[None, :, :] + (tokens * row)[:, None, None]
-        pf_addr = (self.pf_base[None, None, :] + (pages * self.layers_total * self.layer_bytes)[:, None, None]
-                   + (self.layers * self.layer_bytes)[None, :, None])
-        lf_addr, pf_addr = lf_addr.ravel(), pf_addr.ravel()
-        sizes = np.full(lf_addr.size, page_size * row, dtype=np.int64)
+        lf_addr = (self.lf_layer_base + (tokens * row)[:, None, None]).ravel()
+        pf_addr = (self.pf_layer_base + (pages * self.page_bytes)[:, None, None]).ravel()
+        sizes = self.sizes.get(lf_addr.size)
+        if sizes is None:
+            sizes = self.sizes[lf_addr.size] = np.full(lf_addr.size, page_size * row, dtype=np.int64)
         if self.lf_to_pf:
-            srcs, dsts, src_ptr, dst_ptr = lf_addr, pf_addr, self.lf_device_ptr, self.pf_device_ptr
+            srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
         else:
-            srcs, dsts, src_ptr, dst_ptr = pf_addr, lf_addr, self.pf_device_ptr, self.lf_device_ptr
-        copy_many(dsts, srcs, sizes, handle, src_device_ptr=src_ptr, dst_device_ptr=dst_ptr)
+            srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
+        copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
 
     # --- the per-call path -------------------------------------------------------------------------
 
@@ -211,5 +216,6 @@ def _one_device(src_name, src, dst_name, dst):
     return 0 if SIMULATOR else current_device()
 
 
-def _device_ptr(info):
-    return info.ptr if info.on_device else None
+def _device(info):
+    """The batch call's location hint for one side: its device ordinal, or None for host memory."""
+    return None if info.device == HOST else info.device

@@ -13,7 +13,7 @@ Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L l
 - page-head ``ph``: one buffer ``[T / page_size, head_num, page_size, L, item / head_num]``, copied head
   by head (``layout_dim = L * item_size``).
 """
-from .transfer import plain
+from .transfer import plain_caller
 
 
 def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size, block_quota=2,
@@ -55,12 +55,12 @@ def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, 
     -------
     >>> kvnumba.transfer_kv_per_layer(k_host, k_gpu, v_host, v_gpu, src_idx, dst_idx, 2048)  # doctest: +SKIP
     """
-    _transfer_kv_per_layer.plain_call(
+    _transfer_kv_per_layer(
         (src_k, dst_k, src_v, dst_v), (item_size,), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer = plain("transfer_kv_per_layer")
+_transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
 
 
 def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
@@ -90,12 +90,12 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_per_layer_pf_lf.plain_call(
+    _transfer_kv_per_layer_pf_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer_pf_lf = plain("transfer_kv_per_layer_pf_lf")
+_transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
 
 
 def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
@@ -128,12 +128,12 @@ def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_per_layer_ph_lf.plain_call(
+    _transfer_kv_per_layer_ph_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer_ph_lf = plain("transfer_kv_per_layer_ph_lf")
+_transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
 
 
 def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices, dst_indices,
@@ -159,12 +159,12 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer.plain_call(
+    _transfer_kv_all_layer(
         (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer = plain("transfer_kv_all_layer")
+_transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
 
 
 def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
@@ -193,12 +193,12 @@ def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer_lf_pf.plain_call(
+    _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer_lf_pf = plain("transfer_kv_all_layer_lf_pf")
+_transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
 
 
 def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
@@ -229,12 +229,12 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
     TypeError, ValueError
         For a bad argument; nothing is written.
     """
-    _transfer_kv_all_layer_lf_ph.plain_call(
+    _transfer_kv_all_layer_lf_ph(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer_lf_ph = plain("transfer_kv_all_layer_lf_ph")
+_transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
 
 
 def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, block_quota=2, num_warps_per_block=32,
@@ -245,12 +245,12 @@ def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, blo
     Raises ``TypeError``/``ValueError`` for a bad argument; nothing is written.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_per_layer_mla.plain_call(
+    _transfer_kv_per_layer_mla(
         (src, dst), (item_size,), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer_mla = plain("transfer_kv_per_layer_mla")
+_transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
 
 
 def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim,
@@ -261,12 +261,12 @@ def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id
     ``transfer_kv_per_layer_pf_lf``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_per_layer_mla_pf_lf.plain_call(
+    _transfer_kv_per_layer_mla_pf_lf(
         (src, dst), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer_mla_pf_lf = plain("transfer_kv_per_layer_mla_pf_lf")
+_transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
 
 
 def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, item_size, num_layers,
@@ -277,12 +277,12 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
     ``transfer_kv_all_layer``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_all_layer_mla.plain_call(
+    _transfer_kv_all_layer_mla(
         (src_layers, dst_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer_mla = plain("transfer_kv_all_layer_mla")
+_transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 
 
 def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, item_size, dst_layout_dim,
@@ -293,9 +293,9 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, i
     ``transfer_kv_all_layer_lf_pf``. Raises ``TypeError``/``ValueError``; nothing is written then.
     ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
     """
-    _transfer_kv_all_layer_mla_lf_pf.plain_call(
+    _transfer_kv_all_layer_mla_lf_pf(
         (src_layers, dst), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer_mla_lf_pf = plain("transfer_kv_all_layer_mla_lf_pf")
+_transfer_kv_all_layer_mla_lf_pf = plain_caller("transfer_kv_all_layer_mla_lf_pf")

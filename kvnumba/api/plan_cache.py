@@ -27,7 +27,7 @@ class PlanCache:
     def __init__(self, max_entries=MAX_ENTRIES):
         self.max_entries = max_entries
         self.entries = {}
-        self.hits = self.misses = 0
+        self.misses = 0
         self._lock = threading.Lock()
 
     @staticmethod
@@ -36,19 +36,13 @@ class PlanCache:
         return (*ids, *scalars, *map(type, scalars))
 
     def lookup(self, objects, scalars):
-        """The cached plan for arrays ``objects`` and int ``scalars`` if it is still valid, else None
-        (the plain kernel entry points' hot path: no lists, exact ints only)."""
-        for value in scalars:
-            if type(value) is not int:
-                return None
-        entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
-        if entry is None:
+        """The cached plan for arrays ``objects`` and exact-int ``scalars`` if it is still valid,
+        else None. (The plain entry points inline this: ``kvnumba.api.transfer.plain_caller``.)"""
+        if any(type(value) is not int for value in scalars):
             return None
-        refs, plan, fingerprints, expected = entry
-        # Every object the very one the plan was built from, and unchanged (C-level loops: map).
-        if all(map(_is, map(_call, refs), objects)) and fingerprints(objects) == expected:
-            self.hits += 1
-            return plan
+        entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
+        if entry is not None and valid(entry, objects):
+            return entry[1]
         return None
 
     def get(self, objects, scalars, build):
@@ -60,7 +54,6 @@ class PlanCache:
         if entry is not None:
             refs, plan, fingerprints, expected = entry
             if all(_same(ref, obj) for ref, obj in zip(refs, objects)) and fingerprints(objects) == expected:
-                self.hits += 1
                 return plan
         self.misses += 1
         plan = build()
@@ -77,6 +70,12 @@ class PlanCache:
     def clear(self):
         with self._lock:
             self.entries.clear()
+
+
+def valid(entry, objects):
+    """Every object the very one the entry's plan was built from, and unchanged (C-level loops)."""
+    refs, _, fingerprints, expected = entry
+    return all(map(_is, map(_call, refs), objects)) and fingerprints(objects) == expected
 
 
 def _same(ref, obj):

@@ -17,7 +17,7 @@ from ..checks import guard, validate
 from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
 from .kernel_plan import KernelPlan
-from .plan_cache import PlanCache
+from .plan_cache import PlanCache, valid
 from .spec import INTERNAL, SPECS
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
@@ -168,14 +168,10 @@ class Transfer:
         else:
             plan.run(call[0], call[1], stream, strict)
 
-    def plain_call(self, objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
-        """A plain kernel entry point's call (nothing bound): ``objects`` are its buffers and tables,
-        ``scalars`` its sizes, in argument order. The plan comes from the cache when the same objects
-        come back unchanged (``PlanCache.lookup``), else it is built (and every argument checked)."""
+    def plain_miss(self, objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+        """A plain call whose plan is not cached (or with checks on): found or built, then run."""
         strict = check or guard.ALWAYS_CHECK
-        plan = self._cache.lookup(objects, scalars)
-        if plan is None or (strict and plan.raw_tables):
-            plan = self._plan_for_geometry(objects + scalars, strict)
+        plan = self._plan_for_geometry(objects + scalars, strict)
         return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=strict)
 
     @property
@@ -259,6 +255,30 @@ def prepare(entry_point, /, **bound):
     if not isinstance(check, bool):
         raise TypeError(f"check must be True or False, got {type(check).__name__}")
     return Transfer(spec, bound, stream, check)
+
+
+def plain_caller(name):
+    """The per-call function of plain kernel entry point ``name``:
+    ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
+    ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
+    the cache when the same objects come back unchanged (``PlanCache``; the lookup is inlined here:
+    it runs on every call), else it is built and every argument checked."""
+    transfer = plain(name)
+    entries, miss = transfer._cache.entries, transfer.plain_miss
+
+    def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+        entry = None
+        if not check and not guard.ALWAYS_CHECK:
+            for value in scalars:
+                if type(value) is not int:
+                    break
+            else:
+                entry = entries.get((*map(id, objects), *scalars, *map(type, scalars)))
+        if entry is not None and valid(entry, objects):
+            return entry[1].fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check)
+        return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+
+    return call
 
 
 _PLAIN = {}

@@ -123,13 +123,21 @@ class CudartBatch:
         self.host = int(rt.cudaMemLocationType.cudaMemLocationTypeHost)
         self.device = int(rt.cudaMemLocationType.cudaMemLocationTypeDevice)
         self.attrs_index = (ctypes.c_size_t * 1)(0)
+        self._attrs = {}  # (src device, dst device) -> the one cudaMemcpyAttributes every copy shares
+
+    def attributes(self, src_device, dst_device):
+        attrs = self._attrs.get((src_device, dst_device))
+        if attrs is None:
+            attrs = _MemcpyAttributes(self.access_order)
+            for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
+                hint.type, hint.id = (self.host, 0) if device is None else (self.device, device)
+            self._attrs[(src_device, dst_device)] = attrs
+        return attrs
 
     def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream):
         """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length."""
         dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
-        attrs = _MemcpyAttributes(self.access_order)
-        for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
-            hint.type, hint.id = (self.host, 0) if device is None else (self.device, device)
+        attrs = self.attributes(src_device, dst_device)
         head = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data, len(dsts), ctypes.byref(attrs),
                 self.attrs_index, 1)
         if self.has_fail_index:
@@ -269,7 +277,8 @@ def batch_copy_available(stream=None):
     return stream is None or int(stream) not in LEGACY_STREAMS
 
 
-def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None):
+def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None, src_device=None,
+              dst_device=None):
     """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` for every i, on ``stream``.
 
     Parameters
@@ -281,6 +290,9 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     src_device_ptr, dst_device_ptr : int or None
         A device pointer on the source / destination side (its device becomes the location hint),
         or None for host memory.
+    src_device, dst_device : int or None
+        The device ordinal of each side when the caller knows it (a prepared plan does): saves the
+        driver query of ``*_device_ptr``.
 
     Returns
     -------
@@ -299,8 +311,10 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     rt = runtime()
     dst_list = src_list = size_list = None
     if batch_copy_available(stream):
-        src_device = None if src_device_ptr is None else rt.device_of(src_device_ptr)
-        dst_device = None if dst_device_ptr is None else rt.device_of(dst_device_ptr)
+        if src_device is None and src_device_ptr is not None:
+            src_device = rt.device_of(src_device_ptr)
+        if dst_device is None and dst_device_ptr is not None:
+            dst_device = rt.device_of(dst_device_ptr)
         cudart = getattr(rt, "cudart", None)
         if cudart is not None:
             result = cudart(dsts, srcs, sizes, src_device, dst_device, stream)
