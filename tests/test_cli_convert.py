@@ -1,5 +1,6 @@
 """``kvnumba convert`` on real files, ``kvnumba info``: pure logic, no CUDA needed."""
 import os
+import re
 import sys
 import types
 
@@ -53,6 +54,22 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     # one page of one layer is 8 tokens x 2 heads x 8 x 2 B = 256 B: each chunk is one such block
     assert seen == [256] * (4 * 4)
     np.testing.assert_array_equal(np.load(tmp_path / "ph.npy"), kvnumba.convert(lf, "lf", "ph", 8))
+
+
+@pytest.mark.parametrize("value,want", [(None, 64 << 20), ("", 64 << 20), ("4096", 4096), (" 1 ", 1)])
+def test_chunk_bytes_from_the_environment(monkeypatch, value, want):
+    if value is None:
+        monkeypatch.delenv(convert_files.CHUNK_ENV, raising=False)
+    else:
+        monkeypatch.setenv(convert_files.CHUNK_ENV, value)
+    assert convert_files.default_chunk_bytes() == want
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "64M"])
+def test_bad_chunk_bytes_in_the_environment_names_the_variable(monkeypatch, value):
+    monkeypatch.setenv(convert_files.CHUNK_ENV, value)
+    with pytest.raises(ValueError, match=rf"^KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '{re.escape(value)}'$"):
+        convert_files.default_chunk_bytes()
 
 
 def test_chunks_cover_pages_then_layers():

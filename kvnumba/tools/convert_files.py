@@ -20,6 +20,7 @@ import zipfile
 
 import numpy as np
 
+from ..config import env_int
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -27,9 +28,9 @@ CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
 
 
 def default_chunk_bytes():
-    """``$KVNUMBA_CHUNK_BYTES`` if set (for tests and small machines), else 64 MiB."""
-    value = os.environ.get(CHUNK_ENV)
-    return int(value) if value else DEFAULT_CHUNK_BYTES
+    """``$KVNUMBA_CHUNK_BYTES`` if set (for tests and small machines), else 64 MiB; ``ValueError`` naming
+    the variable if it is not an integer >= 1."""
+    return env_int(CHUNK_ENV, DEFAULT_CHUNK_BYTES, minimum=1)
 
 
 def _size(nbytes):
