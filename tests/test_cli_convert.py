@@ -200,3 +200,159 @@ def test_console_entry_point_runs_convert(tmp_path):
                           text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), _cache().swapaxes(0, 1))
+
+
+# --- Bad inputs: one line on stderr, a non-zero exit, nothing written -----------------------------------
+
+def _npz_bytes(**arrays):
+    import io
+
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def _npy_bytes(array):
+    import io
+
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=True)
+    return buffer.getvalue()
+
+
+def _header_only(shape, dtype="<u2", data=b"\0" * 64):
+    """A .npy whose header claims ``shape`` but holds only ``data``."""
+    import io
+
+    buffer = io.BytesIO()
+    np.lib.format.write_array_header_1_0(buffer, {"descr": dtype, "fortran_order": False, "shape": shape})
+    return buffer.getvalue() + data
+
+
+def _npz_with_text_member():
+    import io
+    import zipfile
+
+    buffer = io.BytesIO(_npz_bytes(k=_cache()))
+    with zipfile.ZipFile(buffer, "a") as archive:
+        archive.writestr("notes.txt", "not an array")
+    return buffer.getvalue()
+
+
+def _npz_with_member(name, data):
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
+
+
+TERABYTES = (1 << 20, 1 << 20, 8, 128)
+
+# id, input name, input bytes, extra args, environment, message (regex on the last line of stderr; <IN> is the
+# input's path), exit code
+BAD_INPUTS = [
+    ("empty", "in.npy", b"", [], {}, r"<IN>: the file is empty \(0 bytes\), not a \.npy file", 1),
+    ("npz-named-npy", "in.npy", _npz_bytes(k=_cache()), [], {},
+     r"<IN>: named \.npy but its content is a \.npz \(zip\) archive; rename it to \.npz", 1),
+    ("npy-named-npz", "in.npz", _npy_bytes(_cache()), [], {},
+     r"<IN>: named \.npz but its content is a \.npy file; rename it to \.npy", 1),
+    ("not-npy", "in.npy", b"hello, world", [], {},
+     r"<IN>: not a \.npy file: it starts with b'hello,', expected b'\\x93NUMPY'", 1),
+    ("damaged-zip", "in.npz", b"PK\x03\x04 and then nothing", [], {},
+     r"<IN>: not a readable \.npz \(zip\) archive", 1),
+    ("npz-text-member", "in.npz", _npz_with_text_member(), [], {},
+     r"<IN>: member 'notes\.txt' is not a \.npy array; a \.npz archive to convert must hold arrays only", 1),
+    ("npz-member-not-npy", "in.npz", _npz_with_member("k.npy", b"just text"), [], {},
+     r"<IN>\[k\]: not a readable \.npy array: .*magic", 1),
+    ("header-claims-terabytes", "in.npy", _header_only(TERABYTES), [], {},
+     r"<IN>: truncated or corrupt: its header claims shape \(1048576, 1048576, 8, 128\) of uint16 "
+     r"\(2,251,799,813,685,248 B = 2251\.8 TB\), but the file holds 64 B after the header", 1),
+    ("npz-member-claims-terabytes", "in.npz", _npz_with_member("k.npy", _header_only(TERABYTES)), [], {},
+     r"<IN>\[k\]: truncated or corrupt: its header claims shape \(1048576, 1048576, 8, 128\)", 1),
+    ("truncated", "in.npy", _npy_bytes(_cache())[:-10], [], {},
+     r"<IN>: truncated or corrupt: its header claims shape \(3, 16, 2, 8\) of uint16 \(1,536 B = 1\.5 KB\), "
+     r"but the file holds 1,526 B = 1\.5 KB after the header", 1),
+    ("object-array", "in.npy", _npy_bytes(np.empty((2, 4, 1), object)), [], {},
+     r"<IN>: object arrays cannot be converted \(dtype object\)", 1),
+    ("chunk-env-text", "in.npy", _npy_bytes(_cache()), [], {"KVNUMBA_CHUNK_BYTES": "abc"},
+     r"KVNUMBA_CHUNK_BYTES must be an integer >= 1, got 'abc'", 1),
+    ("chunk-env-zero", "in.npy", _npy_bytes(_cache()), [], {"KVNUMBA_CHUNK_BYTES": "0"},
+     r"KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '0'", 1),
+    ("chunk-env-negative", "in.npy", _npy_bytes(_cache()), [], {"KVNUMBA_CHUNK_BYTES": "-5"},
+     r"KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '-5'", 1),
+    ("chunk-option-zero", "in.npy", _npy_bytes(_cache()), ["--chunk-bytes", "0"], {},
+     r"argument --chunk-bytes: expected a positive integer, got 0", 2),
+    ("page-size-zero", "in.npy", _npy_bytes(_cache()), ["--page-size", "0"], {},
+     r"argument --page-size: expected a positive integer, got 0", 2),
+    ("page-size-text", "in.npy", _npy_bytes(_cache()), ["--page-size", "four"], {},
+     r"argument --page-size: expected a positive integer, got 'four'", 2),
+]
+
+
+def _run(argv, capsys):
+    """``kvnumba`` in this process: exit code and the stderr lines (argparse exits, the rest returns)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    return code, capsys.readouterr().err.splitlines()
+
+
+@pytest.mark.parametrize("name,data,extra,env,message,code", [row[1:] for row in BAD_INPUTS],
+                         ids=[row[0] for row in BAD_INPUTS])
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, capsys, monkeypatch, name, data, extra, env, message,
+                                                 code):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    out_name = f"out{os.path.splitext(name)[1]}"
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / out_name).write_bytes(b"old")
+    got, err = _run(["convert", str(tmp_path / name), str(tmp_path / out_name), "--from", "lf", "--to", "pf",
+                     "--quiet", *extra], capsys)
+    assert got == code
+    assert not any("Traceback" in line for line in err)
+    if code == 1:  # our own errors are exactly one line; argparse's come after its usage lines
+        assert len(err) == 1, err
+    message = message.replace("<IN>", re.escape(str(tmp_path / name)))
+    assert re.fullmatch(f"kvnumba convert: error: {message}.*", err[-1]), err[-1]
+    assert (tmp_path / name).read_bytes() == data
+    assert (tmp_path / out_name).read_bytes() == b"old"
+    assert _files(tmp_path) == sorted([name, out_name])
+
+
+@pytest.mark.parametrize("problem,message", [
+    ("missing input", r"kvnumba convert: error: .*in\.npy: No such file or directory"),
+    ("missing folder", r"kvnumba convert: error: output '.*out\.npy': folder '.*nowhere' does not exist"),
+    ("output is a folder", r"kvnumba convert: error: output '.*out\.npy' is a folder, expected a file name"),
+])
+def test_bad_paths_are_one_line(tmp_path, capsys, problem, message):
+    out = tmp_path / ("nowhere/out.npy" if problem == "missing folder" else "out.npy")
+    if problem != "missing input":
+        np.save(tmp_path / "in.npy", _cache())
+    if problem == "output is a folder":
+        out.mkdir()
+    before = _files(tmp_path)
+    code, err = _run(["convert", str(tmp_path / "in.npy"), str(out), "--from", "lf", "--to", "pf", "-q"], capsys)
+    assert code == 1 and len(err) == 1 and re.fullmatch(message, err[0]), err
+    assert _files(tmp_path) == before
+
+
+@pytest.mark.parametrize("shape,dst", [((0, 8, 2, 8), "pf"), ((0, 8, 2, 8), "ph"), ((3, 0, 2, 8), "pfd"),
+                                       ((0, 0, 2, 8), "ph")], ids=["no-layers-pf", "no-layers-ph", "no-tokens",
+                                                                   "nothing"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_empty_caches_convert_like_kv_convert(tmp_path, capsys, shape, dst, suffix):
+    lf = np.zeros(shape, np.uint16)
+    if suffix == ".npy":
+        np.save(tmp_path / "in.npy", lf)
+    else:
+        np.savez(tmp_path / "in.npz", k=lf)
+    code, err = _run(["convert", str(tmp_path / f"in{suffix}"), str(tmp_path / f"out{suffix}"), "--from", "lf",
+                      "--to", dst, "--page-size", "4", "--chunk-bytes", "64"], capsys)
+    assert code == 0, err
+    got = np.load(tmp_path / "out.npy") if suffix == ".npy" else np.load(tmp_path / "out.npz")["k"]
+    want = kvnumba.convert(lf, "lf", dst, 4)
+    assert got.shape == want.shape and got.dtype == want.dtype

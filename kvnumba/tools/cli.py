@@ -23,14 +23,29 @@ def _demo(args):
     return 0
 
 
+def _squeezed(text):
+    return " ".join(text.split())
+
+
+def _one_line(err):
+    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    elif isinstance(err, (ValueError, TypeError, OSError)):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return _squeezed(text)
+
+
 def _convert(args):
     from .convert_files import convert_file
 
     try:
         shapes = convert_file(args.input, args.output, args.src, args.dst, args.page_size,
                               chunk_bytes=args.chunk_bytes, progress=None if args.quiet else sys.stderr)
-    except (ValueError, TypeError, OSError) as err:
-        print(f"kvnumba convert: error: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback
+        print(f"kvnumba convert: error: {_one_line(err)}", file=sys.stderr)
         return 1
     for name, shape in shapes.items():
         print(f"{args.output}{f'[{name}]' if name else ''}: {args.dst} {shape}")
@@ -54,6 +69,17 @@ def _layout_name(value):
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
 
+def _positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kvnumba", description="KV-cache transfers with Numba-CUDA")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -75,8 +101,9 @@ def build_parser():
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT", help="layout of OUT")
-    c.add_argument("--page-size", type=int, help="tokens per page (needed for page_first_direct and page_head)")
-    c.add_argument("--chunk-bytes", type=int, metavar="N",
+    c.add_argument("--page-size", type=_positive_int,
+                   help="tokens per page (needed for page_first_direct and page_head)")
+    c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
                    help="bytes per chunk (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=_convert)

@@ -9,7 +9,9 @@
   archive is written under a temporary name too, compressed if the input was.
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error the
-temporary file is removed and an existing output is left as it was.
+temporary file is removed and an existing output is left as it was. The input is checked before
+anything is written: its content must match its suffix, and every array header must fit the bytes
+the file holds.
 """
 import math
 import os
@@ -17,9 +19,11 @@ import sys
 import time
 import uuid
 import zipfile
+import zlib
 
 import numpy as np
 
+from ..checks import validate
 from ..config import env_int
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 
@@ -40,6 +44,11 @@ def _size(nbytes):
         nbytes /= 1000
         if nbytes < 1000 or unit == "TB":
             return f"{nbytes:.1f} {unit}"
+
+
+def _exact_size(nbytes):
+    """Bytes to the byte (sizes compared in a message may differ by a few), and rounded when large."""
+    return f"{nbytes:,} B" + (f" = {_size(nbytes)}" if nbytes >= 1000 else "")
 
 
 class Progress:
@@ -72,7 +81,7 @@ def chunks(shape, itemsize, chunk_bytes):
     page_bytes = math.prod(shape[2:]) * itemsize  # one page of one layer
     column = layers * page_bytes  # one page of every layer
     if column <= chunk_bytes:
-        layer_step, page_step = layers, max(1, chunk_bytes // max(column, 1))
+        layer_step, page_step = max(1, layers), max(1, chunk_bytes // max(column, 1))  # layers may be 0
     else:
         layer_step, page_step = max(1, chunk_bytes // max(page_bytes, 1)), 1
     for p0 in range(0, pages, page_step):
@@ -98,18 +107,96 @@ def _temporary(path):
     return os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
 
 
-def _checked_input(array, name):
-    if array.dtype.hasobject:
-        raise ValueError(f"{name}: object arrays cannot be converted (dtype {array.dtype})")
-    return array
+# --- Checking the input before anything is written ------------------------------------------------------
 
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
+_EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
+
+
+def _kind_by_content(head):
+    """``.npy`` or ``.npz`` from a file's first bytes, or None for neither."""
+    if head.startswith(_MAGIC[".npy"]):
+        return ".npy"
+    if head.startswith(_MAGIC[".npz"]) or head.startswith(_EMPTY_ZIP):
+        return ".npz"
+    return None
+
+
+def _checked_kind(in_path):
+    """The input's kind, from its suffix, once its first bytes confirm it; ``ValueError`` otherwise."""
+    suffix = os.path.splitext(in_path)[1].lower()
+    if suffix not in _MAGIC:
+        raise ValueError(f"input must be a .npy file or a .npz archive, got {in_path!r}")
+    with open(in_path, "rb") as f:
+        head = f.read(len(_MAGIC[".npy"]))
+    if not head:
+        raise ValueError(f"{in_path}: the file is empty (0 bytes), not a {suffix} file")
+    kind = _kind_by_content(head)
+    if kind is None:
+        raise ValueError(f"{in_path}: not a {suffix} file: it starts with {head!r}, expected {_MAGIC[suffix]!r}")
+    if kind != suffix:
+        what = {".npy": "a .npy file", ".npz": "a .npz (zip) archive"}[kind]
+        raise ValueError(f"{in_path}: named {suffix} but its content is {what}; rename it to {kind}")
+    return kind
+
+
+def _npy_header(f, name, nbytes):
+    """``(shape, dtype)`` from the .npy header at the start of ``f``, checked against ``nbytes``, the
+    file's size: a header that claims more data than the file holds is refused here, before anything
+    is mapped or allocated for it."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+        # A 3.0 header differs from 2.0 only in encoding field names as UTF-8, which shape and size ignore.
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(f)
+    except ValueError as err:
+        raise ValueError(f"{name}: not a readable .npy array: {err}") from None
+    if dtype.hasobject:
+        raise ValueError(f"{name}: object arrays cannot be converted (dtype {dtype})")
+    claimed, held = math.prod(shape) * dtype.itemsize, nbytes - f.tell()
+    if claimed > held:
+        raise ValueError(f"{name}: truncated or corrupt: its header claims shape {shape} of {dtype} "
+                         f"({_exact_size(claimed)}), but the file holds {_exact_size(max(held, 0))} after the header")
+    return shape, dtype
+
+
+def _npz_members(zin, in_path):
+    """Every member of the archive as ``(name, ZipInfo, shape)``; ``ValueError`` for one that is not
+    a readable .npy array (np.savez writes nothing else)."""
+    members = []
+    for info in zin.infolist():
+        if not info.filename.endswith(".npy"):
+            raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
+                             f"convert must hold arrays only")
+        name = info.filename[:-len(".npy")]
+        with zin.open(info) as f:
+            shape, _ = _npy_header(f, f"{in_path}[{name}]", info.file_size)
+        members.append((name, info, shape))
+    return members
+
+
+def _checked_output(out_path):
+    """``ValueError`` if ``out_path`` cannot be a file: a folder, or in a folder that does not exist."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if os.path.isdir(out_path):
+        raise ValueError(f"output {out_path!r} is a folder, expected a file name")
+    if not os.path.isdir(folder):
+        raise ValueError(f"output {out_path!r}: folder {folder!r} does not exist")
+
+
+# --- Writing ----------------------------------------------------------------------------------------------
 
 def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
-    array = _checked_input(np.load(in_path, mmap_mode="r", allow_pickle=False), in_path)
-    out_shape = converted_shape(array.shape, src, dst, page_size)  # raises before any file is made
+    with open(in_path, "rb") as f:
+        shape, dtype = _npy_header(f, in_path, os.fstat(f.fileno()).st_size)
+    out_shape = converted_shape(shape, src, dst, page_size)  # raises before any file is made
+    array = np.load(in_path, mmap_mode="r", allow_pickle=False)
     tmp = _temporary(out_path)
     try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=array.dtype, shape=out_shape)
+        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=out_shape)
         progress = Progress(os.path.basename(in_path), array.nbytes, progress_stream)
         convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
         progress.close()
@@ -123,21 +210,25 @@ def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
 
 
 def _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
-    shapes = {}
-    with np.load(in_path, allow_pickle=False) as archive, zipfile.ZipFile(in_path) as zin:
+    try:
+        return _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # a damaged archive (the output is removed by now)
+        raise ValueError(f"{in_path}: not a readable .npz (zip) archive: {err}") from None
+
+
+def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+    with zipfile.ZipFile(in_path) as zin:
+        members = _npz_members(zin, in_path)
+        # every member's shape is checked before anything is written
+        shapes = {name: converted_shape(shape, src, dst, page_size) for name, _, shape in members}
         compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
-        names = list(archive.files)
-        for name in names:  # check every member's shape before writing anything
-            header = _npz_member_shape(zin, name)
-            if header is not None:
-                shapes[name] = converted_shape(header, src, dst, page_size)
         tmp = _temporary(out_path)
         try:
             mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
             with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
-                for name in names:
-                    array = _checked_input(archive[name], f"{in_path}[{name}]")
-                    shapes[name] = converted_shape(array.shape, src, dst, page_size)
+                for name, info, _ in members:
+                    with zin.open(info) as f:
+                        array = np.lib.format.read_array(f, allow_pickle=False)
                     out = np.empty(shapes[name], dtype=array.dtype)
                     progress = Progress(f"{os.path.basename(in_path)}[{name}]", array.nbytes, progress_stream)
                     convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
@@ -151,18 +242,6 @@ def _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
             _remove(tmp)
             raise
     return shapes
-
-
-def _npz_member_shape(zin, name):
-    """The shape in a member's .npy header, read without loading the data (None if unreadable)."""
-    try:
-        with zin.open(f"{name}.npy") as f:
-            version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0,
-                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            return None if read is None else read(f)[0]
-    except Exception:  # noqa: BLE001 - the full load below reports real problems
-        return None
 
 
 def _remove(path):
@@ -197,20 +276,25 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     Raises
     ------
     ValueError
-        For an unknown layout, a shape that does not fit, or an input that is neither ``.npy`` nor
-        ``.npz``. Nothing is written then, nor on any other error.
+        For an unknown layout, a shape that does not fit, an input that is neither ``.npy`` nor
+        ``.npz`` by suffix and content, an array header that claims more data than the file holds, a
+        ``.npz`` member that is not an array, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
+    OSError
+        For a file that cannot be read or written.
+
+    Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
     src, dst = layout(src, "--from"), layout(dst, "--to")
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
+    if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
+        page_size = validate.integer("page_size", page_size, minimum=1)
     chunk_bytes = default_chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
-    suffix = os.path.splitext(in_path)[1].lower()
-    if suffix == ".npy":
-        return _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
-    if suffix == ".npz":
-        return _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
-    raise ValueError(f"input must be a .npy file or a .npz archive, got {in_path!r}")
+    kind = _checked_kind(in_path)
+    _checked_output(out_path)
+    convert = _convert_npy if kind == ".npy" else _convert_npz
+    return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
 
 
 __all__ = ["CacheLayout", "convert_file", "default_chunk_bytes"]
