@@ -1,4 +1,5 @@
 """``kvnumba convert`` on real files, ``kvnumba info``: pure logic, no CUDA needed."""
+import errno
 import os
 import re
 import sys
@@ -356,3 +357,70 @@ def test_empty_caches_convert_like_kv_convert(tmp_path, capsys, shape, dst, suff
     got = np.load(tmp_path / "out.npy") if suffix == ".npy" else np.load(tmp_path / "out.npz")["k"]
     want = kvnumba.convert(lf, "lf", dst, 4)
     assert got.shape == want.shape and got.dtype == want.dtype
+
+
+# --- A full disk: an OSError before any write into the memory map, never a SIGBUS -----------------------
+
+def _enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_disk_full_is_one_line_and_keeps_the_old_output(tmp_path, capsys, monkeypatch, suffix):
+    if suffix == ".npy":
+        np.save(tmp_path / "in.npy", _cache())
+        monkeypatch.setattr(os, "posix_fallocate", _enospc, raising=False)
+    else:
+        np.savez(tmp_path / "in.npz", k=_cache())
+        monkeypatch.setattr(np.lib.format, "write_array", _enospc)
+    (tmp_path / f"out{suffix}").write_bytes(b"old")
+    code, err = _run(["convert", str(tmp_path / f"in{suffix}"), str(tmp_path / f"out{suffix}"), "--from", "lf",
+                      "--to", "pf", "-q"], capsys)
+    assert code == 1 and len(err) == 1, err
+    needs = r": it needs 1\.5 KB" if suffix == ".npy" else ""
+    assert re.fullmatch(rf"kvnumba convert: error: not enough disk space to write .*out\{suffix}{needs} "
+                        rf"\(in .*\)", err[0]), err[0]
+    assert (tmp_path / f"out{suffix}").read_bytes() == b"old"
+    assert _files(tmp_path) == [f"in{suffix}", f"out{suffix}"]
+
+
+def test_unwritable_output_names_the_output(tmp_path, capsys, monkeypatch):
+    np.save(tmp_path / "in.npy", _cache())
+
+    def refused(path, *args):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+    monkeypatch.setattr(convert_files, "_create_npy", refused)
+    code, err = _run(["convert", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--from", "lf", "--to", "pf",
+                      "-q"], capsys)
+    assert code == 1 and len(err) == 1, err
+    assert re.fullmatch(r"kvnumba convert: error: cannot write .*out\.npy \(its temporary file .*\.out\.npy\.\w+\.tmp\): "
+                        r"Permission denied", err[0]), err[0]
+
+
+@pytest.mark.parametrize("fallocate", ["works", "unsupported", "missing"])
+def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monkeypatch, fallocate):
+    """The map is opened for writing only once every block of the file is allocated (by posix_fallocate, or
+    by writing zeros where the file system or platform has none)."""
+    if fallocate == "works" and not hasattr(os, "posix_fallocate"):
+        pytest.skip("no posix_fallocate on this platform")
+    if fallocate == "unsupported":
+        monkeypatch.setattr(os, "posix_fallocate",
+                            lambda *a: (_ for _ in ()).throw(OSError(errno.EOPNOTSUPP, "not supported")), raising=False)
+    if fallocate == "missing":
+        monkeypatch.delattr(os, "posix_fallocate", raising=False)
+    lf = _cache(layers=4, tokens=256)
+    np.save(tmp_path / "in.npy", lf)
+    allocated = []
+    real_open = np.lib.format.open_memmap
+
+    def open_memmap(path, mode="r+", *args, **kwargs):
+        if mode == "r+":
+            allocated.append((os.stat(path).st_blocks * 512, os.path.getsize(path)))
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(np.lib.format, "open_memmap", open_memmap)
+    convert_files.convert_file(tmp_path / "in.npy", tmp_path / "out.npy", "lf", "pf", progress=None, chunk_bytes=4096)
+    [(blocks, size)] = allocated
+    assert blocks >= size - 4096  # all but the header's block (allocated as it was written)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), lf.swapaxes(0, 1))

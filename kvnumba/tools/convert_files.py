@@ -11,10 +11,14 @@
 Either way the output appears complete, by ``os.replace``, or not at all: on any error the
 temporary file is removed and an existing output is left as it was. The input is checked before
 anything is written: its content must match its suffix, and every array header must fit the bytes
-the file holds.
+the file holds. The ``.npy`` output's disk space is reserved before it is mapped, so a full disk is
+an ``OSError`` rather than a SIGBUS on a write into the map.
 """
+import contextlib
+import errno
 import math
 import os
+import shutil
 import sys
 import time
 import uuid
@@ -189,23 +193,88 @@ def _checked_output(out_path):
 
 # --- Writing ----------------------------------------------------------------------------------------------
 
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}  # the file system cannot reserve: write instead
+_OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _reserve_disk_space(path, offset, chunk_bytes):
+    """Allocate every block of ``path`` from ``offset`` to its end now. The file is created sparse, and a
+    write into the memory map of a sparse file on a full disk is a SIGBUS that kills the process; once
+    its blocks are allocated, running out of space is an OSError (ENOSPC) here instead."""
+    size = os.path.getsize(path)
+    if size <= offset:  # an empty array: nothing to reserve
+        return
+    with open(path, "r+b") as f:
+        try:
+            os.posix_fallocate(f.fileno(), offset, size - offset)
+            return
+        except AttributeError:  # no posix_fallocate on this platform
+            pass
+        except OSError as err:
+            if err.errno not in _NO_FALLOCATE:
+                raise
+        f.seek(offset)  # the data is all zeros so far: writing zeros allocates it and changes nothing
+        block = memoryview(bytes(max(1, min(chunk_bytes, 1 << 24))))
+        for start in range(offset, size, len(block)):
+            f.write(block[:size - start])
+        f.flush()
+
+
+def _create_npy(path, dtype, shape, chunk_bytes):
+    """An all-zero ``.npy`` file at ``path``, its disk space reserved, memory-mapped for writing."""
+    blank = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)  # nothing is written into it
+    offset = blank.offset
+    del blank
+    _reserve_disk_space(path, offset, chunk_bytes)
+    return np.lib.format.open_memmap(path, mode="r+")
+
+
+def _explained(err, out_path, tmp, needed=None):
+    """A clearer OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, with the
+    space needed and free when the disk is full; None when ``err`` says it well enough."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if err.errno in _OUT_OF_SPACE:
+        try:
+            free = f", {_size(shutil.disk_usage(folder).free)} free"
+        except OSError:
+            free = ""
+        need = "" if needed is None else f": it needs {_size(needed)}"
+        return OSError(err.errno, f"not enough disk space to write {out_path}{need} (in {folder}{free})")
+    if err.filename == tmp:
+        return OSError(err.errno, f"cannot write {out_path} (its temporary file {tmp}): {err.strerror}")
+    return None
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp, out_path, needed=None):
+    """Remove ``tmp`` if the block fails in any way, or is interrupted; OSErrors reworded to name ``out_path``."""
+    try:
+        yield
+    except OSError as err:
+        _remove(tmp)
+        clearer = _explained(err, out_path, tmp, needed)
+        if clearer is None:
+            raise
+        raise clearer from err
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
 def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
     with open(in_path, "rb") as f:
         shape, dtype = _npy_header(f, in_path, os.fstat(f.fileno()).st_size)
     out_shape = converted_shape(shape, src, dst, page_size)  # raises before any file is made
     array = np.load(in_path, mmap_mode="r", allow_pickle=False)
     tmp = _temporary(out_path)
-    try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=dtype, shape=out_shape)
+    with _removed_on_failure(tmp, out_path, needed=array.nbytes):
+        out = _create_npy(tmp, dtype, out_shape, chunk_bytes)
         progress = Progress(os.path.basename(in_path), array.nbytes, progress_stream)
         convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
         progress.close()
         out.flush()
         del out
         os.replace(tmp, out_path)
-    except BaseException:
-        _remove(tmp)
-        raise
     return {"": out_shape}
 
 
@@ -223,8 +292,8 @@ def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
         shapes = {name: converted_shape(shape, src, dst, page_size) for name, _, shape in members}
         compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
         tmp = _temporary(out_path)
-        try:
-            mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        with _removed_on_failure(tmp, out_path):
             with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
                 for name, info, _ in members:
                     with zin.open(info) as f:
@@ -238,9 +307,6 @@ def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
                         np.lib.format.write_array(member, out, allow_pickle=False)
                     del out
             os.replace(tmp, out_path)
-        except BaseException:
-            _remove(tmp)
-            raise
     return shapes
 
 
@@ -280,7 +346,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         ``.npz`` by suffix and content, an array header that claims more data than the file holds, a
         ``.npz`` member that is not an array, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
     OSError
-        For a file that cannot be read or written.
+        For a file that cannot be read or written, or a full disk (the ``.npy`` output's space is
+        reserved before any data is written).
 
     Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
