@@ -424,3 +424,102 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
     [(blocks, size)] = allocated
     assert blocks >= size - 4096  # all but the header's block (allocated as it was written)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), lf.swapaxes(0, 1))
+
+
+# --- Signals: the temporary output is removed, the old output kept, the handlers restored --------------
+
+# Runs kvnumba convert with a progress hook that says "mid-write" after the first chunk and then waits
+# (a long sleep, which a signal cuts short): the parent signals it at a known point of the conversion.
+_CHILD = """
+import signal, sys, time
+from kvnumba.tools import cli, convert_files
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell, even if the test runner ignores it
+
+def advance_then_wait(self, nbytes):
+    print("mid-write", flush=True)
+    time.sleep(60)
+
+convert_files.Progress.advance = advance_then_wait
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suffix):
+    import signal
+    import subprocess
+
+    lf = _cache(layers=4, tokens=64)
+    if suffix == ".npy":
+        np.save(tmp_path / f"in{suffix}", lf)
+    else:
+        np.savez(tmp_path / f"in{suffix}", k=lf)
+    (tmp_path / f"out{suffix}").write_bytes(b"old")
+    env = dict(os.environ, KVNUMBA_CHUNK_BYTES="256")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvnumba.__file__)), env.get("PYTHONPATH", "")])
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, "convert", str(tmp_path / f"in{suffix}"),
+                              str(tmp_path / f"out{suffix}"), "--from", "lf", "--to", "pf", "-q"],
+                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline() == "mid-write\n"
+        assert len(_files(tmp_path)) == 3  # the temporary file is there, mid-write
+        child.send_signal(getattr(signal, signame))
+        _, err = child.communicate(timeout=60)
+    finally:
+        child.kill()
+    signum = getattr(signal, signame)
+    assert child.returncode == 128 + signum, err
+    assert err.splitlines() == [f"kvnumba convert: error: interrupted by {signame}; the partial output was removed"]
+    assert (tmp_path / f"out{suffix}").read_bytes() == b"old"
+    assert _files(tmp_path) == [f"in{suffix}", f"out{suffix}"]
+
+
+def test_interrupt_on_signals_raises_and_restores():
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(convert_files.Interrupted, match="interrupted by SIGINT") as stop:
+            with convert_files.interrupt_on_signals():
+                assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
+                signal.raise_signal(signal.SIGINT)
+        assert stop.value.signum == signal.SIGINT
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_interrupt_on_signals_leaves_ignored_and_custom_handlers_alone():
+    import signal
+
+    def custom(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, custom)
+    try:
+        with convert_files.interrupt_on_signals():
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGTERM) is custom
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is custom
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+def test_interrupt_on_signals_off_the_main_thread_changes_nothing():
+    import signal
+    import threading
+
+    seen = []
+
+    def convert_in_a_thread():
+        with convert_files.interrupt_on_signals():
+            seen.append(signal.getsignal(signal.SIGTERM))
+
+    before = signal.getsignal(signal.SIGTERM)
+    thread = threading.Thread(target=convert_in_a_thread)
+    thread.start()
+    thread.join()
+    assert seen == [before]

@@ -39,11 +39,17 @@ def _one_line(err):
 
 
 def _convert(args):
-    from .convert_files import convert_file
+    from .convert_files import Interrupted, convert_file
 
     try:
         shapes = convert_file(args.input, args.output, args.src, args.dst, args.page_size,
                               chunk_bytes=args.chunk_bytes, progress=None if args.quiet else sys.stderr)
+    except Interrupted as err:
+        print(f"kvnumba convert: error: {err}; the partial output was removed", file=sys.stderr)
+        return 128 + err.signum  # the shell's convention for "ended by this signal"
+    except KeyboardInterrupt:
+        print("kvnumba convert: error: interrupted", file=sys.stderr)
+        return 130
     except Exception as err:  # noqa: BLE001 - one line, never a traceback
         print(f"kvnumba convert: error: {_one_line(err)}", file=sys.stderr)
         return 1

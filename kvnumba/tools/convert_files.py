@@ -8,18 +8,20 @@
   cannot be memory-mapped, so one input array and its output are in memory at a time. The new
   archive is written under a temporary name too, compressed if the input was.
 
-Either way the output appears complete, by ``os.replace``, or not at all: on any error the
-temporary file is removed and an existing output is left as it was. The input is checked before
-anything is written: its content must match its suffix, and every array header must fit the bytes
-the file holds. The ``.npy`` output's disk space is reserved before it is mapped, so a full disk is
-an ``OSError`` rather than a SIGBUS on a write into the map.
+Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
+SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
+The input is checked before anything is written: its content must match its suffix, and every array
+header must fit the bytes the file holds. The ``.npy`` output's disk space is reserved before it is
+mapped, so a full disk is an ``OSError`` rather than a SIGBUS on a write into the map.
 """
 import contextlib
 import errno
 import math
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
 import zipfile
@@ -317,6 +319,45 @@ def _remove(path):
         pass
 
 
+# --- Signals -------------------------------------------------------------------------------------------
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped a conversion; its temporary file has been removed.
+    A KeyboardInterrupt, so that code which catches ``Exception`` lets it through."""
+
+    def __init__(self, signum):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupt_on_signals():
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``, so that the converters'
+    ``except`` clauses remove their temporary file (by default SIGTERM and SIGHUP end the process at
+    once, leaving it behind). Only default handlers are replaced, and only on the main thread (the only
+    one that may set them): an ignored signal or someone's own handler is left alone. The previous
+    handlers are restored afterwards."""
+    replaced = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _CLEANUP_SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_DFL or previous is signal.default_int_handler:
+                replaced[signum] = previous
+                signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, previous in replaced.items():
+            signal.signal(signum, previous)
+
+
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr):
     """Convert a ``.npy`` file or every array of a ``.npz`` archive from layout ``src`` to ``dst``.
 
@@ -348,6 +389,9 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     OSError
         For a file that cannot be read or written, or a full disk (the ``.npy`` output's space is
         reserved before any data is written).
+    Interrupted
+        For SIGINT, SIGTERM or SIGHUP during the conversion (their default handlers are replaced
+        meanwhile; see ``interrupt_on_signals``).
 
     Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
@@ -361,7 +405,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     kind = _checked_kind(in_path)
     _checked_output(out_path)
     convert = _convert_npy if kind == ".npy" else _convert_npz
-    return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
+    with interrupt_on_signals():
+        return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
 
 
-__all__ = ["CacheLayout", "convert_file", "default_chunk_bytes"]
+__all__ = ["CacheLayout", "Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]
