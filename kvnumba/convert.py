@@ -381,8 +381,8 @@ def convert(array, src, dst, page_size=None, *, engine="auto", block_quota=None,
     Parameters
     ----------
     array : array
-        A NumPy array, a CPU torch tensor, or a GPU array (torch, CuPy, Numba). C-contiguous for the
-        kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA):
+        A NumPy array (any memory order), a CPU torch tensor, or a GPU array (torch, CuPy, Numba).
+        C-contiguous for the kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA):
 
         - ``"layer_first"``: ``(L, T, *item)``
         - ``"page_first"``: ``(T, L, *item)``
@@ -422,6 +422,10 @@ def convert(array, src, dst, page_size=None, *, engine="auto", block_quota=None,
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
+    if isinstance(array, np.ndarray) and engine != "kernels":
+        # Any NumPy array (Fortran order, strided slices): the NumPy engine only reads it through views, so
+        # the C-contiguity array_info asks for, on the kernels' behalf, does not apply.
+        return _numpy_convert(array, src, dst, page_size, converted_shape(array.shape, src, dst, page_size))
     info = array_info(array, "array")
     d = dims(src, info.shape, page_size)
     out_shape = converted_shape(info.shape, src, dst, page_size)

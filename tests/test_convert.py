@@ -159,3 +159,19 @@ def test_kernels_need_8_byte_items():
 def test_kernels_empty_cache():
     got = kvnumba.convert(device(np.zeros((2, 0, 8), np.uint8)), "lf", "pf", engine="kernels")
     assert to_numpy(got).shape == (0, 2, 8)
+
+
+@pytest.mark.parametrize("order", ["fortran", "strided"])
+@pytest.mark.parametrize("src,dst", [("lf", "pf"), ("lf", "ph"), ("pf", "pfd")])
+def test_numpy_engine_takes_any_memory_order(src, dst, order):
+    lf = _cache(2, 8, MHA, np.uint16)
+    given = _expected(lf, CacheLayout(src).value, 4)
+    if order == "fortran":
+        odd = np.asfortranarray(given)
+    else:  # every other element of a twice-as-long last axis
+        odd = np.repeat(given, 2, axis=-1)[..., ::2]
+    before = odd.copy()
+    for engine in ("numpy", "auto"):
+        got = kvnumba.convert(odd, src, dst, 4, engine=engine)
+        np.testing.assert_array_equal(got, kvnumba.convert(given, src, dst, 4, engine="numpy"))
+    np.testing.assert_array_equal(odd, before)  # the caller's array is only read

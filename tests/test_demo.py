@@ -1,4 +1,6 @@
 """``kvnumba demo`` (the README's main job): runs, verifies every byte, and reports what it moved."""
+import re
+
 import pytest
 
 from kvnumba.tools import cli, demo
@@ -21,3 +23,57 @@ def test_demo_run_returns_measurements():
     results = demo.run(shape, out=lambda line: None)
     assert results["backup"]["bytes"] == results["load"]["bytes"] == 2 * 4 * 3 * 48
     assert results["backup"]["seconds"] > 0 and results["load"]["gbps"] > 0
+
+
+# args, message (regex on the last line of stderr): every option's bad numbers, then options that do not fit
+# together (the simulator's defaults: 16 tokens, page 4)
+BAD_OPTIONS = [
+    (["--item-size", "12"], r"argument --item-size: expected a positive multiple of 8 \(the kernels move 8-byte "
+                            r"words\), got 12"),
+    (["--item-size", "0"], r"argument --item-size: expected a positive integer, got 0"),
+    (["--tokens", "-4"], r"argument --tokens: expected a positive integer, got -4"),
+    (["--tokens", "0"], r"argument --tokens: expected a positive integer, got 0"),
+    (["--tokens", "1e3"], r"argument --tokens: expected a positive integer, got '1e3'"),
+    (["--layers", "0"], r"argument --layers: expected a positive integer, got 0"),
+    (["--layers", "two"], r"argument --layers: expected a positive integer, got 'two'"),
+    (["--page-size", "0"], r"argument --page-size: expected a positive integer, got 0"),
+    (["--page-size", "-1"], r"argument --page-size: expected a positive integer, got -1"),
+    (["--pool", "0"], r"argument --pool: expected a positive integer, got 0"),
+    (["--pool", "-32"], r"argument --pool: expected a positive integer, got -32"),
+    (["--page-size", "3"], r"--tokens 16 \(the default\) must be a multiple of --page-size 3: whole pages are moved"),
+    (["--tokens", "6", "--page-size", "4"], r"--tokens 6 must be a multiple of --page-size 4: whole pages are moved"),
+    (["--tokens", "8", "--pool", "4"], r"--pool 4 is smaller than --tokens 8: the pool must hold every token moved"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD_OPTIONS, ids=[" ".join(args) for args, _ in BAD_OPTIONS])
+def test_bad_options_are_usage_errors(capsys, monkeypatch, args, message):
+    ran = []
+    monkeypatch.setattr(demo, "run", lambda *a, **k: ran.append(a))
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["demo", *args])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and not ran
+    assert "Traceback" not in err
+    assert re.fullmatch(f"kvnumba demo: error: {message}", err.splitlines()[-1]), err
+
+
+def test_options_are_used_as_given(monkeypatch):
+    shapes = []
+    monkeypatch.setattr(demo, "run", shapes.append)
+    assert cli.main(["demo", "--tokens", "8", "--page-size", "8", "--item-size", "8", "--layers", "1"]) == 0
+    [shape] = shapes
+    assert (shape.tokens, shape.page_size, shape.item_size, shape.layers) == (8, 8, 8, 1)
+    assert shape.pool == max(demo.SIMULATOR_SHAPE.pool, 2 * 8)
+
+
+def test_a_failing_run_is_one_line(capsys, monkeypatch):
+    def wrong_bytes(shape):
+        import numpy as np
+
+        np.testing.assert_array_equal(np.zeros(2), np.ones(2), err_msg="K layer 0 differs")
+
+    monkeypatch.setattr(demo, "run", wrong_bytes)
+    assert cli.main(["demo"]) == 1
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvnumba demo: error: verification failed: Arrays are not equal K layer 0 differs")

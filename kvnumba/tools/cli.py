@@ -4,33 +4,77 @@ import os
 import sys
 
 
+def _demo_shape(args, base):
+    """The demo's shape from the options given (others from ``base``); ``args.error`` (usage, exit 2) for
+    options that do not fit together."""
+    from .demo import DemoShape
+
+    page_size = base.page_size if args.page_size is None else args.page_size
+    tokens = base.tokens if args.tokens is None else args.tokens
+    pool = max(base.pool, 2 * tokens) if args.pool is None else args.pool
+    given = {"--tokens": args.tokens is not None, "--page-size": args.page_size is not None}
+    shown = {name: "" if given[name] else " (the default)" for name in given}
+    if tokens % page_size:
+        args.error(f"--tokens {tokens}{shown['--tokens']} must be a multiple of --page-size "
+                   f"{page_size}{shown['--page-size']}: whole pages are moved")
+    if pool < tokens:
+        args.error(f"--pool {pool} is smaller than --tokens {tokens}{shown['--tokens']}: the pool must hold "
+                   f"every token moved")
+    return DemoShape(
+        layers=base.layers if args.layers is None else args.layers,
+        item_size=base.item_size if args.item_size is None else args.item_size,
+        page_size=page_size, tokens=tokens, pool=pool,
+        block_quota=base.block_quota, num_warps_per_block=base.num_warps_per_block)
+
+
 def _demo(args):
     from . import demo
 
-    shape = None
-    if any(v is not None for v in (args.layers, args.tokens, args.item_size, args.page_size, args.pool)):
-        base = demo.SIMULATOR_SHAPE if demo.SIMULATOR else demo.DemoShape()
-        shape = demo.DemoShape(
-            layers=args.layers or base.layers,
-            item_size=args.item_size or base.item_size,
-            page_size=args.page_size or base.page_size,
-            tokens=args.tokens or base.tokens,
-            pool=args.pool or max(base.pool, 2 * (args.tokens or base.tokens)),
-            block_quota=base.block_quota,
-            num_warps_per_block=base.num_warps_per_block,
-        )
-    demo.run(shape)
+    base = demo.SIMULATOR_SHAPE if demo.SIMULATOR else demo.DemoShape()
+    shape = _demo_shape(args, base)
+    try:
+        demo.run(shape)
+    except KeyboardInterrupt:
+        print("kvnumba demo: error: interrupted", file=sys.stderr)
+        return 130
+    except AssertionError as err:  # a byte differs; np.testing's message spans lines
+        print(f"kvnumba demo: error: verification failed: {_squeezed(str(err))}", file=sys.stderr)
+        return 1
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback
+        print(f"kvnumba demo: error: {_one_line(err)}", file=sys.stderr)
+        return 1
     return 0
 
 
+def _squeezed(text):
+    return " ".join(text.split())
+
+
+def _one_line(err):
+    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    elif isinstance(err, (ValueError, TypeError, OSError)):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return _squeezed(text)
+
+
 def _convert(args):
-    from .convert_files import convert_file
+    from .convert_files import Interrupted, convert_file
 
     try:
         shapes = convert_file(args.input, args.output, args.src, args.dst, args.page_size,
                               chunk_bytes=args.chunk_bytes, progress=None if args.quiet else sys.stderr)
-    except (ValueError, TypeError, OSError) as err:
-        print(f"kvnumba convert: error: {err}", file=sys.stderr)
+    except Interrupted as err:
+        print(f"kvnumba convert: error: {err}; the partial output was removed", file=sys.stderr)
+        return 128 + err.signum  # the shell's convention for "ended by this signal"
+    except KeyboardInterrupt:
+        print("kvnumba convert: error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - one line, never a traceback
+        print(f"kvnumba convert: error: {_one_line(err)}", file=sys.stderr)
         return 1
     for name, shape in shapes.items():
         print(f"{args.output}{f'[{name}]' if name else ''}: {args.dst} {shape}")
@@ -54,16 +98,36 @@ def _layout_name(value):
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
 
+def _positive_int(text):
+    """argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {value}")
+    return value
+
+
+def _item_bytes(text):
+    """argparse type: a positive multiple of 8 (the kernels move 8-byte words)."""
+    value = _positive_int(text)
+    if value % 8:
+        raise argparse.ArgumentTypeError(f"expected a positive multiple of 8 (the kernels move 8-byte words), "
+                                         f"got {value}")
+    return value
+
+
 def build_parser():
     parser = argparse.ArgumentParser(prog="kvnumba", description="KV-cache transfers with Numba-CUDA")
     commands = parser.add_subparsers(dest="command", required=True)
     d = commands.add_parser("demo", help="HiCache-style backup and per-layer load back, verified, with GB/s")
-    d.add_argument("--layers", type=int)
-    d.add_argument("--tokens", type=int, help="tokens moved each way (a multiple of --page-size)")
-    d.add_argument("--item-size", type=int, help="bytes per token per layer for K (and for V)")
-    d.add_argument("--page-size", type=int)
-    d.add_argument("--pool", type=int, help="token slots on each side")
-    d.set_defaults(func=_demo, needs_kernels=True)
+    d.add_argument("--layers", type=_positive_int)
+    d.add_argument("--tokens", type=_positive_int, help="tokens moved each way (a multiple of --page-size)")
+    d.add_argument("--item-size", type=_item_bytes, help="bytes per token per layer for K (and for V); a multiple of 8")
+    d.add_argument("--page-size", type=_positive_int)
+    d.add_argument("--pool", type=_positive_int, help="token slots on each side (at least --tokens)")
+    d.set_defaults(func=_demo, needs_kernels=True, error=d.error)
 
     c = commands.add_parser(
         "convert", help="convert a .npy file or every array of a .npz archive between cache layouts",
@@ -75,8 +139,9 @@ def build_parser():
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT", help="layout of OUT")
-    c.add_argument("--page-size", type=int, help="tokens per page (needed for page_first_direct and page_head)")
-    c.add_argument("--chunk-bytes", type=int, metavar="N",
+    c.add_argument("--page-size", type=_positive_int,
+                   help="tokens per page (needed for page_first_direct and page_head)")
+    c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
                    help="bytes per chunk (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=_convert)

@@ -8,18 +8,29 @@
   cannot be memory-mapped, so one input array and its output are in memory at a time. The new
   archive is written under a temporary name too, compressed if the input was.
 
-Either way the output appears complete, by ``os.replace``, or not at all: on any error the
-temporary file is removed and an existing output is left as it was.
+Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
+SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
+The input is checked before anything is written: its content must match its suffix, and every array
+header must fit the bytes the file holds. The ``.npy`` output's disk space is reserved before it is
+mapped, so a full disk is an ``OSError`` rather than a SIGBUS on a write into the map.
 """
+import contextlib
+import errno
 import math
 import os
+import shutil
+import signal
 import sys
+import threading
 import time
 import uuid
 import zipfile
+import zlib
 
 import numpy as np
 
+from ..checks import validate
+from ..config import env_int
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -27,9 +38,9 @@ CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
 
 
 def default_chunk_bytes():
-    """``$KVNUMBA_CHUNK_BYTES`` if set (for tests and small machines), else 64 MiB."""
-    value = os.environ.get(CHUNK_ENV)
-    return int(value) if value else DEFAULT_CHUNK_BYTES
+    """``$KVNUMBA_CHUNK_BYTES`` if set (for tests and small machines), else 64 MiB; ``ValueError`` naming
+    the variable if it is not an integer >= 1."""
+    return env_int(CHUNK_ENV, DEFAULT_CHUNK_BYTES, minimum=1)
 
 
 def _size(nbytes):
@@ -39,6 +50,11 @@ def _size(nbytes):
         nbytes /= 1000
         if nbytes < 1000 or unit == "TB":
             return f"{nbytes:.1f} {unit}"
+
+
+def _exact_size(nbytes):
+    """Bytes to the byte (sizes compared in a message may differ by a few), and rounded when large."""
+    return f"{nbytes:,} B" + (f" = {_size(nbytes)}" if nbytes >= 1000 else "")
 
 
 class Progress:
@@ -71,7 +87,7 @@ def chunks(shape, itemsize, chunk_bytes):
     page_bytes = math.prod(shape[2:]) * itemsize  # one page of one layer
     column = layers * page_bytes  # one page of every layer
     if column <= chunk_bytes:
-        layer_step, page_step = layers, max(1, chunk_bytes // max(column, 1))
+        layer_step, page_step = max(1, layers), max(1, chunk_bytes // max(column, 1))  # layers may be 0
     else:
         layer_step, page_step = max(1, chunk_bytes // max(page_bytes, 1)), 1
     for p0 in range(0, pages, page_step):
@@ -97,46 +113,193 @@ def _temporary(path):
     return os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
 
 
-def _checked_input(array, name):
-    if array.dtype.hasobject:
-        raise ValueError(f"{name}: object arrays cannot be converted (dtype {array.dtype})")
-    return array
+# --- Checking the input before anything is written ------------------------------------------------------
+
+_MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
+_EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
+
+
+def _kind_by_content(head):
+    """``.npy`` or ``.npz`` from a file's first bytes, or None for neither."""
+    if head.startswith(_MAGIC[".npy"]):
+        return ".npy"
+    if head.startswith(_MAGIC[".npz"]) or head.startswith(_EMPTY_ZIP):
+        return ".npz"
+    return None
+
+
+def _checked_kind(in_path):
+    """The input's kind, from its suffix, once its first bytes confirm it; ``ValueError`` otherwise."""
+    suffix = os.path.splitext(in_path)[1].lower()
+    if suffix not in _MAGIC:
+        raise ValueError(f"input must be a .npy file or a .npz archive, got {in_path!r}")
+    with open(in_path, "rb") as f:
+        head = f.read(len(_MAGIC[".npy"]))
+    if not head:
+        raise ValueError(f"{in_path}: the file is empty (0 bytes), not a {suffix} file")
+    kind = _kind_by_content(head)
+    if kind is None:
+        raise ValueError(f"{in_path}: not a {suffix} file: it starts with {head!r}, expected {_MAGIC[suffix]!r}")
+    if kind != suffix:
+        what = {".npy": "a .npy file", ".npz": "a .npz (zip) archive"}[kind]
+        raise ValueError(f"{in_path}: named {suffix} but its content is {what}; rename it to {kind}")
+    return kind
+
+
+def _npy_header(f, name, nbytes):
+    """``(shape, dtype)`` from the .npy header at the start of ``f``, checked against ``nbytes``, the
+    file's size: a header that claims more data than the file holds is refused here, before anything
+    is mapped or allocated for it."""
+    try:
+        version = np.lib.format.read_magic(f)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unsupported .npy format version {version[0]}.{version[1]}")
+        # A 3.0 header differs from 2.0 only in encoding field names as UTF-8, which shape and size ignore.
+        read = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                else np.lib.format.read_array_header_2_0)
+        shape, _, dtype = read(f)
+    except ValueError as err:
+        raise ValueError(f"{name}: not a readable .npy array: {err}") from None
+    if dtype.hasobject:
+        raise ValueError(f"{name}: object arrays cannot be converted (dtype {dtype})")
+    claimed, held = math.prod(shape) * dtype.itemsize, nbytes - f.tell()
+    if claimed > held:
+        raise ValueError(f"{name}: truncated or corrupt: its header claims shape {shape} of {dtype} "
+                         f"({_exact_size(claimed)}), but the file holds {_exact_size(max(held, 0))} after the header")
+    return shape, dtype
+
+
+def _npz_members(zin, in_path):
+    """Every member of the archive as ``(name, ZipInfo, shape)``; ``ValueError`` for one that is not
+    a readable .npy array (np.savez writes nothing else)."""
+    members = []
+    for info in zin.infolist():
+        if not info.filename.endswith(".npy"):
+            raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
+                             f"convert must hold arrays only")
+        name = info.filename[:-len(".npy")]
+        with zin.open(info) as f:
+            shape, _ = _npy_header(f, f"{in_path}[{name}]", info.file_size)
+        members.append((name, info, shape))
+    return members
+
+
+def _checked_output(out_path):
+    """``ValueError`` if ``out_path`` cannot be a file: a folder, or in a folder that does not exist."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if os.path.isdir(out_path):
+        raise ValueError(f"output {out_path!r} is a folder, expected a file name")
+    if not os.path.isdir(folder):
+        raise ValueError(f"output {out_path!r}: folder {folder!r} does not exist")
+
+
+# --- Writing ----------------------------------------------------------------------------------------------
+
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}  # the file system cannot reserve: write instead
+_OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
+
+
+def _reserve_disk_space(path, offset, chunk_bytes):
+    """Allocate every block of ``path`` from ``offset`` to its end now. The file is created sparse, and a
+    write into the memory map of a sparse file on a full disk is a SIGBUS that kills the process; once
+    its blocks are allocated, running out of space is an OSError (ENOSPC) here instead."""
+    size = os.path.getsize(path)
+    if size <= offset:  # an empty array: nothing to reserve
+        return
+    with open(path, "r+b") as f:
+        try:
+            os.posix_fallocate(f.fileno(), offset, size - offset)
+            return
+        except AttributeError:  # no posix_fallocate on this platform
+            pass
+        except OSError as err:
+            if err.errno not in _NO_FALLOCATE:
+                raise
+        f.seek(offset)  # the data is all zeros so far: writing zeros allocates it and changes nothing
+        block = memoryview(bytes(max(1, min(chunk_bytes, 1 << 24))))
+        for start in range(offset, size, len(block)):
+            f.write(block[:size - start])
+        f.flush()
+
+
+def _create_npy(path, dtype, shape, chunk_bytes):
+    """An all-zero ``.npy`` file at ``path``, its disk space reserved, memory-mapped for writing."""
+    blank = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)  # nothing is written into it
+    offset = blank.offset
+    del blank
+    _reserve_disk_space(path, offset, chunk_bytes)
+    return np.lib.format.open_memmap(path, mode="r+")
+
+
+def _explained(err, out_path, tmp, needed=None):
+    """A clearer OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, with the
+    space needed and free when the disk is full; None when ``err`` says it well enough."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    if err.errno in _OUT_OF_SPACE:
+        try:
+            free = f", {_size(shutil.disk_usage(folder).free)} free"
+        except OSError:
+            free = ""
+        need = "" if needed is None else f": it needs {_size(needed)}"
+        return OSError(err.errno, f"not enough disk space to write {out_path}{need} (in {folder}{free})")
+    if err.filename == tmp:
+        return OSError(err.errno, f"cannot write {out_path} (its temporary file {tmp}): {err.strerror}")
+    return None
+
+
+@contextlib.contextmanager
+def _removed_on_failure(tmp, out_path, needed=None):
+    """Remove ``tmp`` if the block fails in any way, or is interrupted; OSErrors reworded to name ``out_path``."""
+    try:
+        yield
+    except OSError as err:
+        _remove(tmp)
+        clearer = _explained(err, out_path, tmp, needed)
+        if clearer is None:
+            raise
+        raise clearer from err
+    except BaseException:
+        _remove(tmp)
+        raise
 
 
 def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
-    array = _checked_input(np.load(in_path, mmap_mode="r", allow_pickle=False), in_path)
-    out_shape = converted_shape(array.shape, src, dst, page_size)  # raises before any file is made
+    with open(in_path, "rb") as f:
+        shape, dtype = _npy_header(f, in_path, os.fstat(f.fileno()).st_size)
+    out_shape = converted_shape(shape, src, dst, page_size)  # raises before any file is made
+    array = np.load(in_path, mmap_mode="r", allow_pickle=False)
     tmp = _temporary(out_path)
-    try:
-        out = np.lib.format.open_memmap(tmp, mode="w+", dtype=array.dtype, shape=out_shape)
+    with _removed_on_failure(tmp, out_path, needed=array.nbytes):
+        out = _create_npy(tmp, dtype, out_shape, chunk_bytes)
         progress = Progress(os.path.basename(in_path), array.nbytes, progress_stream)
         convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
         progress.close()
         out.flush()
         del out
         os.replace(tmp, out_path)
-    except BaseException:
-        _remove(tmp)
-        raise
     return {"": out_shape}
 
 
 def _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
-    shapes = {}
-    with np.load(in_path, allow_pickle=False) as archive, zipfile.ZipFile(in_path) as zin:
+    try:
+        return _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream)
+    except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # a damaged archive (the output is removed by now)
+        raise ValueError(f"{in_path}: not a readable .npz (zip) archive: {err}") from None
+
+
+def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+    with zipfile.ZipFile(in_path) as zin:
+        members = _npz_members(zin, in_path)
+        # every member's shape is checked before anything is written
+        shapes = {name: converted_shape(shape, src, dst, page_size) for name, _, shape in members}
         compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
-        names = list(archive.files)
-        for name in names:  # check every member's shape before writing anything
-            header = _npz_member_shape(zin, name)
-            if header is not None:
-                shapes[name] = converted_shape(header, src, dst, page_size)
         tmp = _temporary(out_path)
-        try:
-            mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
+        with _removed_on_failure(tmp, out_path):
             with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
-                for name in names:
-                    array = _checked_input(archive[name], f"{in_path}[{name}]")
-                    shapes[name] = converted_shape(array.shape, src, dst, page_size)
+                for name, info, _ in members:
+                    with zin.open(info) as f:
+                        array = np.lib.format.read_array(f, allow_pickle=False)
                     out = np.empty(shapes[name], dtype=array.dtype)
                     progress = Progress(f"{os.path.basename(in_path)}[{name}]", array.nbytes, progress_stream)
                     convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
@@ -146,22 +309,7 @@ def _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
                         np.lib.format.write_array(member, out, allow_pickle=False)
                     del out
             os.replace(tmp, out_path)
-        except BaseException:
-            _remove(tmp)
-            raise
     return shapes
-
-
-def _npz_member_shape(zin, name):
-    """The shape in a member's .npy header, read without loading the data (None if unreadable)."""
-    try:
-        with zin.open(f"{name}.npy") as f:
-            version = np.lib.format.read_magic(f)
-            read = {(1, 0): np.lib.format.read_array_header_1_0,
-                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
-            return None if read is None else read(f)[0]
-    except Exception:  # noqa: BLE001 - the full load below reports real problems
-        return None
 
 
 def _remove(path):
@@ -169,6 +317,45 @@ def _remove(path):
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+# --- Signals -------------------------------------------------------------------------------------------
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped a conversion; its temporary file has been removed.
+    A KeyboardInterrupt, so that code which catches ``Exception`` lets it through."""
+
+    def __init__(self, signum):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum
+
+
+_CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
+def _raise_interrupted(signum, frame):
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def interrupt_on_signals():
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``, so that the converters'
+    ``except`` clauses remove their temporary file (by default SIGTERM and SIGHUP end the process at
+    once, leaving it behind). Only default handlers are replaced, and only on the main thread (the only
+    one that may set them): an ignored signal or someone's own handler is left alone. The previous
+    handlers are restored afterwards."""
+    replaced = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in _CLEANUP_SIGNALS:
+            previous = signal.getsignal(signum)
+            if previous is signal.SIG_DFL or previous is signal.default_int_handler:
+                replaced[signum] = previous
+                signal.signal(signum, _raise_interrupted)
+    try:
+        yield
+    finally:
+        for signum, previous in replaced.items():
+            signal.signal(signum, previous)
 
 
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr):
@@ -196,20 +383,30 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     Raises
     ------
     ValueError
-        For an unknown layout, a shape that does not fit, or an input that is neither ``.npy`` nor
-        ``.npz``. Nothing is written then, nor on any other error.
+        For an unknown layout, a shape that does not fit, an input that is neither ``.npy`` nor
+        ``.npz`` by suffix and content, an array header that claims more data than the file holds, a
+        ``.npz`` member that is not an array, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
+    OSError
+        For a file that cannot be read or written, or a full disk (the ``.npy`` output's space is
+        reserved before any data is written).
+    Interrupted
+        For SIGINT, SIGTERM or SIGHUP during the conversion (their default handlers are replaced
+        meanwhile; see ``interrupt_on_signals``).
+
+    Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
     src, dst = layout(src, "--from"), layout(dst, "--to")
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
+    if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
+        page_size = validate.integer("page_size", page_size, minimum=1)
     chunk_bytes = default_chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
-    suffix = os.path.splitext(in_path)[1].lower()
-    if suffix == ".npy":
-        return _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
-    if suffix == ".npz":
-        return _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
-    raise ValueError(f"input must be a .npy file or a .npz archive, got {in_path!r}")
+    kind = _checked_kind(in_path)
+    _checked_output(out_path)
+    convert = _convert_npy if kind == ".npy" else _convert_npz
+    with interrupt_on_signals():
+        return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
 
 
-__all__ = ["CacheLayout", "convert_file", "default_chunk_bytes"]
+__all__ = ["CacheLayout", "Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]
