@@ -10,7 +10,7 @@ import numpy as np
 
 import kvnumba
 from kvnumba import reference
-from placement import PLACE, to_numpy
+from placement import PLACE, TORCH_PLACE, to_numpy
 
 # entry point -> (source layout, destination layout, MLA, per-layer)
 ENTRY_POINTS = {
@@ -121,8 +121,11 @@ def _args(c, src, dst, si, di, tables):
     return (*head, *tail, c.block_quota, c.num_warps_per_block)
 
 
-def run_case(c, stream=None):
-    """Run ``c`` through kvnumba and the reference; assert every destination byte agrees."""
+def run_case(c, stream=None, framework="numba"):
+    """Run ``c`` through kvnumba and the reference; assert every destination byte agrees.
+
+    ``framework="torch"`` places buffers and indices as torch tensors (the fast per-call path)."""
+    places = TORCH_PLACE if framework == "torch" else PLACE
     rng = np.random.default_rng(c.seed)
     if c.layer_id is None:
         c.layer_id = int(rng.integers(c.num_layers))
@@ -137,11 +140,11 @@ def run_case(c, stream=None):
 
     # kvnumba: the same bytes placed on the device or in pinned host memory, viewed as c.dtype.
     def place(side, where):
-        return None if side is None else [PLACE[where](_as_dtype(b, c.dtype)) for b in side]
+        return None if side is None else [places[where](_as_dtype(b, c.dtype)) for b in side]
 
     gpu_src = [place(side, c.src_place) for side in src]
     gpu_dst = [place(side, c.dst_place) for side in dst]
-    idx = PLACE["device"]
+    idx = places["device"]
     kw = {} if stream is None else {"stream": stream}
     getattr(kvnumba, c.op)(*_args(c, gpu_src, gpu_dst, idx(si), idx(di), tables=kvnumba.layer_table), **kw)
 

@@ -31,6 +31,23 @@ def host(a):
 PLACE = {"device": device, "host": host}
 
 
+def torch_device(a):
+    """A copy of ``a`` as a CUDA torch tensor (GPU runs only)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+
+
+def torch_host(a):
+    """A copy of ``a`` as a pinned CPU torch tensor (GPU runs only)."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a)).pin_memory()
+
+
+TORCH_PLACE = {"device": torch_device, "host": torch_host}
+
+
 def to_numpy(x):
     synchronize()
     if hasattr(x, "copy_to_host"):

@@ -5,6 +5,7 @@ Runs on the simulator (CI) and on a real GPU with the same cases.
 import pytest
 
 from cases import ENTRY_POINTS, Case, run_case
+from placement import ON_GPU
 
 pytestmark = pytest.mark.needs_target
 
@@ -72,3 +73,13 @@ def test_no_tokens_is_a_no_op(op):
 def test_layer_id_is_last_layer():
     run_case(Case("transfer_kv_per_layer_pf_lf", num_layers=5, layer_id=4))
     run_case(Case("transfer_kv_per_layer_ph_lf", num_layers=5, layer_id=4, head_num=2, page_size=4))
+
+
+@pytest.mark.skipif(not ON_GPU, reason="torch tensors on a GPU: the fast per-call path")
+@pytest.mark.parametrize("src_place,dst_place", DIRECTIONS, ids=["d2d", "h2d", "d2h"])
+@pytest.mark.parametrize("op", OPS)
+def test_torch_tensors_take_the_fast_path(op, src_place, dst_place):
+    pytest.importorskip("torch")
+    for count, seed in ((1, 0), (33, 1), (64, 2)):  # one item, a ragged last warp, whole pages
+        run_case(Case(op, src_place=src_place, dst_place=dst_place, head_num=2 if op in HEADED else 1, page_size=4,
+                      count=count, pool=96, seed=seed, block_quota=2, num_warps_per_block=2), framework="torch")

@@ -208,3 +208,17 @@ def test_pinned_host_destination_through_prepare():
     kv.prepare(kv.transfer_kv_per_layer_mla, src=src, dst=dst, item_size=8)(idx, idx, check=True)
     got = to_numpy(dst)
     assert (got[[2, 7]] == to_numpy(src)[[2, 7]]).all() and (np.delete(got, [2, 7], axis=0) == POISON).all()
+
+
+def test_merged_destination_ranges_find_every_overlap():
+    """The fast path's binary search over merged destination ranges agrees with a plain scan."""
+    from kvnumba.checks.overlap import merged, overlaps_any
+
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        ranges = [("d", int(s), int(s + n)) for s, n in zip(rng.integers(0, 1000, 6), rng.integers(0, 80, 6))]
+        starts, ends = merged(ranges)
+        for start in range(0, 1100, 7):
+            end = start + int(rng.integers(1, 40))
+            want = any(s < end and start < e for _, s, e in ranges if e > s)
+            assert overlaps_any(starts, ends, start, end) == want, (ranges, start, end)

@@ -12,6 +12,7 @@ and gives the errors; so both paths accept and refuse exactly the same calls.
 import sys
 
 from ..checks import guard
+from ..checks.overlap import merged, overlaps_any
 from ..driver.bindings import cu
 from ..driver.launch import STREAM_OBJECTS, stream_object
 from ..driver.target import SIMULATOR
@@ -35,16 +36,10 @@ def make_fast_call(plan):
     current_stream = torch._C._cuda_getCurrentRawStream
     flag, packed, per_layer = plan.flag, plan.packed, plan.spec.per_layer
     device, low, high = plan.device, plan.dst_low, plan.dst_high
-    ranges = tuple((start, end) for _, start, end in plan.destinations)
+    starts, ends = merged(plan.destinations)
     kernel = plan.kernel
     blocks, function, retry = kernel.blocks, kernel.function, kernel.retry
     streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, cu.cuLaunchKernel
-
-    def overlaps(start, end):
-        for low_, high_ in ranges:
-            if start < high_ and end > low_:
-                return True
-        return False
 
     def call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
         warps = num_warps_per_block
@@ -59,8 +54,8 @@ def make_fast_call(plan):
                 or src_indices.stride() != one or dst_indices.stride() != one
                 or src_indices.get_device() != device or dst_indices.get_device() != device
                 or (src | dst) & 7 or count != dst_indices.numel() or not count
-                or (src < high and src + 8 * count > low and overlaps(src, src + 8 * count))
-                or (dst < high and dst + 8 * count > low and overlaps(dst, dst + 8 * count))):
+                or (src < high and src + 8 * count > low and overlaps_any(starts, ends, src, src + 8 * count))
+                or (dst < high and dst + 8 * count > low and overlaps_any(starts, ends, dst, dst + 8 * count))):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
         items_per_warp = -(-count // (block_quota * warps))
         grid = -(-count // (items_per_warp * warps))

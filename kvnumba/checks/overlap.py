@@ -1,5 +1,7 @@
 """A destination must not overlap what the same call reads to find its way (layer tables, index
 arrays): the kernel would overwrite them mid-transfer and then follow garbage addresses."""
+from bisect import bisect_right
+
 from ..errors import OverlapError
 
 
@@ -12,6 +14,29 @@ def check_disjoint(destinations, guides):
                 raise OverlapError(f"{dst_name} overlaps {name} (bytes 0x{max(dst_start, start):x} to "
                                    f"0x{min(dst_end, end):x}): the copy would overwrite {name} while reading it; "
                                    "use separate buffers")
+
+
+def merged(ranges):
+    """``(starts, ends)``: the byte ranges of ``(name, start, end)`` triples merged into sorted,
+    disjoint runs, for ``overlaps_any``."""
+    runs = []
+    for _, start, end in sorted(ranges, key=lambda r: r[1]):
+        if end <= start:
+            continue
+        if runs and start <= runs[-1][1]:
+            runs[-1][1] = max(runs[-1][1], end)
+        else:
+            runs.append([start, end])
+    return [r[0] for r in runs], [r[1] for r in runs]
+
+
+def overlaps_any(starts, ends, start, end):
+    """Whether ``[start, end)`` overlaps one of the merged runs ``starts``/``ends`` (a binary search:
+    an all-layer call has one destination range per layer)."""
+    i = bisect_right(starts, start) - 1
+    if i >= 0 and ends[i] > start:
+        return True
+    return i + 1 < len(starts) and starts[i + 1] < end
 
 
 def hull(ranges):
