@@ -15,7 +15,7 @@ import kvnumba as kv
 from cases import POISON
 from kvnumba.api.spec import SPECS
 from kvnumba.api.transfer import plain
-from placement import device, host, to_numpy
+from placement import ON_GPU, device, host, to_numpy
 from safety_cases import OPS, build
 
 pytestmark = pytest.mark.needs_target
@@ -227,3 +227,21 @@ def test_plain_call_with_a_new_object_at_an_old_address_is_revalidated():
         with pytest.raises(kv.IndexOutOfRangeError, match=rf"valid tokens are \[0, {rows}\)"):
             kv.transfer_kv_per_layer_mla(src, dst, idx, np.array([rows], np.int64), 8, 1, 1)
         del src, dst
+
+
+@pytest.mark.skipif(not ON_GPU, reason="torch CUDA tensors")
+def test_torch_plan_cache_notices_a_tensor_resized_in_place():
+    """A hit re-checks a torch tensor's data pointer and size: resize_ in place is a miss."""
+    torch = pytest.importorskip("torch")
+    cache = plain("transfer_kv_per_layer_mla")._cache
+    src = torch.arange(16 * 8, dtype=torch.uint8, device="cuda").view(16, 8)
+    dst = torch.zeros((16, 8), dtype=torch.uint8, device="cuda")
+    idx = torch.tensor([1, 2], device="cuda")
+    kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8)
+    misses = cache.misses
+    kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8)
+    assert cache.misses == misses
+    dst.resize_(4, 8)  # same memory, a quarter of the tokens
+    with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[1\] = 5 is out of range .*\[0, 4\)"):
+        kv.transfer_kv_per_layer_mla(src, dst, idx, torch.tensor([1, 5]), 8)
+    assert cache.misses == misses + 1
