@@ -245,3 +245,26 @@ def test_torch_plan_cache_notices_a_tensor_resized_in_place():
     with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[1\] = 5 is out of range .*\[0, 4\)"):
         kv.transfer_kv_per_layer_mla(src, dst, idx, torch.tensor([1, 5]), 8)
     assert cache.misses == misses + 1
+
+
+@pytest.mark.skipif(not ON_GPU, reason="torch CUDA tensors")
+def test_same_index_tensors_over_layers_then_changed_in_place():
+    """The fast path remembers the last index pair; the same tensors over all layers stay exact, and a
+    pair changed in place (a resize_) is checked again."""
+    torch = pytest.importorskip("torch")
+    layers, item, pool = 4, 64, 32
+    host_pool = torch.from_numpy(np.random.default_rng(0).integers(0, 256, (pool, layers, item), dtype=np.uint8))
+    host_pool = host_pool.pin_memory()
+    gpu = [torch.full((pool, item), POISON, dtype=torch.uint8, device="cuda") for _ in range(layers)]
+    si = torch.tensor([3, 9, 1, 30], device="cuda")
+    di = torch.tensor([0, 5, 6, 7], device="cuda")
+    loads = [kv.prepare(kv.transfer_kv_per_layer_mla_pf_lf, src=host_pool, dst=gpu[layer], item_size=item,
+                        src_layout_dim=layers * item) for layer in range(layers)]
+    for layer in range(layers):
+        loads[layer](si, di, layer)
+    torch.cuda.synchronize()
+    for layer in range(layers):
+        np.testing.assert_array_equal(gpu[layer][[0, 5, 6, 7]].cpu().numpy(), host_pool[[3, 9, 1, 30], layer].numpy())
+    di.resize_(3)  # same object, same memory, one index fewer
+    with pytest.raises(ValueError, match=r"same length, got 4 and 3"):
+        loads[0](si, di, 0)
