@@ -12,7 +12,19 @@ from .api.direct import (
     transfer_kv_direct,
     transfer_kv_per_layer_direct_pf_lf,
 )
+from .api.copy import copy
 from .api.transfer import Transfer, prepare
+from .api.views import (
+    CacheView,
+    Geometry,
+    LayerFirst,
+    LayerTable,
+    PageFirst,
+    PageFirstDirect,
+    PageHead,
+    VllmFlashAttn,
+    VllmFlashInfer,
+)
 from .checks.guard import check_errors
 from .errors import (
     BadAddressError,
@@ -42,6 +54,16 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BadAddressError",
+    "CacheView",
+    "Geometry",
+    "LayerFirst",
+    "LayerTable",
+    "PageFirst",
+    "PageFirstDirect",
+    "PageHead",
+    "VllmFlashAttn",
+    "VllmFlashInfer",
+    "copy",
     "CacheLayout",
     "CopyError",
     "CudaError",

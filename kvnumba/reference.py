@@ -179,3 +179,29 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
             for j in range(num_layers):
                 _page_slots(page_first)[dst_page, j] = \
                     _rows(src_ptrs[kv * num_layers + j])[src_token:src_token + page_size]
+
+
+# --- cache views (kv.copy) -------------------------------------------------------------------------
+
+def copy(src_view, dst_view, src_indices, dst_indices, layers=None):
+    """``kv.copy`` on views over NumPy arrays, from each view's NumPy picture of its layout
+    (``CacheView.logical``), not from the kernels' address arithmetic: for every layer and for K and
+    V, destination token ``dst_indices[i]`` (page ``t // P``, slot ``t % P``) gets source token
+    ``src_indices[i]``'s item, byte for byte. Destinations are written in place.
+    """
+    from .api.views import _window
+
+    src_indices, dst_indices = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    first, count = _window(layers, min(src_view.geometry.layers, dst_view.geometry.layers))
+    for which in ("k",) if src_view.mla else ("k", "v"):
+        for layer in range(first, first + count):
+            src = _item_bytes(src_view.layer_items(which, layer))
+            dst = _item_bytes(dst_view.layer_items(which, layer))
+            values = src[src_indices // src.shape[1], src_indices % src.shape[1]]
+            dst[dst_indices // dst.shape[1], dst_indices % dst.shape[1]] = values.reshape(
+                (len(dst_indices),) + dst.shape[2:])
+
+
+def _item_bytes(items):
+    """``[pages, P, *item]`` as bytes, still a view of the buffer: ``[pages, P, ..., last * itemsize]``."""
+    return np.asarray(items).view(np.uint8)

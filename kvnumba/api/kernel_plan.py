@@ -24,7 +24,7 @@ from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels.factory import NO_LIMIT, PER_CALL_ARGS, PER_LAYER_ARGS, SIGNATURE, get_kernel
 from ..kernels.jit import WARP_SIZE
-from ..kernels.layouts import Layout
+from ..kernels.layouts import PARTS, Layout
 from .spec import buffer_names
 
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
@@ -35,6 +35,22 @@ _MAX_QUOTA = 2**31 - 1
 _MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
 
 _kernels = {}  # Numba dispatcher -> driver.launch.Kernel
+
+
+def one_device(placed):
+    """The one GPU of ``placed`` (``(name, device)`` pairs; pinned host memory goes with any), or
+    the current device when everything is host memory. ``DeviceMismatchError`` names two others."""
+    seen = {}
+    for name, device in placed:
+        if device != HOST:
+            seen.setdefault(device, name)
+    if len(seen) > 1:
+        (d0, n0), (d1, n1) = list(seen.items())[:2]
+        raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one "
+                                  "GPU (and pinned host memory); move the buffers to one device")
+    if seen:
+        return next(iter(seen))
+    return 0 if SIMULATOR else current_device()
 
 
 def _launchable(dispatcher):
@@ -103,6 +119,17 @@ class KernelPlan:
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
+        self.first_layer = 0  # the first layer a call moves (per-layer plans: chosen by each call)
+        if spec.name == "copy":
+            from .views import configure_copy
+
+            sides = configure_copy(self, geometry, strict)
+        else:
+            sides = self._configure_seed(spec, geometry, strict)
+        self._finish(*sides)
+
+    def _configure_seed(self, spec, geometry, strict):
+        """A seed entry point's arguments: validated, and the two sides they describe."""
         names = buffer_names(spec)
         src_layout, dst_layout = spec.src_layout, spec.dst_layout
         headed = PH in (src_layout, dst_layout)
@@ -145,30 +172,39 @@ class KernelPlan:
             else:
                 validate.writable(name, infos[name])
         self.raw_tables = any(t.raw for t in layers.values())
-        self.device = self._device(infos, layers)
+        placed = [(name, info.device) for name, info in infos.items()]
+        placed += [(f"{name}[{i}]", d) for name in layers for i, d in enumerate(layers[name].devices) if d is not None]
+        self.device = one_device(placed)
         self.uses_torch = any(info.is_torch for info in infos.values())
 
         self.src = self._side(src_layout, names[0], names[2], infos, layers, src_dim)
         self.dst = self._side(dst_layout, names[1], names[3], infos, layers, dst_dim)
         self.destinations = self._destinations(names, dst_layout, infos, layers)
-        guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
-        check_disjoint(self.destinations, guides)
-        self.dst_low, self.dst_high = hull(self.destinations)
+        self.guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
+        self.names = names
+        ptrs = [infos[n].ptr if n else 0 for n in names]
+        return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
+                (src_dim, self.page_size), (dst_dim, self.page_size))
 
-        # The kernel, on the buffers' device, and the parameter values that never change.
-        src_k, dst_k = infos[names[0]], infos[names[1]]
-        src_v, dst_v = (infos[names[2]], infos[names[3]]) if names[2] else (None, None)
+    def _finish(self, src_parts, dst_parts, mla, src_ptrs, dst_ptrs, src_geometry, dst_geometry):
+        """What every plan does once its sides are known: refuse destinations over the tables, choose
+        and load the kernel, fill the parameter values that never change."""
+        check_disjoint(self.destinations, self.guides)
+        self.dst_low, self.dst_high = hull(self.destinations)
         self.windows = {}
         self.packed = {}  # layer -> (first_layer, src_limit, dst_limit): the parameters a layer changes
-        first = self.window_for(0) if not spec.per_layer else None
-        template = (0, 0, 0, 0, 0, first.src_limit if first else NO_LIMIT, first.dst_limit if first else NO_LIMIT,
-                    src_k.ptr, dst_k.ptr, src_v.ptr if src_v else 0, dst_v.ptr if dst_v else 0, self.num_layers,
-                    self.item_size, src_dim, dst_dim, self.page_size, self.head_num, guard.flag_address())
+        first = None
+        if not self.spec.per_layer:  # one window, at key 0
+            first = self.windows[0] = LayerWindow(self, self.first_layer)
+            self.packed[0] = (first.first_layer, first.src_limit, first.dst_limit)
+        (src_dim, src_page), (dst_dim, dst_page) = src_geometry, dst_geometry
+        template = (0, 0, 0, 0, self.first_layer, first.src_limit if first else NO_LIMIT,
+                    first.dst_limit if first else NO_LIMIT, src_ptrs[0], dst_ptrs[0], src_ptrs[1], dst_ptrs[1],
+                    self.num_layers if first is None else self.window, self.item_size, src_dim, dst_dim, src_page,
+                    dst_page, self.head_num, guard.flag_address())
         self.flag = guard.flag_view()
-        kernel = _launchable(get_kernel(src_layout, dst_layout, spec.mla))
+        kernel = _launchable(get_kernel(src_parts, dst_parts, mla))
         self.kernel = BoundKernel(kernel, self.device, template)
-        self.names = names
-
 
     # --- building ------------------------------------------------------------------------------
 
@@ -192,26 +228,6 @@ class KernelPlan:
             return Side(layout, k_name, v_name, None, extents, layout_dim)
         nbytes = infos[k_name].nbytes if v_name is None else min(infos[k_name].nbytes, infos[v_name].nbytes)
         return Side(layout, k_name, v_name, nbytes, None, layout_dim)
-
-    @staticmethod
-    def _device(infos, layers):
-        """The one GPU the buffers live on (pinned host memory goes with any); the current device
-        when everything is host memory."""
-        seen = {}
-        for name, info in infos.items():
-            if info.device != HOST:
-                seen.setdefault(info.device, name)
-            if name in layers:
-                for i, device in enumerate(layers[name].devices):
-                    if device is not None and device != HOST:
-                        seen.setdefault(device, f"{name}[{i}]")
-        if len(seen) > 1:
-            (d0, n0), (d1, n1) = list(seen.items())[:2]
-            raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one "
-                                      "GPU (and pinned host memory); move the buffers to one device")
-        if seen:
-            return next(iter(seen))
-        return 0 if SIMULATOR else current_device()
 
     @staticmethod
     def _destinations(names, dst_layout, infos, layers):

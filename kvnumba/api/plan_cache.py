@@ -38,7 +38,7 @@ class PlanCache:
     def lookup(self, objects, scalars):
         """The cached plan for arrays ``objects`` and exact-int ``scalars`` if it is still valid,
         else None. (The plain entry points inline this: ``kvnumba.api.transfer.plain_caller``.)"""
-        if any(type(value) is not int for value in scalars):
+        if any(type(value) is not int and value is not None for value in scalars):
             return None
         entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
         if entry is not None and valid(entry, objects):

@@ -1,5 +1,6 @@
-"""The table of kvnumba's thirteen entry points: each one's arguments, in the seed's order, with
-their defaults and roles, and for kernel entry points the layouts they move between.
+"""The table of kvnumba's entry points (the seed's thirteen, and ``copy``): each one's arguments, in
+order, with their defaults and roles, and for the seed's kernel entry points the layouts they move
+between (``copy`` takes them from its views).
 
 ``prepare``, the plain entry points, the tests and the benchmark read this one table.
 
@@ -69,6 +70,8 @@ SPECS = {spec.name: spec for spec in [
             TBL, TBL, True),
     _kernel("transfer_kv_all_layer_mla_lf_pf",
             ("src_layers", "dst") + _IDX + ("item_size", "dst_layout_dim", "num_layers"), TBL, PF, True),
+    Spec("copy", ("src_view", "dst_view") + _IDX + ("layers",) + _LAUNCH, dict(_LAUNCH_DEFAULTS, layers=None),
+         "kernel"),
     Spec("transfer_kv_direct", ("src_layers", "dst_layers") + _IDX + ("page_size",), {}, "direct"),
     Spec("transfer_kv_per_layer_direct_pf_lf", ("src_ptrs", "dst_ptrs") + _IDX + ("layer_id", "page_size"), {},
          "direct"),
@@ -85,7 +88,7 @@ INTERNAL = {spec.name: spec for spec in [
             ("src", "dst") + _IDX + ("layer_id", "item_size", "src_layout_dim", "page_size", "head_num"), PH, LF, True),
 ]}
 
-KERNEL_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "kernel"]
+KERNEL_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "kernel" and name != "copy"]
 DIRECT_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "direct"]
 
 

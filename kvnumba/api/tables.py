@@ -65,28 +65,35 @@ def layer_table(layers):
     addresses = np.array([info.ptr for info in infos], dtype=np.uint64)
     register_layers(infos)
 
-    if SIMULATOR:
-        table = addresses.view(HostLayerTable)
-    elif infos[0].is_torch:
-        torch = sys.modules["torch"]
-        table = torch.from_numpy(addresses.view(np.int64)).to(torch.device("cuda", device))
-        if hasattr(torch, "uint64"):
-            table = table.view(torch.uint64)
-    elif type(layers[0]).__module__.startswith("cupy"):
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device):
-            table = cupy.asarray(addresses)
-    else:
-        from numba import cuda
-
-        with on_device(device):
-            table = cuda.to_device(addresses)
+    table = device_table(addresses, infos, device)
     try:
         table.layers = layers
         table.layer_nbytes = tuple(info.nbytes for info in infos)
     except AttributeError:  # CuPy arrays take no attributes: the caller keeps the layers alive
         pass
     return table
+
+
+def device_table(addresses, infos, device=None):
+    """A uint64 array of ``addresses`` where kernels read it: on the device of the arrays ``infos``
+    describe, as a torch tensor (torch arrays), a CuPy array (CuPy) or a Numba device array (else);
+    on the simulator a NumPy array (``HostLayerTable``)."""
+    if device is None:
+        device = _one_device(infos)
+    if SIMULATOR:
+        return addresses.view(HostLayerTable)
+    if infos[0].is_torch:
+        torch = sys.modules["torch"]
+        table = torch.from_numpy(addresses.view(np.int64)).to(torch.device("cuda", device))
+        return table.view(torch.uint64) if hasattr(torch, "uint64") else table
+    if type(infos[0].obj).__module__.startswith("cupy"):
+        cupy = sys.modules["cupy"]
+        with cupy.cuda.Device(device):
+            return cupy.asarray(addresses)
+    from numba import cuda
+
+    with on_device(device):
+        return cuda.to_device(addresses)
 
 
 def _one_device(infos):

@@ -191,7 +191,7 @@ class Transfer:
 def _is_buffer_argument(spec, name):
     """Geometry arguments that are arrays (or lists of arrays) rather than sizes."""
     return name not in ("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
-                        "layer_id")
+                        "layer_id", "layers")
 
 
 def _short(value):
@@ -199,7 +199,7 @@ def _short(value):
     if isinstance(value, (list, tuple)):
         return f"[{len(value)} arrays]" if value and not isinstance(value[0], (int, float)) else repr(value)
     shape = getattr(value, "shape", None)
-    if shape is None:
+    if not isinstance(shape, tuple):  # not an array (a cache view says what it is itself)
         return repr(value)
     device = getattr(value, "device", None)
     where = f" {device}" if device is not None and not isinstance(device, (int, str)) or isinstance(device, str) \
@@ -270,7 +270,7 @@ def plain_caller(name):
         entry = None
         if not check and not guard.ALWAYS_CHECK:
             for value in scalars:
-                if type(value) is not int:
+                if type(value) is not int and value is not None:
                     break
             else:
                 entry = entries.get((*map(id, objects), *scalars, *map(type, scalars)))

@@ -24,30 +24,25 @@ import numpy as np
 
 from ..errors import IndexOutOfRangeError
 from ..kernels.factory import NO_LIMIT
-from ..kernels.layouts import PARTS, Layout
+from ..kernels.layouts import PARTS, Layout, LayoutParts
 
 # Tests set this to False to send host-readable indices down the device path (the kernel's guard),
 # as indices in GPU memory go on a real GPU. Never needed by users.
 HOST_INDEX_CHECK = True
 
 
-def _py(fn):
-    """The Python body of a layouts device function (itself on the simulator)."""
-    return getattr(fn, "py_func", fn)
-
-
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
     touches, over all layers of the call and all heads, by ``kvnumba.kernels.layouts``' own functions."""
-    layout = Layout(layout)
-    parts = PARTS[layout]
+    parts = layout if isinstance(layout, LayoutParts) else PARTS[Layout(layout)]
+    layer_base, token_offset, head_stride = parts.py
     last_layer = first_layer + num_layers - 1
-    if layout is Layout.LAYER_TABLE:
+    if parts.table:
         layer_part = 0  # the table holds each layer's base; offsets start there
     else:
-        layer_part = _py(parts.layer_base)(0, last_layer, layout_dim, item_size, heads)  # grows with the layer
-    token_part = _py(parts.token_offset)(token, layout_dim, item_size, heads, page_size)
-    head_part = (heads - 1) * _py(parts.head_stride)(layout_dim, item_size, heads, page_size)  # last head
+        layer_part = layer_base(0, last_layer, layout_dim, item_size, heads, page_size)  # grows with the layer
+    token_part = token_offset(token, layout_dim, item_size, heads, page_size)
+    head_part = (heads - 1) * head_stride(layout_dim, item_size, heads, page_size)  # last head
     return layer_part + token_part + head_part + item_size // heads
 
 

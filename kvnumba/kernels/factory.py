@@ -1,8 +1,9 @@
 """The kernel factory: one memoised CUDA kernel per (source layout, destination layout, MLA).
 
-One body serves every pair. The factory closes over the two address functions (``layouts``) and
-the MLA flag; Numba treats closure variables as compile-time constants, so each kernel is as
-specialised as the seed's C++ template instances. Kernels take plain integers only (addresses,
+One body serves every pair, the seed's four layouts, kvnumba's others and a user's own
+(``kvnumba.kernels.layouts.LayoutParts``). The factory closes over the two layouts' address
+functions and the MLA flag; Numba treats closure variables as compile-time constants, so each kernel
+is as specialised as the seed's C++ template instances. Kernels take plain integers only (addresses,
 counts, sizes): array arguments cost microseconds of host time per launch.
 
 Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``
@@ -16,7 +17,7 @@ from numba import cuda
 
 from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import PARTS, Layout
+from .layouts import PARTS, Layout, LayoutParts
 from .memory import load_i64, store_u64
 from .warp_copy import CopyShape, make_copies
 
@@ -27,13 +28,13 @@ from .warp_copy import CopyShape, make_copies
 # for page-head (256-byte head chunks) and MLA items.
 _SEED_LIKE = CopyShape(words=1, wide=False, paired=False)
 _WIDE = CopyShape(words=1, wide=True, paired=True)
-COPY_SHAPES = {
-    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, False): _SEED_LIKE,
-    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, False): _SEED_LIKE,
-    (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): CopyShape(words=2, wide=False, paired=True),
-    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, False): _SEED_LIKE,
-    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, False): _WIDE,
-    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): _SEED_LIKE,
+COPY_SHAPES = {  # by layout names (LayoutParts.name)
+    ("lf", "lf", False): _SEED_LIKE,
+    ("pf", "lf", False): _SEED_LIKE,
+    ("ph", "lf", False): CopyShape(words=2, wide=False, paired=True),
+    ("lf_tbl", "lf_tbl", False): _SEED_LIKE,
+    ("lf_tbl", "pf", False): _WIDE,
+    ("lf_tbl", "ph", False): _SEED_LIKE,
 }
 DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 
@@ -43,8 +44,8 @@ COPY_SHAPE = None
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
 
-# Every kernel has this signature: 18 int64 scalars (see KernelArgs).
-SIGNATURE = "void(" + ", ".join(["int64"] * 18) + ")"
+# Every kernel has this signature: 19 int64 scalars (see KernelArgs).
+SIGNATURE = "void(" + ", ".join(["int64"] * 19) + ")"
 
 # "No limit" for a token bound.
 NO_LIMIT = 2**63 - 1
@@ -72,8 +73,9 @@ class KernelArgs(NamedTuple):
     item_size: int
     src_layout_dim: int
     dst_layout_dim: int
-    page_size: int  # page-head only; 1 otherwise
-    head_num: int  # page-head only; 1 otherwise
+    src_page_size: int  # paged layouts; 1 otherwise
+    dst_page_size: int
+    head_num: int  # heads a copy goes by when a side splits them; 1 otherwise
     error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
 
 
@@ -81,23 +83,22 @@ PER_CALL_ARGS = 4  # src_indices .. items_per_warp
 PER_LAYER_ARGS = 7  # .. dst_token_limit
 
 
-def _build_kernel(src_layout, dst_layout, mla, copy_shape):
-    src, dst = PARTS[src_layout], PARTS[dst_layout]
+def _build_kernel(src, dst, mla, copy_shape):
     src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
     dst_layer_base, dst_token_offset, dst_head_stride = dst.layer_base, dst.token_offset, dst.head_stride
-    headed = Layout.PAGE_HEAD in (src_layout, dst_layout)
+    headed = src.head_split or dst.head_split
     copy_item, copy_pair = make_copies(copy_shape)
     paired = copy_shape.paired and not mla
 
     def transfer_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                     dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
-                    dst_layout_dim, page_size, head_num, error_flag):
+                    dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         heads = head_num if headed else 1
         chunk = item_size // heads
-        src_stride = src_head_stride(src_layout_dim, item_size, heads, page_size)
-        dst_stride = dst_head_stride(dst_layout_dim, item_size, heads, page_size)
+        src_stride = src_head_stride(src_layout_dim, item_size, heads, src_page_size)
+        dst_stride = dst_head_stride(dst_layout_dim, item_size, heads, dst_page_size)
         first_item = warp * items_per_warp
         end_item = min(first_item + items_per_warp, num_items)
         for item in range(first_item, end_item):
@@ -109,17 +110,17 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
                     store_u64(error_flag, 1)
                 continue
             # Address parts are computed where they change: per item, per layer, per head.
-            src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, page_size)
-            dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, page_size)
+            src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, src_page_size)
+            dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, dst_page_size)
             for layer in range(first_layer, first_layer + num_layers):
-                sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads) + src_offset
-                dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads) + dst_offset
+                sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
+                dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
                 if mla:
                     for head in range(heads):
                         copy_item(lane, sk + head * src_stride, dk + head * dst_stride, chunk)
                     continue
-                sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads) + src_offset
-                dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads) + dst_offset
+                sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
+                dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
                 for head in range(heads):
                     s_head = head * src_stride
                     d_head = head * dst_stride
@@ -129,7 +130,7 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
                         copy_item(lane, sk + s_head, dk + d_head, chunk)
                         copy_item(lane, sv + s_head, dv + d_head, chunk)
 
-    transfer_kv.__name__ = f"transfer_kv_{src_layout.value}_{dst_layout.value}{'_mla' if mla else ''}"
+    transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__
     # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
     # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM).
@@ -137,7 +138,7 @@ def _build_kernel(src_layout, dst_layout, mla, copy_shape):
 
 
 # The seed's kernel instances: (source layout, destination layout, MLA) -> the entry point using it.
-SEED_KERNELS = {
+SEED_KERNELS = {  # (source layout, destination layout, MLA) -> the entry point using it
     (Layout.LAYER_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer",
     (Layout.PAGE_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_pf_lf",
     (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_ph_lf",
@@ -154,15 +155,19 @@ _kernels = {}
 
 
 def get_kernel(src_layout, dst_layout, mla):
-    """The kernel for one layout pair, built on first request and memoised."""
-    built = _kernels.get((src_layout, dst_layout, mla, COPY_SHAPE))  # the hot path: Layout members
+    """The kernel for one layout pair, built on first request and memoised. A layout is a
+    ``LayoutParts`` or one of the seed's names (``Layout`` or its value, e.g. ``"pf"``)."""
+    src, dst = _parts(src_layout), _parts(dst_layout)
+    shape = COPY_SHAPE or COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
+    key = (src, dst, bool(mla), shape)
+    built = _kernels.get(key)
     if built is None:
-        pair = (Layout(src_layout), Layout(dst_layout), bool(mla))
-        shape = COPY_SHAPE or COPY_SHAPES.get(pair, DEFAULT_COPY_SHAPE)
-        key = (*pair, shape)
-        built = _kernels.get(key) or _build_kernel(*key)
-        _kernels[key] = _kernels[(src_layout, dst_layout, mla, COPY_SHAPE)] = built
+        built = _kernels[key] = _build_kernel(*key)
     return built
+
+
+def _parts(layout):
+    return layout if isinstance(layout, LayoutParts) else PARTS[Layout(layout)]
 
 
 def launch_shape(num_items, block_quota, num_warps_per_block):

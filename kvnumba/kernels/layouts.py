@@ -1,17 +1,21 @@
 """Where one item (one token's K or V of one layer) lives in each memory layout.
 
-Every layout has the same address signature, so the kernel factory can pair any two:
+A layout's address is split into three parts so kernels compute each once, where it changes:
 
-    address(base, layer, layout_dim, token, item_size, head, heads, page_size) -> int
+    address = layer_base(base, layer, layout_dim, item_size, heads, page_size)
+            + token_offset(token, layout_dim, item_size, heads, page_size)
+            + head * head_stride(layout_dim, item_size, heads, page_size)
 
-``base`` is the buffer's address (for the table layout, the address of a uint64 table of
-per-layer base addresses). ``layout_dim`` is in bytes. A token's item may be split into ``heads``
-equal chunks, copied head by head; ``head`` picks one. With ``heads == 1`` the head terms vanish,
-so the same functions serve whole-item and head-by-head copies (the seed's ``per_head_lf`` is
-``LAYER_FIRST`` here, with ``heads > 1``).
+``base`` is the buffer's address, or, for a table layout, the address of a uint64 table of per-layer
+base addresses (the layer part then reads the table). ``layout_dim`` is the layout's one free stride
+in bytes, ``page_size`` its page (or block) size in tokens. A token's item may be split into
+``heads`` equal chunks, copied head by head; with ``heads == 1`` the head terms vanish, so the same
+functions serve whole-item and head-by-head copies (the seed's ``per_head_lf`` is ``LAYER_FIRST``
+here, with ``heads > 1``).
 
-Integer expressions follow the seed term for term (transfer.cu, ``get_global_offset_*``), so
-addresses agree even on unusual arguments.
+The seed's four layouts follow its ``get_global_offset_*`` term for term, so addresses agree even on
+unusual arguments. The others are kvnumba's, for ``kv.copy`` between any two cache views
+(``kvnumba.api.views``); a user-defined layout is three plain Python functions of the same form.
 """
 import enum
 
@@ -20,7 +24,7 @@ from .memory import load_i64
 
 
 class Layout(str, enum.Enum):
-    """The layouts of one K (or V, or MLA) buffer. Accepts its value as a string: ``Layout("pf")``."""
+    """The seed's layouts of one K (or V, or MLA) buffer. Accepts its value as a string: ``Layout("pf")``."""
 
     LAYER_FIRST = "lf"  # one buffer per layer: token t at base + t * item_size
     LAYER_TABLE = "lf_tbl"  # the same, per-layer bases read from a uint64 table on the device
@@ -33,94 +37,109 @@ class Layout(str, enum.Enum):
         raise ValueError(f"unknown layout {value!r}: expected one of {names}")
 
 
-# Each layout's address is split into three parts so kernels compute each once, where it changes:
-#   address = layer_base(base, layer, ...) + token_offset(token, ...) + head * head_stride(...)
-# The layer part includes the buffer's base (or, for the table layout, is read from the table).
+class LayoutParts:
+    """The three address parts of one layout, compiled as device functions (plain Python on the
+    simulator), and what kind of layout it is.
+
+    ``name`` keys the kernel cache and the tuned copy shapes; ``table``: ``base`` is a uint64 table of
+    per-layer addresses (``layer_base`` reads it); ``head_split``: a token's heads are not adjacent
+    (a copy involving this layout goes head by head).
+    """
+
+    def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False):
+        self.name, self.table, self.head_split = name, table, head_split
+        self.py = (layer_base, token_offset, head_stride)  # the Python functions (bounds, reference checks)
+        self.layer_base = device_function(layer_base)
+        self.token_offset = device_function(token_offset)
+        self.head_stride = device_function(head_stride)
+
+    def __repr__(self):
+        return f"LayoutParts({self.name!r})"
 
 
-@device_function
-def layer_first_layer_base(base, layer, layout_dim, item_size, heads):
-    return base + layer * layout_dim
+# --- layer parts ------------------------------------------------------------------------------------
+
+def layer_first_layer_base(base, layer, layout_dim, item_size, heads, page_size):
+    return base + layer * layout_dim  # layout_dim: the bytes of one layer (0 for one layer's buffer)
 
 
-@device_function
-def layer_table_layer_base(table, layer, layout_dim, item_size, heads):
+def table_layer_base(table, layer, layout_dim, item_size, heads, page_size):
     return load_i64(table + layer * 8)
 
 
-@device_function
-def page_first_layer_base(base, layer, layout_dim, item_size, heads):
-    return base + layer * item_size
+def page_first_layer_base(base, layer, layout_dim, item_size, heads, page_size):
+    return base + layer * item_size  # a token slot holds every layer's item, layer by layer
 
 
-@device_function
-def page_head_layer_base(base, layer, layout_dim, item_size, heads):
-    return base + layer * item_size // heads  # layer within the token
+def page_head_layer_base(base, layer, layout_dim, item_size, heads, page_size):
+    return base + layer * item_size // heads  # layer within the token, in a head's block
 
 
-@device_function
-def item_token_offset(token, layout_dim, item_size, heads, page_size):  # layer-first and table
+def page_first_direct_layer_base(base, layer, layout_dim, item_size, heads, page_size):
+    return base + layer * item_size * page_size  # a page holds every layer's page_size items
+
+
+# --- token parts --------------------------------------------------------------------------------------
+
+def item_token_offset(token, layout_dim, item_size, heads, page_size):  # tokens back to back
     return token * item_size
 
 
-@device_function
 def page_first_token_offset(token, layout_dim, item_size, heads, page_size):
     return token * layout_dim
 
 
-@device_function
 def page_head_token_offset(token, layout_dim, item_size, heads, page_size):
     return (token // page_size * page_size * layout_dim  # page
             + token % page_size * layout_dim // heads)  # token within the head's block
 
 
-@device_function
+def page_first_direct_token_offset(token, layout_dim, item_size, heads, page_size):
+    return token // page_size * page_size * layout_dim + token % page_size * item_size  # layout_dim = L * item
+
+
+def block_token_offset(token, layout_dim, item_size, heads, page_size):
+    return token // page_size * layout_dim + token % page_size * item_size  # layout_dim: bytes between blocks
+
+
+def head_major_block_token_offset(token, layout_dim, item_size, heads, page_size):
+    return token // page_size * layout_dim + token % page_size * (item_size // heads)  # [block, ..., H, P, D]
+
+
+# --- head parts ----------------------------------------------------------------------------------------
+
 def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adjacent in the item
     return item_size // heads
 
 
-@device_function
 def page_head_head_stride(layout_dim, item_size, heads, page_size):  # a head's block of the page
     return layout_dim // heads * page_size
 
 
-class LayoutParts:
-    """The three address parts of one layout (device functions)."""
-
-    def __init__(self, layer_base, token_offset, head_stride):
-        self.layer_base, self.token_offset, self.head_stride = layer_base, token_offset, head_stride
+def head_major_head_stride(layout_dim, item_size, heads, page_size):  # a head's page_size tokens
+    return item_size // heads * page_size
 
 
-PARTS = {
-    Layout.LAYER_FIRST: LayoutParts(layer_first_layer_base, item_token_offset, item_head_stride),
-    Layout.LAYER_TABLE: LayoutParts(layer_table_layer_base, item_token_offset, item_head_stride),
-    Layout.PAGE_FIRST: LayoutParts(page_first_layer_base, page_first_token_offset, item_head_stride),
-    Layout.PAGE_HEAD: LayoutParts(page_head_layer_base, page_head_token_offset, page_head_head_stride),
-}
+LAYER_FIRST = LayoutParts("lf", layer_first_layer_base, item_token_offset, item_head_stride)
+LAYER_TABLE = LayoutParts("lf_tbl", table_layer_base, item_token_offset, item_head_stride, table=True)
+PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, item_head_stride)
+PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True)
+PAGE_FIRST_DIRECT = LayoutParts("pfd", page_first_direct_layer_base, page_first_direct_token_offset,
+                                item_head_stride)
+# Per-layer tables of paged blocks: vLLM's flash-attention cache and FlashInfer's NHD/HND caches.
+BLOCKS = LayoutParts("blocks", table_layer_base, block_token_offset, item_head_stride, table=True)
+HEAD_MAJOR_BLOCKS = LayoutParts("hnd_blocks", table_layer_base, head_major_block_token_offset,
+                                head_major_head_stride, table=True, head_split=True)
+
+# The seed's layouts by their enum.
+PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,
+         Layout.PAGE_HEAD: PAGE_HEAD}
 
 
-def _composed(parts):
-    layer_base, token_offset, head_stride = parts.layer_base, parts.token_offset, parts.head_stride
-
-    @device_function
-    def address(base, layer, layout_dim, token, item_size, head, heads, page_size):
-        return (layer_base(base, layer, layout_dim, item_size, heads)
-                + token_offset(token, layout_dim, item_size, heads, page_size)
-                + head * head_stride(layout_dim, item_size, heads, page_size))
-
-    return address
-
-
-# Whole addresses, one function per layout (for reading and teaching; kernels use PARTS):
-#   address(base, layer, layout_dim, token, item_size, head, heads, page_size) -> int
-layer_first_address = _composed(PARTS[Layout.LAYER_FIRST])
-layer_table_address = _composed(PARTS[Layout.LAYER_TABLE])
-page_first_address = _composed(PARTS[Layout.PAGE_FIRST])
-page_head_address = _composed(PARTS[Layout.PAGE_HEAD])
-
-ADDRESS_FUNCTIONS = {
-    Layout.LAYER_FIRST: layer_first_address,
-    Layout.LAYER_TABLE: layer_table_address,
-    Layout.PAGE_FIRST: page_first_address,
-    Layout.PAGE_HEAD: page_head_address,
-}
+def address(parts, base, layer, layout_dim, token, item_size, head, heads, page_size):
+    """One item's address, whole (for reading and teaching; kernels use the parts where they change).
+    Plain Python: ``base`` is a buffer's address (for a table layout, a layer's address)."""
+    layer_base, token_offset, head_stride = parts.py
+    layer_part = base if parts.table else layer_base(base, layer, layout_dim, item_size, heads, page_size)
+    return (layer_part + token_offset(token, layout_dim, item_size, heads, page_size)
+            + head * head_stride(layout_dim, item_size, heads, page_size))

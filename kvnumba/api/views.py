@@ -1,0 +1,542 @@
+"""Cache views: buffers plus a layout plus geometry, and ``kv.copy`` between any two of them.
+
+A view holds one cache's K and V buffers (``v=None``: MLA, one latent vector per token, no V) and
+knows, from their shapes, its T tokens, L layers, H heads and item bytes. T is the number of token
+slots, P the page (or block) size; token ``t`` of a paged layout lives in page ``t // P``, slot
+``t % P``.
+
+=========================================  =============================================================
+view                                       one K (or V) buffer
+=========================================  =============================================================
+``LayerFirst(k, v=None)``                  ``[L, T, *item]``, or a list of L per-layer ``[T, *item]``
+``LayerTable(k, v=None, tokens, item)``    uint64 tables of L layer addresses, as the seed takes them
+``PageFirst(k, v=None)``                   ``[T, L, *item]``
+``PageFirstDirect(k, v=None)``             ``[T/P, L, P, *item]``
+``PageHead(k, v=None)``                    ``[T/P, H, P, L, D]``
+``VllmFlashAttn(caches)``                  per layer ``[2, num_blocks, P, H, D]``: K at 0, V at 1
+``VllmFlashInfer(caches, layout="NHD")``   per layer ``[num_blocks, 2, P, H, D]`` (NHD) or
+                                           ``[num_blocks, 2, H, P, D]`` (HND)
+=========================================  =============================================================
+
+``item`` is ``(H, D)``, or ``(D,)`` / ``(1, D)`` for MLA. A new layout is a subclass of ``CacheView``
+with its address arithmetic as three plain Python functions (``kvnumba.kernels.layouts``' form),
+its geometry from a buffer's shape, and a NumPy view for the reference (see ``CacheView``).
+"""
+import math
+import numpy as np
+
+from ..arrays import array_info, fingerprint_function
+from ..checks import pinned, validate
+from ..checks.tables import table_layers
+from ..kernels import layouts
+
+
+class CacheView:
+    """Base class of cache views (see the module docstring).
+
+    A subclass for a new layout defines, as plain Python (kvnumba compiles them for the GPU):
+
+    - ``layer_base(base, layer, layout_dim, item_size, heads, page_size)``,
+      ``token_offset(token, layout_dim, item_size, heads, page_size)`` and
+      ``head_stride(layout_dim, item_size, heads, page_size)``: the byte address of token ``token``,
+      layer ``layer``, head ``h`` is ``layer_base + token_offset + h * head_stride`` from the
+      buffer's address ``base`` (static methods);
+    - ``head_split = True`` if a token's heads are not adjacent in memory;
+    - ``shape(buffer) -> Geometry``: its layers, tokens, page size, heads and ``layout_dim`` (the one
+      free stride its address arithmetic uses), read from a buffer's shape, raising ``ValueError``
+      for a shape that is not the layout's;
+    - ``logical(buffer) -> ndarray``: a NumPy view of the buffer shaped ``[L, T // P, P, *item]``,
+      for ``kvnumba.reference`` (it must be a view, not a copy: the reference writes through it).
+
+    With only that, the layout gets kernels to and from every other layout (``kv.copy``), bounds
+    checks, reference checking, ``kv.convert`` and ``kvnumba convert``. kvnumba checks at view
+    construction that the arithmetic keeps the first and last tokens of every page, layer and head
+    inside the buffer.
+    """
+
+    head_split = False
+    per_layer = False  # k is a list of per-layer arrays (the kernel reads a table of their addresses)
+    parts = None  # LayoutParts, made from the three functions of a subclass
+
+    user_layout = False  # True for a subclass that brings its own address arithmetic
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        names = ("layer_base", "token_offset", "head_stride")
+        if any(n in cls.__dict__ for n in names):  # new arithmetic: compile it (missing parts inherited)
+            functions = [getattr(cls, n, None) for n in names]
+            if any(f is None for f in functions):
+                raise TypeError(f"{cls.__name__} must define layer_base, token_offset and head_stride")
+            cls.parts = layouts.LayoutParts(f"{cls.__module__}.{cls.__qualname__}", *functions,
+                                            head_split=cls.head_split)
+            cls.user_layout = True
+
+    def __init__(self, k, v=None):
+        self.k, self.v = k, v
+        self.geometry = self.shape(k)
+        if v is not None:
+            other = self.shape(v)
+            if other != self.geometry:
+                raise ValueError(f"{type(self).__name__}: v has the geometry {other}, k has {self.geometry}")
+        if self.parts is None:
+            raise TypeError(f"{type(self).__name__} defines no address arithmetic (layer_base, token_offset, "
+                            "head_stride)")
+        if self.user_layout:  # a user's arithmetic: it must stay inside the buffers
+            self._check_arithmetic()
+
+    # --- what a subclass provides -------------------------------------------------------------------
+
+    def shape(self, buffer):
+        raise NotImplementedError
+
+    def logical(self, buffer):
+        raise NotImplementedError
+
+    # --- shared ---------------------------------------------------------------------------------------
+
+    @staticmethod
+    def array(buffer, name="k"):
+        """``(shape, itemsize, dtype name)`` of any array kvnumba takes (torch, CuPy, Numba, NumPy): what
+        a ``shape`` method reads. ``TypeError``/``ValueError`` naming ``name`` for something else."""
+        info = array_info(buffer, name)
+        return tuple(info.shape), _dtype_bytes(info), info.dtype
+
+    @property
+    def mla(self):
+        return self.v is None
+
+    def like(self, k, v=None):
+        """The same view (class and options) over other buffers, e.g. NumPy copies for the reference."""
+        other = object.__new__(type(self))
+        other.__dict__.update({key: value for key, value in self.__dict__.items() if key not in ("k", "v")})
+        type(self).__init__(other, k, v, **self._options())
+        return other
+
+    def _options(self):
+        return {}
+
+    def layer_items(self, which, layer):
+        """K's (or V's) tokens of one layer as a NumPy view ``[T // P, P, *item]`` (NumPy buffers)."""
+        buffer = self.k if which == "k" else self.v
+        return self.logical(buffer)[layer]
+
+    def buffers(self, which):
+        """K's (or V's) arrays: one per layer for per-layer views, else one."""
+        buffer = self.k if which == "k" else self.v
+        return list(buffer) if self.per_layer else [buffer]
+
+    def fingerprint(self):
+        """What the plan cache re-checks before reusing a plan built for this view."""
+        return tuple(fingerprint_function(b)(b) for which in ("k", "v") if getattr(self, which) is not None
+                     for b in self.buffers(which))
+
+    def __repr__(self):
+        g = self.geometry
+        return (f"{type(self).__name__}(L={g.layers}, T={g.tokens}, P={g.page_size}, H={g.heads}, "
+                f"item={g.item_bytes} B{', MLA' if self.mla else ''})")
+
+    def _check_arithmetic(self):
+        g = self.geometry
+        nbytes = array_info(self.k, "k").nbytes
+        layer_base, token_offset, head_stride = self.parts.py
+        tokens = {0, g.tokens - 1} | {t for p in (g.page_size - 1, g.page_size) for t in (p,) if t < g.tokens}
+        for layer in (0, g.layers - 1):
+            for token in sorted(tokens):
+                for head in (0, g.heads - 1):
+                    start = (layer_base(0, layer, g.layout_dim, g.item_bytes, g.heads, g.page_size)
+                             + token_offset(token, g.layout_dim, g.item_bytes, g.heads, g.page_size)
+                             + head * head_stride(g.layout_dim, g.item_bytes, g.heads, g.page_size))
+                    if start < 0 or start + g.item_bytes // g.heads > nbytes:
+                        raise ValueError(f"{type(self).__name__}: its address arithmetic puts token {token}, layer "
+                                         f"{layer}, head {head} at bytes [{start}, {start + g.item_bytes // g.heads}) "
+                                         f"outside k ({nbytes} bytes)")
+
+
+class Geometry:
+    """A view's geometry, read from its buffers' shapes."""
+
+    __slots__ = ("layers", "tokens", "page_size", "heads", "item_bytes", "layout_dim", "dtype")
+
+    def __init__(self, layers, tokens, page_size, heads, item_bytes, layout_dim, dtype):
+        self.layers, self.tokens, self.page_size, self.heads = layers, tokens, page_size, heads
+        self.item_bytes, self.layout_dim, self.dtype = item_bytes, layout_dim, dtype
+
+    def __eq__(self, other):
+        return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
+
+    def __repr__(self):
+        return (f"Geometry(layers={self.layers}, tokens={self.tokens}, page_size={self.page_size}, heads={self.heads}, "
+                f"item_bytes={self.item_bytes}, dtype={self.dtype})")
+
+
+def item_of(shape, dtype_bytes, where):
+    """``(heads, item_bytes)`` of an item shaped ``shape``: ``(H, D)``, or ``(D,)`` for one vector."""
+    if len(shape) == 1:
+        return 1, shape[0] * dtype_bytes
+    if len(shape) == 2:
+        return shape[0], shape[0] * shape[1] * dtype_bytes
+    raise ValueError(f"{where}: an item is (H, D) or (D,), got {tuple(shape)}")
+
+
+def _dtype_bytes(info):
+    elements = math.prod(info.shape)
+    if elements:
+        return info.nbytes // elements
+    try:
+        return np.dtype(info.dtype.lstrip("<>=|")).itemsize
+    except TypeError:  # a torch-only dtype of an empty array: its name ends in its bits
+        return int("".join(c for c in info.dtype if c.isdigit())[:2] or 8) // 8
+
+
+def _describe(buffer, where):
+    return array_info(buffer, where)
+
+
+# --- the built-in views ----------------------------------------------------------------------------
+
+class LayerFirst(CacheView):
+    """``[L, T, *item]`` (one array), or a list of L ``[T, *item]`` arrays (read through a layer table)."""
+
+    def __init__(self, k, v=None):
+        self.per_layer = isinstance(k, (list, tuple))
+        self.parts = layouts.LAYER_TABLE if self.per_layer else layouts.LAYER_FIRST
+        super().__init__(k, v)
+
+    def shape(self, buffer):
+        if isinstance(buffer, (list, tuple)):
+            if not buffer:
+                raise ValueError("LayerFirst: a list of per-layer arrays must hold at least one layer")
+            infos = [_describe(b, f"LayerFirst layer {i}") for i, b in enumerate(buffer)]
+            if any(i.shape != infos[0].shape or i.dtype != infos[0].dtype for i in infos):
+                raise ValueError("LayerFirst: every layer must have the same shape and dtype")
+            info, layers, shape = infos[0], len(infos), infos[0].shape
+            if len(shape) < 2:
+                raise ValueError(f"LayerFirst: a layer is [T, *item], got {shape}")
+            heads, item = item_of(shape[1:], _dtype_bytes(info), "LayerFirst")
+            return Geometry(layers, shape[0], 1, heads, item, 0, info.dtype)
+        info = _describe(buffer, "LayerFirst")
+        if len(info.shape) < 3:
+            raise ValueError(f"LayerFirst: a buffer is [L, T, *item], got {info.shape}")
+        heads, item = item_of(info.shape[2:], _dtype_bytes(info), "LayerFirst")
+        return Geometry(info.shape[0], info.shape[1], 1, heads, item, info.shape[1] * item, info.dtype)
+
+    def logical(self, buffer):
+        if isinstance(buffer, (list, tuple)):
+            return [b[:, None] for b in buffer]  # per layer [T, 1, *item]
+        return buffer[:, :, None]  # [L, T, 1, *item]
+
+
+class PageFirst(CacheView):
+    """``[T, L, *item]``: every layer of a token side by side (SGLang's host pool)."""
+
+    parts = layouts.PAGE_FIRST
+
+    def shape(self, buffer):
+        info = _describe(buffer, "PageFirst")
+        if len(info.shape) < 3:
+            raise ValueError(f"PageFirst: a buffer is [T, L, *item], got {info.shape}")
+        heads, item = item_of(info.shape[2:], _dtype_bytes(info), "PageFirst")
+        return Geometry(info.shape[1], info.shape[0], 1, heads, item, info.shape[1] * item, info.dtype)
+
+    def logical(self, buffer):
+        return np.swapaxes(buffer, 0, 1)[:, :, None]
+
+
+class PageFirstDirect(CacheView):
+    """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
+
+    parts = layouts.PAGE_FIRST_DIRECT
+
+    def shape(self, buffer):
+        info = _describe(buffer, "PageFirstDirect")
+        if len(info.shape) < 4:
+            raise ValueError(f"PageFirstDirect: a buffer is [T/P, L, P, *item], got {info.shape}")
+        pages, layers, page = info.shape[:3]
+        heads, item = item_of(info.shape[3:], _dtype_bytes(info), "PageFirstDirect")
+        return Geometry(layers, pages * page, page, heads, item, layers * item, info.dtype)
+
+    def logical(self, buffer):
+        return np.swapaxes(buffer, 0, 1)
+
+
+class PageHead(CacheView):
+    """``[T/P, H, P, L, D]``: a page split by head, each head's block holding every layer."""
+
+    parts = layouts.PAGE_HEAD
+    head_split = True
+
+    def shape(self, buffer):
+        info = _describe(buffer, "PageHead")
+        if len(info.shape) != 5:
+            raise ValueError(f"PageHead: a buffer is [T/P, H, P, L, D], got {info.shape}")
+        pages, heads, page, layers, dim = info.shape
+        item = heads * dim * _dtype_bytes(info)
+        return Geometry(layers, pages * page, page, heads, item, layers * item, info.dtype)
+
+    def logical(self, buffer):
+        return np.transpose(buffer, (3, 0, 2, 1, 4))  # [L, T/P, P, H, D]
+
+
+class _Blocks(CacheView):
+    """Per-layer paged caches read through tables of K and V block addresses (vLLM, FlashInfer)."""
+
+    per_layer = True
+
+    def __init__(self, caches):
+        if not isinstance(caches, (list, tuple)) or not caches:
+            raise TypeError(f"{type(self).__name__}: caches must be a non-empty list of per-layer arrays, "
+                            f"got {type(caches).__name__}")
+        self.caches = list(caches)
+        self.geometry = self.shape(self.caches)
+        self.k = self.caches
+        self.v = self.caches  # K and V share each layer's array; the tables tell them apart
+
+    def like(self, caches, v=None):
+        return type(self)(caches, **self._options())
+
+    def buffers(self, which):
+        return list(self.caches)
+
+    def layer_items(self, which, layer):
+        return self.logical_layer(self.caches[layer], which)
+
+
+class VllmFlashAttn(_Blocks):
+    """vLLM's flash-attention cache: per layer ``[2, num_blocks, block_size, H, D]``, K at 0, V at 1."""
+
+    parts = layouts.BLOCKS
+
+    def shape(self, caches):
+        infos = [_describe(c, f"VllmFlashAttn caches[{i}]") for i, c in enumerate(caches)]
+        info = infos[0]
+        if len(info.shape) != 5 or info.shape[0] != 2 or any(i.shape != info.shape for i in infos):
+            raise ValueError(f"VllmFlashAttn: every layer is [2, num_blocks, block_size, H, D], got {info.shape}")
+        _, blocks, block, heads, dim = info.shape
+        item = heads * dim * _dtype_bytes(info)
+        return Geometry(len(infos), blocks * block, block, heads, item, block * item, info.dtype)
+
+    def layer_addresses(self, which):
+        half = self.geometry.tokens * self.geometry.item_bytes
+        return [array_info(c, "caches").ptr + (half if which == "v" else 0) for c in self.caches]
+
+    def logical_layer(self, cache, which):
+        return cache[0 if which == "k" else 1]  # [blocks, P, H, D]
+
+
+class VllmFlashInfer(_Blocks):
+    """FlashInfer's paged cache as vLLM keeps it: per layer ``[num_blocks, 2, block_size, H, D]`` ("NHD")
+    or ``[num_blocks, 2, H, block_size, D]`` ("HND")."""
+
+    def __init__(self, caches, layout="NHD"):
+        if layout not in ("NHD", "HND"):
+            raise ValueError(f"VllmFlashInfer: layout must be 'NHD' or 'HND', got {layout!r}")
+        self.layout = layout
+        self.parts = layouts.BLOCKS if layout == "NHD" else layouts.HEAD_MAJOR_BLOCKS
+        self.head_split = layout == "HND"
+        super().__init__(caches)
+
+    def _options(self):
+        return {"layout": self.layout}
+
+    def shape(self, caches):
+        infos = [_describe(c, f"VllmFlashInfer caches[{i}]") for i, c in enumerate(caches)]
+        info = infos[0]
+        if len(info.shape) != 5 or info.shape[1] != 2 or any(i.shape != info.shape for i in infos):
+            raise ValueError(f"VllmFlashInfer: every layer is [num_blocks, 2, {'block_size, H' if self.layout == 'NHD' else 'H, block_size'}, D], got {info.shape}")
+        blocks = info.shape[0]
+        block, heads = (info.shape[2], info.shape[3]) if self.layout == "NHD" else (info.shape[3], info.shape[2])
+        item = heads * info.shape[4] * _dtype_bytes(info)
+        return Geometry(len(infos), blocks * block, block, heads, item, 2 * block * item, info.dtype)
+
+    def layer_addresses(self, which):
+        offset = self.geometry.page_size * self.geometry.item_bytes if which == "v" else 0
+        return [array_info(c, "caches").ptr + offset for c in self.caches]
+
+    def logical_layer(self, cache, which):
+        half = cache[:, 0 if which == "k" else 1]
+        return half if self.layout == "NHD" else np.swapaxes(half, 1, 2)  # [blocks, P, H, D]
+
+
+class LayerTable(CacheView):
+    """Raw per-layer address tables, as the seed takes them: uint64 ``[L]`` arrays of layer-first
+    ``[T, item]`` addresses. ``tokens`` and ``item_size`` (bytes) say what each layer holds; the layers'
+    sizes are found as for the seed's tables (``kvnumba.checks.tables``)."""
+
+    parts = layouts.LAYER_TABLE
+
+    def __init__(self, k, v=None, *, tokens, item_size, heads=1):
+        self.tokens = validate.integer("tokens", tokens, minimum=1, maximum=validate.MAX_SIZE)
+        self.heads_given = validate.integer("heads", heads, minimum=1, maximum=validate.MAX_SIZE)
+        self.item_size = validate.item_size(item_size, self.heads_given)
+        super().__init__(k, v)
+
+    def _options(self):
+        return {"tokens": self.tokens, "item_size": self.item_size, "heads": self.heads_given}
+
+    def shape(self, table):
+        info = _describe(table, "LayerTable")
+        if len(info.shape) != 1 or info.dtype not in ("uint64", "int64"):
+            raise ValueError(f"LayerTable: a table is a uint64 [L] array of addresses, got {info.dtype} {info.shape}")
+        return Geometry(info.shape[0], self.tokens, 1, self.heads_given, self.item_size, 0, "uint8")
+
+    def logical(self, table):
+        raise TypeError("LayerTable holds raw addresses: the reference needs the arrays (use LayerFirst)")
+
+
+# --- kv.copy's plan ---------------------------------------------------------------------------------
+
+class ViewSide:
+    """One side of a copy for ``KernelPlan``: a view's token bound and words for errors."""
+
+    def __init__(self, name, view, extents):
+        self.name, self.view, self.extents = name, view, extents
+
+    def limit(self, plan, first_layer, num_layers):
+        tokens = self.view.geometry.tokens
+        if self.extents is None:  # shapes say it all
+            return tokens, tokens
+        window = self.extents[first_layer:first_layer + num_layers]
+        if any(e is None for e in window):
+            return tokens, None
+        return min(tokens, min(window) // plan.item_size), min(window)
+
+    def describe(self, plan, info, first_layer, num_layers):
+        return f"{self.name} ({self.view!r})"
+
+
+def _window(layers, num_layers, where="layers"):
+    """``(first_layer, count)`` of ``layers``: None (all), an int, or a range with step 1."""
+    if layers is None:
+        return 0, num_layers
+    if isinstance(layers, range):
+        if layers.step != 1 or len(layers) == 0:
+            raise ValueError(f"{where} must be a non-empty range with step 1, got {layers!r}")
+        first, count = layers.start, len(layers)
+    else:
+        first, count = validate.integer(where, layers, minimum=0, maximum=validate.MAX_SIZE), 1
+    if first < 0 or first + count > num_layers:
+        raise ValueError(f"{where}={layers!r} is out of range for views of {num_layers} layers")
+    return first, count
+
+
+def configure_copy(plan, geometry, strict):
+    """Fill ``plan`` (a ``KernelPlan``) for ``kv.copy(src_view, dst_view, ..., layers)``: the views
+    checked against each other, their buffers and tables resolved. Returns what ``_finish`` takes."""
+    src, dst = geometry["src_view"], geometry["dst_view"]
+    for name, view in (("src_view", src), ("dst_view", dst)):
+        if not isinstance(view, CacheView):
+            raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
+                            f"got {type(view).__name__}")
+    gs, gd = src.geometry, dst.geometry
+    if src.mla != dst.mla:
+        raise ValueError(f"src_view is {'MLA (no V)' if src.mla else 'K and V'} but dst_view is "
+                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
+    if gs.item_bytes != gd.item_bytes:
+        raise ValueError(f"the views' items differ: src_view {gs.item_bytes} bytes, dst_view {gd.item_bytes} bytes")
+    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
+        raise TypeError(f"the views' dtypes differ: src_view {gs.dtype}, dst_view {gd.dtype} (a copy moves raw "
+                        "bytes; view both as the same dtype, or as uint8)")
+    heads = _heads(src, dst)
+    if gs.item_bytes % (8 * heads):
+        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
+                         "8-byte words per head")
+    layers = min(gs.layers, gd.layers)
+    plan.first_layer, plan.window = _window(geometry.get("layers"), layers)
+    plan.num_layers, plan.item_size, plan.head_num = layers, gs.item_bytes, heads
+    plan.heads, plan.page_size = heads, 1
+    plan.names = ("src_view", "dst_view", None if src.mla else "src_view", None if src.mla else "dst_view")
+
+    placed, plan.destinations, plan.guides, raw = [], [], [], False
+    sides = []
+    for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
+        ptrs, extents, side_raw = _resolve(name, view, destination, placed, plan, strict)
+        raw = raw or side_raw
+        sides.append((ptrs, ViewSide(name, view, extents)))
+    plan.raw_tables = raw
+    plan.device = _device(placed)
+    plan.uses_torch = any(type(b).__module__.startswith("torch") for v in (src, dst) for which in ("k", "v")
+                          if getattr(v, which) is not None for b in v.buffers(which))
+    (src_ptrs, plan.src), (dst_ptrs, plan.dst) = sides
+    return (src.parts, dst.parts, src.mla, src_ptrs, dst_ptrs, (gs.layout_dim, gs.page_size),
+            (gd.layout_dim, gd.page_size))
+
+
+def _heads(src, dst):
+    """The heads a copy goes by: whole items, unless a side splits its heads (then both must agree)."""
+    split = [v for v in (src, dst) if v.head_split]
+    if not split:
+        return 1
+    heads = {v.geometry.heads for v in split}
+    known = {v.geometry.heads for v in (src, dst) if v.geometry.heads > 1}
+    if len(heads | known) > 1:
+        raise ValueError(f"the views' heads differ: src_view {src.geometry.heads}, dst_view {dst.geometry.heads}")
+    return heads.pop()
+
+
+def _resolve(name, view, destination, placed, plan, strict):
+    """A view's kernel-side addresses ``(k, v)``, per-layer extents (None: known from shapes) and
+    whether it holds raw tables; records devices, destination ranges and table ranges on ``plan``."""
+    extents, raw = None, False
+    kinds = ("k",) if view.mla else ("k", "v")
+    if isinstance(view, LayerTable):
+        ptrs, all_extents = [], []
+        for which in kinds:
+            table_name = f"{name}.{which}"
+            info = validate.layer_table(table_name, getattr(view, which), view.geometry.layers)
+            pinned.require(table_name, info)
+            layers = table_layers(table_name, info, view.geometry.layers, strict)
+            raw = raw or layers.raw
+            placed.append((table_name, info.device))
+            placed.extend((f"{table_name}[{i}]", d) for i, d in enumerate(layers.devices) if d is not None)
+            plan.guides.append((table_name, info.ptr, info.ptr + info.nbytes))
+            if destination:
+                for i, (ok, address, extent) in enumerate(zip(layers.writable, layers.addresses, layers.extents)):
+                    if ok is False:
+                        raise ValueError(f"{table_name}[{i}] is a read-only layer; a destination must be writable")
+                    if address is not None and extent is not None:
+                        plan.destinations.append((f"{table_name}[{i}]", address, address + extent))
+            ptrs.append(info.ptr)
+            all_extents.append(layers.extents)
+        extents = tuple(None if any(e[i] is None for e in all_extents) else min(e[i] for e in all_extents)
+                        for i in range(view.geometry.layers))
+        return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), extents, raw
+    ptrs = []
+    for which in kinds:
+        infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
+        for i, info in enumerate(infos):
+            label = f"{name}.{which}" + (f"[{i}]" if view.per_layer else "")
+            if info.ptr & 7:
+                validate.aligned(label, info)
+            pinned.require(label, info)
+            placed.append((label, info.device))
+            if destination:
+                validate.writable(label, info)
+                plan.destinations.append((label, info.ptr, info.ptr + info.nbytes))
+        if view.per_layer:
+            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+            table = _address_table(addresses, infos, view)
+            info = array_info(table, f"{name}.{which} table")
+            plan.guides.append((f"{name}'s {which} table", info.ptr, info.ptr + info.nbytes))
+            ptrs.append(info.ptr)
+        else:
+            ptrs.append(infos[0].ptr)
+    return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), None, False
+
+
+def _address_table(addresses, infos, view):
+    """A uint64 table of ``addresses`` where the kernel reads it (on the layers' device), kept alive by
+    ``view`` (one per view and address list)."""
+    cache = view.__dict__.setdefault("_tables", {})
+    key = tuple(addresses)
+    table = cache.get(key)
+    if table is None:
+        from .tables import device_table
+
+        table = cache[key] = device_table(np.array(addresses, dtype=np.uint64), infos)
+    return table
+
+
+def _device(placed):
+    from .kernel_plan import one_device
+
+    return one_device(placed)
