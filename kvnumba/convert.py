@@ -8,26 +8,20 @@ MLA; ``P`` is the page size):
 - ``page_first_direct``: ``(T // P, L, P, *item)`` (the memcpy path's layout)
 - ``page_head``: ``(T // P, H, P, L, D)`` (MHA items ``(H, D)`` only)
 
+A layout is one of those names, or a cache view class (``kvnumba.api.views``): a user-defined
+layout (a ``kv.CacheView`` subclass with a ``buffer_shape`` classmethod) converts to and from every
+other; on the command line, name it ``module:Class``.
+
 Two engines do the same thing:
 
-- ``"numpy"``: every layout is a strided view of one index space ``(L, T // P, P, *item)``; the
-  conversion is one NumPy assignment between the source's view and the destination's (no
-  intermediate copy). Used for NumPy arrays (and CPU torch tensors), and by ``kvnumba convert``.
-- ``"kernels"``: kvnumba's own transfer kernels, for arrays in GPU memory (torch, CuPy, Numba):
-
-  - layer_first -> page_first: ``transfer_kv_all_layer_mla_lf_pf`` (one launch, a layer table of
-    the L layers, identity token indices);
-  - page_first -> layer_first: ``transfer_kv_per_layer_mla_pf_lf``, one launch per layer;
-  - layer_first <-> page_head: the page-head kernels (``lf_ph`` all-layer, ``ph_lf`` per layer) in
-    their single-buffer (MLA) form, head by head;
-  - layer_first <-> page_first_direct: one ``transfer_kv_per_layer_mla`` launch whose "items" are
-    whole ``(P, *item)`` blocks: a block is contiguous in both layouts, so the conversion is a
-    gather of blocks by index;
-  - any other pair goes through a layer_first intermediate on the device (two of the legs above;
-    the intermediate costs one more buffer of the tensor's size while it runs).
-
-  ``convert`` returns after the GPU work is done. On the simulator the kernel engine works on
-  NumPy arrays (tiny ones: the simulator runs one Python thread per CUDA thread).
+- ``"numpy"``: every layout is a strided view of one index space ``(L, T // P, P, *item)`` (a view
+  class's ``logical``); the conversion is one NumPy assignment between the source's view and the
+  destination's (no intermediate copy). Used for NumPy arrays (and CPU torch tensors), and by
+  ``kvnumba convert``.
+- ``"kernels"``: ``kv.copy`` between the two layouts' views (MLA form: one buffer), every token and
+  layer, one launch, for arrays in GPU memory (torch, CuPy, Numba). ``convert`` returns after the
+  GPU work is done. On the simulator the kernel engine works on NumPy arrays (tiny ones: the
+  simulator runs one Python thread per CUDA thread).
 
 ``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
 """
@@ -91,11 +85,43 @@ class Dims(NamedTuple):
 
 
 def layout(value, name="layout"):
-    """``value`` as a ``CacheLayout``; ``ValueError`` listing the valid names otherwise."""
+    """``value`` as a ``CacheLayout``, or a cache view class (given as the class or as ``module:Class``);
+    ``ValueError`` listing the valid names otherwise."""
+    from .api.views import CacheView
+
+    if isinstance(value, type) and issubclass(value, CacheView):
+        return value
+    if isinstance(value, str) and ":" in value:
+        return _imported_view(value, name)
     try:
         return CacheLayout(value)
     except ValueError as err:
         raise ValueError(f"{name}: {err}") from None
+
+
+def _imported_view(path, name):
+    """``module:Class`` naming a ``kv.CacheView`` subclass (a user-defined layout)."""
+    import importlib
+
+    from .api.views import CacheView
+
+    module_name, _, class_name = path.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{name}: cannot import layout {path!r}: {err}") from None
+    if not (isinstance(found, type) and issubclass(found, CacheView)):
+        raise ValueError(f"{name}: {path!r} is not a kvnumba.CacheView subclass")
+    return found
+
+
+def layout_name(lay):
+    """A layout's name for messages and file headers: its value, or ``module:Class``."""
+    return lay.value if isinstance(lay, CacheLayout) else f"{lay.__module__}:{lay.__qualname__}"
+
+
+def _paged(lay):
+    return lay.paged
 
 
 def _page_size(value, needed_by):
@@ -108,6 +134,13 @@ def dims(src, shape, page_size=None):
     """Read ``L``, ``T`` and the item shape off ``shape`` in layout ``src``; ``ValueError`` if it does not fit."""
     src = layout(src, "src")
     shape = tuple(int(n) for n in shape)
+    if not isinstance(src, CacheLayout):  # a view class reads its own shapes
+        view = src(_shaped(shape))
+        g = view.geometry
+        if page_size is not None and src.paged and g.page_size != page_size:
+            raise ValueError(f"{layout_name(src)}: its page size is {g.page_size} (shape {shape}), "
+                             f"page_size={page_size} was given")
+        return Dims(g.layers, g.tokens, view.item_shape(), f"shape {shape} in {layout_name(src)}")
     minimum = {CacheLayout.LAYER_FIRST: 3, CacheLayout.PAGE_FIRST: 3, CacheLayout.PAGE_FIRST_DIRECT: 4}.get(src)
     if src is CacheLayout.PAGE_HEAD and len(shape) != 5:
         raise ValueError(f"page_head arrays are {_SHAPES[src]}, 5 dimensions: got shape {shape}")
@@ -141,6 +174,13 @@ def converted_shape(shape, src, dst, page_size=None):
     """
     src, dst = layout(src, "src"), layout(dst, "dst")
     d = dims(src, shape, page_size)
+    if not isinstance(dst, CacheLayout):
+        if dst.paged:
+            page_size = _page_size(page_size, layout_name(dst))
+            if d.tokens % page_size:
+                raise ValueError(f"{layout_name(dst)} needs T divisible by page_size={page_size}: got T={d.tokens} "
+                                 f"({d.token_axis})")
+        return tuple(dst.buffer_shape(d.layers, d.tokens, page_size if dst.paged else 1, d.item))
     if dst is CacheLayout.LAYER_FIRST:
         return (d.layers, d.tokens, *d.item)
     if dst is CacheLayout.PAGE_FIRST:
@@ -166,8 +206,9 @@ def canonical_view(array, lay, page_size):
 
     Writing to the view writes ``array``: the NumPy engine assigns one such view to another.
     """
-    lay = CacheLayout(lay)
     p = page_size or 1
+    if not isinstance(lay, CacheLayout):
+        return _class_view(array, lay, p)
     if lay is CacheLayout.LAYER_FIRST:
         layers, tokens, *item = array.shape
         return array.reshape(layers, tokens // p, p, *item)
@@ -180,9 +221,31 @@ def canonical_view(array, lay, page_size):
     return array.transpose(3, 0, 2, 1, 4)  # page_head (N, H, P, L, D) -> (L, N, P, H, D)
 
 
+def _class_view(array, lay, p):
+    """A view class's ``logical`` picture of ``array``, ``(L, T // Pc, Pc, *item)``, reshaped to the
+    common page size ``p`` in place (a view, never a copy: the engine writes through it)."""
+    logical = lay(array).logical(array)
+    layers, pages, page, *item = logical.shape
+    if page == p:
+        return logical
+    out = logical.view()
+    try:
+        out.shape = (layers, pages * page // p, p, *item)
+    except AttributeError:
+        raise ValueError(f"{layout_name(lay)}: its pages of {page} tokens do not fit pages of {p} "
+                         "(convert between layouts of one page size)") from None
+    return out
+
+
+def _shaped(shape):
+    """A NumPy array of ``shape`` with no memory behind it (every element the same byte): view
+    classes read geometry from it."""
+    return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=shape, strides=(0,) * len(shape))
+
+
 def _view_page_size(src, dst, page_size):
     """The page size for the canonical views: the given one if either side pages tokens, else 1."""
-    return page_size if (src.paged or dst.paged) else 1
+    return page_size if (_paged(src) or _paged(dst)) else 1
 
 
 def _numpy_convert(array, src, dst, page_size, out_shape):
@@ -250,105 +313,32 @@ class _Device:
             cuda.synchronize()
 
 
-def _ptr(obj):
-    return array_info(obj, "array").ptr
-
-
-class _Kernels:
-    """Conversions to and from layer_first with kvnumba's kernels (see the module docstring)."""
-
-    def __init__(self, device, layers, tokens, item_bytes, heads, page_size, launch):
-        self.device, self.L, self.T, self.item = device, layers, tokens, item_bytes
-        self.H, self.P, self.launch = heads, page_size, launch
-        self._tokens = None
-
-    def tokens(self):
-        if self._tokens is None:
-            self._tokens = self.device.put(np.arange(self.T, dtype=np.int64))
-        return self._tokens
-
-    def layer_table(self, lf):
-        from .api.tables import layer_table
-
-        return layer_table([lf[layer] for layer in range(self.L)])
-
-    def layer_view(self, lf, layer):
-        return lf[layer]
-
-    def lf_to(self, dst_layout, lf, out):
-        from .api import entry_points
-
-        L, T, item, idx = self.L, self.T, self.item, None
-        if dst_layout is CacheLayout.PAGE_FIRST:
-            idx = self.tokens()
-            entry_points.transfer_kv_all_layer_mla_lf_pf(self.layer_table(lf), out, idx, idx, item, L * item, L, *self.launch)
-        elif dst_layout is CacheLayout.PAGE_HEAD:
-            self._page_head(lf, out, to_page_head=True)
-        elif dst_layout is CacheLayout.PAGE_FIRST_DIRECT:
-            src_blocks, dst_blocks = self._direct_blocks()
-            entry_points.transfer_kv_per_layer_mla(lf, out, src_blocks, dst_blocks, self.P * item, *self.launch)
-        else:
-            self.copy(lf, out, self.L, self.T * item)
-
-    def to_lf(self, src_layout, src, lf):
-        from .api import entry_points
-
-        L, item = self.L, self.item
-        if src_layout is CacheLayout.PAGE_FIRST:
-            idx = self.tokens()
-            for layer in range(L):
-                entry_points.transfer_kv_per_layer_mla_pf_lf(src, self.layer_view(lf, layer), idx, idx, layer, item, L * item,
-                                                    *self.launch)
-        elif src_layout is CacheLayout.PAGE_HEAD:
-            self._page_head(src, lf, to_page_head=False)
-        elif src_layout is CacheLayout.PAGE_FIRST_DIRECT:
-            lf_blocks, direct_blocks = self._direct_blocks()
-            entry_points.transfer_kv_per_layer_mla(src, lf, direct_blocks, lf_blocks, self.P * item, *self.launch)
-        else:
-            self.copy(src, lf, self.L, self.T * item)
-
-    def copy(self, src, dst, rows, row_bytes):
-        """``dst = src`` byte for byte, ``rows`` rows of ``row_bytes`` (a multiple of 8), one row per item."""
-        from .api import entry_points
-
-        index = self.device.put(np.arange(rows, dtype=np.int64))
-        entry_points.transfer_kv_per_layer_mla(src, dst, index, index, row_bytes, *self.launch)
-
-    def _direct_blocks(self):
-        """Block indices pairing layer_first's ``(L, pages)`` blocks with page_first_direct's ``(pages, L)``."""
-        pages = self.T // self.P
-        lf_blocks = np.arange(self.L * pages, dtype=np.int64)  # block (l, n) at l * pages + n
-        layer, page = np.divmod(lf_blocks, pages)
-        direct_blocks = page * self.L + layer  # the same block in page_first_direct
-        return self.device.put(lf_blocks), self.device.put(direct_blocks)
-
-    def _page_head(self, src, dst, to_page_head):
-        # No MLA entry point reads or writes page-head: the same factory's single-buffer kernels do,
-        # through the entry-point machinery (kvnumba.api.spec.INTERNAL).
-        from .api.transfer import plain
-
-        idx = self.tokens()
-        shape = (self.P, self.H)
-        if to_page_head:
-            plain("_mla_table_to_page_head")(self.layer_table(src), dst, idx, idx, self.item, self.L * self.item,
-                                             self.L, *shape, *self.launch)
-        else:
-            load = plain("_mla_page_head_to_layer_first")
-            for layer in range(self.L):
-                load(src, self.layer_view(dst, layer), idx, idx, layer, self.item, self.L * self.item, *shape,
-                     *self.launch)
-
-
 def _default_launch():
     """Launch shape for conversions: tiny on the simulator, wide on a GPU (this is not a background copy)."""
     return (2, 1) if SIMULATOR else (1024, 8)
+
+
+_VIEWS = {}  # CacheLayout -> its view class
+
+
+def _view_class(lay):
+    if isinstance(lay, CacheLayout):
+        if not _VIEWS:
+            from .api import views
+
+            _VIEWS.update({CacheLayout.LAYER_FIRST: views.LayerFirst, CacheLayout.PAGE_FIRST: views.PageFirst,
+                           CacheLayout.PAGE_FIRST_DIRECT: views.PageFirstDirect,
+                           CacheLayout.PAGE_HEAD: views.PageHead})
+        return _VIEWS[lay]
+    return lay
 
 
 def _kernel_convert(info, src, dst, page_size, d, out_shape, launch):
     count = math.prod(info.shape)
     itemsize = info.nbytes // count if count else 1
     item_bytes = math.prod(d.item) * itemsize
-    heads = d.item[0] if (CacheLayout.PAGE_HEAD in (src, dst)) else 1
+    split = [lay for lay in (src, dst) if _view_class(lay).head_split]
+    heads = d.item[0] if split and len(d.item) == 2 else 1
     if item_bytes % 8:
         raise ValueError(f"engine='kernels' moves 8-byte words: one token's item is {item_bytes} bytes "
                          f"(item shape {d.item} x {itemsize} B), not a multiple of 8; use engine='numpy'")
@@ -359,18 +349,16 @@ def _kernel_convert(info, src, dst, page_size, d, out_shape, launch):
     out = device.empty(out_shape)
     if count == 0:
         return out
-    kernels = _Kernels(device, d.layers, d.tokens, item_bytes, heads, page_size, launch)
+    from .api.copy import copy
+
     array = info.obj
-    if src is dst:
-        kernels.copy(array, out, info.shape[0], info.nbytes // info.shape[0])
-    elif src is CacheLayout.LAYER_FIRST:
-        kernels.lf_to(dst, array, out)
-    elif dst is CacheLayout.LAYER_FIRST:
-        kernels.to_lf(src, array, out)
-    else:
-        lf = device.empty((d.layers, d.tokens, *d.item))
-        kernels.to_lf(src, array, lf)
-        kernels.lf_to(dst, lf, out)
+    src_arr, dst_arr = array, out
+    if len(d.item) > 2:  # views take items (H, D) or (D,): merge the trailing axes (views of the same bytes)
+        src_arr = array.reshape(*info.shape[:len(info.shape) - len(d.item)], -1)
+        dst_arr = out.reshape(*out_shape[:len(out_shape) - len(d.item)], -1)
+    tokens = device.put(np.arange(d.tokens, dtype=np.int64))
+    copy(_view_class(src)(src_arr), _view_class(dst)(dst_arr), tokens, tokens, block_quota=launch[0],
+         num_warps_per_block=launch[1])
     device.synchronize()
     return out
 
@@ -388,10 +376,12 @@ def convert(array, src, dst, page_size=None, *, engine="auto", block_quota=None,
         - ``"page_first"``: ``(T, L, *item)``
         - ``"page_first_direct"``: ``(T // page_size, L, page_size, *item)``
         - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
-    src, dst : str or CacheLayout
-        Layout names (or short names ``lf``, ``pf``, ``pfd``, ``ph``).
+    src, dst : str, CacheLayout or CacheView subclass
+        Layout names (or short names ``lf``, ``pf``, ``pfd``, ``ph``), a view class (a user-defined
+        layout: a ``kv.CacheView`` subclass with ``buffer_shape``), or ``"module:Class"`` naming one.
     page_size : int, optional
-        Tokens per page; required when either layout is page_first_direct or page_head.
+        Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
+        paged view class).
     engine : {"auto", "numpy", "kernels"}
         ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
         the simulator runs the kernels on (tiny) NumPy arrays.

@@ -38,6 +38,26 @@ def test_npy_round_trip(tmp_path, capsys, dst):
     assert _files(tmp_path) == ["back.npy", "k.npy", "out.npy"]  # no temporary files left
 
 
+def test_a_user_layout_on_the_command_line(tmp_path, capsys):
+    """A layout of one's own (tests/view_cases.py's HeadMajorPages), named module:Class."""
+    lf = _cache()
+    np.save(tmp_path / "k.npy", lf)
+    assert cli.main(["convert", str(tmp_path / "k.npy"), str(tmp_path / "hm.npy"), "--from", "lf", "--to",
+                     "view_cases:HeadMajorPages", "--page-size", "4", "--quiet", "--chunk-bytes", "256"]) == 0
+    got = np.load(tmp_path / "hm.npy")
+    assert got.shape == (3, 4, 2, 4, 8)
+    np.testing.assert_array_equal(np.swapaxes(got, 2, 3).reshape(lf.shape), lf)
+    assert "hm.npy: view_cases:HeadMajorPages (3, 4, 2, 4, 8)" in capsys.readouterr().out
+    assert cli.main(["convert", str(tmp_path / "hm.npy"), str(tmp_path / "back.npy"), "--from",
+                     "view_cases:HeadMajorPages", "--to", "page_first", "--page-size", "4", "--quiet"]) == 0
+    np.testing.assert_array_equal(np.load(tmp_path / "back.npy"), np.swapaxes(lf, 0, 1))
+    with pytest.raises(SystemExit) as exited:  # argparse: a usage error
+        cli.main(["convert", str(tmp_path / "k.npy"), str(tmp_path / "x.npy"), "--from", "lf", "--to",
+                  "view_cases:Missing"])
+    assert exited.value.code == 2
+    assert "argument --to: cannot import layout 'view_cases:Missing'" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("via", ["option", "env"])
 def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     lf = _cache(layers=4, tokens=32)

@@ -175,3 +175,29 @@ def test_numpy_engine_takes_any_memory_order(src, dst, order):
         got = kvnumba.convert(odd, src, dst, 4, engine=engine)
         np.testing.assert_array_equal(got, kvnumba.convert(given, src, dst, 4, engine="numpy"))
     np.testing.assert_array_equal(odd, before)  # the caller's array is only read
+
+
+# --- a user-defined layout: kv.convert and kvnumba convert take it like a built-in one -------------
+
+@pytest.mark.parametrize("engine", ["numpy", "kernels"])
+@pytest.mark.parametrize("other", ["layer_first", "page_first", "page_head"])
+def test_user_layout_converts_both_ways(other, engine):
+    from view_cases import HeadMajorPages
+
+    lf = _cache(2, 8, MHA, np.uint16, seed=3)
+    theirs = kvnumba.convert(kvnumba.convert(lf, "layer_first", other, page_size=4), other, HeadMajorPages,
+                             page_size=4, engine=engine)
+    assert theirs.shape == (2, 2, MHA[0], 4, MHA[1])
+    np.testing.assert_array_equal(np.swapaxes(theirs, 2, 3).reshape(lf.shape), lf)
+    back = kvnumba.convert(theirs, HeadMajorPages, other, page_size=4, engine=engine)
+    np.testing.assert_array_equal(kvnumba.convert(back, other, "layer_first", page_size=4), lf)
+
+
+def test_user_layout_by_module_path():
+    from kvnumba.convert import layout
+
+    assert layout("view_cases:HeadMajorPages").__name__ == "HeadMajorPages"
+    with pytest.raises(ValueError, match=r"cannot import layout 'view_cases:Nope'"):
+        layout("view_cases:Nope", "dst")
+    with pytest.raises(ValueError, match=r"'numpy:ndarray' is not a kvnumba.CacheView subclass"):
+        layout("numpy:ndarray", "dst")

@@ -13,6 +13,7 @@ class HeadMajorPages(kv.CacheView):
     """A layout kvnumba does not have: ``[L, T/P, H, P, D]`` (layer-major, pages split by head)."""
 
     head_split = True
+    paged = True
 
     @staticmethod
     def layer_base(base, layer, layout_dim, item_size, heads, page_size):
@@ -33,6 +34,11 @@ class HeadMajorPages(kv.CacheView):
 
     def logical(self, buffer):
         return np.swapaxes(buffer, 2, 3)  # [L, T/P, P, H, D]
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        heads, dim = item
+        return (layers, tokens // page_size, heads, page_size, dim)
 
 
 # name -> (numpy shape of one K buffer from (L, T, P, H, D)), view from (k, v), per-layer list?, MLA-able?

@@ -78,16 +78,6 @@ SPECS = {spec.name: spec for spec in [
     Spec("transfer_kv_all_layer_direct_lf_pf", ("src_ptrs", "dst_ptrs") + _IDX + ("page_size",), {}, "direct"),
 ]}
 
-# Kernels of the same factory that no seed entry point reaches, called by name (kvnumba.convert moves
-# MLA caches to and from page-head with them).
-INTERNAL = {spec.name: spec for spec in [
-    _kernel("_mla_table_to_page_head",
-            ("src_layers", "dst") + _IDX + ("item_size", "dst_layout_dim", "num_layers", "page_size", "head_num"),
-            TBL, PH, True),
-    _kernel("_mla_page_head_to_layer_first",
-            ("src", "dst") + _IDX + ("layer_id", "item_size", "src_layout_dim", "page_size", "head_num"), PH, LF, True),
-]}
-
 KERNEL_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "kernel" and name != "copy"]
 DIRECT_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "direct"]
 

@@ -18,7 +18,7 @@ from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
 from .kernel_plan import KernelPlan
 from .plan_cache import PlanCache, valid
-from .spec import INTERNAL, SPECS
+from .spec import SPECS
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 _DIRECT_CALL = ("src_indices", "dst_indices")
@@ -288,5 +288,5 @@ def plain(name):
     """The nothing-bound ``Transfer`` behind plain entry point ``name`` (shares its plan cache)."""
     transfer = _PLAIN.get(name)
     if transfer is None:
-        transfer = _PLAIN.setdefault(name, Transfer(SPECS.get(name) or INTERNAL[name], {}))
+        transfer = _PLAIN.setdefault(name, Transfer(SPECS[name], {}))
     return transfer

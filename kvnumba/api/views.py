@@ -55,6 +55,7 @@ class CacheView:
     """
 
     head_split = False
+    paged = False  # its shapes have a page axis (kv.convert then needs page_size)
     per_layer = False  # k is a list of per-layer arrays (the kernel reads a table of their addresses)
     parts = None  # LayoutParts, made from the three functions of a subclass
 
@@ -74,6 +75,7 @@ class CacheView:
     def __init__(self, k, v=None):
         self.k, self.v = k, v
         self.geometry = self.shape(k)
+        self.itemsize = self.array(k[0] if isinstance(k, (list, tuple)) else k)[1]
         if v is not None:
             other = self.shape(v)
             if other != self.geometry:
@@ -97,9 +99,21 @@ class CacheView:
     @staticmethod
     def array(buffer, name="k"):
         """``(shape, itemsize, dtype name)`` of any array kvnumba takes (torch, CuPy, Numba, NumPy): what
-        a ``shape`` method reads. ``TypeError``/``ValueError`` naming ``name`` for something else."""
-        info = array_info(buffer, name)
-        return tuple(info.shape), _dtype_bytes(info), info.dtype
+        a ``shape`` method reads. ``TypeError`` naming ``name`` for something else."""
+        return shape_of(buffer, name)
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        """The shape of one buffer of this layout holding ``tokens`` tokens of ``layers`` layers, items
+        shaped ``item`` (``(H, D)`` or ``(D,)``): what ``kv.convert`` allocates. A user layout defines it
+        to be a conversion's destination."""
+        raise NotImplementedError(f"{cls.__name__} defines no buffer_shape: it cannot be kv.convert's destination")
+
+    def item_shape(self):
+        """One token's item shape: ``(H, D)``, or ``(D,)`` with one head."""
+        g = self.geometry
+        per_head = g.item_bytes // g.heads // self.itemsize
+        return (g.heads, per_head) if g.heads > 1 else (per_head,)
 
     @property
     def mla(self):
@@ -137,7 +151,8 @@ class CacheView:
 
     def _check_arithmetic(self):
         g = self.geometry
-        nbytes = array_info(self.k, "k").nbytes
+        shape, itemsize, _ = shape_of(self.k, "k")
+        nbytes = math.prod(shape) * itemsize
         layer_base, token_offset, head_stride = self.parts.py
         tokens = {0, g.tokens - 1} | {t for p in (g.page_size - 1, g.page_size) for t in (p,) if t < g.tokens}
         for layer in (0, g.layers - 1):
@@ -192,6 +207,21 @@ def _describe(buffer, where):
     return array_info(buffer, where)
 
 
+def shape_of(buffer, name):
+    """``(shape, itemsize, dtype name)`` of an array, without asking for contiguity (a shape may be
+    read off an array with no memory behind it)."""
+    if type(buffer).__module__.startswith("torch") and hasattr(buffer, "element_size"):
+        return tuple(buffer.shape), buffer.element_size(), str(buffer.dtype).removeprefix("torch.")
+    if isinstance(buffer, np.ndarray):
+        return buffer.shape, buffer.itemsize, buffer.dtype.name
+    cai = getattr(buffer, "__cuda_array_interface__", None)
+    if cai is not None:
+        dtype = np.dtype(cai["typestr"])
+        return tuple(cai["shape"]), dtype.itemsize, dtype.name
+    raise TypeError(f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
+                    f"got {type(buffer).__name__}")
+
+
 # --- the built-in views ----------------------------------------------------------------------------
 
 class LayerFirst(CacheView):
@@ -206,19 +236,23 @@ class LayerFirst(CacheView):
         if isinstance(buffer, (list, tuple)):
             if not buffer:
                 raise ValueError("LayerFirst: a list of per-layer arrays must hold at least one layer")
-            infos = [_describe(b, f"LayerFirst layer {i}") for i, b in enumerate(buffer)]
-            if any(i.shape != infos[0].shape or i.dtype != infos[0].dtype for i in infos):
+            described = [shape_of(b, f"LayerFirst layer {i}") for i, b in enumerate(buffer)]
+            if any(d != described[0] for d in described):
                 raise ValueError("LayerFirst: every layer must have the same shape and dtype")
-            info, layers, shape = infos[0], len(infos), infos[0].shape
+            shape, size, dtype = described[0]
             if len(shape) < 2:
                 raise ValueError(f"LayerFirst: a layer is [T, *item], got {shape}")
-            heads, item = item_of(shape[1:], _dtype_bytes(info), "LayerFirst")
-            return Geometry(layers, shape[0], 1, heads, item, 0, info.dtype)
-        info = _describe(buffer, "LayerFirst")
-        if len(info.shape) < 3:
-            raise ValueError(f"LayerFirst: a buffer is [L, T, *item], got {info.shape}")
-        heads, item = item_of(info.shape[2:], _dtype_bytes(info), "LayerFirst")
-        return Geometry(info.shape[0], info.shape[1], 1, heads, item, info.shape[1] * item, info.dtype)
+            heads, item = item_of(shape[1:], size, "LayerFirst")
+            return Geometry(len(described), shape[0], 1, heads, item, 0, dtype)
+        shape, size, dtype = shape_of(buffer, "LayerFirst")
+        if len(shape) < 3:
+            raise ValueError(f"LayerFirst: a buffer is [L, T, *item], got {shape}")
+        heads, item = item_of(shape[2:], size, "LayerFirst")
+        return Geometry(shape[0], shape[1], 1, heads, item, shape[1] * item, dtype)
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        return (layers, tokens, *item)
 
     def logical(self, buffer):
         if isinstance(buffer, (list, tuple)):
@@ -232,11 +266,15 @@ class PageFirst(CacheView):
     parts = layouts.PAGE_FIRST
 
     def shape(self, buffer):
-        info = _describe(buffer, "PageFirst")
-        if len(info.shape) < 3:
-            raise ValueError(f"PageFirst: a buffer is [T, L, *item], got {info.shape}")
-        heads, item = item_of(info.shape[2:], _dtype_bytes(info), "PageFirst")
-        return Geometry(info.shape[1], info.shape[0], 1, heads, item, info.shape[1] * item, info.dtype)
+        shape, size, dtype = shape_of(buffer, "PageFirst")
+        if len(shape) < 3:
+            raise ValueError(f"PageFirst: a buffer is [T, L, *item], got {shape}")
+        heads, item = item_of(shape[2:], size, "PageFirst")
+        return Geometry(shape[1], shape[0], 1, heads, item, shape[1] * item, dtype)
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        return (tokens, layers, *item)
 
     def logical(self, buffer):
         return np.swapaxes(buffer, 0, 1)[:, :, None]
@@ -246,14 +284,19 @@ class PageFirstDirect(CacheView):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
     parts = layouts.PAGE_FIRST_DIRECT
+    paged = True
 
     def shape(self, buffer):
-        info = _describe(buffer, "PageFirstDirect")
-        if len(info.shape) < 4:
-            raise ValueError(f"PageFirstDirect: a buffer is [T/P, L, P, *item], got {info.shape}")
-        pages, layers, page = info.shape[:3]
-        heads, item = item_of(info.shape[3:], _dtype_bytes(info), "PageFirstDirect")
-        return Geometry(layers, pages * page, page, heads, item, layers * item, info.dtype)
+        shape, size, dtype = shape_of(buffer, "PageFirstDirect")
+        if len(shape) < 4:
+            raise ValueError(f"PageFirstDirect: a buffer is [T/P, L, P, *item], got {shape}")
+        pages, layers, page = shape[:3]
+        heads, item = item_of(shape[3:], size, "PageFirstDirect")
+        return Geometry(layers, pages * page, page, heads, item, layers * item, dtype)
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        return (tokens // page_size, layers, page_size, *item)
 
     def logical(self, buffer):
         return np.swapaxes(buffer, 0, 1)
@@ -264,14 +307,22 @@ class PageHead(CacheView):
 
     parts = layouts.PAGE_HEAD
     head_split = True
+    paged = True
 
     def shape(self, buffer):
-        info = _describe(buffer, "PageHead")
-        if len(info.shape) != 5:
-            raise ValueError(f"PageHead: a buffer is [T/P, H, P, L, D], got {info.shape}")
-        pages, heads, page, layers, dim = info.shape
-        item = heads * dim * _dtype_bytes(info)
-        return Geometry(layers, pages * page, page, heads, item, layers * item, info.dtype)
+        shape, size, dtype = shape_of(buffer, "PageHead")
+        if len(shape) != 5:
+            raise ValueError(f"PageHead: a buffer is [T/P, H, P, L, D], got {shape}")
+        pages, heads, page, layers, dim = shape
+        item = heads * dim * size
+        return Geometry(layers, pages * page, page, heads, item, layers * item, dtype)
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        if len(item) != 2:
+            raise ValueError(f"PageHead needs items (H, D), got {item}")
+        heads, dim = item
+        return (tokens // page_size, heads, page_size, layers, dim)
 
     def logical(self, buffer):
         return np.transpose(buffer, (3, 0, 2, 1, 4))  # [L, T/P, P, H, D]
@@ -281,6 +332,7 @@ class _Blocks(CacheView):
     """Per-layer paged caches read through tables of K and V block addresses (vLLM, FlashInfer)."""
 
     per_layer = True
+    paged = True
 
     def __init__(self, caches):
         if not isinstance(caches, (list, tuple)) or not caches:
@@ -288,6 +340,7 @@ class _Blocks(CacheView):
                             f"got {type(caches).__name__}")
         self.caches = list(caches)
         self.geometry = self.shape(self.caches)
+        self.itemsize = shape_of(self.caches[0], "caches[0]")[1]
         self.k = self.caches
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
 

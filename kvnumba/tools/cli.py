@@ -90,10 +90,10 @@ def _info(args):
 
 
 def _layout_name(value):
-    from ..convert import layout
+    from ..convert import layout, layout_name
 
     try:
-        return layout(value).value
+        return layout_name(layout(value))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
@@ -137,7 +137,8 @@ def build_parser():
     c.add_argument("input", metavar="IN", help="input .npy file or .npz archive")
     c.add_argument("output", metavar="OUT", help="output file (same kind as IN)")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph)")
+                   help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph), "
+                        "or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT", help="layout of OUT")
     c.add_argument("--page-size", type=_positive_int,
                    help="tokens per page (needed for page_first_direct and page_head)")

@@ -366,8 +366,9 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     in_path, out_path : str or os.PathLike
         Input and output files; the kind (``.npy`` or ``.npz``) is read from the input's suffix, and
         the output is written to ``out_path`` exactly as named.
-    src, dst : str or CacheLayout
-        Layout names, as in ``kvnumba.convert``.
+    src, dst : str, CacheLayout or CacheView subclass
+        Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
+        ``"module:Class"`` naming one.
     page_size : int, optional
         Required when either layout pages tokens.
     chunk_bytes : int, optional
