@@ -61,6 +61,14 @@ DIRECT_CASES = [("transfer_kv_all_layer_direct_lf_pf", "d2h", "mha"),
                 ("transfer_kv_per_layer_direct_pf_lf", "h2d", "mha"),
                 ("transfer_kv_direct", "d2h", "mha")]
 
+# kv.copy between cache views: the seed's own pairs (to compare with their entry points) and SGLang's
+# page_first host pool into vLLM's flash-attention cache. (case name, entry point it mirrors, direction, model)
+COPY_CASES = [("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "h2d", "mha"),
+              ("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "d2d", "mha"),
+              ("copy lf->pf all-layer", "transfer_kv_all_layer_lf_pf", "d2h", "mha"),
+              ("copy pf->vllm_fa per-layer", None, "h2d", "mha"),
+              ("copy pf->vllm_fa all-layer", None, "d2d", "mha")]
+
 # source layout, destination layout, per-layer?
 LAYOUTS = {
     "transfer_kv_per_layer": ("lf", "lf", True), "transfer_kv_per_layer_pf_lf": ("pf", "lf", True),
@@ -276,6 +284,42 @@ def _prepared(op, fn, args):
     return lambda: transfer(*call_args)
 
 
+def build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=False):
+    """kv.copy for a COPY_CASES case on the bench's buffers: (call, bytes moved)."""
+    m = MODELS[model]
+    item, heads = m["item_size"], m["head_num"]
+    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    T, L, P = shape.pool, shape.layers, shape.page_size
+    dim = item // heads // 2  # bf16 elements per head
+
+    def pool_view(place, kind):
+        k, v = (flat[: T * L * item] for flat in pools.get(place))
+        if kind == "pf":
+            return kvnumba.PageFirst(k.reshape(-1, L, heads, dim * 2), v.reshape(-1, L, heads, dim * 2))
+        if kind == "lf":
+            return kvnumba.LayerFirst([x for x in k.reshape(L, T, heads, dim * 2)], [x for x in v.reshape(L, T, heads, dim * 2)])
+        blocks = T // P  # vLLM flash-attention: per layer [2, blocks, P, H, D] (K and V halves from the K and V pools)
+        per_layer = T * item
+        caches = [pools.get(place)[0][2 * layer * per_layer: 2 * (layer + 1) * per_layer].reshape(2, blocks, P, heads, dim * 2)
+                  for layer in range(L // 2)]
+        return kvnumba.VllmFlashAttn(caches)
+
+    kinds = {"copy pf->lf per-layer": ("pf", "lf"), "copy lf->pf all-layer": ("lf", "pf"),
+             "copy pf->vllm_fa per-layer": ("pf", "vllm"), "copy pf->vllm_fa all-layer": ("pf", "vllm")}[case]
+    src, dst = pool_view(src_place, kinds[0]), pool_view(dst_place, kinds[1])
+    per_layer = "per-layer" in case
+    layers = min(3, L // 2 - 1) if per_layer else (range(0, L // 2) if kinds[1] == "vllm" else None)
+    si, di = idx
+    layers_moved = 1 if per_layer else (L // 2 if kinds[1] == "vllm" else L)
+    nbytes = shape.tokens * item * layers_moved * 2
+    if prepared:
+        transfer = kvnumba.prepare(kvnumba.copy, src_view=src, dst_view=dst, layers=layers, block_quota=block_quota,
+                                   num_warps_per_block=shape.warps)
+        return (lambda: transfer(si, di)), nbytes
+    return (lambda: kvnumba.copy(src, dst, si, di, layers, block_quota=block_quota,
+                                 num_warps_per_block=shape.warps)), nbytes
+
+
 def _plain_miss(op, call):
     """The plain call with its plan cache emptied first: validation from scratch, every time."""
     from kvnumba.api.transfer import plain
@@ -354,6 +398,7 @@ def run(args):
     plan += [(c, backend.sms, f" bq={backend.sms}", shape, idx) for c in FULL_GPU_CASES]
     plan += [(c, shape.block_quota, f" {small.tokens}tok", small, small_idx) for c in SMALL_CASES]
     plan += [(c, shape.block_quota, " side-stream", shape, idx) for c in DIRECT_CASES if hasattr(kvnumba, c[0])]
+    plan += [((name, direction, model), shape.block_quota, " view", shape, idx) for name, _, direction, model in COPY_CASES]
     if args.only:
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
     records = []
@@ -364,6 +409,11 @@ def run(args):
         impls = {"kvnumba": kvnumba}
         if reference is not None and hasattr(reference, op):
             impls["reference"] = reference
+        if note == " view":  # kv.copy: the mirrored seed entry point is reported beside it by its own row
+            record.update(_copy_record(backend, op, direction, model, pools, case_idx, case_shape, block_quota))
+            records.append(record)
+            print(_row(record), flush=True)
+            continue
         for name, module in impls.items():
             call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
             if "side-stream" in note and not SIMULATOR:
@@ -398,6 +448,18 @@ def run(args):
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
             "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
     return meta, records
+
+
+def _copy_record(backend, case, direction, model, pools, idx, shape, block_quota):
+    call, nbytes = build_copy(case, direction, model, pools, idx, shape, block_quota)
+    prepared, _ = build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=True)
+    seconds = backend.time_gpu(call, shape.repeat)
+    ceiling = backend.copy_ceiling(direction, 256 * 2**20 if not SIMULATOR else 2**16, shape.repeat) / 1e9
+    gbps = nbytes / seconds / 1e9
+    return {"bytes": nbytes, "kvnumba_gbps": gbps, "reference_gbps": None, "ratio_to_reference": None,
+            "torch_gbps": None, "ceiling_gbps": ceiling, "ratio_to_ceiling": gbps / ceiling,
+            "host_us": backend.time_host(call, shape.host_calls) * 1e6,
+            "prepared_host_us": backend.time_host(prepared, shape.host_calls) * 1e6, "reference_host_us": None}
 
 
 def _on_side_stream(backend, call):

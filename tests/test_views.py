@@ -210,3 +210,21 @@ def copies(draw):
 @given(copies())
 def test_random_view_pairs_match_the_reference(case):
     run_copy(**case)
+
+
+def test_raw_layer_tables_as_a_view():
+    """LayerTable: the seed's uint64 tables of layer addresses, with the tokens and item size given."""
+    rng = np.random.default_rng(4)
+    k_layers = [rng.integers(0, 2**16, (T, H, D), dtype=np.uint16) for _ in range(L)]
+    v_layers = [rng.integers(0, 2**16, (T, H, D), dtype=np.uint16) for _ in range(L)]
+    placed_k = [PLACE["device"](a) for a in k_layers]
+    placed_v = [PLACE["device"](a) for a in v_layers]
+    src = kv.LayerTable(kv.layer_table(placed_k), kv.layer_table(placed_v), tokens=T, item_size=H * D * 2)
+    dst_np, dst = make_view("PageFirst", L, T, P, H, D, rng, True, False, place=("device", "numba"))
+    si, di = np.array([0, 15, 3], np.int64), np.array([4, 5, 6], np.int64)
+    kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di))
+    reference.copy(kv.LayerFirst(k_layers, v_layers), dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(kv.IndexOutOfRangeError, match=r"src_indices\[0\] = 16 is out of range"):
+        kv.copy(src, dst, np.array([16], np.int64), np.array([0], np.int64))
