@@ -34,7 +34,8 @@ def kernel_name(tmp_path, monkeypatch):
 
 
 def test_notebooks_found():
-    assert [p.name for p in NOTEBOOKS] == ["01_layouts.ipynb", "02_hicache_round_trip.ipynb", "03_performance.ipynb"]
+    assert [p.name for p in NOTEBOOKS] == ["01_layouts.ipynb", "02_hicache_round_trip.ipynb", "03_performance.ipynb",
+                                           "04_prototype_a_layout.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
