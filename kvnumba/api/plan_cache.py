@@ -93,9 +93,17 @@ def _refs(objects):
         return None
 
 
+def _nothing(objects):
+    return ()
+
+
 def _fingerprints(objects):
     """One function giving the fingerprints of all ``objects`` (``kvnumba.arrays``) as one tuple:
     for torch tensors, data pointers and sizes read in C loops; lists element by element."""
+    from .views import CacheView
+
+    if all(isinstance(o, CacheView) for o in objects):  # views: checked when made (CacheView.fingerprint)
+        return _nothing
     torch = sys.modules.get("torch")
     if torch is not None and all(type(o) is torch.Tensor for o in objects):
         data_ptr, nbytes = torch.Tensor.data_ptr, operator.attrgetter("nbytes")

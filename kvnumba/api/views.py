@@ -25,7 +25,7 @@ its geometry from a buffer's shape, and a NumPy view for the reference (see ``Ca
 import math
 import numpy as np
 
-from ..arrays import array_info, fingerprint_function
+from ..arrays import array_info
 from ..checks import pinned, validate
 from ..checks.tables import table_layers
 from ..kernels import layouts
@@ -140,9 +140,11 @@ class CacheView:
         return list(buffer) if self.per_layer else [buffer]
 
     def fingerprint(self):
-        """What the plan cache re-checks before reusing a plan built for this view."""
-        return tuple(fingerprint_function(b)(b) for which in ("k", "v") if getattr(self, which) is not None
-                     for b in self.buffers(which))
+        """What the plan cache re-checks before reusing a plan built for this view: nothing beyond the
+        view itself. A view, like a prepared transfer, describes its buffers as they were when it was
+        made (a per-layer view holds dozens of them: re-reading each on every call would cost more than
+        the launch); give a buffer new memory in place (``resize_``, ``set_``) and make a new view."""
+        return ()
 
     def __repr__(self):
         g = self.geometry
