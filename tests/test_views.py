@@ -144,7 +144,9 @@ def test_bad_layers(layers, error, match):
 
 
 def test_an_index_outside_a_view_names_it():
-    src, dst = _np_views("PageFirst", "VllmFlashAttn")
+    rng = np.random.default_rng(0)
+    src = make_view("PageFirst", L, T, P, H, D, rng, False, False, place=("device", "numba"))[1]
+    dst = make_view("VllmFlashAttn", L, T, P, H, D, rng, True, False, place=("device", "numba"))[1]
     with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[1\] = 16 is out of range for dst_view "
                                                       r"\(VllmFlashAttn\(L=3, T=16, P=4.*valid tokens are \[0, 16\)"):
         kv.copy(src, dst, IDX, np.array([0, 16, 1, 2], np.int64))

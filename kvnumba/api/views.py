@@ -212,6 +212,11 @@ def _describe(buffer, where):
 def shape_of(buffer, name):
     """``(shape, itemsize, dtype name)`` of an array, without asking for contiguity (a shape may be
     read off an array with no memory behind it)."""
+    try:
+        info = array_info(buffer, name)
+        return tuple(info.shape), _dtype_bytes(info), info.dtype
+    except ValueError:  # not contiguous: the kernels would refuse it, but its shape is still its shape
+        pass
     if type(buffer).__module__.startswith("torch") and hasattr(buffer, "element_size"):
         return tuple(buffer.shape), buffer.element_size(), str(buffer.dtype).removeprefix("torch.")
     if isinstance(buffer, np.ndarray):
