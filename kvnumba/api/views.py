@@ -517,8 +517,16 @@ def configure_copy(plan, geometry, strict):
     plan.uses_torch = any(type(b).__module__.startswith("torch") for v in (src, dst) for which in ("k", "v")
                           if getattr(v, which) is not None for b in v.buffers(which))
     (src_ptrs, plan.src), (dst_ptrs, plan.dst) = sides
-    return (src.parts, dst.parts, src.mla, src_ptrs, dst_ptrs, (gs.layout_dim, gs.page_size),
+    return (_parts(src, plan), _parts(dst, plan), src.mla, src_ptrs, dst_ptrs, (gs.layout_dim, gs.page_size),
             (gd.layout_dim, gd.page_size))
+
+
+def _parts(view, plan):
+    """The view's layout, or for a one-layer copy of a per-layer view its table-free twin (the layer's
+    address is a kernel argument): the per-item table read costs a per-layer load ~8% on an H200."""
+    if view.per_layer and plan.window == 1:
+        return view.parts.one_layer()
+    return view.parts
 
 
 def _heads(src, dst):
@@ -574,6 +582,9 @@ def _resolve(name, view, destination, placed, plan, strict):
                 plan.destinations.append((label, info.ptr, info.ptr + info.nbytes))
         if view.per_layer:
             addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+            if plan.window == 1:  # one layer: its address goes in directly, no table to read per item
+                ptrs.append(addresses[plan.first_layer])
+                continue
             table = _address_table(addresses, infos, view)
             info = array_info(table, f"{name}.{which} table")
             plan.guides.append((f"{name}'s {which} table", info.ptr, info.ptr + info.nbytes))

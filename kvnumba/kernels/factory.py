@@ -35,8 +35,8 @@ COPY_SHAPES = {  # by layout names (LayoutParts.name)
     ("lf_tbl", "lf_tbl", False): _SEED_LIKE,
     ("lf_tbl", "pf", False): _WIDE,
     ("lf_tbl", "ph", False): _SEED_LIKE,
-    # kv.copy's per-layer load into a list of layer buffers (a table): as its single-buffer twin
-    ("pf", "lf_tbl", False): _SEED_LIKE,
+    # kv.copy's per-layer load into one layer of a list of layer buffers: the same kernel as pf -> lf
+    ("pf", "lf_tbl@1", False): _SEED_LIKE,
 }
 DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 

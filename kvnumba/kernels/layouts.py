@@ -53,6 +53,17 @@ class LayoutParts:
         self.token_offset = device_function(token_offset)
         self.head_stride = device_function(head_stride)
 
+    def one_layer(self):
+        """The twin of a table layout for a copy of one layer: ``base`` is that layer's address
+        (no table read); the token and head parts are this layout's. Memoised."""
+        twin = getattr(self, "_one_layer", None)
+        if twin is None:
+            layer_base, token_offset, head_stride = self.py
+            twin = LayoutParts(f"{self.name}@1", given_layer_base, token_offset, head_stride,
+                               head_split=self.head_split)
+            self._one_layer = twin
+        return twin
+
     def __repr__(self):
         return f"LayoutParts({self.name!r})"
 
@@ -65,6 +76,10 @@ def layer_first_layer_base(base, layer, layout_dim, item_size, heads, page_size)
 
 def table_layer_base(table, layer, layout_dim, item_size, heads, page_size):
     return load_i64(table + layer * 8)
+
+
+def given_layer_base(base, layer, layout_dim, item_size, heads, page_size):  # base: the layer's own address
+    return base
 
 
 def page_first_layer_base(base, layer, layout_dim, item_size, heads, page_size):
