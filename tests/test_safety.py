@@ -14,7 +14,6 @@ import kvnumba
 from kvnumba.checks import bounds, guard
 from kvnumba.driver.target import SIMULATOR
 from kvnumba.errors import IndexOutOfRangeError, PageableMemoryError
-from kvnumba.kernels.factory import NO_LIMIT
 from placement import ON_GPU, device, host, to_numpy
 from safety_cases import OPS, build
 

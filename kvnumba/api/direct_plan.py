@@ -14,8 +14,9 @@ import numpy as np
 
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
+from ..checks.devices import one_device
 from ..driver.batch_copy import copy_many, log, runtime
-from ..driver.devices import current_device, on_device
+from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import CopyError, DeviceMismatchError
@@ -32,7 +33,8 @@ class DirectPlan:
             src, dst = self._init_runs(geometry)
         else:
             src, dst = self._init_pages(geometry)
-        self.device = _one_device(self.src_name, src, self.dst_name, dst)
+        self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in
+                                  ((self.src_name, src), (self.dst_name, dst)) for i, info in enumerate(infos)])
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
 
@@ -199,21 +201,6 @@ def _page_first(name, obj):
     if len(infos) == 2 and (infos[0].shape != infos[1].shape):
         raise ValueError(f"{name}[0] and {name}[1] must have the same shape, got {infos[0].shape} and {infos[1].shape}")
     return infos
-
-
-def _one_device(src_name, src, dst_name, dst):
-    seen = {}
-    for name, infos in ((src_name, src), (dst_name, dst)):
-        for i, info in enumerate(infos):
-            if info.device != HOST:
-                seen.setdefault(info.device, f"{name}[{i}]")
-    if len(seen) > 1:
-        (d0, n0), (d1, n1) = list(seen.items())[:2]
-        raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one GPU "
-                                  "(and host memory); move the buffers to one device")
-    if seen:
-        return next(iter(seen))
-    return 0 if SIMULATOR else current_device()
 
 
 def _device(info):

@@ -15,9 +15,10 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, pinned, validate
+from ..checks.devices import one_device
 from ..checks.overlap import check_disjoint, hull
 from ..checks.tables import table_layers
-from ..driver.devices import current_device, on_device
+from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, Kernel
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
@@ -35,22 +36,6 @@ _MAX_QUOTA = 2**31 - 1
 _MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
 
 _kernels = {}  # Numba dispatcher -> driver.launch.Kernel
-
-
-def one_device(placed):
-    """The one GPU of ``placed`` (``(name, device)`` pairs; pinned host memory goes with any), or
-    the current device when everything is host memory. ``DeviceMismatchError`` names two others."""
-    seen = {}
-    for name, device in placed:
-        if device != HOST:
-            seen.setdefault(device, name)
-    if len(seen) > 1:
-        (d0, n0), (d1, n1) = list(seen.items())[:2]
-        raise DeviceMismatchError(f"{n0} is on cuda:{d0} but {n1} is on cuda:{d1}: kvnumba copies within one "
-                                  "GPU (and pinned host memory); move the buffers to one device")
-    if seen:
-        return next(iter(seen))
-    return 0 if SIMULATOR else current_device()
 
 
 def _launchable(dispatcher):

@@ -3,12 +3,12 @@ import sys
 
 import numpy as np
 
-from ..arrays import HOST, array_info
+from ..arrays import array_info
 from ..checks import pinned, validate
+from ..checks.devices import one_device
 from ..checks.tables import register_layers
-from ..driver.devices import current_device, on_device
+from ..driver.devices import on_device
 from ..driver.target import SIMULATOR
-from ..errors import DeviceMismatchError
 
 
 class HostLayerTable(np.ndarray):
@@ -61,7 +61,8 @@ def layer_table(layers):
     for i, info in enumerate(infos):
         validate.aligned(f"layers[{i}]", info)
         pinned.require(f"layers[{i}]", info)
-    device = _one_device(infos)
+    device = one_device([(f"layers[{i}]", info.device) for i, info in enumerate(infos)],
+                        "a layer table's layers live on one device")
     addresses = np.array([info.ptr for info in infos], dtype=np.uint64)
     register_layers(infos)
 
@@ -79,7 +80,7 @@ def device_table(addresses, infos, device=None):
     describe, as a torch tensor (torch arrays), a CuPy array (CuPy) or a Numba device array (else);
     on the simulator a NumPy array (``HostLayerTable``)."""
     if device is None:
-        device = _one_device(infos)
+        device = one_device([(f"layers[{i}]", info.device) for i, info in enumerate(infos)])
     if SIMULATOR:
         return addresses.view(HostLayerTable)
     if infos[0].is_torch:
@@ -94,18 +95,3 @@ def device_table(addresses, infos, device=None):
 
     with on_device(device):
         return cuda.to_device(addresses)
-
-
-def _one_device(infos):
-    """The GPU the table goes on: its layers' (one device; pinned host layers go with any)."""
-    devices = {}
-    for i, info in enumerate(infos):
-        if info.device != HOST:
-            devices.setdefault(info.device, i)
-    if len(devices) > 1:
-        (d0, i0), (d1, i1) = list(devices.items())[:2]
-        raise DeviceMismatchError(f"layers[{i0}] is on cuda:{d0} but layers[{i1}] is on cuda:{d1}: "
-                                  "a layer table's layers live on one device")
-    if devices:
-        return next(iter(devices))
-    return 0 if SIMULATOR else current_device()

@@ -27,6 +27,7 @@ import numpy as np
 
 from ..arrays import array_info
 from ..checks import pinned, validate
+from ..checks.devices import one_device
 from ..checks.tables import table_layers
 from ..kernels import layouts
 
@@ -513,7 +514,7 @@ def configure_copy(plan, geometry, strict):
         raw = raw or side_raw
         sides.append((ptrs, ViewSide(name, view, extents)))
     plan.raw_tables = raw
-    plan.device = _device(placed)
+    plan.device = one_device(placed)
     plan.uses_torch = any(type(b).__module__.startswith("torch") for v in (src, dst) for which in ("k", "v")
                           if getattr(v, which) is not None for b in v.buffers(which))
     (src_ptrs, plan.src), (dst_ptrs, plan.dst) = sides
@@ -605,9 +606,3 @@ def _address_table(addresses, infos, view):
 
         table = cache[key] = device_table(np.array(addresses, dtype=np.uint64), infos)
     return table
-
-
-def _device(placed):
-    from .kernel_plan import one_device
-
-    return one_device(placed)

@@ -16,7 +16,7 @@ from typing import NamedTuple
 from numba import cuda
 
 from ..driver.target import SIMULATOR
-from .jit import WARP_SIZE, device_function, kernel
+from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
 from .memory import load_i64, store_u64
 from .warp_copy import CopyShape, make_copies
