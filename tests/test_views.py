@@ -157,6 +157,9 @@ def test_views_check_their_shapes():
         kv.PageFirst(np.zeros((4, 4), np.uint8))
     with pytest.raises(ValueError, match=r"PageFirst: v has the geometry"):
         kv.PageFirst(np.zeros((4, 2, 8), np.uint8), np.zeros((4, 3, 8), np.uint8))
+    assert kv.PageHead(np.zeros((2, 2, 4, 3, 8), np.uint8), page_size=4).geometry.page_size == 4
+    with pytest.raises(ValueError, match=r"PageFirstDirect: page_size=8, but the buffers' pages hold 4 tokens"):
+        kv.PageFirstDirect(np.zeros((2, 3, 4, 8), np.uint8), page_size=8)
     with pytest.raises(ValueError, match=r"VllmFlashInfer: layout must be 'NHD' or 'HND', got 'NDH'"):
         kv.VllmFlashInfer([np.zeros((2, 2, 4, 1, 8), np.uint8)], layout="NDH")
     with pytest.raises(ValueError, match=r"VllmFlashAttn: every layer is \[2, num_blocks"):

@@ -11,8 +11,8 @@ view                                       one K (or V) buffer
 ``LayerFirst(k, v=None)``                  ``[L, T, *item]``, or a list of L per-layer ``[T, *item]``
 ``LayerTable(k, v=None, tokens, item)``    uint64 tables of L layer addresses, as the seed takes them
 ``PageFirst(k, v=None)``                   ``[T, L, *item]``
-``PageFirstDirect(k, v=None)``             ``[T/P, L, P, *item]``
-``PageHead(k, v=None)``                    ``[T/P, H, P, L, D]``
+``PageFirstDirect(k, v=None, page_size)``  ``[T/P, L, P, *item]`` (``page_size`` optional: checked)
+``PageHead(k, v=None, page_size)``         ``[T/P, H, P, L, D]``
 ``VllmFlashAttn(caches)``                  per layer ``[2, num_blocks, P, H, D]``: K at 0, V at 1
 ``VllmFlashInfer(caches, layout="NHD")``   per layer ``[num_blocks, 2, P, H, D]`` (NHD) or
                                            ``[num_blocks, 2, H, P, D]`` (HND)
@@ -288,11 +288,28 @@ class PageFirst(CacheView):
         return np.swapaxes(buffer, 0, 1)[:, :, None]
 
 
-class PageFirstDirect(CacheView):
+class _Paged(CacheView):
+    """A paged single-buffer layout: ``page_size`` (optional) must agree with the buffers' page axis."""
+
+    paged = True
+
+    def __init__(self, k, v=None, page_size=None):
+        self.page_size_given = page_size
+        super().__init__(k, v)
+        if page_size is not None:
+            page_size = validate.integer("page_size", page_size, minimum=1, maximum=validate.MAX_SIZE)
+            if page_size != self.geometry.page_size:
+                raise ValueError(f"{type(self).__name__}: page_size={page_size}, but the buffers' pages hold "
+                                 f"{self.geometry.page_size} tokens")
+
+    def _options(self):
+        return {"page_size": self.page_size_given}
+
+
+class PageFirstDirect(_Paged):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
     parts = layouts.PAGE_FIRST_DIRECT
-    paged = True
 
     def shape(self, buffer):
         shape, size, dtype = shape_of(buffer, "PageFirstDirect")
@@ -310,12 +327,11 @@ class PageFirstDirect(CacheView):
         return np.swapaxes(buffer, 0, 1)
 
 
-class PageHead(CacheView):
+class PageHead(_Paged):
     """``[T/P, H, P, L, D]``: a page split by head, each head's block holding every layer."""
 
     parts = layouts.PAGE_HEAD
     head_split = True
-    paged = True
 
     def shape(self, buffer):
         shape, size, dtype = shape_of(buffer, "PageHead")
