@@ -23,14 +23,13 @@ from ..driver.launch import BoundKernel, Kernel
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
-from ..kernels.factory import NO_LIMIT, PER_CALL_ARGS, PER_LAYER_ARGS, SIGNATURE, get_kernel
+from ..kernels.factory import NO_LIMIT, PER_LAYER_ARGS, SIGNATURE, get_kernel
 from ..kernels.jit import WARP_SIZE
 from ..kernels.layouts import PARTS, Layout
 from .spec import buffer_names
 
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
 _LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "page-head"}
-_PACK_CALL = struct.Struct(f"{PER_CALL_ARGS}q").pack_into
 _PACK_LAYER = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into
 _MAX_QUOTA = 2**31 - 1
 _MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
@@ -86,12 +85,13 @@ class Side:
 class LayerWindow:
     """Token limits of one layer window (per-layer calls: one per layer_id, memoised)."""
 
-    __slots__ = ("first_layer", "src_limit", "dst_limit", "src_bytes", "dst_bytes")
+    __slots__ = ("first_layer", "src_limit", "dst_limit", "src_bytes", "dst_bytes", "params")
 
     def __init__(self, plan, first_layer):
         self.first_layer = first_layer
         self.src_limit, self.src_bytes = plan.src.limit(plan, first_layer, plan.window)
         self.dst_limit, self.dst_bytes = plan.dst.limit(plan, first_layer, plan.window)
+        self.params = (first_layer, self.src_limit, self.dst_limit)  # the kernel parameters a window sets
 
     def what(self, plan, side):
         if side == "src":
@@ -166,7 +166,6 @@ class KernelPlan:
         self.dst = self._side(dst_layout, names[1], names[3], infos, layers, dst_dim)
         self.destinations = self._destinations(names, dst_layout, infos, layers)
         self.guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
-        self.names = names
         ptrs = [infos[n].ptr if n else 0 for n in names]
         return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
                 (src_dim, self.page_size), (dst_dim, self.page_size))
@@ -181,7 +180,7 @@ class KernelPlan:
         first = None
         if not self.spec.per_layer:  # one window, at key 0
             first = self.windows[0] = LayerWindow(self, self.first_layer)
-            self.packed[0] = (first.first_layer, first.src_limit, first.dst_limit)
+            self.packed[0] = first.params
         (src_dim, src_page), (dst_dim, dst_page) = src_geometry, dst_geometry
         template = (0, 0, 0, 0, self.first_layer, first.src_limit if first else NO_LIMIT,
                     first.dst_limit if first else NO_LIMIT, src_ptrs[0], dst_ptrs[0], src_ptrs[1], dst_ptrs[1],
@@ -244,7 +243,7 @@ class KernelPlan:
             window = LayerWindow(self, layer_id)
             if len(self.windows) < 4096:
                 self.windows[layer_id] = window
-                self.packed[layer_id] = (window.first_layer, window.src_limit, window.dst_limit)
+                self.packed[layer_id] = window.params
         return window
 
     # --- the per-call path ----------------------------------------------------------------------
@@ -285,11 +284,7 @@ class KernelPlan:
         if host_side and not SIMULATOR:
             return self._run_host_indices(src, dst, count, items_per_warp, grid, warps, window, handle, check)
         blocks = kernel.blocks
-        if self.spec.per_layer:
-            _PACK_LAYER(blocks.view, 0, src[0], dst[0], count, items_per_warp, window.first_layer, window.src_limit,
-                        window.dst_limit)
-        else:
-            _PACK_CALL(blocks.view, 0, src[0], dst[0], count, items_per_warp)
+        _PACK_LAYER(blocks.view, 0, src[0], dst[0], count, items_per_warp, *window.params)
         kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
         if check:
             self._wait_and_check(handle, src_indices, dst_indices, window)
@@ -320,11 +315,7 @@ class KernelPlan:
             pointers = [index[0] if copy is None else copy.device_ctypes_pointer.value
                         for index, copy in zip((src, dst), staged)]
             blocks = self.kernel.blocks
-            if self.spec.per_layer:
-                _PACK_LAYER(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, window.first_layer,
-                            window.src_limit, window.dst_limit)
-            else:
-                _PACK_CALL(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp)
+            _PACK_LAYER(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
             self.kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
             stream.synchronize()
         if check and guard.flag_set():

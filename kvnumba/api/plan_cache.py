@@ -3,9 +3,13 @@
 SGLang-style code passes the same pool tensors (and layer tables) on every call; validating them
 each time is most of a plain call's host time. The cache keeps weak references only: an entry is
 reused only while every object it was built from is alive and is the very object passed now, and
-only if what can change in place cheaply (a torch tensor's data pointer and shape, a NumPy array's
-shape and dtype; ``kvnumba.arrays.fingerprint_function``) is as it was. Scalars are part of the key,
-with their types (``True`` is not ``1`` here).
+only if what can change in place cheaply (a torch tensor's data pointer and size in bytes, a NumPy
+array's shape and dtype; ``kvnumba.arrays.fingerprint_function``) is as it was. Scalars are part of
+the key, with their types (``True`` is not ``1`` here). Cache views are snapshots of their buffers
+(``kvnumba.api.views.CacheView``): for them the objects' identity is all that is checked.
+
+The plain kernel entry points look their plan up with this module's key and ``valid`` inlined in
+their per-call function (``kvnumba.api.transfer.plain_caller``).
 """
 import operator
 import sys
@@ -34,16 +38,6 @@ class PlanCache:
     def key(objects, scalars):
         ids = tuple(tuple(map(id, o)) if type(o) in (list, tuple) else id(o) for o in objects)
         return (*ids, *scalars, *map(type, scalars))
-
-    def lookup(self, objects, scalars):
-        """The cached plan for arrays ``objects`` and exact-int ``scalars`` if it is still valid,
-        else None. (The plain entry points inline this: ``kvnumba.api.transfer.plain_caller``.)"""
-        if any(type(value) is not int and value is not None for value in scalars):
-            return None
-        entry = self.entries.get((*map(id, objects), *scalars, *map(type, scalars)))
-        if entry is not None and valid(entry, objects):
-            return entry[1]
-        return None
 
     def get(self, objects, scalars, build):
         try:
@@ -102,7 +96,7 @@ def _fingerprints(objects):
     for torch tensors, data pointers and sizes read in C loops; lists element by element."""
     from .views import CacheView
 
-    if all(isinstance(o, CacheView) for o in objects):  # views: checked when made (CacheView.fingerprint)
+    if all(isinstance(o, CacheView) for o in objects):  # views: snapshots, checked when made
         return _nothing
     torch = sys.modules.get("torch")
     if torch is not None and all(type(o) is torch.Tensor for o in objects):

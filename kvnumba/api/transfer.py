@@ -86,11 +86,12 @@ class Transfer:
     def _validate_bound_call_arguments(self):
         """Indices, ``layer_id`` and the launch shape given to ``prepare`` are checked there too."""
         b = self.bound
-        for name in ("src_indices", "dst_indices"):
-            if name in b:
-                validate.index_info(name, b[name])
         if "src_indices" in b and "dst_indices" in b:
             validate.indices(b["src_indices"], b["dst_indices"])
+        else:
+            for name in ("src_indices", "dst_indices"):
+                if name in b:
+                    validate.index_info(name, b[name])
         if "block_quota" in b or "num_warps_per_block" in b:
             validate.launch_config(b.get("block_quota", 2), b.get("num_warps_per_block", 32))
         if "layer_id" in b and self.spec.per_layer:
@@ -261,8 +262,8 @@ def plain_caller(name):
     """The per-call function of plain kernel entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
     ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
-    the cache when the same objects come back unchanged (``PlanCache``; the lookup is inlined here:
-    it runs on every call), else it is built and every argument checked."""
+    the cache when the same objects come back unchanged (``PlanCache``'s key and ``valid``, inlined
+    here: this runs on every call), else it is built and every argument checked."""
     transfer = plain(name)
     entries, miss = transfer._cache.entries, transfer.plain_miss
 

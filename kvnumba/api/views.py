@@ -50,7 +50,12 @@ class CacheView:
       for ``kvnumba.reference`` (it must be a view, not a copy: the reference writes through it).
 
     With only that, the layout gets kernels to and from every other layout (``kv.copy``), bounds
-    checks, reference checking, ``kv.convert`` and ``kvnumba convert``. kvnumba checks at view
+    checks, reference checking, ``kv.convert`` and ``kvnumba convert``.
+
+    A view, like a prepared transfer, describes its buffers as they were when it was made: a plain
+    ``kv.copy`` re-checks only that it is the same view object (a per-layer view holds dozens of
+    buffers; re-reading each on every call would cost more than the launch). Give a buffer new memory
+    in place (``resize_``, ``set_``) and make a new view. kvnumba checks at view
     construction that the arithmetic keeps the first and last tokens of every page, layer and head
     inside the buffer.
     """
@@ -140,13 +145,6 @@ class CacheView:
         buffer = self.k if which == "k" else self.v
         return list(buffer) if self.per_layer else [buffer]
 
-    def fingerprint(self):
-        """What the plan cache re-checks before reusing a plan built for this view: nothing beyond the
-        view itself. A view, like a prepared transfer, describes its buffers as they were when it was
-        made (a per-layer view holds dozens of them: re-reading each on every call would cost more than
-        the launch); give a buffer new memory in place (``resize_``, ``set_``) and make a new view."""
-        return ()
-
     def __repr__(self):
         g = self.geometry
         return (f"{type(self).__name__}(L={g.layers}, T={g.tokens}, P={g.page_size}, H={g.heads}, "
@@ -204,10 +202,6 @@ def _dtype_bytes(info):
         return np.dtype(info.dtype.lstrip("<>=|")).itemsize
     except TypeError:  # a torch-only dtype of an empty array: its name ends in its bits
         return int("".join(c for c in info.dtype if c.isdigit())[:2] or 8) // 8
-
-
-def _describe(buffer, where):
-    return array_info(buffer, where)
 
 
 def shape_of(buffer, name):
@@ -384,7 +378,7 @@ class VllmFlashAttn(_Blocks):
     parts = layouts.BLOCKS
 
     def shape(self, caches):
-        infos = [_describe(c, f"VllmFlashAttn caches[{i}]") for i, c in enumerate(caches)]
+        infos = [array_info(c, f"VllmFlashAttn caches[{i}]") for i, c in enumerate(caches)]
         info = infos[0]
         if len(info.shape) != 5 or info.shape[0] != 2 or any(i.shape != info.shape for i in infos):
             raise ValueError(f"VllmFlashAttn: every layer is [2, num_blocks, block_size, H, D], got {info.shape}")
@@ -416,7 +410,7 @@ class VllmFlashInfer(_Blocks):
         return {"layout": self.layout}
 
     def shape(self, caches):
-        infos = [_describe(c, f"VllmFlashInfer caches[{i}]") for i, c in enumerate(caches)]
+        infos = [array_info(c, f"VllmFlashInfer caches[{i}]") for i, c in enumerate(caches)]
         info = infos[0]
         if len(info.shape) != 5 or info.shape[1] != 2 or any(i.shape != info.shape for i in infos):
             raise ValueError(f"VllmFlashInfer: every layer is [num_blocks, 2, {'block_size, H' if self.layout == 'NHD' else 'H, block_size'}, D], got {info.shape}")
@@ -451,7 +445,7 @@ class LayerTable(CacheView):
         return {"tokens": self.tokens, "item_size": self.item_size, "heads": self.heads_given}
 
     def shape(self, table):
-        info = _describe(table, "LayerTable")
+        info = array_info(table, "LayerTable")
         if len(info.shape) != 1 or info.dtype not in ("uint64", "int64"):
             raise ValueError(f"LayerTable: a table is a uint64 [L] array of addresses, got {info.dtype} {info.shape}")
         return Geometry(info.shape[0], self.tokens, 1, self.heads_given, self.item_size, 0, "uint8")
@@ -521,7 +515,6 @@ def configure_copy(plan, geometry, strict):
     plan.first_layer, plan.window = _window(geometry.get("layers"), layers)
     plan.num_layers, plan.item_size, plan.head_num = layers, gs.item_bytes, heads
     plan.heads, plan.page_size = heads, 1
-    plan.names = ("src_view", "dst_view", None if src.mla else "src_view", None if src.mla else "dst_view")
 
     placed, plan.destinations, plan.guides, raw = [], [], [], False
     sides = []

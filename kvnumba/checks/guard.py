@@ -65,11 +65,6 @@ def flag_view():
     return _view
 
 
-def checks_on(check):
-    """Whether this call checks synchronously: ``check=True`` or ``KVNUMBA_CHECK=1``."""
-    return bool(check) or ALWAYS_CHECK
-
-
 def flag_set():
     """True if a kernel has flagged a skipped item since the flag was last cleared (no synchronisation)."""
     return _view is not None and _view[0] != 0

@@ -81,8 +81,7 @@ class KernelArgs(NamedTuple):
     error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
 
 
-PER_CALL_ARGS = 4  # src_indices .. items_per_warp
-PER_LAYER_ARGS = 7  # .. dst_token_limit
+PER_LAYER_ARGS = 7  # src_indices .. dst_token_limit: what a call writes
 
 
 def _build_kernel(src, dst, mla, copy_shape):
