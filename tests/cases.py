@@ -47,6 +47,8 @@ class Case:
     num_warps_per_block: int = 2
     seed: int = 0
     layer_id: int = field(default=None)
+    indices: tuple = None  # (src, dst) token indices to use instead of drawn ones
+
 
     @property
     def layouts(self):
@@ -132,7 +134,10 @@ def run_case(c, stream=None, framework="numba"):
     src_l, dst_l, mla, _ = c.layouts
     src = _buffers(src_l, c, rng, poison=False)
     dst = _buffers(dst_l, c, rng, poison=True)
-    si, di = _draw_indices(c, rng), _draw_indices(c, rng)
+    if c.indices is not None:
+        si, di = (np.asarray(i, dtype=np.int64) for i in c.indices)
+    else:
+        si, di = _draw_indices(c, rng), _draw_indices(c, rng)
 
     # Reference: on NumPy copies, with per-layer lists where kvnumba takes tables.
     ref_dst = [None if side is None else [b.copy() for b in side] for side in dst]

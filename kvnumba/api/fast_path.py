@@ -53,7 +53,8 @@ def make_fast_call(plan):
     device, low, high = plan.device, plan.dst_low, plan.dst_high
     starts, ends = merged(plan.destinations)
     kernel = plan.kernel
-    blocks, function, retry = kernel.blocks, kernel.function, kernel.retry
+    min_warps = 2 if plan.staged else 1  # a staged kernel needs a loader warp and a store warp
+    blocks, function, retry, shared = kernel.blocks, kernel.function, kernel.retry, kernel.shared
     streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, cu.cuLaunchKernel
     last = _LAST_INDICES
 
@@ -74,7 +75,7 @@ def make_fast_call(plan):
                     or (src | dst) & 7 or count != dst_indices.numel() or not count):
                 return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
             last[0] = (weakref.ref(src_indices), weakref.ref(dst_indices), src, dst, count, device)
-        if (window is None or not (0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS)
+        if (window is None or not (0 < block_quota <= _MAX_QUOTA and min_warps <= warps <= _MAX_WARPS)
                 or (src < high and src + 8 * count > low and overlaps_any(starts, ends, src, src + 8 * count))
                 or (dst < high and dst + 8 * count > low and overlaps_any(starts, ends, dst, dst + 8 * count))):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
@@ -91,7 +92,7 @@ def make_fast_call(plan):
         cu_stream = streams.get(handle)
         if cu_stream is None:
             cu_stream = new_stream(handle)
-        (err,) = cu_launch(function, grid, 1, 1, warps * WARP_SIZE, 1, 1, 0, cu_stream, address, 0)
+        (err,) = cu_launch(function, grid, 1, 1, warps * WARP_SIZE, 1, 1, shared, cu_stream, address, 0)
         if err:  # another context is current (pushed and retried), or a real error (raised)
             retry(err, grid, warps * WARP_SIZE, cu_stream, address)
         return handle

@@ -27,6 +27,7 @@ from ..kernels.factory import NO_LIMIT, PER_LAYER_ARGS, SIGNATURE, get_kernel
 from ..kernels.jit import WARP_SIZE
 from ..kernels.layouts import PARTS, Layout
 from .spec import buffer_names
+from .staged_plan import bind_staged
 
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
 _LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "page-head"}
@@ -167,6 +168,7 @@ class KernelPlan:
         self.destinations = self._destinations(names, dst_layout, infos, layers)
         self.guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
         ptrs = [infos[n].ptr if n else 0 for n in names]
+        self.memory = (infos[names[0]].device == HOST, infos[names[1]].device == HOST)
         return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
                 (src_dim, self.page_size), (dst_dim, self.page_size))
 
@@ -188,7 +190,14 @@ class KernelPlan:
                     dst_page, self.head_num, guard.flag_address())
         self.flag = guard.flag_view()
         kernel = _launchable(get_kernel(src_parts, dst_parts, mla))
-        self.kernel = BoundKernel(kernel, self.device, template)
+        self.kernel = self.register_kernel = BoundKernel(kernel, self.device, template)
+        # Per-layer loads from pinned host memory: the staged (bulk-copy) kernel, where it applies.
+        staged = None
+        if self.spec.name != "copy":
+            staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, self.memory)
+        self.staged = staged is not None
+        if staged is not None:
+            self.kernel, self.source_maps = staged
 
     # --- building ------------------------------------------------------------------------------
 
@@ -280,9 +289,10 @@ class KernelPlan:
             return handle
         items_per_warp = -(-count // (block_quota * warps))
         grid = -(-count // (items_per_warp * warps))
-        kernel = self.kernel
+        kernel = self.kernel if warps > 1 else self.register_kernel  # a staged block needs two warps
         if host_side and not SIMULATOR:
-            return self._run_host_indices(src, dst, count, items_per_warp, grid, warps, window, handle, check)
+            return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, warps, window, handle,
+                                          check)
         blocks = kernel.blocks
         _PACK_LAYER(blocks.view, 0, src[0], dst[0], count, items_per_warp, *window.params)
         kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
@@ -303,7 +313,7 @@ class KernelPlan:
             if index[3]:
                 bounds.check_indices(name, index[2](), limit, lambda side=side: window.what(self, side))
 
-    def _run_host_indices(self, src, dst, count, items_per_warp, grid, warps, window, handle, check):
+    def _run_host_indices(self, kernel, src, dst, count, items_per_warp, grid, warps, window, handle, check):
         """Indices in host memory: copied to the device on the call's stream, then waited for (the
         copies are freed when the call returns)."""
         from numba import cuda
@@ -314,9 +324,9 @@ class KernelPlan:
                       for index in (src, dst)]
             pointers = [index[0] if copy is None else copy.device_ctypes_pointer.value
                         for index, copy in zip((src, dst), staged)]
-            blocks = self.kernel.blocks
+            blocks = kernel.blocks
             _PACK_LAYER(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
-            self.kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
+            kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
             stream.synchronize()
         if check and guard.flag_set():
             guard.clear()

@@ -291,3 +291,10 @@ def plain(name):
     if transfer is None:
         transfer = _PLAIN.setdefault(name, Transfer(SPECS[name], {}))
     return transfer
+
+
+def clear_plan_caches():
+    """Forget every cached plan of the plain entry points (settings read at plan build, such as
+    ``KVNUMBA_LOAD_PATH``, apply to the next call)."""
+    for transfer in _PLAIN.values():
+        transfer._cache.clear()

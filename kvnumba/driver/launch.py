@@ -41,9 +41,10 @@ class ParamBlocks(threading.local):
 class Kernel:
     """A Numba kernel compiled for one signature, with its function handle per device."""
 
-    def __init__(self, dispatcher, signature):
+    def __init__(self, dispatcher, signature, shared_bytes=0):
         self.dispatcher = dispatcher
         self.signature = signature
+        self.shared_bytes = shared_bytes  # dynamic shared memory per block
         self._lock = threading.Lock()
         self._functions = {}  # device -> CUfunction
         self._compiled = None  # keeps Numba's compiled kernel (and so its loaded modules) alive
@@ -61,9 +62,15 @@ class Kernel:
                     # once saves the driver that lookup on every launch.
                     err, resolved = cu.cuKernelGetFunction(cu.CUkernel(handle))
                     function = resolved if not err else cu.CUfunction(handle)
+                    if self.shared_bytes > _DEFAULT_SHARED_LIMIT:  # more than 48 KB must be asked for
+                        check(cu.cuFuncSetAttribute(
+                            function, cu.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                            self.shared_bytes), "cuFuncSetAttribute")
                     self._functions[device] = function
         return function
 
+
+_DEFAULT_SHARED_LIMIT = 48 * 1024
 
 STREAM_OBJECTS = {}  # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
 
@@ -84,16 +91,17 @@ if SIMULATOR:
     class BoundKernel:
         """A kernel and a parameter template, launched through the simulator's dispatcher."""
 
-        __slots__ = ("dispatcher", "blocks")
+        __slots__ = ("dispatcher", "blocks", "shared")
 
         def __init__(self, kernel, device, template):
             self.dispatcher = kernel.dispatcher
             self.blocks = ParamBlocks(template)
+            self.shared = kernel.shared_bytes
 
         def launch(self, grid, threads, stream, address):
             values = tuple(self.blocks.values)  # this thread's block
             with _simulator_lock:
-                self.dispatcher[grid, threads](*values)
+                self.dispatcher[grid, threads, 0, self.shared](*values)
 
 else:
 
@@ -108,19 +116,20 @@ else:
         retrying): checking the current context first would cost every call ~0.5 us.
         """
 
-        __slots__ = ("function", "ctx", "ctx_handle", "blocks")
+        __slots__ = ("function", "ctx", "ctx_handle", "blocks", "shared")
 
         def __init__(self, kernel, device, template):
             self.function = kernel.function(device)
             self.ctx, self.ctx_handle = context(device)
             self.blocks = ParamBlocks(template)
+            self.shared = kernel.shared_bytes
 
         def launch(self, grid, threads, stream, address, _launch=cu.cuLaunchKernel):
             """Launch with this thread's block at ``address`` on raw stream handle ``stream``."""
             cu_stream = STREAM_OBJECTS.get(stream)
             if cu_stream is None:
                 cu_stream = stream_object(stream)
-            (err,) = _launch(self.function, grid, 1, 1, threads, 1, 1, 0, cu_stream, address, 0)
+            (err,) = _launch(self.function, grid, 1, 1, threads, 1, 1, self.shared, cu_stream, address, 0)
             if err:
                 self.retry(err, grid, threads, cu_stream, address)
 
@@ -129,7 +138,8 @@ else:
             if err in _WRONG_CONTEXT:
                 check(cu.cuCtxPushCurrent(self.ctx), "cuCtxPushCurrent")
                 try:
-                    (err,) = cu.cuLaunchKernel(self.function, grid, 1, 1, threads, 1, 1, 0, cu_stream, address, 0)
+                    (err,) = cu.cuLaunchKernel(self.function, grid, 1, 1, threads, 1, 1, self.shared, cu_stream,
+                                               address, 0)
                 finally:
                     check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
             if err:

@@ -22,21 +22,24 @@ if SIMULATOR:
     _u64 = ctypes.c_uint64
     _i64 = ctypes.c_int64
 
+    # int(): an address computed from a shared-memory slot is a NumPy integer, which ctypes refuses.
     def load_u64(addr):
-        return _u64.from_address(addr).value
+        return _u64.from_address(int(addr)).value
 
     def store_u64(addr, value):
-        _u64.from_address(addr).value = value
+        _u64.from_address(int(addr)).value = value
 
     def load_u128(addr):
+        addr = int(addr)
         return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
 
     def store_u128(addr, pair):
+        addr = int(addr)
         _u64.from_address(addr).value = pair[0]
         _u64.from_address(addr + 8).value = pair[1]
 
     def load_i64(addr):
-        return _i64.from_address(addr).value
+        return _i64.from_address(int(addr)).value
 
     def make_loads(qualifier="nc"):
         return load_u64, load_u128

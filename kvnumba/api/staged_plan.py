@@ -1,0 +1,49 @@
+"""Whether a plan's loads take the staged kernel (``kernels.staged``), and that kernel bound for it.
+
+``KVNUMBA_LOAD_PATH`` (``kvnumba.config.load_path``) decides:
+
+- ``auto`` (default): staged for the per-layer loads it speeds up: a pinned-host source read into
+  GPU memory, on a GPU of compute capability 9.0 or newer (Hopper's bulk-copy unit);
+- ``staged``: staged wherever the layouts allow (any memory, the simulator too: for tests and
+  benchmarks);
+- ``register``: never.
+
+Either way a plan is staged only if its source layout (layer-first, page-first or page-head) and its
+sizes can be described by tensor maps (``driver.tensor_maps``) and its destination is one layer's
+buffer; otherwise, and for calls with fewer than two warps per block, the register kernel runs.
+"""
+from .. import config
+from ..driver.launch import BoundKernel, Kernel
+from ..driver.target import SIMULATOR
+from ..driver import tensor_maps
+from ..kernels import staged
+
+_kernels = {}  # Numba dispatcher -> driver.launch.Kernel
+
+
+def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
+    """``(BoundKernel, SourceMaps)`` of the staged kernel for ``plan`` (keep both), or None when its
+    loads stay on registers.
+
+    ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
+    kernel's 19 parameter values (the staged kernel's start with them)."""
+    path = config.load_path()
+    if path == "register" or plan.window != 1 or src_parts not in staged.SOURCES or dst_parts not in staged.DESTINATIONS:
+        return None
+    if path == "auto":
+        src_host, dst_host = memory
+        if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
+            return None
+    if any(p % 16 for p in template[8:11:2] if p):  # destinations: 16-byte stores from shared memory
+        return None
+    src_dim, src_page = src_geometry
+    ring = staged.SHAPE
+    maps = tensor_maps.source_maps(src_parts, src_ptrs[0], src_ptrs[1], plan.src.nbytes, plan.item_size, src_dim,
+                                   src_page, plan.head_num, mla, plan.device, ring)
+    if maps is None:
+        return None
+    dispatcher = staged.get_staged_kernel(src_parts, dst_parts, mla, ring)
+    kernel = _kernels.get(dispatcher)
+    if kernel is None:
+        kernel = _kernels.setdefault(dispatcher, Kernel(dispatcher, staged.SIGNATURE, ring.shared_bytes))
+    return BoundKernel(kernel, plan.device, (*template, *maps.args)), maps

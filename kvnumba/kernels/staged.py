@@ -1,0 +1,391 @@
+"""The staged load kernel: host -> device per-layer loads through Hopper's bulk-copy unit (TMA).
+
+Why: a kernel that loads pinned host memory into registers keeps only so many bytes in flight per SM,
+and a load's bandwidth is those bytes over the PCIe round trip: about 17.5 GB/s per SM on the H200,
+so the seed's two blocks reach ~35 GB/s of a ~55 GB/s link. The bulk-copy unit moves a whole box of
+rows into shared memory per instruction, with no registers held while it is in flight.
+
+How, per block (``block_quota`` blocks at most, each taking the items the register kernel's block
+would take), with the warps in three roles:
+
+- warp 0, the *loader*, walks the block's items 32 at a time (one per lane, then two warp votes) and
+  finds *runs*: consecutive items whose source tokens are consecutive (and, for page-head, inside
+  one page). A run of ``min_run`` tokens or more is moved as one tensor-map box per buffer (K, V):
+  the map describes the source layout, its box is ``2**r`` tokens long, and the loader takes the
+  longest power-of-two piece it can. A piece fills one of ``stages`` data buffers in shared memory;
+  its slot's ``full`` barrier completes when the bytes have landed. Shorter runs (random indices,
+  page size 1) are not worth a bulk operation (the unit has a fixed cost per operation): up to
+  ``direct_batch`` such items make one *direct* post, which carries no data, only the item range.
+  Posts go through a ring of ``slots`` descriptors, more than there are buffers, so direct posts
+  queue up deep;
+- the first ``store_warps`` other warps, the *store warps*, write each bulk piece's items from
+  shared memory to their destination slots (16-byte words, ``st.global.cg``);
+- every warp but the loader copies direct items from host memory through registers, as the
+  register kernel does.
+
+Items go round the warps that take them (the descriptor says which warp takes a post's first
+item). Each warp releases each post (the slot's ``empty`` barrier); warps with nothing to write in
+a bulk piece learn that from the slot's ``posted`` barrier and never wait for its data.
+
+Every index is still bounded: the loader puts only in-range items into runs, and a direct stage's
+items are checked by their warp (skipped and flagged, as in the register kernel).
+
+The kernel has the register kernel's 19 parameters (``factory.KernelArgs``), so a call writes the
+same prefix, then four more: the device address of the source's tensor maps (``driver.tensor_maps``:
+K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the item is
+split into this many equal chunks of at most 2 KB, one map row each; for page-head, its heads),
+``max_run_log2`` and ``min_run``.
+"""
+from typing import NamedTuple
+
+from numba import cuda, int64
+
+from ..driver.target import SIMULATOR
+from .factory import COPY_SHAPES, DEFAULT_COPY_SHAPE, MAX_REGISTERS
+from .jit import WARP_SIZE, device_function, kernel
+from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
+from .memory import load_i64, store_u64, store_u128
+from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
+                  first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
+from .warp_copy import make_copies
+
+
+
+class StagedShape(NamedTuple):
+    """The rings in shared memory and the warps' roles (chosen on the H200: scripts/RESULTS.md)."""
+
+    stages: int = 3  # data buffers in flight: enough bytes for the PCIe round trip
+    stage_bytes: int = 64 * 1024  # one piece: K and V of up to stage_bytes / (2 * item_size) tokens
+    slots: int = 16  # posts in flight (bulk pieces and direct batches): a direct batch needs no buffer
+    min_bulk_bytes: int = 8 * 1024  # a bulk operation below this (per buffer) is slower than registers
+    store_warps: int = 16  # warps writing bulk pieces out (0: every warp but the loader)
+    direct_batch: int = 128  # short-run items per direct post (copied by every warp but the loader)
+
+    @property
+    def shared_bytes(self):
+        return HEADER_BYTES + 128 + self.stages * self.stage_bytes
+
+
+MAX_STAGES = 8
+MAX_SLOTS = 32
+_FIELDS = 5  # a post's descriptor: first item, count, kind, first warp, data buffer
+HEADER_BYTES = 8 * (3 + _FIELDS) * MAX_SLOTS  # barriers and descriptors, before the 128-byte-aligned stages
+MAX_RUN = 32  # tokens per piece, at most (a box dimension may not exceed 256)
+SHAPE = StagedShape()  # what plans use; tuning scripts set another
+MAP_BYTES = 128  # one CUtensorMap
+
+SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
+DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
+EXTRA_ARGS = ("maps", "map_heads", "max_run_log2", "min_run")
+SIGNATURE = "void(" + ", ".join(["int64"] * (19 + len(EXTRA_ARGS))) + ")"
+
+_END, _DIRECT, _BULK = 0, 1, 2
+
+
+def run_limits(item_size, mla, shape=None):
+    """``(max_run_log2, min_run)`` for items of ``item_size`` bytes: the longest piece a stage holds
+    (a power of two) and the shortest run worth a bulk operation."""
+    shape = shape or SHAPE
+    buffers = 1 if mla else 2
+    longest = min(MAX_RUN, shape.stage_bytes // (buffers * item_size))
+    max_run_log2 = max(longest.bit_length() - 1, 0)
+    shortest = 1
+    while shortest * item_size < shape.min_bulk_bytes and shortest < (1 << max_run_log2):
+        shortest *= 2
+    return max_run_log2, shortest
+
+
+def _build(src, dst, mla, shape, ring):
+    head_major = src is PAGE_HEAD  # map rows go head by head: the stage holds [head][token][chunk]
+    layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
+    headed = src.head_split or dst.head_split
+    src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
+    dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
+    copy_item, copy_pair = make_copies(shape)
+    buffers = 1 if mla else 2
+    empty_count_per_warp = ARRIVALS_PER_WARP
+    stages, stage_bytes, slots = ring.stages, ring.stage_bytes, ring.slots
+    direct_batch, store_warps = ring.direct_batch, ring.store_warps
+    # Per slot: ``full`` (the post's data landed), ``empty`` (every consumer warp released it) and
+    # ``posted`` (its descriptor is written: warps that write no bulk items need not wait for data).
+    full_at, empty_at, posted_at = 0, 8 * slots, 16 * slots
+    descriptors = 3 * slots  # int64 index of slot 0's descriptor
+
+    @device_function
+    def wait_released(base, k):
+        """Until every consumer warp has released the loader's ``k``-th post."""
+        while try_wait(base + empty_at + (k % slots) * 8, (k // slots) & 1) == 0:
+            pass
+
+    @device_function
+    def claim(smem, base, k, first, count, kind, rot, buffer):
+        """Slot for the loader's ``k``-th post (free once the consumers released its last post), described."""
+        s = k % slots
+        if k >= slots:
+            wait_released(base, k - slots)
+        d = descriptors + _FIELDS * s
+        smem[d] = first
+        smem[d + 1] = count
+        smem[d + 2] = kind
+        smem[d + 3] = rot
+        smem[d + 4] = buffer
+        arrive(base + posted_at + s * 8)
+        return s
+
+    @device_function
+    def post_bulk(smem, base, data, k, first, count, log2, rot, buffer, src_indices, layer, page, maps, max_run_log2,
+                  item_size):
+        s = claim(smem, base, k, first, count, _BULK, rot, buffer)
+        full = base + full_at + s * 8
+        arrive_expect_bytes(full, count * item_size * buffers)
+        token = load_i64(src_indices + first * 8)
+        stage = data + buffer * stage_bytes
+        k_map = maps + log2 * MAP_BYTES
+        if head_major:
+            c1, c2, c3, c4 = layer, token % page, 0, token // page
+        else:
+            c1, c2, c3, c4 = 0, layer if layered else 0, token, 0
+        tensor_load(stage, k_map, 0, c1, c2, c3, c4, full)
+        if not mla:
+            v_map = k_map + (max_run_log2 + 1) * MAP_BYTES
+            tensor_load(stage + count * item_size, v_map, 0, c1, c2, c3, c4, full)
+
+    @device_function
+    def post_plain(smem, base, k, first, count, kind, rot):
+        s = claim(smem, base, k, first, count, kind, rot, 0)
+        arrive(base + full_at + s * 8)
+
+    @device_function
+    def turn(rot, count, n):
+        """The warp after ``count`` more items go round ``n`` warps from warp ``rot``."""
+        rot += count
+        while rot >= n:
+            rot -= n
+        return rot
+
+    @device_function
+    def load(lane, smem, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page, maps,
+             max_run_log2, min_run, item_size, stores, consumers):
+        """The loader warp: the block's items as bulk pieces and direct batches, then the end mark.
+
+        Runs are found 32 items at a time: each lane reads one item's indices, and two votes give
+        which items are in range and which continue their predecessor's run. All lanes then walk the
+        window alike; lane 0 posts the stages."""
+        longest = 1 << max_run_log2
+        k = 0  # posts so far
+        pieces = 0  # bulk posts so far (piece p fills data buffer p % stages)
+        holder = cuda.local.array(MAX_STAGES, int64)  # the post that last filled each data buffer
+        bulk_rot = 0  # the store warp the next bulk item goes to
+        direct_rot = 0  # the consumer warp the next direct item goes to
+        i = begin
+        direct_from = begin
+        while i < end:
+            j = i + lane
+            ok = False
+            follows = False
+            if j < end:
+                s = load_i64(src_indices + j * 8)
+                d = load_i64(dst_indices + j * 8)
+                ok = 0 <= s < src_limit and 0 <= d < dst_limit
+                if ok and lane > 0:
+                    follows = s == load_i64(src_indices + (j - 1) * 8) + 1
+                    if head_major:  # a piece never crosses a page
+                        follows = follows and s % page != 0
+            in_range = ballot(ok)
+            breaks = ~ballot(follows) & 0xFFFFFFFF  # bit p: item i + p does not continue a run
+            window = min(32, end - i)
+            p = 0
+            while p < window:
+                n = 0
+                if (in_range >> p) & 1:
+                    rest = breaks >> (p + 1)
+                    if rest == 0 and p > 0:  # the run may go on past the window: read from here again
+                        break
+                    n = first_set(rest) if rest != 0 else 32 - p
+                    n = min(n, window - p, longest)
+                if n >= min_run:
+                    if i + p > direct_from:
+                        if lane == 0:
+                            post_plain(smem, base, k, direct_from, i + p - direct_from, _DIRECT, direct_rot)
+                        direct_rot = turn(direct_rot, i + p - direct_from, consumers)
+                        k += 1
+                    log2 = 0
+                    while (2 << log2) <= n:
+                        log2 += 1
+                    buffer = pieces % stages
+                    if lane == 0:
+                        # The buffer's last piece must have been written out; if its slot came round since,
+                        # claiming that slot already waited for it.
+                        if pieces >= stages and k - holder[buffer] < slots:
+                            wait_released(base, holder[buffer])
+                        post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices, layer,
+                                  page, maps, max_run_log2, item_size)
+                    holder[buffer] = k
+                    bulk_rot = turn(bulk_rot, 1 << log2, stores)
+                    pieces += 1
+                    k += 1
+                    p += 1 << log2
+                    direct_from = i + p
+                else:
+                    p += max(n, 1)
+                    if i + p - direct_from >= direct_batch:
+                        if lane == 0:
+                            post_plain(smem, base, k, direct_from, i + p - direct_from, _DIRECT, direct_rot)
+                        direct_rot = turn(direct_rot, i + p - direct_from, consumers)
+                        k += 1
+                        direct_from = i + p
+            i += p
+        if lane == 0:
+            if i > direct_from:
+                post_plain(smem, base, k, direct_from, i - direct_from, _DIRECT, direct_rot)
+                k += 1
+            post_plain(smem, base, k, 0, 0, _END, 0)
+
+    @device_function
+    def store_chunk(lane, from_shared, to, nbytes):
+        """A warp writes ``nbytes`` from shared memory to global memory: two 16-byte words a lane per round."""
+        step = WARP_SIZE * 16
+        offset = lane * 16
+        while offset < nbytes:
+            second = offset + step
+            a = load_shared_u128(from_shared + offset)
+            b = a
+            if second < nbytes:
+                b = load_shared_u128(from_shared + second)
+            store_u128(to + offset, a)
+            if second < nbytes:
+                store_u128(to + second, b)
+            offset = second + step
+
+    @device_function
+    def direct_item(lane, src_token, dst_token, layer, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
+                    dst_layout_dim, src_page_size, dst_page_size, head_num):
+        """One item through registers, as the register kernel copies it."""
+        heads = head_num if headed else 1
+        chunk = item_size // heads
+        src_stride = src_head_stride(src_layout_dim, item_size, heads, src_page_size)
+        src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, src_page_size)
+        dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, dst_page_size)
+        sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
+        dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
+        if mla:
+            for head in range(heads):
+                copy_item(lane, sk + head * src_stride, dk + head * chunk, chunk)
+            return
+        sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
+        dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
+        for head in range(heads):
+            copy_pair(lane, sk + head * src_stride, dk + head * chunk, sv + head * src_stride, dv + head * chunk,
+                      chunk)
+
+    def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                           dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
+                           dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag, maps, map_heads,
+                           max_run_log2, min_run):
+        smem = cuda.shared.array(0, int64)
+        base = shared_address(smem)
+        data = (base + HEADER_BYTES + 127) & ~127
+        tid = cuda.threadIdx.x
+        warp = tid >> 5
+        lane = tid & (WARP_SIZE - 1)
+        warps = cuda.blockDim.x >> 5
+        consumers = warps - 1
+        stores = consumers
+        if store_warps != 0:
+            stores = min(stores, store_warps)
+        if tid == 0:
+            for s in range(slots):
+                barrier_init(base + full_at + s * 8, 1)
+                barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
+                barrier_init(base + posted_at + s * 8, 1)
+            barrier_fence()
+        cuda.syncthreads()
+        begin = cuda.blockIdx.x * items_per_warp * warps
+        end = min(begin + items_per_warp * warps, num_items)
+        if warp == 0:
+            load(lane, smem, base, data, begin, end, src_indices, dst_indices, first_layer, src_token_limit,
+                 dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, stores, consumers)
+            return
+        me = warp - 1
+        chunk = item_size // map_heads
+        k = 0
+        while True:
+            s = k % slots
+            parity = (k // slots) & 1
+            while try_wait(base + posted_at + s * 8, parity) == 0:
+                pass
+            d = descriptors + _FIELDS * s
+            first = smem[d]
+            count = smem[d + 1]
+            kind = smem[d + 2]
+            if kind == _END:
+                return
+            n = stores if kind == _BULK else consumers
+            j = me - smem[d + 3]  # items go round the n warps from the post's first warp
+            if j < 0:
+                j += n
+            if me >= n:
+                j = count  # a warp that writes no bulk items
+            elif kind == _BULK:
+                while try_wait(base + full_at + s * 8, parity) == 0:
+                    pass
+            stage = data + smem[d + 4] * stage_bytes
+            while j < count:
+                item = first + j
+                dst_token = load_i64(dst_indices + item * 8)
+                if kind == _BULK:
+                    dk = dst_layer_base(dst_k, first_layer, dst_layout_dim, item_size, 1, dst_page_size) \
+                        + dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
+                    dv = dst_layer_base(dst_v, first_layer, dst_layout_dim, item_size, 1, dst_page_size) \
+                        + dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
+                    for h in range(map_heads):
+                        if head_major:
+                            offset = (h * count + j) * chunk
+                        else:
+                            offset = j * item_size + h * chunk
+                        store_chunk(lane, stage + offset, dk + h * chunk, chunk)
+                        if not mla:
+                            store_chunk(lane, stage + count * item_size + offset, dv + h * chunk, chunk)
+                else:
+                    src_token = load_i64(src_indices + item * 8)
+                    if (src_token < 0 or src_token >= src_token_limit or dst_token < 0
+                            or dst_token >= dst_token_limit):
+                        if error_flag != 0 and lane == 0:
+                            store_u64(error_flag, 1)
+                    else:
+                        direct_item(lane, src_token, dst_token, first_layer, src_k, dst_k, src_v, dst_v, item_size,
+                                    src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
+                j += n
+            release(base + empty_at + s * 8, lane)
+            k += 1
+
+    transfer_kv_staged.__name__ = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
+    transfer_kv_staged.__qualname__ = transfer_kv_staged.__name__
+    return kernel(transfer_kv_staged, max_registers=MAX_REGISTERS)
+
+
+_kernels = {}
+
+
+def get_staged_kernel(src, dst, mla, ring=None):
+    """The staged kernel for source layout ``src`` (one of ``SOURCES``) and destination ``dst`` (one of
+    ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
+    if src not in SOURCES or dst not in DESTINATIONS:
+        raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
+    ring = ring or SHAPE
+    if not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128:
+        raise ValueError(f"bad staged ring {ring}")
+    key = (src, dst, bool(mla), ring)
+    built = _kernels.get(key)
+    if built is None:
+        shape = COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
+        built = _kernels[key] = _build(src, dst, bool(mla), shape, ring)
+    return built
+
+
+def staged_ptx(src, dst, mla, cc=(9, 0)):
+    """PTX of one staged kernel (needs NVVM, not a GPU; not the simulator)."""
+    if SIMULATOR:
+        raise RuntimeError("staged_ptx needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
+    ptx, _ = cuda.compile_ptx(get_staged_kernel(src, dst, mla).py_func, SIGNATURE, cc=cc)
+    return ptx
