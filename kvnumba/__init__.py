@@ -32,6 +32,7 @@ from .errors import (
     CudaError,
     DeviceMismatchError,
     IndexOutOfRangeError,
+    Interrupted,
     OverlapError,
     PageableMemoryError,
 )
@@ -69,6 +70,7 @@ __all__ = [
     "CudaError",
     "DeviceMismatchError",
     "IndexOutOfRangeError",
+    "Interrupted",
     "Layout",
     "OverlapError",
     "PageableMemoryError",

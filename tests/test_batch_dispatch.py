@@ -164,23 +164,24 @@ def test_pf_lf_batch_addresses(use):
 def test_error_names_failing_index_12x(use):
     use(12, answer=INVALID, fail_index=5)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"failed at copy 5 of 18 .*cudaErrorInvalidValue") as info:
+    with pytest.raises(kvnumba.CopyError, match=r"failed at copy 5 of 18 .*cudaErrorInvalidValue") as info:
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
     assert info.value.index == 5 and isinstance(info.value, RuntimeError)
+    assert (info.value.code, info.value.call) == (int(INVALID), "cudaMemcpyBatchAsync")
     assert all((a == 0xA5).all() for a in dst)
 
 
 def test_error_without_index_12x_size_max(use):
     use(12, answer=INVALID, fail_index=None)  # SIZE_MAX: the error is not about one copy
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"failIdx=18446744073709551615, not a single copy"):
+    with pytest.raises(kvnumba.CopyError, match=r"failIdx=18446744073709551615, not a single copy"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 
 def test_error_13x_has_no_index(use):
     use(13, answer=INVALID)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"one of 18 copies \(this runtime does not report which\)"):
+    with pytest.raises(kvnumba.CopyError, match=r"one of 18 copies \(this runtime does not report which\)"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 
@@ -189,7 +190,7 @@ def test_wrong_return_form_is_an_error(use, major):
     stand_in = use(major)
     stand_in.cudaMemcpyBatchAsync = lambda *args: (SUCCESS, 0, 0)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=rf"{major}.x cudaMemcpyBatchAsync returned 3 values"):
+    with pytest.raises(kvnumba.CopyError, match=rf"{major}.x cudaMemcpyBatchAsync returned 3 values"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 

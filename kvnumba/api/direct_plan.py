@@ -78,7 +78,7 @@ class DirectPlan:
             try:
                 rt.memcpy(d, s, n, handle)
             except CopyError as error:
-                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.error, index) from None
+                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.code, error.call, index) from None
         log.record("runs")
 
     # --- the page-first-direct pair --------------------------------------------------------------
