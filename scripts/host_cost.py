@@ -26,6 +26,7 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba as kv  # noqa: E402
 from kvnumba.api.transfer import plain  # noqa: E402
+from kvnumba.config import batch_copy_route  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import load_reference  # noqa: E402
@@ -72,8 +73,6 @@ def batch_routes(torch, reference, tokens=8192, layers=32, page=64, item=2048):
     """Host us per call of the page-first-direct entry points through each batch route, on a side
     stream (the legacy default stream never batches), against the seed's. Indices in host memory, so
     the host time is the submission's own (device indices would wait for the previous copies)."""
-    from kvnumba.driver import batch_copy
-
     lf = [torch.zeros((4 * tokens, item), dtype=torch.uint8, device="cuda") for _ in range(2 * layers)]
     pf = [torch.zeros((4 * tokens // page, layers, page, item), dtype=torch.uint8).pin_memory() for _ in range(2)]
     pages = torch.randperm(4 * tokens // page)[: tokens // page]
@@ -85,12 +84,13 @@ def batch_routes(torch, reference, tokens=8192, layers=32, page=64, item=2048):
     print(f"{'batch route host us':34}{'cudart':>10}{'bindings':>10}{'page':>10}{'seed':>10}   copies")
     for label, (op, call_args) in cases.items():
         row = []
+        chosen = batch_copy_route()
         for route in ("cudart", "bindings", "page"):
-            batch_copy.set_runtime(batch_copy.make_runtime(route))
+            os.environ["KVNUMBA_BATCH_COPY"] = route  # kvnumba reads it at every copy-engine call
             fn = getattr(kv, op)
             with torch.cuda.stream(side):
                 row.append(per_call(torch, lambda: fn(*call_args), calls=3, groups=5))
-        batch_copy.set_runtime(None)
+        os.environ["KVNUMBA_BATCH_COPY"] = chosen
         if reference is not None:
             ref = getattr(reference, op)
             with torch.cuda.stream(side):

@@ -175,12 +175,6 @@ def test_read_only_destination():
 # --- the kernel's guard (indices in GPU memory) ----------------------------------------------------
 
 
-@pytest.fixture
-def device_path(monkeypatch):
-    """Indices take the device path (the kernel's guard) even where the host could read them (simulator)."""
-    monkeypatch.setattr(bounds, "HOST_INDEX_CHECK", False)
-
-
 def _with_bad(call, side, bad_value, position=1):
     """The call's indices with one entry on ``side`` replaced; the reference gets the valid subset."""
     si = call.ref_kwargs["src_indices"].copy()
@@ -228,8 +222,7 @@ def test_check_errors_raises_once(device_path):
     kvnumba.check_errors()
 
 
-def test_env_check_acts_like_check_true(device_path, monkeypatch):
-    monkeypatch.setattr(guard, "ALWAYS_CHECK", True)
+def test_env_check_acts_like_check_true(device_path, always_check):
     call = build("transfer_kv_per_layer_pf_lf")
     with pytest.raises(IndexOutOfRangeError, match=r"src_indices\[1\] = 8 is out of range"):
         call.run(**_with_bad(call, "src", 8))

@@ -15,7 +15,7 @@ import numpy as np
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
 from ..checks.devices import one_device
-from ..driver.batch_copy import copy_many, log, runtime
+from ..driver import batch_copy
 from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
@@ -72,14 +72,14 @@ class DirectPlan:
         srcs = self.src_base[None, :] + s_idx[starts, None] * rows[None, :]
         dsts = self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]
         sizes = lengths[:, None] * rows[None, :]
-        rt = runtime()
+        rt = batch_copy.runtime()
         for index, (d, s, n) in enumerate(zip(dsts.ravel().tolist(), srcs.ravel().tolist(),
                                               sizes.ravel().tolist())):
             try:
                 rt.memcpy(d, s, n, handle)
             except CopyError as error:
                 raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.code, error.call, index) from None
-        log.record("runs")
+        batch_copy.log.record("runs")
 
     # --- the page-first-direct pair --------------------------------------------------------------
 
@@ -147,7 +147,7 @@ class DirectPlan:
             srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
         else:
             srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
-        copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
+        batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
 
     # --- the per-call path -------------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import batch_copy_route
+from ..config import BATCH_COPY_ROUTES, batch_copy_route
 from ..errors import CopyError
 from .bindings import failure
 from .target import SIMULATOR
@@ -211,16 +211,13 @@ class CudaRuntime:
         return BatchResult(int(result[0]), None)
 
 
-ROUTES = ("auto", "cudart", "bindings", "page")
-
-
 def make_runtime(route="auto"):
     """The runtime for one batch route (see the module docstring): ``"auto"`` (libcudart's call with
     NumPy address arrays where it loads, else cuda-bindings'), ``"cudart"`` (that call; an error if
     it cannot be loaded), ``"bindings"`` (cuda-bindings' ``cudaMemcpyBatchAsync`` with Python lists),
     ``"page"`` (never batch: page by page)."""
-    if route not in ROUTES:
-        raise ValueError(f"batch copy route must be one of {', '.join(ROUTES)}, got {route!r}")
+    if route not in BATCH_COPY_ROUTES:
+        raise ValueError(f"batch copy route must be one of {', '.join(BATCH_COPY_ROUTES)}, got {route!r}")
     if SIMULATOR:
         return SimulatorRuntime()
     import cuda.bindings
@@ -239,24 +236,13 @@ def make_runtime(route="auto"):
     return runtime
 
 
-@functools.cache
-def _default_runtime():
-    return make_runtime(batch_copy_route())
+_runtime_for = functools.cache(make_runtime)  # one runtime per route, made when first used
 
 
 def runtime():
-    """The runtime the copy paths use (replaceable in tests with ``set_runtime``)."""
-    return _override[0] if _override else _default_runtime()
-
-
-_override = []
-
-
-def set_runtime(value):
-    """Use ``value`` (a ``CudaRuntime``-like object) for every copy; ``None`` restores the default."""
-    _override.clear()
-    if value is not None:
-        _override.append(value)
+    """The runtime the copy paths use: the route ``KVNUMBA_BATCH_COPY`` names, read at every call (a
+    dictionary look-up beside a copy submission), so a process can switch routes (``scripts/host_cost.py``)."""
+    return _runtime_for(batch_copy_route())
 
 
 def batch_copy_available(stream=None):
