@@ -50,8 +50,7 @@ from .api.entry_points import (
     transfer_kv_per_layer_ph_lf,
 )
 from .api.tables import layer_table
-
-__version__ = "0.1.0"
+from ._version import __version__
 
 __all__ = [
     "BadAddressError",

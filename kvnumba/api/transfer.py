@@ -282,6 +282,19 @@ def plain_caller(name):
     return call
 
 
+def plain_direct_caller(name):
+    """The per-call function of plain copy-engine entry point ``name``:
+    ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
+    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache."""
+    transfer = plain(name)
+
+    def call(objects, scalars, src_indices, dst_indices, stream, check):
+        strict = check or guard.ALWAYS_CHECK
+        transfer._plan_for_geometry(objects + scalars, strict).run(src_indices, dst_indices, stream, strict)
+
+    return call
+
+
 _PLAIN = {}
 
 
