@@ -50,7 +50,7 @@ from .api.entry_points import (
     transfer_kv_per_layer_ph_lf,
 )
 from .api.tables import layer_table
-from ._version import __version__
+from ._version import __version__  # noqa: F401 - kvnumba.__version__
 
 __all__ = [
     "BadAddressError",

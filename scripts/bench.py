@@ -5,8 +5,9 @@ Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (it
 model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
 and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
-around back-to-back calls, median of 5 groups). Host time = wall time per call of 20 back-to-back
-calls, before any synchronisation (median of 5 groups), for the plain call (its plan cached: the
+around back-to-back calls, median of 5 groups: ``kvnumba.timing.gpu_time``). Host time = wall time per
+call of 20 back-to-back calls, before any synchronisation (median of 5 groups:
+``kvnumba.timing.host_time``), for the plain call (its plan cached: the
 same pool tensors every call, as SGLang passes them), the prepared form (``kvnumba.prepare``) and
 a plain call whose plan cache was emptied first ("miss"). The ``64tok`` cases move one page: host
 time is the whole cost. The memcpy cases also give GB/s of one synchronised call, host time
@@ -16,14 +17,13 @@ included ("wall").
     python scripts/bench.py --reference /path/to/seedref.so
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
 
-On a GPU it needs torch (allocation, events, the reference's tensors).
+On a GPU it needs torch (allocation, the reference's tensors).
 """
 import argparse
 import importlib
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -33,6 +33,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba  # noqa: E402
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
+from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
 
@@ -89,20 +90,33 @@ class Shape:
     pool_factor: int = 4
     block_quota: int = 2
     warps: int = 32
-    repeat: int = 20
-    host_calls: int = 20
+    repeat: int = 20  # calls timed per case, split into groups
+    host_calls: int = 20  # back-to-back calls per group for host time
+    groups: int = 5  # the median of this many groups is reported
+    warmup: int = 1  # untimed calls before the device time
 
     @property
     def pool(self):
         return self.tokens * self.pool_factor
 
+    def device_seconds(self, fn, repeat=None):
+        """Device seconds per call of ``fn`` (``kvnumba.timing.gpu_time``): ``repeat`` calls (default:
+        ``self.repeat``) in ``groups`` back-to-back groups of at least two (one in a quick run)."""
+        per_group = max(2 if self.groups > 1 else 1, (repeat or self.repeat) // self.groups)
+        return gpu_time(fn, per_group, groups=self.groups, warmup=self.warmup)
 
-QUICK = Shape(layers=2, page_size=4, tokens=8, pool_factor=2, block_quota=1, warps=1, repeat=1, host_calls=1)
+    def host_seconds(self, fn):
+        """Host seconds per call of ``fn`` (``kvnumba.timing.host_time``): ``host_calls`` back to back."""
+        return host_time(fn, self.host_calls, groups=self.groups)
+
+
+QUICK = Shape(layers=2, page_size=4, tokens=8, pool_factor=2, block_quota=1, warps=1, repeat=1, host_calls=1,
+              groups=1, warmup=0)
 
 
 # ----------------------------------------------------------------------------------------- backends
 class TorchBackend:
-    """GPU memory, pinned host memory and timing through torch."""
+    """GPU memory and pinned host memory through torch."""
 
     def __init__(self):
         import torch
@@ -120,56 +134,19 @@ class TorchBackend:
     def indices(self, array):
         return self.torch.from_numpy(array).cuda()
 
-    def time_gpu(self, fn, repeat, groups=5):
-        """Seconds per call: CUDA events around back-to-back calls, median over ``groups`` groups.
-
-        Back to back, the GPU never waits for the host between calls (as in a serving loop), so
-        this is device time, not host time; host time per call is measured separately.
-        """
-        t = self.torch
-        fn()
-        t.cuda.synchronize()
-        per_group = max(2, repeat // groups)
-        times = []
-        for _ in range(groups):
-            start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(per_group):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / per_group)
-        return statistics.median(times)
-
-    def time_host(self, fn, calls, groups=5):
-        """Wall time per call of ``calls`` back-to-back calls, no synchronisation in between; the
-        median of ``groups`` groups (synchronised between groups).
-
-        Few enough calls that the launch queue never fills (a full queue would make the host wait
-        for the GPU); timing single calls right after a synchronisation measured a cold, woken-up
-        CPU instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
-        """
-        times = []
-        for _ in range(groups):
-            self.torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times.append((time.perf_counter() - start) / calls)
-        self.torch.cuda.synchronize()
-        return statistics.median(times)
-
-    def copy_ceiling(self, direction, nbytes, repeat):
+    def copy_ceiling(self, direction, nbytes, shape):
         src = self.buffer(nbytes, "host" if direction == "h2d" else "device")
         dst = self.buffer(nbytes, "host" if direction == "d2h" else "device")
-        return nbytes / self.time_gpu(lambda: dst.copy_(src, non_blocking=True), repeat)
+        return nbytes / shape.device_seconds(lambda: dst.copy_(src, non_blocking=True))
 
-    def synchronize(self):
-        self.torch.cuda.synchronize()
+
+# Host time: few enough back-to-back calls that the launch queue never fills (a full queue would make the
+# host wait for the GPU); timing single calls right after a synchronisation measured a cold, woken-up CPU
+# instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
 
 
 class SimulatorBackend:
-    """NumPy arrays stand for every kind of memory; perf_counter times (meaningless) runs."""
+    """NumPy arrays stand for every kind of memory; the simulator's times (wall clock) mean nothing."""
 
     sms = 2
     name = "Numba CUDA simulator"
@@ -180,21 +157,9 @@ class SimulatorBackend:
     def indices(self, array):
         return array
 
-    def time_gpu(self, fn, repeat):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        return (time.perf_counter() - start) / repeat
-
-    def time_host(self, fn, calls):
-        return self.time_gpu(fn, calls)
-
-    def copy_ceiling(self, direction, nbytes, repeat):
+    def copy_ceiling(self, direction, nbytes, shape):
         src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
-        return nbytes / self.time_gpu(lambda: np.copyto(dst, src), repeat)
-
-    def synchronize(self):
-        pass
+        return nbytes / shape.device_seconds(lambda: np.copyto(dst, src))
 
 
 # ------------------------------------------------------------------------------------------ buffers
@@ -390,7 +355,7 @@ def run(args):
     rng = np.random.default_rng(0)
     idx = (backend.indices(_page_aligned(rng, shape)), backend.indices(_page_aligned(rng, shape)))
     ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
-    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape.repeat) for d in ("h2d", "d2h", "d2d")}
+    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape) for d in ("h2d", "d2h", "d2d")}
 
     small = Shape(**{**asdict(shape), "tokens": min(SMALL_TOKENS, shape.tokens)})
     small_idx = (backend.indices(_page_aligned(rng, small)), backend.indices(_page_aligned(rng, small)))
@@ -418,22 +383,23 @@ def run(args):
             call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
             if "side-stream" in note and not SIMULATOR:
                 call = _on_side_stream(backend, call)
-            seconds = backend.time_gpu(call, shape.repeat)
+            seconds = shape.device_seconds(call)
             record["bytes"] = nbytes
             record[f"{name}_gbps"] = nbytes / seconds / 1e9
-            record[f"{name}_host_us"] = backend.time_host(call, shape.host_calls) * 1e6
+            record[f"{name}_host_us"] = shape.host_seconds(call) * 1e6
             if "side-stream" in note:  # the memcpy target counts host time: wall time of one synchronised call
-                record[f"{name}_wall_gbps"] = nbytes / _wall(backend, call, shape.repeat) / 1e9
+                wall = host_time(call, 1, groups=max(3, shape.repeat), include_sync=True)
+                record[f"{name}_wall_gbps"] = nbytes / wall / 1e9
             if name == "kvnumba":  # host time of the prepared form, and of a plain call that misses the cache
                 prepared, _ = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota,
                                          prepared=True)
                 miss = _plain_miss(op, call)
                 if "side-stream" in note and not SIMULATOR:
                     prepared = _on_side_stream(backend, prepared)
-                record["prepared_host_us"] = backend.time_host(prepared, shape.host_calls) * 1e6
-                record["miss_host_us"] = backend.time_host(miss, shape.host_calls) * 1e6
+                record["prepared_host_us"] = shape.host_seconds(prepared) * 1e6
+                record["miss_host_us"] = shape.host_seconds(miss) * 1e6
         torch_call = torch_indexing_call(backend, op, direction, model, pools, idx, shape)
-        record["torch_gbps"] = (record["bytes"] / backend.time_gpu(torch_call, max(3, shape.repeat // 4)) / 1e9
+        record["torch_gbps"] = (record["bytes"] / shape.device_seconds(torch_call, max(3, shape.repeat // 4)) / 1e9
                                 if torch_call else None)
         record["ceiling_gbps"] = ceilings[direction] / 1e9
         record["ratio_to_ceiling"] = record["kvnumba_gbps"] / record["ceiling_gbps"]
@@ -444,7 +410,7 @@ def run(args):
         record["reference_host_us"] = record.pop("reference_host_us", None)
         records.append(record)
         print(_row(record), flush=True)
-    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "shape": asdict(shape),
+    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
             "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
     return meta, records
@@ -453,13 +419,13 @@ def run(args):
 def _copy_record(backend, case, direction, model, pools, idx, shape, block_quota):
     call, nbytes = build_copy(case, direction, model, pools, idx, shape, block_quota)
     prepared, _ = build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=True)
-    seconds = backend.time_gpu(call, shape.repeat)
-    ceiling = backend.copy_ceiling(direction, 256 * 2**20 if not SIMULATOR else 2**16, shape.repeat) / 1e9
+    seconds = shape.device_seconds(call)
+    ceiling = backend.copy_ceiling(direction, 256 * 2**20 if not SIMULATOR else 2**16, shape) / 1e9
     gbps = nbytes / seconds / 1e9
     return {"bytes": nbytes, "kvnumba_gbps": gbps, "reference_gbps": None, "ratio_to_reference": None,
             "torch_gbps": None, "ceiling_gbps": ceiling, "ratio_to_ceiling": gbps / ceiling,
-            "host_us": backend.time_host(call, shape.host_calls) * 1e6,
-            "prepared_host_us": backend.time_host(prepared, shape.host_calls) * 1e6, "reference_host_us": None}
+            "host_us": shape.host_seconds(call) * 1e6,
+            "prepared_host_us": shape.host_seconds(prepared) * 1e6, "reference_host_us": None}
 
 
 def _on_side_stream(backend, call):
@@ -473,17 +439,6 @@ def _on_side_stream(backend, call):
         torch.cuda.current_stream().wait_stream(side)
 
     return run
-
-
-def _wall(backend, call, repeat):
-    times = []
-    for _ in range(max(3, repeat)):
-        backend.synchronize()
-        start = time.perf_counter()
-        call()
-        backend.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _versions():

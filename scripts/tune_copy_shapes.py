@@ -43,7 +43,7 @@ def main(argv=None):
             kernels.copy_shape_for = tuned if forced is None else (lambda src, dst, mla, forced=forced: forced)
             try:
                 call, nbytes = bench.build_call(module, op, direction, model, pools, idx, shape, block_quota)
-                row.append(nbytes / backend.time_gpu(call, shape.repeat) / 1e9)
+                row.append(nbytes / shape.device_seconds(call) / 1e9)
             finally:
                 kernels.copy_shape_for = tuned
         cells = ([f"{row.pop(0):7.1f}"] if reference is not None else ["      -"]) + [f"{v:7.1f}" for v in row]
