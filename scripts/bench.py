@@ -32,24 +32,28 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba  # noqa: E402
+from kvnumba.api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
+from kvnumba.kernels.layouts import Layout  # noqa: E402
 from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
 
-# (entry point, direction, model): the direction SGLang uses, plus device->device.
-CASES = [
-    ("transfer_kv_per_layer", "h2d", "mha"), ("transfer_kv_per_layer", "d2d", "mha"),
-    ("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
-    ("transfer_kv_per_layer_ph_lf", "h2d", "mha"), ("transfer_kv_per_layer_ph_lf", "d2d", "mha"),
-    ("transfer_kv_all_layer", "d2h", "mha"), ("transfer_kv_all_layer", "d2d", "mha"),
-    ("transfer_kv_all_layer_lf_pf", "d2h", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
-    ("transfer_kv_all_layer_lf_ph", "d2h", "mha"), ("transfer_kv_all_layer_lf_ph", "d2d", "mha"),
-    ("transfer_kv_per_layer_mla", "h2d", "mla"), ("transfer_kv_per_layer_mla", "d2d", "mla"),
-    ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_per_layer_mla_pf_lf", "d2d", "mla"),
-    ("transfer_kv_all_layer_mla", "d2h", "mla"), ("transfer_kv_all_layer_mla", "d2d", "mla"),
-    ("transfer_kv_all_layer_mla_lf_pf", "d2h", "mla"), ("transfer_kv_all_layer_mla_lf_pf", "d2d", "mla"),
-]
+
+
+def _sglang_direction(name):
+    """The direction SGLang uses an entry point in: per-layer loads host->device, backups device->host."""
+    return "h2d" if SPECS[name].one_layer else "d2h"
+
+
+def _model(name):
+    return "mla" if SPECS[name].mla else "mha"
+
+
+# (entry point, direction, model) for every kernel entry point in kvnumba's table (kvnumba.api.spec): the
+# direction SGLang uses, plus device->device.
+CASES = [(name, direction, _model(name)) for name in KERNEL_ENTRY_POINTS
+         for direction in (_sglang_direction(name), "d2d")]
 # Device->device with the whole GPU: block_quota at the SM count.
 FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
                   ("transfer_kv_per_layer_pf_lf", "d2d", "mha")]
@@ -57,10 +61,8 @@ FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_lay
 SMALL_CASES = [("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
                ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_all_layer_lf_pf", "d2h", "mha")]
 SMALL_TOKENS = 64
-# Copy-engine entry points: (entry point, direction, model); all-layer lf->pf on a side stream.
-DIRECT_CASES = [("transfer_kv_all_layer_direct_lf_pf", "d2h", "mha"),
-                ("transfer_kv_per_layer_direct_pf_lf", "h2d", "mha"),
-                ("transfer_kv_direct", "d2h", "mha")]
+# Copy-engine entry points: (entry point, direction, model), on a side stream.
+DIRECT_CASES = [(name, _sglang_direction(name), "mha") for name in DIRECT_ENTRY_POINTS]
 
 # kv.copy between cache views: the seed's own pairs (to compare with their entry points) and SGLang's
 # page_first host pool into vLLM's flash-attention cache. (case name, entry point it mirrors, direction, model)
@@ -70,16 +72,17 @@ COPY_CASES = [("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "h2d", "m
               ("copy pf->vllm_fa per-layer", None, "h2d", "mha"),
               ("copy pf->vllm_fa all-layer", None, "d2d", "mha")]
 
-# source layout, destination layout, per-layer?
-LAYOUTS = {
-    "transfer_kv_per_layer": ("lf", "lf", True), "transfer_kv_per_layer_pf_lf": ("pf", "lf", True),
-    "transfer_kv_per_layer_ph_lf": ("ph", "lf", True), "transfer_kv_all_layer": ("tbl", "tbl", False),
-    "transfer_kv_all_layer_lf_pf": ("tbl", "pf", False), "transfer_kv_all_layer_lf_ph": ("tbl", "ph", False),
-    "transfer_kv_per_layer_mla": ("lf", "lf", True), "transfer_kv_per_layer_mla_pf_lf": ("pf", "lf", True),
-    "transfer_kv_all_layer_mla": ("tbl", "tbl", False), "transfer_kv_all_layer_mla_lf_pf": ("tbl", "pf", False),
-    "transfer_kv_all_layer_direct_lf_pf": ("lflist", "pfd", False),
-    "transfer_kv_per_layer_direct_pf_lf": ("pfd", "lflist", True), "transfer_kv_direct": ("lflist", "lflist", False),
-}
+# The operand Pools.operand carves for each (kind of entry point, layout) of kvnumba's table.
+_OPERANDS = {("kernel", Layout.LAYER_FIRST): "lf", ("kernel", Layout.LAYER_TABLE): "tbl",
+             ("kernel", Layout.PAGE_FIRST): "pf", ("kernel", Layout.PAGE_HEAD): "ph",
+             ("direct", Layout.LAYER_FIRST): "lflist", ("direct", PAGE_FIRST_DIRECT): "pfd"}
+PLACES = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}
+
+
+def layouts(op):
+    """(source operand, destination operand, moves one layer?) of entry point ``op``."""
+    spec = SPECS[op]
+    return _OPERANDS[spec.kind, spec.src_layout], _OPERANDS[spec.kind, spec.dst_layout], spec.one_layer
 
 
 @dataclass
@@ -207,31 +210,36 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota, pre
 
     ``prepared``: the call through ``kvnumba.prepare`` with everything but the indices and
     ``layer_id`` bound (kvnumba only)."""
+    spec = SPECS[op]
     m = MODELS[model]
     item, heads, kv = m["item_size"], m["head_num"], m["kv"]
-    src_l, dst_l, per_layer = LAYOUTS[op]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_l, dst_l, one_layer = layouts(op)
+    src_place, dst_place = PLACES[direction]
     src_k, src_v = (pools.operand(src_l, p, item, heads) for p in pools.get(src_place))
     dst_k, dst_v = (pools.operand(dst_l, p, item, heads) for p in pools.get(dst_place))
     si, di = idx
-    L, P, dim = shape.layers, shape.page_size, shape.layers * item
-    layer = min(3, L - 1)  # the layer per-layer cases load
-    launch = (block_quota, shape.warps)
-    fn = getattr(module, op)
-    if op == "transfer_kv_all_layer_direct_lf_pf":
-        args = ((src_k + src_v) if kv else src_k, [dst_k, dst_v] if kv else [dst_k], si, di, P)
-    elif op == "transfer_kv_per_layer_direct_pf_lf":
-        args = ([src_k, src_v] if kv else [src_k], [dst_k[0], dst_v[0]] if kv else [dst_k[0]], si, di, 0, P)
-    elif op == "transfer_kv_direct":
-        args = (src_k + src_v, dst_k + dst_v, si, di, P)
+    L, P = shape.layers, shape.page_size
+
+    def buffer_list(operand, k, v):
+        """A copy-engine side: [K, V] page-first-direct buffers, or per-layer lists, K layers then V."""
+        if operand == "pfd":
+            return [k, v] if kv else [k]
+        if one_layer:
+            return [k[0], v[0]] if kv else [k[0]]
+        return k + v if kv else k
+
+    if spec.kind == "direct":
+        buffers = (buffer_list(src_l, src_k, src_v), buffer_list(dst_l, dst_k, dst_v))
     else:
-        head = (src_k, dst_k, src_v, dst_v, si, di) if kv else (src_k, dst_k, si, di)
-        tail = {
-            ("lf", "lf"): (item,), ("pf", "lf"): (layer, item, dim), ("ph", "lf"): (layer, item, dim, P, heads),
-            ("tbl", "tbl"): (item, L), ("tbl", "pf"): (item, dim, L), ("tbl", "ph"): (item, dim, L, P, heads),
-        }[(src_l, dst_l)]
-        args = (*head, *tail, *launch)
-    layers_moved = 1 if per_layer else L
+        buffers = (src_k, dst_k, src_v, dst_v) if kv else (src_k, dst_k)
+    # the layer per-layer kernels load; the copy-engine load takes layer 0 of the page-first-direct pool
+    layer = 0 if spec.kind == "direct" else min(3, L - 1)
+    values = dict(zip(spec.buffers, buffers), src_indices=si, dst_indices=di, layer_id=layer, item_size=item,
+                  src_layout_dim=L * item, dst_layout_dim=L * item, num_layers=L, page_size=P, head_num=heads,
+                  block_quota=block_quota, num_warps_per_block=shape.warps)
+    args = tuple(values[name] for name in spec.params)  # positional: the reference's may have no defaults
+    fn = getattr(module, op)
+    layers_moved = 1 if one_layer else L
     nbytes = shape.tokens * item * layers_moved * (2 if kv else 1)
     if prepared:
         return _prepared(op, fn, args), nbytes
@@ -239,8 +247,6 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota, pre
 
 
 def _prepared(op, fn, args):
-    from kvnumba.api.spec import SPECS
-
     spec = SPECS[op]
     named = dict(zip(spec.params, args))
     per_call = [n for n in spec.params if n in ("src_indices", "dst_indices") or spec.role(n) == "layer"]
@@ -253,7 +259,7 @@ def build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=
     """kv.copy for a COPY_CASES case on the bench's buffers: (call, bytes moved)."""
     m = MODELS[model]
     item, heads = m["item_size"], m["head_num"]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_place, dst_place = PLACES[direction]
     T, L, P = shape.pool, shape.layers, shape.page_size
     dim = item // heads // 2  # bf16 elements per head
 
@@ -300,15 +306,13 @@ def _plain_miss(op, call):
 
 def torch_indexing_call(backend, op, direction, model, pools, idx, shape):
     """``dst[di] = src[si]`` with torch, for the layer-first and page-first cases (None otherwise)."""
-    if SIMULATOR or op not in ("transfer_kv_per_layer", "transfer_kv_per_layer_pf_lf", "transfer_kv_all_layer",
-                               "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_mla",
-                               "transfer_kv_per_layer_mla_pf_lf", "transfer_kv_all_layer_mla",
-                               "transfer_kv_all_layer_mla_lf_pf"):
+    spec = SPECS[op]
+    if SIMULATOR or spec.kind != "kernel" or Layout.PAGE_HEAD in (spec.src_layout, spec.dst_layout):
         return None
     m = MODELS[model]
     item, kv = m["item_size"], m["kv"]
-    src_l, dst_l, per_layer = LAYOUTS[op]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_l, dst_l, per_layer = layouts(op)
+    src_place, dst_place = PLACES[direction]
     T, L = shape.pool, shape.layers
     si, di = idx
     si_src = si if src_place != "host" else si.cpu()

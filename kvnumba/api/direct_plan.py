@@ -20,6 +20,7 @@ from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import CopyError, DeviceMismatchError
+from .spec import PAGE_FIRST_DIRECT
 
 
 class DirectPlan:
@@ -29,7 +30,9 @@ class DirectPlan:
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
-        if spec.name == "transfer_kv_direct":
+        # layer-first lists on both sides: merged runs; else one side is page-first-direct: pages
+        self.runs = PAGE_FIRST_DIRECT not in (spec.src_layout, spec.dst_layout)
+        if self.runs:
             src, dst = self._init_runs(geometry)
         else:
             src, dst = self._init_pages(geometry)
@@ -84,7 +87,7 @@ class DirectPlan:
     # --- the page-first-direct pair --------------------------------------------------------------
 
     def _init_pages(self, geometry):
-        self.lf_to_pf = self.spec.name == "transfer_kv_all_layer_direct_lf_pf"
+        self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
         lf_name, pf_name = ("src_ptrs", "dst_ptrs") if self.lf_to_pf else ("dst_ptrs", "src_ptrs")
         self.lf_name, self.pf_name = lf_name, pf_name
         pf = _page_first(pf_name, geometry[pf_name])
@@ -166,7 +169,7 @@ class DirectPlan:
             return
         with on_device(self.device):
             s_idx, d_idx = bounds.host_indices(src_info), bounds.host_indices(dst_info)
-            if self.spec.name == "transfer_kv_direct":
+            if self.runs:
                 bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
                 bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
                 self._run_merged(s_idx, d_idx, handle)

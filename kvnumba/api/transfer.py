@@ -51,7 +51,7 @@ class Transfer:
         position = {n: i for i, n in enumerate(self._free)}
         position.update({n: len(self._free) + i for i, n in enumerate(bound_names)})
         self._geometry = tuple(n for n in params if spec.role(n) == "geometry")
-        self._arrays = sum(1 for n in self._geometry if _is_buffer_argument(spec, n))
+        self._arrays = len(spec.buffers)  # the buffers come first among the geometry arguments
         self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
         self._call_names = tuple(n for n in call_names if n in position)
@@ -187,12 +187,6 @@ class Transfer:
     def __repr__(self):
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
-
-
-def _is_buffer_argument(spec, name):
-    """Geometry arguments that are arrays (or lists of arrays) rather than sizes."""
-    return name not in ("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
-                        "layer_id", "layers")
 
 
 def _short(value):

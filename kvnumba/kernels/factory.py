@@ -141,20 +141,6 @@ def _build_kernel(src, dst, mla, copy_shape):
     return kernel(transfer_kv, max_registers=MAX_REGISTERS)
 
 
-# The seed's kernel instances: (source layout, destination layout, MLA) -> the entry point using it.
-SEED_KERNELS = {  # (source layout, destination layout, MLA) -> the entry point using it
-    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer",
-    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_pf_lf",
-    (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_ph_lf",
-    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, False): "transfer_kv_all_layer",
-    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, False): "transfer_kv_all_layer_lf_pf",
-    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): "transfer_kv_all_layer_lf_ph",
-    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, True): "transfer_kv_per_layer_mla",
-    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, True): "transfer_kv_per_layer_mla_pf_lf",
-    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, True): "transfer_kv_all_layer_mla",
-    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, True): "transfer_kv_all_layer_mla_lf_pf",
-}
-
 _kernels = {}
 
 
