@@ -63,6 +63,7 @@ def test_every_variable_has_a_junk_test():
     assert {name for name, *_ in JUNK} == set(config.VARIABLES)
 
 
+@pytest.mark.needs_target
 def test_junk_batch_copy_route_refuses_a_copy_engine_call(monkeypatch):
     """Read at the call: the call raises, naming the variable, and copies nothing."""
     monkeypatch.setenv("KVNUMBA_BATCH_COPY", "fast")

@@ -11,6 +11,8 @@ from kvnumba.driver.streams import stream_handle
 from kvnumba.driver.target import SIMULATOR
 from placement import ON_GPU, device
 
+pytestmark = pytest.mark.needs_target  # events and synchronisation need a GPU, or the simulator's stand-ins
+
 
 class Calls:
     """A callable that counts its calls and sleeps ``seconds`` in each."""
