@@ -32,6 +32,7 @@ from .errors import (
     CudaError,
     DeviceMismatchError,
     IndexOutOfRangeError,
+    Interrupted,
     OverlapError,
     PageableMemoryError,
 )
@@ -49,8 +50,7 @@ from .api.entry_points import (
     transfer_kv_per_layer_ph_lf,
 )
 from .api.tables import layer_table
-
-__version__ = "0.1.0"
+from ._version import __version__  # noqa: F401 - kvnumba.__version__
 
 __all__ = [
     "BadAddressError",
@@ -69,6 +69,7 @@ __all__ = [
     "CudaError",
     "DeviceMismatchError",
     "IndexOutOfRangeError",
+    "Interrupted",
     "Layout",
     "OverlapError",
     "PageableMemoryError",

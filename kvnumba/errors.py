@@ -1,8 +1,10 @@
-"""kvnumba's own exception classes, in one place.
+"""kvnumba's own exception classes, all of them, in one place (each is exported as ``kvnumba.<Name>``).
 
 Argument errors subclass the built-in a caller would catch anyway (``ValueError``), so
-``except ValueError`` keeps working; CUDA failures subclass ``RuntimeError``.
+``except ValueError`` keeps working; CUDA failures subclass ``RuntimeError`` and are made by
+``kvnumba.driver.bindings.failure``, which names the call and the CUDA error.
 """
+import signal
 
 
 class IndexOutOfRangeError(IndexError, ValueError):
@@ -36,7 +38,8 @@ class OverlapError(ValueError):
 
 
 class CudaError(RuntimeError):
-    """A CUDA driver or runtime call failed. ``call`` names it, ``code`` is the CUDA error number."""
+    """A CUDA driver or runtime call failed. ``call`` names it, ``code`` is the CUDA error number
+    (None when the call answered in a form kvnumba does not know)."""
 
     def __init__(self, message, code=None, call=None):
         super().__init__(message)
@@ -45,9 +48,18 @@ class CudaError(RuntimeError):
 
 
 class CopyError(CudaError):
-    """A CUDA copy failed. ``error`` is the CUDA error code, ``index`` the failing copy (or None)."""
+    """A CUDA copy failed (``cudaMemcpyAsync``, ``cudaMemcpyBatchAsync``). ``index`` is the failing
+    copy of the call's copies, or None when the runtime does not say which."""
 
-    def __init__(self, message, error=None, index=None):
-        super().__init__(message, error, "copy")
-        self.error = error
+    def __init__(self, message, code=None, call=None, index=None):
+        super().__init__(message, code, call)
         self.index = index
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP) stopped ``kvnumba convert``; its temporary file has been
+    removed. A KeyboardInterrupt, so that code which catches ``Exception`` lets it through."""
+
+    def __init__(self, signum):
+        super().__init__(f"interrupted by {signal.Signals(signum).name}")
+        self.signum = signum

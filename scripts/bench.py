@@ -5,8 +5,9 @@ Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (it
 model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
 and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
-around back-to-back calls, median of 5 groups). Host time = wall time per call of 20 back-to-back
-calls, before any synchronisation (median of 5 groups), for the plain call (its plan cached: the
+around back-to-back calls, median of 5 groups: ``kvnumba.timing.gpu_time``). Host time = wall time per
+call of 20 back-to-back calls, before any synchronisation (median of 5 groups:
+``kvnumba.timing.host_time``), for the plain call (its plan cached: the
 same pool tensors every call, as SGLang passes them), the prepared form (``kvnumba.prepare``) and
 a plain call whose plan cache was emptied first ("miss"). The ``64tok`` cases move one page: host
 time is the whole cost. The memcpy cases also give GB/s of one synchronised call, host time
@@ -16,14 +17,13 @@ included ("wall").
     python scripts/bench.py --reference /path/to/seedref.so
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
 
-On a GPU it needs torch (allocation, events, the reference's tensors).
+On a GPU it needs torch (allocation, the reference's tensors).
 """
 import argparse
 import importlib
 import importlib.util
 import json
 import os
-import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -32,23 +32,28 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba  # noqa: E402
+from kvnumba.api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
+from kvnumba.kernels.layouts import Layout  # noqa: E402
+from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
 
-# (entry point, direction, model): the direction SGLang uses, plus device->device.
-CASES = [
-    ("transfer_kv_per_layer", "h2d", "mha"), ("transfer_kv_per_layer", "d2d", "mha"),
-    ("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
-    ("transfer_kv_per_layer_ph_lf", "h2d", "mha"), ("transfer_kv_per_layer_ph_lf", "d2d", "mha"),
-    ("transfer_kv_all_layer", "d2h", "mha"), ("transfer_kv_all_layer", "d2d", "mha"),
-    ("transfer_kv_all_layer_lf_pf", "d2h", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
-    ("transfer_kv_all_layer_lf_ph", "d2h", "mha"), ("transfer_kv_all_layer_lf_ph", "d2d", "mha"),
-    ("transfer_kv_per_layer_mla", "h2d", "mla"), ("transfer_kv_per_layer_mla", "d2d", "mla"),
-    ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_per_layer_mla_pf_lf", "d2d", "mla"),
-    ("transfer_kv_all_layer_mla", "d2h", "mla"), ("transfer_kv_all_layer_mla", "d2d", "mla"),
-    ("transfer_kv_all_layer_mla_lf_pf", "d2h", "mla"), ("transfer_kv_all_layer_mla_lf_pf", "d2d", "mla"),
-]
+
+
+def _sglang_direction(name):
+    """The direction SGLang uses an entry point in: per-layer loads host->device, backups device->host."""
+    return "h2d" if SPECS[name].one_layer else "d2h"
+
+
+def _model(name):
+    return "mla" if SPECS[name].mla else "mha"
+
+
+# (entry point, direction, model) for every kernel entry point in kvnumba's table (kvnumba.api.spec): the
+# direction SGLang uses, plus device->device.
+CASES = [(name, direction, _model(name)) for name in KERNEL_ENTRY_POINTS
+         for direction in (_sglang_direction(name), "d2d")]
 # Device->device with the whole GPU: block_quota at the SM count.
 FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_layer_lf_pf", "d2d", "mha"),
                   ("transfer_kv_per_layer_pf_lf", "d2d", "mha")]
@@ -56,10 +61,8 @@ FULL_GPU_CASES = [("transfer_kv_all_layer", "d2d", "mha"), ("transfer_kv_all_lay
 SMALL_CASES = [("transfer_kv_per_layer_pf_lf", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),
                ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"), ("transfer_kv_all_layer_lf_pf", "d2h", "mha")]
 SMALL_TOKENS = 64
-# Copy-engine entry points: (entry point, direction, model); all-layer lf->pf on a side stream.
-DIRECT_CASES = [("transfer_kv_all_layer_direct_lf_pf", "d2h", "mha"),
-                ("transfer_kv_per_layer_direct_pf_lf", "h2d", "mha"),
-                ("transfer_kv_direct", "d2h", "mha")]
+# Copy-engine entry points: (entry point, direction, model), on a side stream.
+DIRECT_CASES = [(name, _sglang_direction(name), "mha") for name in DIRECT_ENTRY_POINTS]
 
 # kv.copy between cache views: the seed's own pairs (to compare with their entry points) and SGLang's
 # page_first host pool into vLLM's flash-attention cache. (case name, entry point it mirrors, direction, model)
@@ -69,16 +72,17 @@ COPY_CASES = [("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "h2d", "m
               ("copy pf->vllm_fa per-layer", None, "h2d", "mha"),
               ("copy pf->vllm_fa all-layer", None, "d2d", "mha")]
 
-# source layout, destination layout, per-layer?
-LAYOUTS = {
-    "transfer_kv_per_layer": ("lf", "lf", True), "transfer_kv_per_layer_pf_lf": ("pf", "lf", True),
-    "transfer_kv_per_layer_ph_lf": ("ph", "lf", True), "transfer_kv_all_layer": ("tbl", "tbl", False),
-    "transfer_kv_all_layer_lf_pf": ("tbl", "pf", False), "transfer_kv_all_layer_lf_ph": ("tbl", "ph", False),
-    "transfer_kv_per_layer_mla": ("lf", "lf", True), "transfer_kv_per_layer_mla_pf_lf": ("pf", "lf", True),
-    "transfer_kv_all_layer_mla": ("tbl", "tbl", False), "transfer_kv_all_layer_mla_lf_pf": ("tbl", "pf", False),
-    "transfer_kv_all_layer_direct_lf_pf": ("lflist", "pfd", False),
-    "transfer_kv_per_layer_direct_pf_lf": ("pfd", "lflist", True), "transfer_kv_direct": ("lflist", "lflist", False),
-}
+# The operand Pools.operand carves for each (kind of entry point, layout) of kvnumba's table.
+_OPERANDS = {("kernel", Layout.LAYER_FIRST): "lf", ("kernel", Layout.LAYER_TABLE): "tbl",
+             ("kernel", Layout.PAGE_FIRST): "pf", ("kernel", Layout.PAGE_HEAD): "ph",
+             ("direct", Layout.LAYER_FIRST): "lflist", ("direct", PAGE_FIRST_DIRECT): "pfd"}
+PLACES = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}
+
+
+def layouts(op):
+    """(source operand, destination operand, moves one layer?) of entry point ``op``."""
+    spec = SPECS[op]
+    return _OPERANDS[spec.kind, spec.src_layout], _OPERANDS[spec.kind, spec.dst_layout], spec.one_layer
 
 
 @dataclass
@@ -89,20 +93,33 @@ class Shape:
     pool_factor: int = 4
     block_quota: int = 2
     warps: int = 32
-    repeat: int = 20
-    host_calls: int = 20
+    repeat: int = 20  # calls timed per case, split into groups
+    host_calls: int = 20  # back-to-back calls per group for host time
+    groups: int = 5  # the median of this many groups is reported
+    warmup: int = 1  # untimed calls before the device time
 
     @property
     def pool(self):
         return self.tokens * self.pool_factor
 
+    def device_seconds(self, fn, repeat=None):
+        """Device seconds per call of ``fn`` (``kvnumba.timing.gpu_time``): ``repeat`` calls (default:
+        ``self.repeat``) in ``groups`` back-to-back groups of at least two (one in a quick run)."""
+        per_group = max(2 if self.groups > 1 else 1, (repeat or self.repeat) // self.groups)
+        return gpu_time(fn, per_group, groups=self.groups, warmup=self.warmup)
 
-QUICK = Shape(layers=2, page_size=4, tokens=8, pool_factor=2, block_quota=1, warps=1, repeat=1, host_calls=1)
+    def host_seconds(self, fn):
+        """Host seconds per call of ``fn`` (``kvnumba.timing.host_time``): ``host_calls`` back to back."""
+        return host_time(fn, self.host_calls, groups=self.groups)
+
+
+QUICK = Shape(layers=2, page_size=4, tokens=8, pool_factor=2, block_quota=1, warps=1, repeat=1, host_calls=1,
+              groups=1, warmup=0)
 
 
 # ----------------------------------------------------------------------------------------- backends
 class TorchBackend:
-    """GPU memory, pinned host memory and timing through torch."""
+    """GPU memory and pinned host memory through torch."""
 
     def __init__(self):
         import torch
@@ -120,56 +137,19 @@ class TorchBackend:
     def indices(self, array):
         return self.torch.from_numpy(array).cuda()
 
-    def time_gpu(self, fn, repeat, groups=5):
-        """Seconds per call: CUDA events around back-to-back calls, median over ``groups`` groups.
-
-        Back to back, the GPU never waits for the host between calls (as in a serving loop), so
-        this is device time, not host time; host time per call is measured separately.
-        """
-        t = self.torch
-        fn()
-        t.cuda.synchronize()
-        per_group = max(2, repeat // groups)
-        times = []
-        for _ in range(groups):
-            start, end = t.cuda.Event(enable_timing=True), t.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(per_group):
-                fn()
-            end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) / 1e3 / per_group)
-        return statistics.median(times)
-
-    def time_host(self, fn, calls, groups=5):
-        """Wall time per call of ``calls`` back-to-back calls, no synchronisation in between; the
-        median of ``groups`` groups (synchronised between groups).
-
-        Few enough calls that the launch queue never fills (a full queue would make the host wait
-        for the GPU); timing single calls right after a synchronisation measured a cold, woken-up
-        CPU instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
-        """
-        times = []
-        for _ in range(groups):
-            self.torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            times.append((time.perf_counter() - start) / calls)
-        self.torch.cuda.synchronize()
-        return statistics.median(times)
-
-    def copy_ceiling(self, direction, nbytes, repeat):
+    def copy_ceiling(self, direction, nbytes, shape):
         src = self.buffer(nbytes, "host" if direction == "h2d" else "device")
         dst = self.buffer(nbytes, "host" if direction == "d2h" else "device")
-        return nbytes / self.time_gpu(lambda: dst.copy_(src, non_blocking=True), repeat)
+        return nbytes / shape.device_seconds(lambda: dst.copy_(src, non_blocking=True))
 
-    def synchronize(self):
-        self.torch.cuda.synchronize()
+
+# Host time: few enough back-to-back calls that the launch queue never fills (a full queue would make the
+# host wait for the GPU); timing single calls right after a synchronisation measured a cold, woken-up CPU
+# instead (2-4x higher for the seed and kvnumba alike, H200 run of 2026-11-30).
 
 
 class SimulatorBackend:
-    """NumPy arrays stand for every kind of memory; perf_counter times (meaningless) runs."""
+    """NumPy arrays stand for every kind of memory; the simulator's times (wall clock) mean nothing."""
 
     sms = 2
     name = "Numba CUDA simulator"
@@ -180,21 +160,9 @@ class SimulatorBackend:
     def indices(self, array):
         return array
 
-    def time_gpu(self, fn, repeat):
-        start = time.perf_counter()
-        for _ in range(repeat):
-            fn()
-        return (time.perf_counter() - start) / repeat
-
-    def time_host(self, fn, calls):
-        return self.time_gpu(fn, calls)
-
-    def copy_ceiling(self, direction, nbytes, repeat):
+    def copy_ceiling(self, direction, nbytes, shape):
         src, dst = np.ones(nbytes, np.uint8), np.zeros(nbytes, np.uint8)
-        return nbytes / self.time_gpu(lambda: np.copyto(dst, src), repeat)
-
-    def synchronize(self):
-        pass
+        return nbytes / shape.device_seconds(lambda: np.copyto(dst, src))
 
 
 # ------------------------------------------------------------------------------------------ buffers
@@ -242,31 +210,36 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota, pre
 
     ``prepared``: the call through ``kvnumba.prepare`` with everything but the indices and
     ``layer_id`` bound (kvnumba only)."""
+    spec = SPECS[op]
     m = MODELS[model]
     item, heads, kv = m["item_size"], m["head_num"], m["kv"]
-    src_l, dst_l, per_layer = LAYOUTS[op]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_l, dst_l, one_layer = layouts(op)
+    src_place, dst_place = PLACES[direction]
     src_k, src_v = (pools.operand(src_l, p, item, heads) for p in pools.get(src_place))
     dst_k, dst_v = (pools.operand(dst_l, p, item, heads) for p in pools.get(dst_place))
     si, di = idx
-    L, P, dim = shape.layers, shape.page_size, shape.layers * item
-    layer = min(3, L - 1)  # the layer per-layer cases load
-    launch = (block_quota, shape.warps)
-    fn = getattr(module, op)
-    if op == "transfer_kv_all_layer_direct_lf_pf":
-        args = ((src_k + src_v) if kv else src_k, [dst_k, dst_v] if kv else [dst_k], si, di, P)
-    elif op == "transfer_kv_per_layer_direct_pf_lf":
-        args = ([src_k, src_v] if kv else [src_k], [dst_k[0], dst_v[0]] if kv else [dst_k[0]], si, di, 0, P)
-    elif op == "transfer_kv_direct":
-        args = (src_k + src_v, dst_k + dst_v, si, di, P)
+    L, P = shape.layers, shape.page_size
+
+    def buffer_list(operand, k, v):
+        """A copy-engine side: [K, V] page-first-direct buffers, or per-layer lists, K layers then V."""
+        if operand == "pfd":
+            return [k, v] if kv else [k]
+        if one_layer:
+            return [k[0], v[0]] if kv else [k[0]]
+        return k + v if kv else k
+
+    if spec.kind == "direct":
+        buffers = (buffer_list(src_l, src_k, src_v), buffer_list(dst_l, dst_k, dst_v))
     else:
-        head = (src_k, dst_k, src_v, dst_v, si, di) if kv else (src_k, dst_k, si, di)
-        tail = {
-            ("lf", "lf"): (item,), ("pf", "lf"): (layer, item, dim), ("ph", "lf"): (layer, item, dim, P, heads),
-            ("tbl", "tbl"): (item, L), ("tbl", "pf"): (item, dim, L), ("tbl", "ph"): (item, dim, L, P, heads),
-        }[(src_l, dst_l)]
-        args = (*head, *tail, *launch)
-    layers_moved = 1 if per_layer else L
+        buffers = (src_k, dst_k, src_v, dst_v) if kv else (src_k, dst_k)
+    # the layer per-layer kernels load; the copy-engine load takes layer 0 of the page-first-direct pool
+    layer = 0 if spec.kind == "direct" else min(3, L - 1)
+    values = dict(zip(spec.buffers, buffers), src_indices=si, dst_indices=di, layer_id=layer, item_size=item,
+                  src_layout_dim=L * item, dst_layout_dim=L * item, num_layers=L, page_size=P, head_num=heads,
+                  block_quota=block_quota, num_warps_per_block=shape.warps)
+    args = tuple(values[name] for name in spec.params)  # positional: the reference's may have no defaults
+    fn = getattr(module, op)
+    layers_moved = 1 if one_layer else L
     nbytes = shape.tokens * item * layers_moved * (2 if kv else 1)
     if prepared:
         return _prepared(op, fn, args), nbytes
@@ -274,8 +247,6 @@ def build_call(module, op, direction, model, pools, idx, shape, block_quota, pre
 
 
 def _prepared(op, fn, args):
-    from kvnumba.api.spec import SPECS
-
     spec = SPECS[op]
     named = dict(zip(spec.params, args))
     per_call = [n for n in spec.params if n in ("src_indices", "dst_indices") or spec.role(n) == "layer"]
@@ -288,7 +259,7 @@ def build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=
     """kv.copy for a COPY_CASES case on the bench's buffers: (call, bytes moved)."""
     m = MODELS[model]
     item, heads = m["item_size"], m["head_num"]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_place, dst_place = PLACES[direction]
     T, L, P = shape.pool, shape.layers, shape.page_size
     dim = item // heads // 2  # bf16 elements per head
 
@@ -335,15 +306,13 @@ def _plain_miss(op, call):
 
 def torch_indexing_call(backend, op, direction, model, pools, idx, shape):
     """``dst[di] = src[si]`` with torch, for the layer-first and page-first cases (None otherwise)."""
-    if SIMULATOR or op not in ("transfer_kv_per_layer", "transfer_kv_per_layer_pf_lf", "transfer_kv_all_layer",
-                               "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_mla",
-                               "transfer_kv_per_layer_mla_pf_lf", "transfer_kv_all_layer_mla",
-                               "transfer_kv_all_layer_mla_lf_pf"):
+    spec = SPECS[op]
+    if SIMULATOR or spec.kind != "kernel" or Layout.PAGE_HEAD in (spec.src_layout, spec.dst_layout):
         return None
     m = MODELS[model]
     item, kv = m["item_size"], m["kv"]
-    src_l, dst_l, per_layer = LAYOUTS[op]
-    src_place, dst_place = {"h2d": ("host", "device"), "d2h": ("device", "host"), "d2d": ("device", "device2")}[direction]
+    src_l, dst_l, per_layer = layouts(op)
+    src_place, dst_place = PLACES[direction]
     T, L = shape.pool, shape.layers
     si, di = idx
     si_src = si if src_place != "host" else si.cpu()
@@ -390,7 +359,7 @@ def run(args):
     rng = np.random.default_rng(0)
     idx = (backend.indices(_page_aligned(rng, shape)), backend.indices(_page_aligned(rng, shape)))
     ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
-    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape.repeat) for d in ("h2d", "d2h", "d2d")}
+    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape) for d in ("h2d", "d2h", "d2d")}
 
     small = Shape(**{**asdict(shape), "tokens": min(SMALL_TOKENS, shape.tokens)})
     small_idx = (backend.indices(_page_aligned(rng, small)), backend.indices(_page_aligned(rng, small)))
@@ -418,22 +387,23 @@ def run(args):
             call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
             if "side-stream" in note and not SIMULATOR:
                 call = _on_side_stream(backend, call)
-            seconds = backend.time_gpu(call, shape.repeat)
+            seconds = shape.device_seconds(call)
             record["bytes"] = nbytes
             record[f"{name}_gbps"] = nbytes / seconds / 1e9
-            record[f"{name}_host_us"] = backend.time_host(call, shape.host_calls) * 1e6
+            record[f"{name}_host_us"] = shape.host_seconds(call) * 1e6
             if "side-stream" in note:  # the memcpy target counts host time: wall time of one synchronised call
-                record[f"{name}_wall_gbps"] = nbytes / _wall(backend, call, shape.repeat) / 1e9
+                wall = host_time(call, 1, groups=max(3, shape.repeat), include_sync=True)
+                record[f"{name}_wall_gbps"] = nbytes / wall / 1e9
             if name == "kvnumba":  # host time of the prepared form, and of a plain call that misses the cache
                 prepared, _ = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota,
                                          prepared=True)
                 miss = _plain_miss(op, call)
                 if "side-stream" in note and not SIMULATOR:
                     prepared = _on_side_stream(backend, prepared)
-                record["prepared_host_us"] = backend.time_host(prepared, shape.host_calls) * 1e6
-                record["miss_host_us"] = backend.time_host(miss, shape.host_calls) * 1e6
+                record["prepared_host_us"] = shape.host_seconds(prepared) * 1e6
+                record["miss_host_us"] = shape.host_seconds(miss) * 1e6
         torch_call = torch_indexing_call(backend, op, direction, model, pools, idx, shape)
-        record["torch_gbps"] = (record["bytes"] / backend.time_gpu(torch_call, max(3, shape.repeat // 4)) / 1e9
+        record["torch_gbps"] = (record["bytes"] / shape.device_seconds(torch_call, max(3, shape.repeat // 4)) / 1e9
                                 if torch_call else None)
         record["ceiling_gbps"] = ceilings[direction] / 1e9
         record["ratio_to_ceiling"] = record["kvnumba_gbps"] / record["ceiling_gbps"]
@@ -444,7 +414,7 @@ def run(args):
         record["reference_host_us"] = record.pop("reference_host_us", None)
         records.append(record)
         print(_row(record), flush=True)
-    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "shape": asdict(shape),
+    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
             "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
     return meta, records
@@ -453,13 +423,13 @@ def run(args):
 def _copy_record(backend, case, direction, model, pools, idx, shape, block_quota):
     call, nbytes = build_copy(case, direction, model, pools, idx, shape, block_quota)
     prepared, _ = build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=True)
-    seconds = backend.time_gpu(call, shape.repeat)
-    ceiling = backend.copy_ceiling(direction, 256 * 2**20 if not SIMULATOR else 2**16, shape.repeat) / 1e9
+    seconds = shape.device_seconds(call)
+    ceiling = backend.copy_ceiling(direction, 256 * 2**20 if not SIMULATOR else 2**16, shape) / 1e9
     gbps = nbytes / seconds / 1e9
     return {"bytes": nbytes, "kvnumba_gbps": gbps, "reference_gbps": None, "ratio_to_reference": None,
             "torch_gbps": None, "ceiling_gbps": ceiling, "ratio_to_ceiling": gbps / ceiling,
-            "host_us": backend.time_host(call, shape.host_calls) * 1e6,
-            "prepared_host_us": backend.time_host(prepared, shape.host_calls) * 1e6, "reference_host_us": None}
+            "host_us": shape.host_seconds(call) * 1e6,
+            "prepared_host_us": shape.host_seconds(prepared) * 1e6, "reference_host_us": None}
 
 
 def _on_side_stream(backend, call):
@@ -473,17 +443,6 @@ def _on_side_stream(backend, call):
         torch.cuda.current_stream().wait_stream(side)
 
     return run
-
-
-def _wall(backend, call, repeat):
-    times = []
-    for _ in range(max(3, repeat)):
-        backend.synchronize()
-        start = time.perf_counter()
-        call()
-        backend.synchronize()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
 
 
 def _versions():

@@ -19,30 +19,21 @@ import argparse
 import cProfile
 import os
 import pstats
-import statistics
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba as kv  # noqa: E402
 from kvnumba.api.transfer import plain  # noqa: E402
+from kvnumba.config import batch_copy_route  # noqa: E402
+from kvnumba.timing import host_time  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import load_reference  # noqa: E402
 
 
-def per_call(torch, fn, calls=50, groups=21):
-    for _ in range(20):
-        fn()
-    times = []
-    for _ in range(groups):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    torch.cuda.synchronize()
-    return statistics.median(times) * 1e6
+def per_call(fn, calls=50, groups=21):
+    """Host us per call: 20 warm-up calls, then the median of ``groups`` groups of ``calls`` back to back."""
+    return host_time(fn, calls, groups=groups, warmup=20) * 1e6
 
 
 def cases(torch, tokens=64, layers=32, pool=32768):
@@ -72,8 +63,6 @@ def batch_routes(torch, reference, tokens=8192, layers=32, page=64, item=2048):
     """Host us per call of the page-first-direct entry points through each batch route, on a side
     stream (the legacy default stream never batches), against the seed's. Indices in host memory, so
     the host time is the submission's own (device indices would wait for the previous copies)."""
-    from kvnumba.driver import batch_copy
-
     lf = [torch.zeros((4 * tokens, item), dtype=torch.uint8, device="cuda") for _ in range(2 * layers)]
     pf = [torch.zeros((4 * tokens // page, layers, page, item), dtype=torch.uint8).pin_memory() for _ in range(2)]
     pages = torch.randperm(4 * tokens // page)[: tokens // page]
@@ -85,16 +74,17 @@ def batch_routes(torch, reference, tokens=8192, layers=32, page=64, item=2048):
     print(f"{'batch route host us':34}{'cudart':>10}{'bindings':>10}{'page':>10}{'seed':>10}   copies")
     for label, (op, call_args) in cases.items():
         row = []
+        chosen = batch_copy_route()
         for route in ("cudart", "bindings", "page"):
-            batch_copy.set_runtime(batch_copy.make_runtime(route))
+            os.environ["KVNUMBA_BATCH_COPY"] = route  # kvnumba reads it at every copy-engine call
             fn = getattr(kv, op)
             with torch.cuda.stream(side):
-                row.append(per_call(torch, lambda: fn(*call_args), calls=3, groups=5))
-        batch_copy.set_runtime(None)
+                row.append(per_call(lambda: fn(*call_args), calls=3, groups=5))
+        os.environ["KVNUMBA_BATCH_COPY"] = chosen
         if reference is not None:
             ref = getattr(reference, op)
             with torch.cuda.stream(side):
-                row.append(per_call(torch, lambda: ref(*call_args), calls=3, groups=5))
+                row.append(per_call(lambda: ref(*call_args), calls=3, groups=5))
         copies = (tokens // page) * 2 * (layers if op.startswith("transfer_kv_all") else 1)
         print(f"{label:34}" + "".join(f"{v:10.1f}" for v in row) + f"   {copies}")
 
@@ -129,13 +119,13 @@ def main(argv=None):
             fn(*ordered)
 
         row = {"case": label,
-               "launch": per_call(torch, lambda: kernel.launch(grid, threads, stream, address)),
-               "prepared": per_call(torch, lambda: transfer(*call_args)),
-               "plain": per_call(torch, lambda: fn(*ordered)),
-               "miss": per_call(torch, miss, calls=20, groups=7)}
+               "launch": per_call(lambda: kernel.launch(grid, threads, stream, address)),
+               "prepared": per_call(lambda: transfer(*call_args)),
+               "plain": per_call(lambda: fn(*ordered)),
+               "miss": per_call(miss, calls=20, groups=7)}
         if reference is not None:
             ref = getattr(reference, op)
-            row["seed"] = per_call(torch, lambda: ref(*ordered))
+            row["seed"] = per_call(lambda: ref(*ordered))
         rows.append(row)
         if args.profile:
             for name, call in (("prepared", lambda: transfer(*call_args)), ("plain", lambda: fn(*ordered))):

@@ -10,21 +10,12 @@ import numpy as np
 
 import kvnumba
 from kvnumba import reference
+from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
 from placement import PLACE, TORCH_PLACE, to_numpy
 
-# entry point -> (source layout, destination layout, MLA, per-layer)
-ENTRY_POINTS = {
-    "transfer_kv_per_layer": ("lf", "lf", False, True),
-    "transfer_kv_per_layer_pf_lf": ("pf", "lf", False, True),
-    "transfer_kv_per_layer_ph_lf": ("ph", "lf", False, True),
-    "transfer_kv_all_layer": ("lf_tbl", "lf_tbl", False, False),
-    "transfer_kv_all_layer_lf_pf": ("lf_tbl", "pf", False, False),
-    "transfer_kv_all_layer_lf_ph": ("lf_tbl", "ph", False, False),
-    "transfer_kv_per_layer_mla": ("lf", "lf", True, True),
-    "transfer_kv_per_layer_mla_pf_lf": ("pf", "lf", True, True),
-    "transfer_kv_all_layer_mla": ("lf_tbl", "lf_tbl", True, False),
-    "transfer_kv_all_layer_mla_lf_pf": ("lf_tbl", "pf", True, False),
-}
+# kernel entry point -> (source layout, destination layout, MLA, moves one layer), from kvnumba's table
+ENTRY_POINTS = {name: (SPECS[name].src_layout.value, SPECS[name].dst_layout.value, SPECS[name].mla,
+                       SPECS[name].one_layer) for name in KERNEL_ENTRY_POINTS}
 
 DTYPES = {"fp16": np.float16, "bf16": np.uint16, "fp32": np.float32, "int8": np.int8}
 POISON = 0xA5
@@ -95,8 +86,10 @@ def _as_dtype(byte_array, dtype):
 
 
 def _args(c, src, dst, si, di, tables):
-    """Positional arguments of entry point ``c.op``, given K/V lists; ``tables`` builds table operands."""
-    src_l, dst_l, mla, per_layer = c.layouts
+    """Positional arguments of entry point ``c.op``, in the order of its ``SPECS`` entry, given K/V lists;
+    ``tables`` builds table operands."""
+    spec = SPECS[c.op]
+    src_l, dst_l, mla, _ = c.layouts
 
     def operand(layout, buffers):
         if buffers is None:
@@ -105,22 +98,12 @@ def _args(c, src, dst, si, di, tables):
 
     sk, dk = operand(src_l, src[0]), operand(dst_l, dst[0])
     sv, dv = operand(src_l, src[1]), operand(dst_l, dst[1])
-    head = (sk, dk, si, di) if mla else (sk, dk, sv, dv, si, di)
     dim = c.num_layers * c.item_size
-    page_head = (c.page_size, c.head_num)
-    tail = {
-        "transfer_kv_per_layer": (c.item_size,),
-        "transfer_kv_per_layer_pf_lf": (c.layer_id, c.item_size, dim),
-        "transfer_kv_per_layer_ph_lf": (c.layer_id, c.item_size, dim, *page_head),
-        "transfer_kv_all_layer": (c.item_size, c.num_layers),
-        "transfer_kv_all_layer_lf_pf": (c.item_size, dim, c.num_layers),
-        "transfer_kv_all_layer_lf_ph": (c.item_size, dim, c.num_layers, *page_head),
-        "transfer_kv_per_layer_mla": (c.item_size,),
-        "transfer_kv_per_layer_mla_pf_lf": (c.layer_id, c.item_size, dim),
-        "transfer_kv_all_layer_mla": (c.item_size, c.num_layers),
-        "transfer_kv_all_layer_mla_lf_pf": (c.item_size, dim, c.num_layers),
-    }[c.op]
-    return (*head, *tail, c.block_quota, c.num_warps_per_block)
+    values = dict(zip(spec.buffers, (sk, dk) if mla else (sk, dk, sv, dv)),
+                  src_indices=si, dst_indices=di, layer_id=c.layer_id, item_size=c.item_size, src_layout_dim=dim,
+                  dst_layout_dim=dim, num_layers=c.num_layers, page_size=c.page_size, head_num=c.head_num,
+                  block_quota=c.block_quota, num_warps_per_block=c.num_warps_per_block)
+    return tuple(values[name] for name in spec.params)
 
 
 def run_case(c, stream=None, framework="numba"):

@@ -13,6 +13,52 @@ def pytest_report_header(config):
     return f"kvnumba target: {'Numba CUDA simulator' if SIMULATOR else ('GPU' if ON_GPU else 'CUDA target, no GPU')}"
 
 
+# --- fixtures that change how kvnumba runs, for one test (monkeypatch undoes them) ---------------------
+
+@pytest.fixture
+def device_path(monkeypatch):
+    """Indices the host can read (everything on the simulator) skip the host-side bounds check and take
+    the device path, the kernel's guard, as indices in GPU memory do on a GPU."""
+    from kvnumba.api.kernel_plan import KernelPlan
+
+    monkeypatch.setattr(KernelPlan, "_check_host_indices", lambda self, src, dst, window: None)
+
+
+@pytest.fixture
+def always_check(monkeypatch):
+    """Every call as if given ``check=True``: what ``KVNUMBA_CHECK=1`` sets at import
+    (tests/test_config.py checks that it does)."""
+    from kvnumba.checks import guard
+
+    monkeypatch.setattr(guard, "ALWAYS_CHECK", True)
+
+
+@pytest.fixture
+def batch_runtime(monkeypatch):
+    """``batch_runtime(rt)`` makes every copy-engine call of the test use ``rt`` (a
+    ``kvnumba.driver.batch_copy`` runtime, e.g. over a stand-in binding); returns ``rt``."""
+    from kvnumba.driver import batch_copy
+
+    def install(runtime):
+        monkeypatch.setattr(batch_copy, "runtime", lambda: runtime)
+        return runtime
+
+    return install
+
+
+@pytest.fixture
+def forced_copy_shape(monkeypatch):
+    """``forced_copy_shape(shape)`` builds every kernel of the test with one inner-loop shape
+    (``kvnumba.kernels.warp_copy.CopyShape``) instead of the tuned table's."""
+    from kvnumba.kernels import factory
+
+    def force(shape):
+        monkeypatch.setattr(factory, "copy_shape_for", lambda src, dst, mla: shape)
+        return shape
+
+    return force
+
+
 def pytest_collection_modifyitems(config, items):
     if ON_GPU or SIMULATOR:
         return

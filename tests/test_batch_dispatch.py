@@ -56,15 +56,14 @@ class StandIn:
 
 
 @pytest.fixture
-def use():
+def use(batch_runtime):
     """use(major, ...) installs a stand-in runtime for the test and returns it."""
     def install(major, driver=13000, **kwargs):
         stand_in = StandIn(major, **kwargs)
-        batch_copy.set_runtime(batch_copy.CudaRuntime(stand_in, major, driver))
+        batch_runtime(batch_copy.CudaRuntime(stand_in, major, driver))
         return stand_in
 
-    yield install
-    batch_copy.set_runtime(None)
+    return install
 
 
 def _lf_pf(mla=False, num_layers=3, page_size=4, pages=3, pool_pages=5, row=16, seed=0):
@@ -164,23 +163,24 @@ def test_pf_lf_batch_addresses(use):
 def test_error_names_failing_index_12x(use):
     use(12, answer=INVALID, fail_index=5)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"failed at copy 5 of 18 .*cudaErrorInvalidValue") as info:
+    with pytest.raises(kvnumba.CopyError, match=r"failed at copy 5 of 18 .*cudaErrorInvalidValue") as info:
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
     assert info.value.index == 5 and isinstance(info.value, RuntimeError)
+    assert (info.value.code, info.value.call) == (int(INVALID), "cudaMemcpyBatchAsync")
     assert all((a == 0xA5).all() for a in dst)
 
 
 def test_error_without_index_12x_size_max(use):
     use(12, answer=INVALID, fail_index=None)  # SIZE_MAX: the error is not about one copy
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"failIdx=18446744073709551615, not a single copy"):
+    with pytest.raises(kvnumba.CopyError, match=r"failIdx=18446744073709551615, not a single copy"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 
 def test_error_13x_has_no_index(use):
     use(13, answer=INVALID)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=r"one of 18 copies \(this runtime does not report which\)"):
+    with pytest.raises(kvnumba.CopyError, match=r"one of 18 copies \(this runtime does not report which\)"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 
@@ -189,7 +189,7 @@ def test_wrong_return_form_is_an_error(use, major):
     stand_in = use(major)
     stand_in.cudaMemcpyBatchAsync = lambda *args: (SUCCESS, 0, 0)
     src, dst, s, d, page_size = _lf_pf()
-    with pytest.raises(batch_copy.CopyError, match=rf"{major}.x cudaMemcpyBatchAsync returned 3 values"):
+    with pytest.raises(kvnumba.CopyError, match=rf"{major}.x cudaMemcpyBatchAsync returned 3 values"):
         kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
 
 
@@ -261,14 +261,7 @@ def test_default_runtime_matches_target():
         assert runtime.binding_major in (12, 13)
 
 
-def test_route_setting_is_checked(monkeypatch):
-    from kvnumba import config
-
+def test_route_is_checked():
     with pytest.raises(ValueError, match=r"batch copy route must be one of auto, cudart, bindings, page, got 'fast'"):
         batch_copy.make_runtime("fast")
-    monkeypatch.setenv("KVNUMBA_BATCH_COPY", "Fast")
-    with pytest.raises(ValueError, match=r"KVNUMBA_BATCH_COPY must be one of auto, cudart, bindings, page, got 'fast'"):
-        config.batch_copy_route()
-    monkeypatch.setenv("KVNUMBA_BATCH_COPY", " bindings ")
-    assert config.batch_copy_route() == "bindings"
 

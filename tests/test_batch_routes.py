@@ -18,11 +18,10 @@ T, L, P, ITEM = 512, 4, 16, 128
 
 
 @pytest.fixture(params=["cudart", "bindings", "page"])
-def route(request):
-    runtime = batch_copy.make_runtime(request.param)
-    batch_copy.set_runtime(runtime)
-    yield request.param, runtime
-    batch_copy.set_runtime(None)
+def route(request, monkeypatch):
+    """Each route in turn, chosen as a user chooses it: ``KVNUMBA_BATCH_COPY``."""
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", request.param)
+    return request.param, batch_copy.runtime()
 
 
 @pytest.mark.parametrize("mla", [False, True])

@@ -1,9 +1,8 @@
-"""``kvnumba convert`` on real files, ``kvnumba info``: pure logic, no CUDA needed."""
+"""``kvnumba convert`` on real files: pure logic, no CUDA needed (``kvnumba info``: tests/test_info.py)."""
 import errno
 import os
 import re
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -168,44 +167,6 @@ def test_fortran_ordered_input(tmp_path):
     np.save(tmp_path / "k.npy", lf)
     convert_files.convert_file(tmp_path / "k.npy", tmp_path / "o.npy", "lf", "ph", 4, progress=None)
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), kvnumba.convert(np.ascontiguousarray(lf), "lf", "ph", 4))
-
-
-# --- kvnumba info -----------------------------------------------------------------------------------
-
-def _info(capsys):
-    assert cli.main(["info"]) == 0
-    return dict(line.split(":", 1) for line in capsys.readouterr().out.splitlines())
-
-
-def test_info_reports_versions_and_target(capsys):
-    info = {k: v.strip() for k, v in _info(capsys).items()}
-    assert info["kvnumba"] == kvnumba.__version__
-    for key in ("numba", "numba-cuda", "cuda-bindings", "CUDA runtime", "CUDA driver", "GPU", "cudaMemcpyBatchAsync"):
-        assert info[key]
-    from kvnumba.driver.target import SIMULATOR
-
-    if SIMULATOR:
-        assert info["GPU"].startswith("simulator")
-
-
-def test_info_without_direct_module(capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", None)  # makes the import fail
-    assert _info(capsys)["cudaMemcpyBatchAsync"].strip() == "unknown (kvnumba.api.direct not present)"
-
-
-@pytest.mark.parametrize("answer,shown", [(True, "yes"), (False, "no"), ("CUDA runtime 12.4 < 12.8", "no: CUDA runtime 12.4 < 12.8")])
-def test_info_asks_direct_module(capsys, monkeypatch, answer, shown):
-    fake = types.ModuleType("kvnumba.api.direct")
-    fake.batch_copy_available = lambda: answer
-    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", fake)
-    assert _info(capsys)["cudaMemcpyBatchAsync"].strip() == shown
-
-
-def test_info_survives_a_failing_probe(capsys, monkeypatch):
-    fake = types.ModuleType("kvnumba.api.direct")
-    fake.batch_copy_available = lambda: 1 / 0
-    monkeypatch.setitem(sys.modules, "kvnumba.api.direct", fake)
-    assert "ZeroDivisionError" in _info(capsys)["cudaMemcpyBatchAsync"]
 
 
 def test_console_entry_point_runs_convert(tmp_path):

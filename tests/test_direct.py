@@ -97,8 +97,12 @@ def test_direct_records_its_path():
 
 
 def test_direct_no_tokens_and_no_layers():
-    _direct_case([], [], page_size=4)
-    kvnumba.transfer_kv_direct([], [], np.zeros(0, np.int64), np.zeros(0, np.int64), 1)
+    _direct_case([], [], page_size=4)  # destinations compared with the reference's: untouched
+    before = direct.path_counts(), direct.last_path()
+    no_tokens = np.zeros(0, np.int64)
+    assert kvnumba.transfer_kv_direct([], [], no_tokens, no_tokens, 1) is None
+    assert kvnumba.transfer_kv_direct([], [], np.arange(2), np.arange(2), 2) is None  # tokens, but no layers
+    assert (direct.path_counts(), direct.last_path()) == before  # no copy was submitted
 
 
 # ---------------------------------------------------------------- page-first-direct

@@ -11,13 +11,16 @@ import pytest
 
 SCRIPT = r"""
 import json, re
-from kvnumba.kernels.factory import COPY_SHAPES, DEFAULT_COPY_SHAPE, SEED_KERNELS, kernel_ptx
+from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
+from kvnumba.kernels.factory import copy_shape_for, kernel_ptx
+from kvnumba.kernels.layouts import PARTS
 out = {}
-for (src, dst, mla), name in SEED_KERNELS.items():
-    ptx = kernel_ptx(src, dst, mla, cc=(9, 0))
+for name in KERNEL_ENTRY_POINTS:  # the seed's ten kernels, from the one table of entry points
+    spec = SPECS[name]
+    ptx = kernel_ptx(spec.src_layout, spec.dst_layout, spec.mla, cc=(9, 0))
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
-                 "wide": COPY_SHAPES.get((src, dst, mla), DEFAULT_COPY_SHAPE).wide,
+                 "wide": copy_shape_for(PARTS[spec.src_layout], PARTS[spec.dst_layout], spec.mla).wide,
                  "local": ".local" in ptx}
 print(json.dumps(out))
 """

@@ -175,12 +175,6 @@ def test_read_only_destination():
 # --- the kernel's guard (indices in GPU memory) ----------------------------------------------------
 
 
-@pytest.fixture
-def device_path(monkeypatch):
-    """Indices take the device path (the kernel's guard) even where the host could read them (simulator)."""
-    monkeypatch.setattr(bounds, "HOST_INDEX_CHECK", False)
-
-
 def _with_bad(call, side, bad_value, position=1):
     """The call's indices with one entry on ``side`` replaced; the reference gets the valid subset."""
     si = call.ref_kwargs["src_indices"].copy()
@@ -228,8 +222,7 @@ def test_check_errors_raises_once(device_path):
     kvnumba.check_errors()
 
 
-def test_env_check_acts_like_check_true(device_path, monkeypatch):
-    monkeypatch.setattr(guard, "ALWAYS_CHECK", True)
+def test_env_check_acts_like_check_true(device_path, always_check):
     call = build("transfer_kv_per_layer_pf_lf")
     with pytest.raises(IndexOutOfRangeError, match=r"src_indices\[1\] = 8 is out of range"):
         call.run(**_with_bad(call, "src", 8))
@@ -288,9 +281,12 @@ def test_moved_table_keeps_its_bounds(move):
 def test_unknown_raw_table_on_simulator():
     """Addresses nobody registered: unbounded with checks off, refused with checks on."""
     call = build("transfer_kv_all_layer_mla")
-    layers = [np.zeros((8, 16), np.uint8) for _ in range(2)]  # never given to kv.layer_table
+    rng = np.random.default_rng(3)
+    layers = [rng.integers(0, 256, (8, 16), dtype=np.uint8) for _ in range(2)]  # never given to kv.layer_table
     raw = np.array([a.ctypes.data for a in layers], np.uint64)
-    call.run(src_layers=raw)  # copies (zeros)
+    call.run(src_layers=raw)  # checks off: copies from the addresses as given
+    call.run_reference(src_layers=layers)
+    assert call.matches_reference() and not call.untouched()
     with pytest.raises(kvnumba.BadAddressError, match=r"src_layers\[0\] = 0x[0-9a-f]+ is not in any layer kvnumba"):
         call.run(src_layers=raw, check=True)
     garbage = np.array([0x1000, 0x2000], np.uint64)

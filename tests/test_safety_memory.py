@@ -141,13 +141,6 @@ def test_destination_overlapping_an_index_array_is_refused(op, side, device_path
     np.testing.assert_array_equal(to_numpy(dst), before)
 
 
-@pytest.fixture
-def device_path(monkeypatch):
-    from kvnumba.checks import bounds
-
-    monkeypatch.setattr(bounds, "HOST_INDEX_CHECK", False)
-
-
 # --- 5. threads: simulated launches are serialised; GPU launches are per thread ---------------------
 
 def test_threads_with_different_launch_shapes_copy_the_right_items():

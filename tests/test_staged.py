@@ -11,9 +11,7 @@ import pytest
 
 import kvnumba as kv
 from cases import POISON, Case, run_case
-from kvnumba import config
 from kvnumba.api import kernel_plan
-from kvnumba.checks import bounds
 from kvnumba.driver import tensor_maps
 from kvnumba.kernels import staged
 from kvnumba.kernels.layouts import LAYER_FIRST, PAGE_FIRST, PAGE_HEAD
@@ -117,19 +115,18 @@ def test_register_setting_never_stages(staged_choices, monkeypatch):
     assert staged_choices == [False]
 
 
-def test_bad_setting_names_the_variable(monkeypatch):
+def test_a_bad_setting_refuses_the_call(monkeypatch):
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "fast")
-    with pytest.raises(ValueError, match="KVNUMBA_LOAD_PATH"):
-        config.load_path()
+    with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of"):
+        run_case(_case("transfer_kv_per_layer_pf_lf", "runs", 1024))
 
 
 @pytest.mark.parametrize("side", ["src", "dst"])
-def test_out_of_range_items_are_skipped_and_reported(staged_choices, monkeypatch, side):
+def test_out_of_range_items_are_skipped_and_reported(staged_choices, device_path, side):
     """An out-of-range token inside a run: the run is cut there, the item skipped and flagged, every
     other item copied (check=True raises after the copy, as the register kernel does). On the
     simulator the indices are host memory, checked before any launch: the kernel's guard is tested
     by taking the device path there too."""
-    monkeypatch.setattr(bounds, "HOST_INDEX_CHECK", False)
     item = 1024
     rng = np.random.default_rng(3)
     src_k = rng.integers(-128, 127, (POOL, 2, item), dtype=np.int8)

@@ -1,5 +1,5 @@
-"""The seed's three copy-engine entry points (memcpy paths, no kernels): thin wrappers over the
-path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan`` does the work).
+"""The seed's three copy-engine entry points (memcpy paths, no kernels): each hands its arguments to
+its plain caller, the path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan`` does the work).
 
 - ``transfer_kv_direct``: layer-first to layer-first, runs of indices merged into one copy each.
 - ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between layer-first
@@ -8,11 +8,9 @@ path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan`` does the work).
 ``last_path()`` says which path the last batched call took.
 """
 from ..driver.batch_copy import batch_copy_available, log
-from ..errors import CopyError
-from .transfer import plain
+from .transfer import plain_direct_caller
 
 __all__ = [
-    "CopyError",
     "batch_copy_available",
     "last_path",
     "path_counts",
@@ -68,10 +66,10 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
     -------
     >>> kvnumba.transfer_kv_direct(host_layers, gpu_layers, src_idx, dst_idx, page_size=64)  # doctest: +SKIP
     """
-    _transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size, stream=stream, check=check)
+    _transfer_kv_direct((src_layers, dst_layers), (page_size,), src_indices, dst_indices, stream, check)
 
 
-_transfer_kv_direct = plain("transfer_kv_direct")
+_transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
 
 
 def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size, *,
@@ -122,10 +120,11 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
     >>> kvnumba.transfer_kv_per_layer_direct_pf_lf([k_host, v_host], [k_gpu, v_gpu], src_idx, dst_idx,
     ...                                            layer_id=3, page_size=64, stream=side)  # doctest: +SKIP
     """
-    _transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size, stream=stream, check=check)
+    _transfer_kv_per_layer_direct_pf_lf((src_ptrs, dst_ptrs), (layer_id, page_size), src_indices, dst_indices, stream,
+                                        check)
 
 
-_transfer_kv_per_layer_direct_pf_lf = plain("transfer_kv_per_layer_direct_pf_lf")
+_transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
 
 
 def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, *, stream=None,
@@ -169,7 +168,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indi
     >>> kvnumba.transfer_kv_all_layer_direct_lf_pf(k_layers + v_layers, [k_host, v_host], src_idx, dst_idx,
     ...                                            page_size=64, stream=side)  # doctest: +SKIP
     """
-    _transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, stream=stream, check=check)
+    _transfer_kv_all_layer_direct_lf_pf((src_ptrs, dst_ptrs), (page_size,), src_indices, dst_indices, stream, check)
 
 
-_transfer_kv_all_layer_direct_lf_pf = plain("transfer_kv_all_layer_direct_lf_pf")
+_transfer_kv_all_layer_direct_lf_pf = plain_direct_caller("transfer_kv_all_layer_direct_lf_pf")

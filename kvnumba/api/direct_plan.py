@@ -15,11 +15,12 @@ import numpy as np
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
 from ..checks.devices import one_device
-from ..driver.batch_copy import copy_many, log, runtime
+from ..driver import batch_copy
 from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import CopyError, DeviceMismatchError
+from .spec import PAGE_FIRST_DIRECT
 
 
 class DirectPlan:
@@ -29,7 +30,9 @@ class DirectPlan:
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
-        if spec.name == "transfer_kv_direct":
+        # layer-first lists on both sides: merged runs; else one side is page-first-direct: pages
+        self.runs = PAGE_FIRST_DIRECT not in (spec.src_layout, spec.dst_layout)
+        if self.runs:
             src, dst = self._init_runs(geometry)
         else:
             src, dst = self._init_pages(geometry)
@@ -72,19 +75,19 @@ class DirectPlan:
         srcs = self.src_base[None, :] + s_idx[starts, None] * rows[None, :]
         dsts = self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]
         sizes = lengths[:, None] * rows[None, :]
-        rt = runtime()
+        rt = batch_copy.runtime()
         for index, (d, s, n) in enumerate(zip(dsts.ravel().tolist(), srcs.ravel().tolist(),
                                               sizes.ravel().tolist())):
             try:
                 rt.memcpy(d, s, n, handle)
             except CopyError as error:
-                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.error, index) from None
-        log.record("runs")
+                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.code, error.call, index) from None
+        batch_copy.log.record("runs")
 
     # --- the page-first-direct pair --------------------------------------------------------------
 
     def _init_pages(self, geometry):
-        self.lf_to_pf = self.spec.name == "transfer_kv_all_layer_direct_lf_pf"
+        self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
         lf_name, pf_name = ("src_ptrs", "dst_ptrs") if self.lf_to_pf else ("dst_ptrs", "src_ptrs")
         self.lf_name, self.pf_name = lf_name, pf_name
         pf = _page_first(pf_name, geometry[pf_name])
@@ -147,7 +150,7 @@ class DirectPlan:
             srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
         else:
             srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
-        copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
+        batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
 
     # --- the per-call path -------------------------------------------------------------------------
 
@@ -166,7 +169,7 @@ class DirectPlan:
             return
         with on_device(self.device):
             s_idx, d_idx = bounds.host_indices(src_info), bounds.host_indices(dst_info)
-            if self.spec.name == "transfer_kv_direct":
+            if self.runs:
                 bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
                 bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
                 self._run_merged(s_idx, d_idx, handle)

@@ -281,7 +281,7 @@ class KernelPlan:
             validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
         self._clear_of_destinations(src, dst)
         host_side = src[3] or dst[3]
-        if host_side and count and bounds.HOST_INDEX_CHECK:
+        if host_side and count:
             self._check_host_indices(src, dst, window)
         uses_torch = self.uses_torch or src[4] or dst[4]
         handle = stream_handle(stream, self.device if uses_torch else None)

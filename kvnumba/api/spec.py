@@ -1,22 +1,32 @@
 """The table of kvnumba's entry points (the seed's thirteen, and ``copy``): each one's arguments, in
-order, with their defaults and roles, and for the seed's kernel entry points the layouts they move
-between (``copy`` takes them from its views).
+order, with their defaults and roles, and the layouts it moves between (``copy`` takes them from its
+views), whether it is MLA and whether it moves one layer.
 
-``prepare``, the plain entry points, the tests and the benchmark read this one table.
+It is the one table: ``prepare``, the plain entry points, the copy-engine plans, the tests
+(``tests/cases.py``, ``tests/test_ptx.py``) and the benchmark (``scripts/bench.py``) read it.
 
 Roles:
 - ``index``: ``src_indices`` / ``dst_indices``, new on almost every call;
 - ``layer``: ``layer_id`` of a per-layer kernel entry point (it picks token limits, not buffers);
 - ``launch``: ``block_quota`` / ``num_warps_per_block``;
 - ``geometry``: everything else (buffers, tables, sizes): validated once per prepared transfer, or
-  once per set of objects for plain calls.
+  once per set of objects for plain calls. ``Spec.buffers`` names the ones that are arrays.
+
+Layouts: a kernel entry point's are ``kvnumba.kernels.layouts.Layout`` members. A copy-engine entry
+point moves between Python lists of per-layer layer-first buffers (``Layout.LAYER_FIRST``) and lists of
+page-first-direct buffers ``[num_pages, num_layers, page_size, ...]`` (``PAGE_FIRST_DIRECT``, a layout
+no kernel entry point takes).
 """
 from typing import NamedTuple
 
 from ..kernels.layouts import Layout
 
-REQUIRED = object()
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
+PAGE_FIRST_DIRECT = "pfd"
+
+# Geometry arguments that are sizes; the other geometry arguments are buffers (arrays, lists, views).
+_SIZES = frozenset(("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
+                    "layer_id", "layers"))
 
 _ROLES = {"src_indices": "index", "dst_indices": "index", "block_quota": "launch", "num_warps_per_block": "launch"}
 
@@ -26,9 +36,9 @@ class Spec(NamedTuple):
     params: tuple  # argument names, in order
     defaults: dict  # name -> default (the rest are required)
     kind: str  # "kernel" or "direct"
-    src_layout: Layout = None  # kernel entry points only
-    dst_layout: Layout = None
-    mla: bool = False
+    src_layout: object = None  # a Layout, or PAGE_FIRST_DIRECT; None for copy (its views carry them)
+    dst_layout: object = None
+    mla: bool = False  # kernel entry points (a copy-engine call is MLA when its page-first list holds one buffer)
 
     def role(self, name):
         if name == "layer_id":
@@ -37,7 +47,19 @@ class Spec(NamedTuple):
 
     @property
     def per_layer(self):
+        """A kernel entry point whose calls each pick a layer (``layer_id`` changes per call)."""
         return "layer_id" in self.params and self.kind == "kernel"
+
+    @property
+    def one_layer(self):
+        """Moves one layer per call: it picks a layer (``layer_id``), or it is a kernel between two
+        layer-first buffers (a layer each). The others move every layer of their tables or lists."""
+        return "layer_id" in self.params or (self.kind == "kernel" and self.src_layout is LF and self.dst_layout is LF)
+
+    @property
+    def buffers(self):
+        """The arguments that are buffers (arrays, tables, lists of arrays, views), in order."""
+        return tuple(n for n in self.params if self.role(n) == "geometry" and n not in _SIZES)
 
 
 _LAUNCH = ("block_quota", "num_warps_per_block")
@@ -72,10 +94,11 @@ SPECS = {spec.name: spec for spec in [
             ("src_layers", "dst") + _IDX + ("item_size", "dst_layout_dim", "num_layers"), TBL, PF, True),
     Spec("copy", ("src_view", "dst_view") + _IDX + ("layers",) + _LAUNCH, dict(_LAUNCH_DEFAULTS, layers=None),
          "kernel"),
-    Spec("transfer_kv_direct", ("src_layers", "dst_layers") + _IDX + ("page_size",), {}, "direct"),
+    Spec("transfer_kv_direct", ("src_layers", "dst_layers") + _IDX + ("page_size",), {}, "direct", LF, LF),
     Spec("transfer_kv_per_layer_direct_pf_lf", ("src_ptrs", "dst_ptrs") + _IDX + ("layer_id", "page_size"), {},
-         "direct"),
-    Spec("transfer_kv_all_layer_direct_lf_pf", ("src_ptrs", "dst_ptrs") + _IDX + ("page_size",), {}, "direct"),
+         "direct", PAGE_FIRST_DIRECT, LF),
+    Spec("transfer_kv_all_layer_direct_lf_pf", ("src_ptrs", "dst_ptrs") + _IDX + ("page_size",), {}, "direct",
+         LF, PAGE_FIRST_DIRECT),
 ]}
 
 KERNEL_ENTRY_POINTS = [name for name, spec in SPECS.items() if spec.kind == "kernel" and name != "copy"]

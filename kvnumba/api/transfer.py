@@ -51,7 +51,7 @@ class Transfer:
         position = {n: i for i, n in enumerate(self._free)}
         position.update({n: len(self._free) + i for i, n in enumerate(bound_names)})
         self._geometry = tuple(n for n in params if spec.role(n) == "geometry")
-        self._arrays = sum(1 for n in self._geometry if _is_buffer_argument(spec, n))
+        self._arrays = len(spec.buffers)  # the buffers come first among the geometry arguments
         self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
         self._call_names = tuple(n for n in call_names if n in position)
@@ -189,12 +189,6 @@ class Transfer:
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
 
 
-def _is_buffer_argument(spec, name):
-    """Geometry arguments that are arrays (or lists of arrays) rather than sizes."""
-    return name not in ("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
-                        "layer_id", "layers")
-
-
 def _short(value):
     """A few words for an argument in a repr: arrays by kind, device, dtype and shape."""
     if isinstance(value, (list, tuple)):
@@ -278,6 +272,19 @@ def plain_caller(name):
         if entry is not None and valid(entry, objects):
             return entry[1].fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check)
         return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+
+    return call
+
+
+def plain_direct_caller(name):
+    """The per-call function of plain copy-engine entry point ``name``:
+    ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
+    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache."""
+    transfer = plain(name)
+
+    def call(objects, scalars, src_indices, dst_indices, stream, check):
+        strict = check or guard.ALWAYS_CHECK
+        transfer._plan_for_geometry(objects + scalars, strict).run(src_indices, dst_indices, stream, strict)
 
     return call
 

@@ -26,11 +26,6 @@ from ..errors import IndexOutOfRangeError
 from ..kernels.factory import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
 
-# Tests set this to False to send host-readable indices down the device path (the kernel's guard),
-# as indices in GPU memory go on a real GPU. Never needed by users.
-HOST_INDEX_CHECK = True
-
-
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
     touches, over all layers of the call and all heads, by ``kvnumba.kernels.layouts``' own functions."""

@@ -25,12 +25,13 @@ import threading
 
 import numpy as np
 
-from ..config import env_flag
+from ..config import always_check
 from ..driver.target import SIMULATOR
 from ..errors import IndexOutOfRangeError
 
-# KVNUMBA_CHECK=1: every call behaves as if given check=True (read once, at import).
-ALWAYS_CHECK = env_flag("KVNUMBA_CHECK")
+# KVNUMBA_CHECK=1: every call behaves as if given check=True (read once, at import; the hot paths
+# read this module attribute, and tests set it with their ``always_check`` fixture).
+ALWAYS_CHECK = always_check()
 
 _lock = threading.Lock()
 _flag = None  # the int64 flag (a NumPy array over pinned memory on a GPU)

@@ -38,8 +38,9 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..config import batch_copy_route
+from ..config import BATCH_COPY_ROUTES, batch_copy_route
 from ..errors import CopyError
+from .bindings import failure
 from .target import SIMULATOR
 
 # cudaStreamLegacy is ((cudaStream_t)0x1); 0 is the default stream, legacy unless built per-thread.
@@ -83,12 +84,6 @@ class SimulatorRuntime:
     def device_of(self, ptr):
         return 0
 
-    def batch(self, dsts, srcs, sizes, src_device, dst_device, stream):  # pragma: no cover - never called
-        raise RuntimeError("the simulator has no cudaMemcpyBatchAsync")
-
-    def error_name(self, error):
-        return f"error {error}"
-
 
 class _MemLocation(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
@@ -109,8 +104,9 @@ class CudartBatch:
     def __init__(self, lib, rt):
         """``lib``: the loaded libcudart (``ctypes.CDLL``; tests pass a stand-in), ``rt``: the binding."""
         version = ctypes.c_int()
-        if lib.cudaRuntimeGetVersion(ctypes.byref(version)) != 0:
-            raise OSError("cudaRuntimeGetVersion failed")
+        err = lib.cudaRuntimeGetVersion(ctypes.byref(version))
+        if err:
+            raise failure("cudaRuntimeGetVersion", err)
         self.runtime_version = version.value
         self.has_fail_index = version.value < 13000
         fn = lib.cudaMemcpyBatchAsync
@@ -148,13 +144,13 @@ class CudartBatch:
 
 
 def _load_cudart_batch(rt):
-    """CudartBatch for the libcudart cuda-python uses, or None if it cannot be loaded."""
+    """``(CudartBatch, None)`` for the libcudart cuda-python uses, or ``(None, why not)``."""
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
 
-        return CudartBatch(ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path), rt)
-    except Exception:  # noqa: BLE001 - any failure means "use the binding"
-        return None
+        return CudartBatch(ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path), rt), None
+    except Exception as error:  # noqa: BLE001 - any failure means "use the binding"
+        return None, f"{type(error).__name__}: {error}"
 
 
 class CudaRuntime:
@@ -172,24 +168,16 @@ class CudaRuntime:
         self.has_batch = (hasattr(rt, "cudaMemcpyBatchAsync") and binding_major in (12, 13)) or cudart is not None
         self._default_kind = rt.cudaMemcpyKind.cudaMemcpyDefault
 
-    def error_name(self, error):
-        try:
-            err, name = self.rt.cudaGetErrorName(self.rt.cudaError_t(int(error)))
-            return name.decode() if isinstance(name, bytes) else str(name)
-        except Exception:  # noqa: BLE001 - only for a message
-            return f"error {int(error)}"
-
     def memcpy(self, dst, src, nbytes, stream):
         (err,) = self.rt.cudaMemcpyAsync(dst, src, nbytes, self._default_kind, stream)
         if int(err):
-            raise CopyError(f"cudaMemcpyAsync of {nbytes} bytes from 0x{src:x} to 0x{dst:x} failed: "
-                            f"{self.error_name(err)}", int(err))
+            raise failure("cudaMemcpyAsync", err, f" ({nbytes} bytes from 0x{src:x} to 0x{dst:x})", CopyError)
 
     def device_of(self, ptr):
         """Device ordinal owning device pointer ``ptr`` (``cudaPointerGetAttributes``)."""
         err, attributes = self.rt.cudaPointerGetAttributes(ptr)
         if int(err):
-            raise CopyError(f"cudaPointerGetAttributes(0x{ptr:x}) failed: {self.error_name(err)}", int(err))
+            raise failure("cudaPointerGetAttributes", err, f" (0x{ptr:x})")
         return int(attributes.device)
 
     def attributes(self, src_device, dst_device):
@@ -213,15 +201,14 @@ class CudaRuntime:
         result = self.rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(dsts), [attrs], [0], 1, stream)
         if self.binding_major == 12:  # (err, failIdx)
             if len(result) != 2:
-                raise CopyError(f"cuda-bindings 12.x cudaMemcpyBatchAsync returned {len(result)} values, expected 2")
+                raise CopyError(f"cuda-bindings 12.x cudaMemcpyBatchAsync returned {len(result)} values, expected 2",
+                                call="cudaMemcpyBatchAsync")
             err, fail_index = result
             return BatchResult(int(err), None if fail_index is None else int(fail_index))
         if len(result) != 1:  # 13.x: (err,)
-            raise CopyError(f"cuda-bindings 13.x cudaMemcpyBatchAsync returned {len(result)} values, expected 1")
+            raise CopyError(f"cuda-bindings 13.x cudaMemcpyBatchAsync returned {len(result)} values, expected 1",
+                            call="cudaMemcpyBatchAsync")
         return BatchResult(int(result[0]), None)
-
-
-ROUTES = ("auto", "cudart", "bindings", "page")
 
 
 def make_runtime(route="auto"):
@@ -229,8 +216,8 @@ def make_runtime(route="auto"):
     NumPy address arrays where it loads, else cuda-bindings'), ``"cudart"`` (that call; an error if
     it cannot be loaded), ``"bindings"`` (cuda-bindings' ``cudaMemcpyBatchAsync`` with Python lists),
     ``"page"`` (never batch: page by page)."""
-    if route not in ROUTES:
-        raise ValueError(f"batch copy route must be one of {', '.join(ROUTES)}, got {route!r}")
+    if route not in BATCH_COPY_ROUTES:
+        raise ValueError(f"batch copy route must be one of {', '.join(BATCH_COPY_ROUTES)}, got {route!r}")
     if SIMULATOR:
         return SimulatorRuntime()
     import cuda.bindings
@@ -238,9 +225,10 @@ def make_runtime(route="auto"):
 
     major = int(cuda.bindings.__version__.split(".")[0])
     err, version = rt.cudaDriverGetVersion()
-    cudart = _load_cudart_batch(rt) if route in ("auto", "cudart") else None
+    cudart, why_not = _load_cudart_batch(rt) if route in ("auto", "cudart") else (None, None)
     if route == "cudart" and cudart is None:
-        raise RuntimeError("KVNUMBA_BATCH_COPY=cudart: libcudart's cudaMemcpyBatchAsync could not be loaded")
+        raise RuntimeError(f"KVNUMBA_BATCH_COPY=cudart: libcudart's cudaMemcpyBatchAsync could not be loaded "
+                           f"({why_not})")
     runtime = CudaRuntime(rt, major, int(version) if not int(err) else 0, cudart)
     if route == "page":
         runtime.has_batch = False
@@ -248,24 +236,13 @@ def make_runtime(route="auto"):
     return runtime
 
 
-@functools.cache
-def _default_runtime():
-    return make_runtime(batch_copy_route())
+_runtime_for = functools.cache(make_runtime)  # one runtime per route, made when first used
 
 
 def runtime():
-    """The runtime the copy paths use (replaceable in tests with ``set_runtime``)."""
-    return _override[0] if _override else _default_runtime()
-
-
-_override = []
-
-
-def set_runtime(value):
-    """Use ``value`` (a ``CudaRuntime``-like object) for every copy; ``None`` restores the default."""
-    _override.clear()
-    if value is not None:
-        _override.append(value)
+    """The runtime the copy paths use: the route ``KVNUMBA_BATCH_COPY`` names, read at every call (a
+    dictionary look-up beside a copy submission), so a process can switch routes (``scripts/host_cost.py``)."""
+    return _runtime_for(batch_copy_route())
 
 
 def batch_copy_available(stream=None):
@@ -325,20 +302,19 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
             log.record("batch")
             return "batch"
         if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
-            raise _batch_error(rt, result, dsts.tolist(), srcs.tolist(), sizes.tolist())
+            raise _batch_error(result, dsts.tolist(), srcs.tolist(), sizes.tolist())
     if dst_list is None:
         dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
     for index, (dst, src, size) in enumerate(zip(dst_list, src_list, size_list)):
         try:
             rt.memcpy(dst, src, size, stream)
         except CopyError as error:
-            raise CopyError(f"page copy {index} of {count}: {error}", error.error, index) from None
+            raise CopyError(f"page copy {index} of {count}: {error}", error.code, error.call, index) from None
     log.record("page")
     return "page"
 
 
-def _batch_error(rt, result, dsts, srcs, sizes):
-    name = rt.error_name(result.error)
+def _batch_error(result, dsts, srcs, sizes):
     count = len(dsts)
     if result.fail_index is not None and 0 <= result.fail_index < count:
         i = result.fail_index
@@ -347,4 +323,4 @@ def _batch_error(rt, result, dsts, srcs, sizes):
         where = f"(failIdx={result.fail_index}, not a single copy) of {count} copies"
     else:
         where = f"for one of {count} copies (this runtime does not report which)"
-    return CopyError(f"cudaMemcpyBatchAsync failed {where}: {name}", result.error, result.fail_index)
+    return failure("cudaMemcpyBatchAsync", result.error, f" {where}", CopyError, index=result.fail_index)

@@ -1,8 +1,10 @@
 """cuda-python's driver and runtime bindings, and the one helper every result goes through.
 
-Every CUDA call kvnumba makes itself goes through ``cuda.bindings`` (the hot launch path checks its
-result inline; everything else calls ``check``). Numba keeps its own use of the same bindings for
-compiling and loading kernels.
+Every CUDA call kvnumba makes itself goes through ``cuda.bindings`` (or, for one batch call,
+libcudart through ctypes), and every failure becomes an exception through ``failure``: its message
+names the call and the CUDA error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)``). The hot
+launch path tests its result inline and calls ``failure`` only on an error; everything else calls
+``check``. Numba keeps its own use of the same bindings for compiling and loading kernels.
 """
 from ..errors import CudaError
 
@@ -14,15 +16,22 @@ except ImportError:  # pragma: no cover - cuda-bindings is a dependency; the sim
 
 
 def error_name(err):
-    """``CUDA_ERROR_...`` / ``cudaError...`` name of a driver or runtime result."""
+    """``CUDA_ERROR_...`` / ``cudaError...`` name of a driver or runtime result (a plain number is read as
+    a runtime error). The bindings' enums hold the names, so no driver is needed to ask."""
     try:
         if isinstance(err, cu.CUresult):
-            _, name = cu.cuGetErrorName(err)
-        else:
-            _, name = rt.cudaGetErrorName(rt.cudaError_t(int(err)))
-        return name.decode() if isinstance(name, bytes) else str(name)
-    except Exception:  # noqa: BLE001 - only for a message
-        return f"error {int(err)}"
+            return err.name
+        return rt.cudaError_t(int(err)).name
+    except Exception:  # noqa: BLE001 - no bindings, or a number no enum knows: only for a message
+        return "unknown CUDA error"
+
+
+def failure(call, err, detail="", error=CudaError, **fields):
+    """The exception for CUDA call ``call`` that answered ``err`` (a driver or runtime result, or its
+    number): ``error`` (``CudaError`` or a subclass) with the message ``"{call} failed{detail}: {name}
+    ({number})"``, ``code`` and ``call`` set; ``fields`` go to the class (``CopyError``'s ``index``)."""
+    code = int(err)
+    return error(f"{call} failed{detail}: {error_name(err)} ({code})", code, call, **fields)
 
 
 def check(result, call):
@@ -30,7 +39,7 @@ def check(result, call):
     ``call`` and the CUDA error if ``err`` is not success. One value comes back bare."""
     err = result[0]
     if err:
-        raise CudaError(f"{call} failed: {error_name(err)} ({int(err)})", int(err), call)
+        raise failure(call, err)
     if len(result) == 1:
         return None
     return result[1] if len(result) == 2 else result[1:]

@@ -19,8 +19,7 @@ simulator keeps a kernel's launch shape on the shared dispatcher, and runs one g
 import ctypes
 import threading
 
-from ..errors import CudaError
-from .bindings import check, cu, error_name
+from .bindings import check, cu, failure
 from .devices import context, on_device
 from .target import SIMULATOR
 
@@ -143,7 +142,7 @@ else:
                 finally:
                     check(cu.cuCtxPopCurrent(), "cuCtxPopCurrent")
             if err:
-                raise CudaError(f"cuLaunchKernel failed: {error_name(err)} ({int(err)})", int(err), "cuLaunchKernel")
+                raise failure("cuLaunchKernel", err)
 
     _WRONG_CONTEXT = (cu.CUresult.CUDA_ERROR_INVALID_HANDLE, cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,
                       cu.CUresult.CUDA_ERROR_CONTEXT_IS_DESTROYED)

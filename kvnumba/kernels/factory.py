@@ -40,8 +40,11 @@ COPY_SHAPES = {  # by layout names (LayoutParts.name)
 }
 DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 
-# Set to a CopyShape to build every kernel with it (tuning experiments); None uses COPY_SHAPES.
-COPY_SHAPE = None
+
+def copy_shape_for(src, dst, mla):
+    """The inner loop's shape for a kernel (``src``/``dst``: ``LayoutParts``). Tuning experiments and
+    tests replace this function to build every kernel with one shape."""
+    return COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
@@ -138,20 +141,6 @@ def _build_kernel(src, dst, mla, copy_shape):
     return kernel(transfer_kv, max_registers=MAX_REGISTERS)
 
 
-# The seed's kernel instances: (source layout, destination layout, MLA) -> the entry point using it.
-SEED_KERNELS = {  # (source layout, destination layout, MLA) -> the entry point using it
-    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer",
-    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_pf_lf",
-    (Layout.PAGE_HEAD, Layout.LAYER_FIRST, False): "transfer_kv_per_layer_ph_lf",
-    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, False): "transfer_kv_all_layer",
-    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, False): "transfer_kv_all_layer_lf_pf",
-    (Layout.LAYER_TABLE, Layout.PAGE_HEAD, False): "transfer_kv_all_layer_lf_ph",
-    (Layout.LAYER_FIRST, Layout.LAYER_FIRST, True): "transfer_kv_per_layer_mla",
-    (Layout.PAGE_FIRST, Layout.LAYER_FIRST, True): "transfer_kv_per_layer_mla_pf_lf",
-    (Layout.LAYER_TABLE, Layout.LAYER_TABLE, True): "transfer_kv_all_layer_mla",
-    (Layout.LAYER_TABLE, Layout.PAGE_FIRST, True): "transfer_kv_all_layer_mla_lf_pf",
-}
-
 _kernels = {}
 
 
@@ -159,7 +148,7 @@ def get_kernel(src_layout, dst_layout, mla):
     """The kernel for one layout pair, built on first request and memoised. A layout is a
     ``LayoutParts`` or one of the seed's names (``Layout`` or its value, e.g. ``"pf"``)."""
     src, dst = _parts(src_layout), _parts(dst_layout)
-    shape = COPY_SHAPE or COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
+    shape = copy_shape_for(src, dst, mla)
     key = (src, dst, bool(mla), shape)
     built = _kernels.get(key)
     if built is None:

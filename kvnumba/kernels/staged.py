@@ -41,7 +41,7 @@ from typing import NamedTuple
 from numba import cuda, int64
 
 from ..driver.target import SIMULATOR
-from .factory import COPY_SHAPES, DEFAULT_COPY_SHAPE, MAX_REGISTERS
+from .factory import MAX_REGISTERS, copy_shape_for
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u64, store_u128
@@ -378,7 +378,7 @@ def get_staged_kernel(src, dst, mla, ring=None):
     key = (src, dst, bool(mla), ring)
     built = _kernels.get(key)
     if built is None:
-        shape = COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
+        shape = copy_shape_for(src, dst, mla)
         built = _kernels[key] = _build(src, dst, bool(mla), shape, ring)
     return built
 

@@ -1,5 +1,6 @@
 """The ``kvnumba`` command (also ``python -m kvnumba``)."""
 import argparse
+import json
 import os
 import sys
 
@@ -82,9 +83,13 @@ def _convert(args):
 
 
 def _info(args):
-    from .info import report
+    from .info import facts, report
 
-    for key, value in report():
+    found = facts()
+    if args.json:
+        print(json.dumps(found, indent=2))
+        return 0
+    for key, value in report(found):
         print(f"{key + ':':<22} {value}")
     return 0
 
@@ -148,6 +153,7 @@ def build_parser():
     c.set_defaults(func=_convert)
 
     i = commands.add_parser("info", help="versions, the GPU (or simulator), and whether the batched-copy path is there")
+    i.add_argument("--json", action="store_true", help="the same facts as one JSON object")
     i.set_defaults(func=_info)
     return parser
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from ..checks import validate
 from ..config import env_int
+from ..errors import Interrupted
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 
 DEFAULT_CHUNK_BYTES = 64 << 20
@@ -320,15 +321,6 @@ def _remove(path):
 
 
 # --- Signals -------------------------------------------------------------------------------------------
-
-class Interrupted(KeyboardInterrupt):
-    """A signal (SIGINT, SIGTERM, SIGHUP) stopped a conversion; its temporary file has been removed.
-    A KeyboardInterrupt, so that code which catches ``Exception`` lets it through."""
-
-    def __init__(self, signum):
-        super().__init__(f"interrupted by {signal.Signals(signum).name}")
-        self.signum = signum
-
 
 _CLEANUP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
 

@@ -8,7 +8,6 @@
 
 On the simulator (no GPU) the same steps run at a tiny size; the times there mean nothing.
 """
-import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -18,6 +17,7 @@ from ..api import entry_points
 from .. import reference
 from ..driver.target import SIMULATOR
 from ..api.tables import layer_table
+from ..timing import CLOCK, GpuTimer
 
 
 @dataclass
@@ -33,31 +33,6 @@ class DemoShape:
 
 SIMULATOR_SHAPE = DemoShape(layers=2, item_size=64, page_size=4, tokens=16, pool=32, block_quota=2,
                             num_warps_per_block=2)
-
-
-class _Clock:
-    """Wall time around GPU work: device events on a GPU, perf_counter on the simulator."""
-
-    def __init__(self):
-        self.events = None
-        if not SIMULATOR:
-            from numba import cuda
-
-            self.events = (cuda.event(), cuda.event())
-
-    def __enter__(self):
-        if self.events:
-            self.events[0].record()
-        self.start = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc):
-        if self.events:
-            self.events[1].record()
-            self.events[1].synchronize()
-            self.seconds = self.events[0].elapsed_time(self.events[1]) / 1e3
-        else:
-            self.seconds = time.perf_counter() - self.start
 
 
 def _placed(array, where):
@@ -105,7 +80,7 @@ def run(shape=None, seed=0, out=print):
     # 1. backup: all layers, device -> host, page-first
     k_table, v_table = layer_table(gpu_k), layer_table(gpu_v)
     entry_points.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)  # warm-up
-    with _Clock() as backup:
+    with GpuTimer() as backup:
         entry_points.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)
 
     # 2. load back: layer by layer, host -> device, into fresh poisoned buffers
@@ -113,7 +88,7 @@ def run(shape=None, seed=0, out=print):
     load_v = [_placed(np.full((shape.pool, item), 0xA5, np.uint8), "device") for _ in range(L)]
     scratch = _placed(np.zeros((shape.pool, item), np.uint8), "device")  # warm-up: compile, first touch
     entry_points.transfer_kv_per_layer_pf_lf(host_k, scratch, host_v, scratch, h_idx, d_idx, 0, item, dim, *launch)
-    with _Clock() as load:
+    with GpuTimer() as load:
         for layer in range(L):
             entry_points.transfer_kv_per_layer_pf_lf(host_k, load_k[layer], host_v, load_v[layer], h_idx, d_idx, layer,
                                             item, dim, *launch)
@@ -138,5 +113,6 @@ def run(shape=None, seed=0, out=print):
         gbps = moved / clock.seconds / 1e9
         out(f"{name}: {moved:>12,} B in {clock.seconds * 1e3:9.3f} ms = {gbps:8.3f} GB/s")
         results[name.split()[0]] = {"bytes": moved, "seconds": clock.seconds, "gbps": gbps}
+    out(f"times from {CLOCK}")
     out("verified: every byte matches kvnumba.reference")
     return results

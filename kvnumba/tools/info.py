@@ -1,17 +1,19 @@
-"""``kvnumba info``: what kvnumba runs on. Every probe is guarded: without a GPU, a driver or the CUDA
-runtime it says so instead of failing."""
-import importlib
+"""``kvnumba info``: what kvnumba runs on, as text or (``--json``) as data. Every probe is guarded:
+without a GPU, a driver or the CUDA runtime it says so instead of failing."""
 import importlib.metadata
 import platform
 
+from ..driver.bindings import error_name
 from ..driver.target import SIMULATOR, gpu_available
+
+PACKAGES = ("numpy", "numba", "numba-cuda", "cuda-bindings")
 
 
 def _version(distribution):
     try:
         return importlib.metadata.version(distribution)
     except importlib.metadata.PackageNotFoundError:
-        return "not installed"
+        return None
 
 
 def _cuda_version(number):
@@ -19,16 +21,21 @@ def _cuda_version(number):
     return f"{major}.{rest // 10}"
 
 
+def _unavailable(exc):
+    return f"{type(exc).__name__}: {exc}"
+
+
 def _runtime_version():
+    """``(version, None)`` or ``(None, why not)``."""
     try:
         from cuda.bindings import runtime
 
         err, version = runtime.cudaRuntimeGetVersion()
         if int(err):
-            return f"unavailable ({err})"
-        return _cuda_version(version)
+            return None, error_name(err)
+        return _cuda_version(version), None
     except Exception as exc:  # noqa: BLE001 - no runtime library is an answer, not a crash
-        return f"unavailable ({type(exc).__name__}: {exc})"
+        return None, _unavailable(exc)
 
 
 def _driver_version():
@@ -37,61 +44,86 @@ def _driver_version():
 
         err, version = driver.cuDriverGetVersion()
         if int(err):
-            return f"unavailable ({err})"
-        return f"{_cuda_version(version)} (supports CUDA up to this version)"
+            return None, error_name(err)
+        return _cuda_version(version), None
     except Exception as exc:  # noqa: BLE001 - no libcuda (no driver) is an answer, not a crash
-        return f"unavailable ({type(exc).__name__}: {exc})"
+        return None, _unavailable(exc)
 
 
 def _gpu():
+    """``(target, gpu, note)``: ``"simulator"``, ``"none"`` or ``"gpu"``; the GPU's facts or None."""
     if SIMULATOR:
-        return "simulator (NUMBA_ENABLE_CUDASIM=1; NumPy arrays stand for GPU memory)"
+        return "simulator", None, "simulator (NUMBA_ENABLE_CUDASIM=1; NumPy arrays stand for GPU memory)"
     if not gpu_available():
-        return "no GPU (kernels run on the simulator: NUMBA_ENABLE_CUDASIM=1)"
+        return "none", None, "no GPU (kernels run on the simulator: NUMBA_ENABLE_CUDASIM=1)"
     try:
         from numba import cuda
 
         device = cuda.get_current_device()
         name = device.name.decode() if isinstance(device.name, bytes) else str(device.name)
         major, minor = device.compute_capability
-        return f"{name} (compute capability {major}.{minor}, {device.MULTIPROCESSOR_COUNT} SMs)"
+        return "gpu", {"name": name, "compute_capability": f"{major}.{minor}",
+                       "sms": int(device.MULTIPROCESSOR_COUNT)}, None
     except Exception as exc:  # noqa: BLE001
-        return f"a GPU, but it could not be queried ({type(exc).__name__}: {exc})"
+        return "gpu", None, f"a GPU, but it could not be queried ({_unavailable(exc)})"
 
 
 def _batch_copy():
-    """Whether ``cudaMemcpyBatchAsync`` is usable, as ``kvnumba.api.direct`` (added separately) sees it."""
+    """``(usable, None)``, or ``(None, why unknown)`` if the probe fails (e.g. a bad ``KVNUMBA_BATCH_COPY``)."""
+    from ..api.direct import batch_copy_available
+
     try:
-        direct = importlib.import_module("kvnumba.api.direct")
-    except ImportError:
-        return "unknown (kvnumba.api.direct not present)"
-    probe = getattr(direct, "batch_copy_available", None)
-    if probe is None:
-        return "unknown (kvnumba.api.direct has no batch_copy_available)"
-    try:
-        answer = probe()
+        return bool(batch_copy_available()), None
     except Exception as exc:  # noqa: BLE001
-        return f"unknown (batch_copy_available failed: {type(exc).__name__}: {exc})"
-    if answer is True:
-        return "yes"
-    if answer is False:
-        return "no"
-    return f"no: {answer}"
+        return None, _unavailable(exc)
 
 
-def report():
-    """``(name, value)`` pairs for ``kvnumba info``."""
+def facts():
+    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict).
+
+    ``packages`` maps each distribution to its version (None: not installed); ``cuda_runtime`` and
+    ``cuda_driver`` are CUDA versions (the driver's: the newest CUDA it supports); ``target`` is
+    ``"gpu"``, ``"simulator"`` or ``"none"``; ``gpu`` holds the current device's name, compute capability and
+    SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used. A None value has its reason
+    in ``unavailable``.
+    """
     from .. import __version__
 
+    runtime, runtime_why = _runtime_version()
+    driver, driver_why = _driver_version()
+    target, gpu, gpu_note = _gpu()
+    batch, batch_why = _batch_copy()
+    unavailable = {"cuda_runtime": runtime_why, "cuda_driver": driver_why, "gpu": gpu_note, "batch_copy": batch_why}
+    return {
+        "kvnumba": __version__,
+        "python": platform.python_version(),
+        "packages": {name: _version(name) for name in PACKAGES},
+        "cuda_runtime": runtime,
+        "cuda_driver": driver,
+        "target": target,
+        "gpu": gpu,
+        "batch_copy": batch,
+        "unavailable": {key: why for key, why in unavailable.items() if why is not None},
+    }
+
+
+def report(found=None):
+    """``(name, value)`` text pairs for ``kvnumba info``, from ``facts()`` (or ``found``)."""
+    found = found or facts()
+    why = found["unavailable"]
+    gpu = found["gpu"]
+    if gpu is not None:
+        gpu_text = f"{gpu['name']} (compute capability {gpu['compute_capability']}, {gpu['sms']} SMs)"
+    else:
+        gpu_text = why["gpu"]
+    batch = found["batch_copy"]
     return [
-        ("kvnumba", __version__),
-        ("python", platform.python_version()),
-        ("numpy", _version("numpy")),
-        ("numba", _version("numba")),
-        ("numba-cuda", _version("numba-cuda")),
-        ("cuda-bindings", _version("cuda-bindings")),
-        ("CUDA runtime", _runtime_version()),
-        ("CUDA driver", _driver_version()),
-        ("GPU", _gpu()),
-        ("cudaMemcpyBatchAsync", _batch_copy()),
+        ("kvnumba", found["kvnumba"]),
+        ("python", found["python"]),
+        *((name, version or "not installed") for name, version in found["packages"].items()),
+        ("CUDA runtime", found["cuda_runtime"] or f"unavailable ({why['cuda_runtime']})"),
+        ("CUDA driver", f"{found['cuda_driver']} (supports CUDA up to this version)" if found["cuda_driver"]
+         else f"unavailable ({why['cuda_driver']})"),
+        ("GPU", gpu_text),
+        ("cudaMemcpyBatchAsync", f"unknown ({why['batch_copy']})" if batch is None else ("yes" if batch else "no")),
     ]

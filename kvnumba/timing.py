@@ -1,0 +1,117 @@
+"""One timer for GPU work, shared by the benchmark, the demo and the GPU tests.
+
+- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream``, from two CUDA events
+  (``numba.cuda.event``) recorded around it, and its host time;
+- ``gpu_time(fn, repeats, stream)``: device seconds per call of ``fn``, called back to back (as in a
+  serving loop the GPU never waits for the host between calls), the median over ``groups`` groups;
+- ``host_time(fn, calls)``: host seconds per call, back to back, the device synchronised between groups.
+
+On Numba's CUDA simulator there are no CUDA events: every time is the host's wall clock
+(``time.perf_counter``), which says nothing about a GPU. ``CLOCK`` says which clock is in use.
+
+A stream is anything kvnumba's entry points take as ``stream=``: None (the default stream), a raw
+handle, or a torch, CuPy, Numba or ``cuda.core`` stream. Events belong to the current CUDA context
+(the current device's primary context, shared with torch and CuPy).
+"""
+import statistics
+import time
+
+from .driver.streams import stream_handle
+from .driver.target import SIMULATOR
+
+CLOCK = "wall clock (the CUDA simulator has no CUDA events; the times say nothing about a GPU)" if SIMULATOR \
+    else "CUDA events"
+
+
+def _numba_stream(handle):
+    """The Numba stream object for raw stream ``handle`` (events are recorded on Numba streams)."""
+    from numba import cuda
+
+    if handle == 0:
+        return cuda.default_stream()
+    if handle == 1:
+        return cuda.legacy_default_stream()
+    if handle == 2:
+        return cuda.per_thread_default_stream()
+    return cuda.external_stream(handle)
+
+
+def synchronize():
+    """Wait for all work of the current device (nothing to wait for on the simulator)."""
+    if not SIMULATOR:
+        from numba import cuda
+
+        cuda.synchronize()
+
+
+class GpuTimer:
+    """``with GpuTimer(stream) as t: ...``: ``t.seconds`` is the GPU time of the work the block issued on
+    ``stream`` (CUDA events around it; waits for the end event), ``t.host_seconds`` the block's own host
+    time (before that wait). On the simulator both are the block's wall time; ``t.clock`` says which."""
+
+    clock = CLOCK
+
+    def __init__(self, stream=None):
+        self.stream = stream
+        self._handle = stream_handle(stream)  # a TypeError for what is not a stream, here too on the simulator
+        self.seconds = None
+        self.host_seconds = None
+        self._events = None
+
+    def __enter__(self):
+        if not SIMULATOR:
+            from numba import cuda
+
+            self._numba_stream = _numba_stream(self._handle)
+            self._events = (cuda.event(), cuda.event())
+            self._events[0].record(self._numba_stream)
+        self._start = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.host_seconds = time.perf_counter() - self._start
+        if self._events is None:
+            self.seconds = self.host_seconds
+            return False
+        start, end = self._events
+        end.record(self._numba_stream)
+        end.synchronize()
+        self.seconds = start.elapsed_time(end) / 1e3
+        return False
+
+
+def gpu_time(fn, repeats=1, stream=None, *, groups=1, warmup=1):
+    """Device seconds per call of ``fn()``: ``warmup`` calls first (compilation, first touch), then
+    ``groups`` groups of ``repeats`` back-to-back calls, each group timed by CUDA events on ``stream``
+    (the stream ``fn`` issues its work on); the median of the groups' per-call times. On the
+    simulator: wall time (``CLOCK``)."""
+    for _ in range(warmup):
+        fn()
+    synchronize()
+    times = []
+    for _ in range(groups):
+        with GpuTimer(stream) as timer:
+            for _ in range(repeats):
+                fn()
+        times.append(timer.seconds / repeats)
+    return statistics.median(times)
+
+
+def host_time(fn, calls=1, *, groups=1, warmup=0, include_sync=False):
+    """Host seconds per call of ``fn()``: ``warmup`` calls, then ``groups`` groups of ``calls``
+    back-to-back calls with no synchronisation inside a group (the device is synchronised before each
+    group, and after the last); the median of the groups. ``include_sync``: each group's time also
+    waits for its GPU work (the wall time of synchronised calls)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(groups):
+        synchronize()
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        if include_sync:
+            synchronize()
+        times.append((time.perf_counter() - start) / calls)
+    synchronize()
+    return statistics.median(times)

@@ -1,0 +1,121 @@
+"""kvnumba.config: every environment variable kvnumba reads, read there only, validated with errors that
+name the variable, and documented in the README's Settings section."""
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import kvnumba
+from kvnumba import config
+from kvnumba.tools import convert_files
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted([*ROOT.joinpath("kvnumba").rglob("*.py"), *ROOT.joinpath("scripts").rglob("*.py")])
+
+
+# --- each variable: good values, and junk naming the variable ------------------------------------------
+
+@pytest.mark.parametrize("text,want", [("1", True), ("true", True), (" YES ", True), ("On", True),
+                                       ("0", False), ("false", False), ("no", False), ("OFF", False), ("", False)])
+def test_check_flag_values(monkeypatch, text, want):
+    monkeypatch.setenv("KVNUMBA_CHECK", text)
+    assert config.always_check() is want
+
+
+def test_check_flag_unset_is_off(monkeypatch):
+    monkeypatch.delenv("KVNUMBA_CHECK", raising=False)
+    assert config.always_check() is False
+
+
+@pytest.mark.parametrize("text,want", [("", "auto"), ("page", "page"), (" Bindings ", "bindings"), ("CUDART", "cudart")])
+def test_batch_copy_route_values(monkeypatch, text, want):
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", text)
+    assert config.batch_copy_route() == want
+
+
+# variable, junk value, reader, the whole message
+JUNK = [
+    ("KVNUMBA_CHECK", "maybe", config.always_check,
+     "KVNUMBA_CHECK must be one of 1, true, yes, on (on) or 0, false, no, off (off), got 'maybe'"),
+    ("KVNUMBA_CHECK", "2", config.always_check,
+     "KVNUMBA_CHECK must be one of 1, true, yes, on (on) or 0, false, no, off (off), got '2'"),
+    ("KVNUMBA_BATCH_COPY", "Fast", config.batch_copy_route,
+     "KVNUMBA_BATCH_COPY must be one of auto, cudart, bindings, page, got 'fast'"),
+    ("KVNUMBA_CHUNK_BYTES", "64MiB", convert_files.default_chunk_bytes,
+     "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '64MiB'"),
+    ("KVNUMBA_CHUNK_BYTES", "0", convert_files.default_chunk_bytes, "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '0'"),
+    ("KVNUMBA_LOAD_PATH", "tma", config.load_path, "KVNUMBA_LOAD_PATH must be one of auto, staged, register, got 'tma'"),
+]
+
+
+@pytest.mark.parametrize("name,text,read,message", JUNK, ids=lambda v: v if isinstance(v, str) else "")
+def test_junk_value_is_a_value_error_naming_the_variable(monkeypatch, name, text, read, message):
+    monkeypatch.setenv(name, text)
+    with pytest.raises(ValueError) as info:
+        read()
+    assert str(info.value) == message
+
+
+def test_every_variable_has_a_junk_test():
+    assert {name for name, *_ in JUNK} == set(config.VARIABLES)
+
+
+@pytest.mark.needs_target
+def test_junk_batch_copy_route_refuses_a_copy_engine_call(monkeypatch):
+    """Read at the call: the call raises, naming the variable, and copies nothing."""
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", "fast")
+    src = [np.arange(32, dtype=np.uint8).reshape(4, 8), np.arange(32, 64, dtype=np.uint8).reshape(4, 8)]
+    dst = [np.zeros((1, 1, 4, 8), np.uint8), np.zeros((1, 1, 4, 8), np.uint8)]
+    idx = np.arange(4, dtype=np.int64)
+    with pytest.raises(ValueError, match=r"^KVNUMBA_BATCH_COPY must be one of"):
+        kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, idx, idx, 4)
+    with pytest.raises(ValueError, match=r"^KVNUMBA_BATCH_COPY must be one of"):
+        kvnumba.batch_copy_available()
+    assert not dst[0].any() and not dst[1].any()
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", "page")
+    kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, idx, idx, 4)
+    assert (dst[0][0, 0] == src[0]).all() and (dst[1][0, 0] == src[1]).all()
+
+
+def _import_kvnumba(check):
+    env = dict(os.environ, KVNUMBA_CHECK=check, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-c", "import kvnumba.checks.guard as g; print(g.ALWAYS_CHECK)"],
+                          env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_check_is_read_at_import():
+    """What the ``always_check`` fixture stands for: ``KVNUMBA_CHECK=1`` in the environment of a fresh process."""
+    on = _import_kvnumba("1")
+    assert on.returncode == 0, on.stderr[-2000:]
+    assert on.stdout.strip() == "True"
+    junk = _import_kvnumba("sometimes")
+    assert junk.returncode != 0
+    assert junk.stderr.strip().splitlines()[-1] == ("ValueError: KVNUMBA_CHECK must be one of 1, true, yes, on (on) "
+                                                    "or 0, false, no, off (off), got 'sometimes'")
+
+
+# --- read in one place, documented ---------------------------------------------------------------------
+
+def test_only_config_reads_the_environment():
+    reads = re.compile(r"os\.environ\.get|os\.getenv|os\.environ\[[^]]+\](?!\s*=)|environ\.setdefault")
+    readers = [str(path.relative_to(ROOT)) for path in SOURCES
+               if path.name != "config.py" and reads.search(path.read_text())]
+    assert readers == []
+
+
+def test_every_variable_named_in_the_code_is_a_config_variable():
+    named = set()
+    for path in SOURCES:
+        named |= set(re.findall(r"\bKVNUMBA_[A-Z_]+\b", path.read_text()))
+    assert named == set(config.VARIABLES)
+
+
+def test_readme_settings_document_every_variable():
+    readme = ROOT.joinpath("README.md").read_text()
+    section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
+    documented = re.findall(r"^\| `([A-Z_]+)` \|", section, flags=re.M)
+    assert documented == [*config.VARIABLES, "NUMBA_ENABLE_CUDASIM"]

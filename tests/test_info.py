@@ -1,0 +1,97 @@
+"""``kvnumba info`` and ``kvnumba info --json``: the same facts, as text and as JSON."""
+import json
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvnumba
+from kvnumba.driver.target import SIMULATOR
+from kvnumba.tools import cli, info
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _text(capsys, *args):
+    assert cli.main(["info", *args]) == 0
+    return {key: value.strip() for key, value in
+            (line.split(":", 1) for line in capsys.readouterr().out.splitlines())}
+
+
+def _json(capsys, *args):
+    assert cli.main(["info", "--json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_text_reports_versions_and_target(capsys):
+    shown = _text(capsys)
+    assert shown["kvnumba"] == kvnumba.__version__
+    for key in ("numba", "numba-cuda", "cuda-bindings", "CUDA runtime", "CUDA driver", "GPU", "cudaMemcpyBatchAsync"):
+        assert shown[key]
+    if SIMULATOR:
+        assert shown["GPU"].startswith("simulator")
+        assert shown["cudaMemcpyBatchAsync"] == "no"
+
+
+def test_json_parses_and_holds_the_same_facts(capsys):
+    found = _json(capsys)
+    assert set(found) == {"kvnumba", "python", "packages", "cuda_runtime", "cuda_driver", "target", "gpu",
+                          "batch_copy", "unavailable"}
+    assert found["kvnumba"] == kvnumba.__version__
+    assert found["python"] == platform.python_version()
+    assert set(found["packages"]) == {"numpy", "numba", "numba-cuda", "cuda-bindings"}
+    assert found["packages"]["numpy"] == __import__("numpy").__version__
+    assert found["target"] in ("gpu", "simulator", "none")
+    assert found["batch_copy"] in (True, False, None)
+    for key, why in found["unavailable"].items():  # every missing value says why
+        assert key in ("cuda_runtime", "cuda_driver", "gpu", "batch_copy") and why
+    for key in ("cuda_runtime", "cuda_driver", "batch_copy"):
+        assert (found[key] is None) == (key in found["unavailable"])
+    if SIMULATOR:
+        assert found["target"] == "simulator" and found["gpu"] is None and found["batch_copy"] is False
+    if found["gpu"] is not None:
+        assert found["target"] == "gpu" and found["gpu"]["sms"] > 0 and found["gpu"]["name"]
+    # the text is written from the same facts
+    text = _text(capsys)
+    assert text["kvnumba"] == found["kvnumba"] and text["numpy"] == found["packages"]["numpy"]
+    assert text["cudaMemcpyBatchAsync"] == {True: "yes", False: "no", None: text["cudaMemcpyBatchAsync"]}[
+        found["batch_copy"]]
+    if found["cuda_runtime"] is not None:
+        assert text["CUDA runtime"] == found["cuda_runtime"]
+
+
+def test_a_failing_probe_is_reported_not_raised(capsys, monkeypatch):
+    monkeypatch.setenv("KVNUMBA_BATCH_COPY", "fast")
+    found = _json(capsys)
+    assert found["batch_copy"] is None
+    assert found["unavailable"]["batch_copy"].startswith("ValueError: KVNUMBA_BATCH_COPY must be one of")
+    assert _text(capsys)["cudaMemcpyBatchAsync"].startswith("unknown (ValueError: KVNUMBA_BATCH_COPY must be")
+
+
+def test_report_writes_each_fact(capsys):
+    made_up = {"kvnumba": "9.9", "python": "3.99.0", "packages": {"numpy": "3.0", "numba": None},
+               "cuda_runtime": None, "cuda_driver": "13.0", "target": "gpu",
+               "gpu": {"name": "NVIDIA H200", "compute_capability": "9.0", "sms": 132}, "batch_copy": True,
+               "unavailable": {"cuda_runtime": "cudaErrorInsufficientDriver"}}
+    assert info.report(made_up) == [
+        ("kvnumba", "9.9"), ("python", "3.99.0"), ("numpy", "3.0"), ("numba", "not installed"),
+        ("CUDA runtime", "unavailable (cudaErrorInsufficientDriver)"),
+        ("CUDA driver", "13.0 (supports CUDA up to this version)"),
+        ("GPU", "NVIDIA H200 (compute capability 9.0, 132 SMs)"), ("cudaMemcpyBatchAsync", "yes")]
+
+
+def test_command_line_json_in_a_fresh_process():
+    done = subprocess.run([sys.executable, "-m", "kvnumba", "info", "--json"], capture_output=True, text=True,
+                          timeout=120, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout)
+    assert found["kvnumba"] == kvnumba.__version__ and found["target"] in ("gpu", "simulator", "none")
+
+
+def test_json_option_is_in_the_help(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["info", "-h"])
+    assert "--json" in capsys.readouterr().out
