@@ -194,7 +194,7 @@ def converted_shape(shape, src, dst, page_size=None):
         return (pages, d.layers, page_size, *d.item)
     if len(d.item) != 2:
         raise ValueError(f"page_head needs a per-token item of shape (H, D) to find H: got item shape "
-                         f"{d.item} (shape {tuple(shape)} in {src.value})")
+                         f"{d.item} (shape {tuple(shape)} in {layout_name(src)})")
     heads, head_dim = d.item
     return (pages, heads, page_size, d.layers, head_dim)
 
