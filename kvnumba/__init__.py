@@ -49,6 +49,17 @@ from .api.entry_points import (
     transfer_kv_per_layer_ph_lf,
 )
 from .api.tables import layer_table
+from .types import (
+    ArrayLike,
+    CacheBuffer,
+    CupyStreamLike,
+    HandleStreamLike,
+    StreamLike,
+    SupportsCudaArrayInterface,
+    SupportsCudaStream,
+    TorchStreamLike,
+    TorchTensorLike,
+)
 
 __version__ = "0.1.0"
 
@@ -92,4 +103,14 @@ __all__ = [
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",
     "transfer_kv_per_layer_ph_lf",
+    # typing (kvnumba.types)
+    "ArrayLike",
+    "CacheBuffer",
+    "CupyStreamLike",
+    "HandleStreamLike",
+    "StreamLike",
+    "SupportsCudaArrayInterface",
+    "SupportsCudaStream",
+    "TorchStreamLike",
+    "TorchTensorLike",
 ]
