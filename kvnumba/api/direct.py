@@ -7,8 +7,14 @@ path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan`` does the work).
 
 ``last_path()`` says which path the last batched call took.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import SupportsIndex
+
 from ..driver.batch_copy import batch_copy_available, log
 from ..errors import CopyError
+from ..types import ArrayLike, StreamLike
 from .transfer import plain
 
 __all__ = [
@@ -22,18 +28,20 @@ __all__ = [
 ]
 
 
-def last_path():
+def last_path() -> str | None:
     """How the last non-empty call copied (None before any): ``"batch"`` (one cudaMemcpyBatchAsync),
     ``"page"`` (page by page), or ``"runs"`` (``transfer_kv_direct``)."""
     return log.last
 
 
-def path_counts():
+def path_counts() -> dict[str, int]:
     """``{"batch": n, "page": m, "runs": k}``: non-empty calls per path since import."""
     return dict(log.counts)
 
 
-def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size, *, stream=None, check=False):
+def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike,
+                       dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None,
+                       check: bool = False) -> None:
     """Copy tokens between per-layer buffers with ``cudaMemcpyAsync``, merging runs of indices.
 
     ``dst_layers[j][dst_indices[i]] = src_layers[j][src_indices[i]]`` for every layer j and index i.
@@ -74,8 +82,10 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
 _transfer_kv_direct = plain("transfer_kv_direct")
 
 
-def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size, *,
-                                       stream=None, check=False):
+def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
+                                       src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
+                                       page_size: SupportsIndex, *, stream: StreamLike | None = None,
+                                       check: bool = False) -> None:
     """Load layers from page-first-direct buffers into layer-first buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P] // P``, ``d = dst_indices[i*P]``, and each
@@ -128,8 +138,9 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
 _transfer_kv_per_layer_direct_pf_lf = plain("transfer_kv_per_layer_direct_pf_lf")
 
 
-def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, *, stream=None,
-                                       check=False):
+def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
+                                       src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *,
+                                       stream: StreamLike | None = None, check: bool = False) -> None:
     """Store all layers from layer-first buffers into page-first-direct buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P]``, ``d = dst_indices[i*P] // P``, and every

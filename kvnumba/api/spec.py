@@ -11,7 +11,7 @@ Roles:
 - ``geometry``: everything else (buffers, tables, sizes): validated once per prepared transfer, or
   once per set of objects for plain calls.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..kernels.layouts import Layout
 
@@ -23,20 +23,20 @@ _ROLES = {"src_indices": "index", "dst_indices": "index", "block_quota": "launch
 
 class Spec(NamedTuple):
     name: str
-    params: tuple  # argument names, in order
-    defaults: dict  # name -> default (the rest are required)
+    params: tuple[str, ...]  # argument names, in order
+    defaults: dict[str, Any]  # name -> default (the rest are required)
     kind: str  # "kernel" or "direct"
-    src_layout: Layout = None  # kernel entry points only
-    dst_layout: Layout = None
+    src_layout: Layout | None = None  # kernel entry points only
+    dst_layout: Layout | None = None
     mla: bool = False
 
-    def role(self, name):
+    def role(self, name: str) -> str:
         if name == "layer_id":
             return "layer" if self.kind == "kernel" else "geometry"
         return _ROLES.get(name, "geometry")
 
     @property
-    def per_layer(self):
+    def per_layer(self) -> bool:
         return "layer_id" in self.params and self.kind == "kernel"
 
 

@@ -65,7 +65,8 @@ class Kernel:
         return function
 
 
-STREAM_OBJECTS = {}  # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
+# raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
+STREAM_OBJECTS: dict[int, object] = {}
 
 
 def stream_object(handle):
@@ -97,7 +98,7 @@ if SIMULATOR:
 
 else:
 
-    class BoundKernel:
+    class BoundKernel:  # type: ignore[no-redef]  # the GPU's; the simulator's is above
         """A kernel loaded on one device and a parameter template: what a prepared transfer launches.
 
         The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,

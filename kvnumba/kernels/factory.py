@@ -152,7 +152,7 @@ SEED_KERNELS = {  # (source layout, destination layout, MLA) -> the entry point 
     (Layout.LAYER_TABLE, Layout.PAGE_FIRST, True): "transfer_kv_all_layer_mla_lf_pf",
 }
 
-_kernels = {}
+_kernels: dict[tuple, object] = {}
 
 
 def get_kernel(src_layout, dst_layout, mla):
