@@ -31,17 +31,15 @@ import enum
 import math
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
+from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
 
 import numpy as np
 
 from .checks import validate
 from .driver.target import SIMULATOR, gpu_available
 from .arrays import ArrayInfo, array_info
+from .api.views import CacheView  # for annotations (the functions below import what they use themselves)
 from .types import ArrayLike
-
-if TYPE_CHECKING:
-    from .api.views import CacheView
 
 __all__ = ["CacheLayout", "convert", "converted_shape"]
 

@@ -1,6 +1,7 @@
 """kvnumba is typed: ``mypy kvnumba`` is clean under the project's settings, the annotations catch misuse,
 ``py.typed`` ships, and the protocols of ``kvnumba.types`` match what the code accepts at run time."""
 import importlib.resources
+import inspect
 import importlib.util
 import re
 import subprocess
@@ -170,3 +171,15 @@ def test_torch_tensor_is_array_like():
     t = torch.zeros(4, dtype=torch.int64)
     assert isinstance(t, kv.TorchTensorLike)
     assert array_info(t, "t").ptr == t.data_ptr()
+
+
+def test_public_annotations_resolve_at_run_time():
+    # typing.get_type_hints (and tools built on it) can read every public signature.
+    for name in kv.__all__:
+        obj = getattr(kv, name)
+        if inspect.isfunction(obj):
+            typing.get_type_hints(obj)
+        elif isinstance(obj, type) and obj.__module__.startswith("kvnumba.api"):
+            for method in ("__init__", "__call__", "shape", "logical", "buffer_shape"):
+                if method in vars(obj):
+                    typing.get_type_hints(getattr(obj, method))

@@ -1,13 +1,11 @@
 """``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, SupportsIndex
+from typing import SupportsIndex
 
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
-
-if TYPE_CHECKING:
-    from .views import CacheView
+from .views import CacheView
 
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
