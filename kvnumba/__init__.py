@@ -51,6 +51,17 @@ from .api.entry_points import (
 )
 from .api.tables import layer_table
 from ._version import __version__  # noqa: F401 - kvnumba.__version__
+from .types import (
+    ArrayLike,
+    CacheBuffer,
+    CupyStreamLike,
+    HandleStreamLike,
+    StreamLike,
+    SupportsCudaArrayInterface,
+    SupportsCudaStream,
+    TorchStreamLike,
+    TorchTensorLike,
+)
 
 __all__ = [
     "BadAddressError",
@@ -93,4 +104,14 @@ __all__ = [
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",
     "transfer_kv_per_layer_ph_lf",
+    # typing (kvnumba.types)
+    "ArrayLike",
+    "CacheBuffer",
+    "CupyStreamLike",
+    "HandleStreamLike",
+    "StreamLike",
+    "SupportsCudaArrayInterface",
+    "SupportsCudaStream",
+    "TorchStreamLike",
+    "TorchTensorLike",
 ]

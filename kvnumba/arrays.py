@@ -14,7 +14,8 @@ bytes (its shape times its element size: kernels address raw bytes), a NumPy arr
 dtype (its memory moves only with an in-place ``resize``, which changes the shape).
 """
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -34,7 +35,7 @@ class ArrayInfo(NamedTuple):
     device: int  # the GPU that owns it (0 on the simulator), or HOST (-1)
     is_torch: bool
     writable: bool
-    obj: object  # the caller's object, kept alive while it is in use
+    obj: Any  # the caller's object, kept alive while it is in use
 
 
 _new = tuple.__new__
@@ -46,8 +47,8 @@ def _is_torch_type(kind):
 
 # Every call describes several arrays, so this is on the hot path of an entry point's host time:
 # dtype names are looked up in dicts filled on first sight rather than recomputed.
-_torch_dtype_names = {}
-_typestr_dtypes = {}
+_torch_dtype_names: dict[object, str] = {}
+_typestr_dtypes: dict[str, tuple[str, int]] = {}
 
 
 def _torch_info(t, name, _names=_torch_dtype_names):
@@ -121,7 +122,8 @@ def _simulated_device_info(obj, name):
     return _numpy_info(obj._ary, name)._replace(obj=obj)
 
 
-_describe_by_type = {}  # type -> describing function, found on the first array of each type
+# type -> describing function, found on the first array of each type
+_describe_by_type: dict[type, Callable[[Any, str], ArrayInfo]] = {}
 
 
 def _describer(kind):

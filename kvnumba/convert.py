@@ -25,16 +25,21 @@ Two engines do the same thing:
 
 ``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
 """
+from __future__ import annotations
+
 import enum
 import math
 import sys
-from typing import NamedTuple
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
 
 import numpy as np
 
 from .checks import validate
 from .driver.target import SIMULATOR, gpu_available
-from .arrays import array_info
+from .arrays import ArrayInfo, array_info
+from .api.views import CacheView  # for annotations (the functions below import what they use themselves)
+from .types import ArrayLike
 
 __all__ = ["CacheLayout", "convert", "converted_shape"]
 
@@ -48,7 +53,7 @@ class CacheLayout(str, enum.Enum):
     PAGE_HEAD = "page_head"
 
     @classmethod
-    def _missing_(cls, value):
+    def _missing_(cls, value: object) -> CacheLayout:
         if isinstance(value, str):
             name = value.strip().lower().replace("-", "_")
             name = _ALIASES.get(name, name)
@@ -60,10 +65,14 @@ class CacheLayout(str, enum.Enum):
         raise ValueError(f"unknown layout {value!r}: expected one of {names} (or short names {short})")
 
     @property
-    def paged(self):
+    def paged(self) -> bool:
         """True when the layout's shape has a page axis (and so needs ``page_size``)."""
         return self in (CacheLayout.PAGE_FIRST_DIRECT, CacheLayout.PAGE_HEAD)
 
+
+LayoutArg: TypeAlias = Union[str, CacheLayout, "type[CacheView]"]
+"""A layout as ``convert`` takes it: a name (or short name), a ``CacheLayout``, a view class, or ``"module:Class"``."""
+Lay: TypeAlias = Union[CacheLayout, "type[CacheView]"]  # a layout, resolved by ``layout``
 
 _ALIASES = {"lf": "layer_first", "pf": "page_first", "pfd": "page_first_direct", "ph": "page_head"}
 
@@ -80,11 +89,11 @@ class Dims(NamedTuple):
 
     layers: int
     tokens: int
-    item: tuple  # the per-token shape
+    item: tuple[int, ...]  # the per-token shape
     token_axis: str  # where T is read, for messages: "dimension 0" or "dimensions 0 and 2"
 
 
-def layout(value, name="layout"):
+def layout(value: LayoutArg, name: str = "layout") -> Lay:
     """``value`` as a ``CacheLayout``, or a cache view class (given as the class or as ``module:Class``);
     ``ValueError`` listing the valid names otherwise."""
     from .api.views import CacheView
@@ -99,7 +108,7 @@ def layout(value, name="layout"):
         raise ValueError(f"{name}: {err}") from None
 
 
-def _imported_view(path, name):
+def _imported_view(path: str, name: str) -> type[CacheView]:
     """``module:Class`` naming a ``kv.CacheView`` subclass (a user-defined layout)."""
     import importlib
 
@@ -115,22 +124,22 @@ def _imported_view(path, name):
     return found
 
 
-def layout_name(lay):
+def layout_name(lay: Lay) -> str:
     """A layout's name for messages and file headers: its value, or ``module:Class``."""
     return lay.value if isinstance(lay, CacheLayout) else f"{lay.__module__}:{lay.__qualname__}"
 
 
-def _paged(lay):
+def _paged(lay: Lay) -> bool:
     return lay.paged
 
 
-def _page_size(value, needed_by):
+def _page_size(value: SupportsIndex | None, needed_by: str) -> int:
     if value is None:
         raise ValueError(f"{needed_by} needs page_size: pass page_size= (--page-size on the command line)")
     return validate.integer("page_size", value, minimum=1)
 
 
-def dims(src, shape, page_size=None):
+def dims(src: LayoutArg, shape: Sequence[int], page_size: int | None = None) -> Dims:
     """Read ``L``, ``T`` and the item shape off ``shape`` in layout ``src``; ``ValueError`` if it does not fit."""
     src = layout(src, "src")
     shape = tuple(int(n) for n in shape)
@@ -163,7 +172,8 @@ def dims(src, shape, page_size=None):
     return Dims(layers, pages * page_size, (heads, head_dim), where)
 
 
-def converted_shape(shape, src, dst, page_size=None):
+def converted_shape(shape: Sequence[int], src: LayoutArg, dst: LayoutArg,
+                    page_size: int | None = None) -> tuple[int, ...]:
     """The shape an array of ``shape`` in layout ``src`` has in layout ``dst``.
 
     Raises
@@ -180,7 +190,8 @@ def converted_shape(shape, src, dst, page_size=None):
             if d.tokens % page_size:
                 raise ValueError(f"{layout_name(dst)} needs T divisible by page_size={page_size}: got T={d.tokens} "
                                  f"({d.token_axis})")
-        return tuple(dst.buffer_shape(d.layers, d.tokens, page_size if dst.paged else 1, d.item))
+        return tuple(dst.buffer_shape(d.layers, d.tokens, page_size if dst.paged else 1,  # type: ignore[arg-type]
+                                      d.item))  # page_size is an int when dst.paged
     if dst is CacheLayout.LAYER_FIRST:
         return (d.layers, d.tokens, *d.item)
     if dst is CacheLayout.PAGE_FIRST:
@@ -194,14 +205,14 @@ def converted_shape(shape, src, dst, page_size=None):
         return (pages, d.layers, page_size, *d.item)
     if len(d.item) != 2:
         raise ValueError(f"page_head needs a per-token item of shape (H, D) to find H: got item shape "
-                         f"{d.item} (shape {tuple(shape)} in {src.value})")
+                         f"{d.item} (shape {tuple(shape)} in {layout_name(src)})")
     heads, head_dim = d.item
     return (pages, heads, page_size, d.layers, head_dim)
 
 
 # --- The NumPy engine: every layout as a view of the index space (L, pages, P, *item) ---------------
 
-def canonical_view(array, lay, page_size):
+def canonical_view(array: np.ndarray, lay: Lay, page_size: int | None) -> np.ndarray:
     """A view of ``array`` (layout ``lay``) with axes ``(L, T // P, P, *item)``; P is 1 when unpaged.
 
     Writing to the view writes ``array``: the NumPy engine assigns one such view to another.
@@ -221,7 +232,7 @@ def canonical_view(array, lay, page_size):
     return array.transpose(3, 0, 2, 1, 4)  # page_head (N, H, P, L, D) -> (L, N, P, H, D)
 
 
-def _class_view(array, lay, p):
+def _class_view(array: np.ndarray, lay: type[CacheView], p: int) -> np.ndarray:
     """A view class's ``logical`` picture of ``array``, ``(L, T // Pc, Pc, *item)``, reshaped to the
     common page size ``p`` in place (a view, never a copy: the engine writes through it)."""
     logical = lay(array).logical(array)
@@ -237,25 +248,26 @@ def _class_view(array, lay, p):
     return out
 
 
-def _shaped(shape):
+def _shaped(shape: tuple[int, ...]) -> np.ndarray:
     """A NumPy array of ``shape`` with no memory behind it (every element the same byte): view
     classes read geometry from it."""
     return np.lib.stride_tricks.as_strided(np.zeros(1, np.uint8), shape=shape, strides=(0,) * len(shape))
 
 
-def _view_page_size(src, dst, page_size):
+def _view_page_size(src: Lay, dst: Lay, page_size: int | None) -> int | None:
     """The page size for the canonical views: the given one if either side pages tokens, else 1."""
     return page_size if (_paged(src) or _paged(dst)) else 1
 
 
-def _numpy_convert(array, src, dst, page_size, out_shape):
+def _numpy_convert(array: np.ndarray, src: Lay, dst: Lay, page_size: int | None,
+                   out_shape: tuple[int, ...]) -> np.ndarray:
     p = _view_page_size(src, dst, page_size)
     out = np.empty(out_shape, dtype=array.dtype)
     canonical_view(out, dst, p)[...] = canonical_view(array, src, p)
     return out
 
 
-def _torch_cpu_as_numpy(t):
+def _torch_cpu_as_numpy(t: Any) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
     """A CPU torch tensor as NumPy (bf16 and fp8 viewed as same-size integers), and the way back."""
     torch = sys.modules["torch"]
     try:
@@ -271,12 +283,12 @@ def _torch_cpu_as_numpy(t):
 class _Device:
     """Allocation, index arrays and address tables where the kernels can use them, for one input kind."""
 
-    def __init__(self, info):
+    def __init__(self, info: ArrayInfo) -> None:
         self.info = info
         self.obj = info.obj
         self.kind = "torch" if info.is_torch else type(info.obj).__module__.split(".")[0]
 
-    def empty(self, shape):
+    def empty(self, shape: tuple[int, ...]) -> Any:
         obj = self.obj
         if self.kind == "torch":
             return sys.modules["torch"].empty(shape, dtype=obj.dtype, device=obj.device)
@@ -288,7 +300,7 @@ class _Device:
 
         return cuda.device_array(shape, dtype=np.dtype(obj.dtype))
 
-    def put(self, host_array):
+    def put(self, host_array: np.ndarray) -> Any:
         """A small NumPy array (indices) where the kernels read it, on the input's device."""
         host_array = np.ascontiguousarray(host_array)
         if SIMULATOR:
@@ -306,22 +318,22 @@ class _Device:
             return cuda.to_device(host_array)
 
     @staticmethod
-    def synchronize():
+    def synchronize() -> None:
         if not SIMULATOR:
             from numba import cuda
 
             cuda.synchronize()
 
 
-def _default_launch():
+def _default_launch() -> tuple[int, int]:
     """Launch shape for conversions: tiny on the simulator, wide on a GPU (this is not a background copy)."""
     return (2, 1) if SIMULATOR else (1024, 8)
 
 
-_VIEWS = {}  # CacheLayout -> its view class
+_VIEWS: dict[CacheLayout, type[CacheView]] = {}  # CacheLayout -> its view class
 
 
-def _view_class(lay):
+def _view_class(lay: Lay) -> type[CacheView]:
     if isinstance(lay, CacheLayout):
         if not _VIEWS:
             from .api import views
@@ -333,7 +345,8 @@ def _view_class(lay):
     return lay
 
 
-def _kernel_convert(info, src, dst, page_size, d, out_shape, launch):
+def _kernel_convert(info: ArrayInfo, src: Lay, dst: Lay, page_size: int | None, d: Dims, out_shape: tuple[int, ...],
+                    launch: tuple[int, int]) -> Any:
     count = math.prod(info.shape)
     itemsize = info.nbytes // count if count else 1
     item_bytes = math.prod(d.item) * itemsize
@@ -363,7 +376,9 @@ def _kernel_convert(info, src, dst, page_size, d, out_shape, launch):
     return out
 
 
-def convert(array, src, dst, page_size=None, *, engine="auto", block_quota=None, num_warps_per_block=None):
+def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,
+            engine: Literal["auto", "numpy", "kernels"] = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``.
 
     Parameters

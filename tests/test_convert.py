@@ -202,3 +202,10 @@ def test_user_layout_by_module_path():
         layout("view_cases:Nope", "dst")
     with pytest.raises(ValueError, match=r"'numpy:ndarray' is not a kvnumba.CacheView subclass"):
         layout("numpy:ndarray", "dst")
+
+
+def test_page_head_from_a_view_class_without_heads_names_it():
+    # A view class as the source of a page_head conversion whose items have no head axis: the error names
+    # the class (it used to fail building the message, with AttributeError: no attribute 'value').
+    with pytest.raises(ValueError, match=r"item shape \(16,\) \(shape \(8, 2, 16\) in kvnumba.api.views:PageFirst\)"):
+        converted_shape((8, 2, 16), kvnumba.PageFirst, "page_head", page_size=4)

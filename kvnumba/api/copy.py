@@ -1,9 +1,16 @@
 """``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers."""
+from __future__ import annotations
+
+from typing import SupportsIndex
+
+from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
+from .views import CacheView
 
 
-def copy(src_view, dst_view, src_indices, dst_indices, layers=None, *, block_quota=2, num_warps_per_block=32,
-         stream=None, check=False):
+def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
+         layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
+         num_warps_per_block: SupportsIndex = 32, stream: StreamLike | None = None, check: bool = False) -> None:
     """Copy token ``src_indices[i]`` of ``src_view`` to token ``dst_indices[i]`` of ``dst_view``, K and V.
 
     One kernel of the factory serves any pair of layouts, built-in or user-defined; views that split

@@ -7,7 +7,13 @@ its plain caller, the path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan``
 
 ``last_path()`` says which path the last batched call took.
 """
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import SupportsIndex
+
 from ..driver.batch_copy import batch_copy_available, log
+from ..types import ArrayLike, StreamLike
 from .transfer import plain_direct_caller
 
 __all__ = [
@@ -20,18 +26,20 @@ __all__ = [
 ]
 
 
-def last_path():
+def last_path() -> str | None:
     """How the last non-empty call copied (None before any): ``"batch"`` (one cudaMemcpyBatchAsync),
     ``"page"`` (page by page), or ``"runs"`` (``transfer_kv_direct``)."""
     return log.last
 
 
-def path_counts():
+def path_counts() -> dict[str, int]:
     """``{"batch": n, "page": m, "runs": k}``: non-empty calls per path since import."""
     return dict(log.counts)
 
 
-def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_size, *, stream=None, check=False):
+def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike,
+                       dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None,
+                       check: bool = False) -> None:
     """Copy tokens between per-layer buffers with ``cudaMemcpyAsync``, merging runs of indices.
 
     ``dst_layers[j][dst_indices[i]] = src_layers[j][src_indices[i]]`` for every layer j and index i.
@@ -72,8 +80,10 @@ def transfer_kv_direct(src_layers, dst_layers, src_indices, dst_indices, page_si
 _transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
 
 
-def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indices, layer_id, page_size, *,
-                                       stream=None, check=False):
+def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
+                                       src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
+                                       page_size: SupportsIndex, *, stream: StreamLike | None = None,
+                                       check: bool = False) -> None:
     """Load layers from page-first-direct buffers into layer-first buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P] // P``, ``d = dst_indices[i*P]``, and each
@@ -127,8 +137,9 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs, dst_ptrs, src_indices, dst_indi
 _transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
 
 
-def transfer_kv_all_layer_direct_lf_pf(src_ptrs, dst_ptrs, src_indices, dst_indices, page_size, *, stream=None,
-                                       check=False):
+def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
+                                       src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *,
+                                       stream: StreamLike | None = None, check: bool = False) -> None:
     """Store all layers from layer-first buffers into page-first-direct buffers, page by page.
 
     For page i (``P = page_size``), ``s = src_indices[i*P]``, ``d = dst_indices[i*P] // P``, and every

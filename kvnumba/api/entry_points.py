@@ -13,11 +13,18 @@ Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L l
 - page-head ``ph``: one buffer ``[T / page_size, head_num, page_size, L, item / head_num]``, copied head
   by head (``layout_dim = L * item_size``).
 """
+from __future__ import annotations
+
+from typing import SupportsIndex
+
+from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
 
 
-def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size, block_quota=2,
-                          num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_per_layer(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
+                          src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex,
+                          block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *,
+                          stream: StreamLike | None = None, check: bool = False) -> None:
     """Copy one layer's K and V items between two layer-first buffers.
 
     ``dst_k[dst_indices[i]] = src_k[src_indices[i]]`` (and the same for V), item by item.
@@ -63,8 +70,11 @@ def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, 
 _transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
 
 
-def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
-                                src_layout_dim, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
+                                src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
+                                item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2,
+                                num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                                check: bool = False) -> None:
     """Load one layer from page-first buffers into layer-first buffers (HiCache's per-layer load).
 
     ``dst_k[dst_indices[i]] = src_k[src_indices[i], layer_id]`` (and V).
@@ -98,9 +108,12 @@ def transfer_kv_per_layer_pf_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
 _transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
 
 
-def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, layer_id, item_size,
-                                src_layout_dim, page_size, head_num, block_quota=2, num_warps_per_block=32, *,
-                                stream=None, check=False):
+def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
+                                src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
+                                item_size: SupportsIndex, src_layout_dim: SupportsIndex, page_size: SupportsIndex,
+                                head_num: SupportsIndex, block_quota: SupportsIndex = 2,
+                                num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                                check: bool = False) -> None:
     """Load one layer from page-head buffers into layer-first buffers, head by head.
 
     ``dst_k[dst_indices[i], h] = src_k[p, h, s, layer_id]`` for every head h, where
@@ -136,8 +149,11 @@ def transfer_kv_per_layer_ph_lf(src_k, dst_k, src_v, dst_v, src_indices, dst_ind
 _transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
 
 
-def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers, src_indices, dst_indices,
-                          item_size, num_layers, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike,
+                          dst_v_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
+                          item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2,
+                          num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                          check: bool = False) -> None:
     """Copy every layer's K and V items between two sets of layer-first buffers, via layer tables.
 
     ``dst_k_layer[l][dst_indices[i]] = src_k_layer[l][src_indices[i]]`` for all l (and V).
@@ -167,9 +183,11 @@ def transfer_kv_all_layer(src_k_layers, dst_k_layers, src_v_layers, dst_v_layers
 _transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
 
 
-def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
-                                dst_layout_dim, num_layers, block_quota=2, num_warps_per_block=32, *, stream=None,
-                                check=False):
+def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
+                                src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex,
+                                dst_layout_dim: SupportsIndex, num_layers: SupportsIndex,
+                                block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *,
+                                stream: StreamLike | None = None, check: bool = False) -> None:
     """Back up every layer from layer-first buffers into page-first buffers (HiCache's backup).
 
     ``dst_k[dst_indices[i], l] = src_k_layer[l][src_indices[i]]`` for all l (and V).
@@ -201,9 +219,12 @@ def transfer_kv_all_layer_lf_pf(src_k_layers, dst_k, src_v_layers, dst_v, src_in
 _transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
 
 
-def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_indices, dst_indices, item_size,
-                                dst_layout_dim, num_layers, page_size, head_num, block_quota=2,
-                                num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
+                                src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex,
+                                dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, page_size: SupportsIndex,
+                                head_num: SupportsIndex, block_quota: SupportsIndex = 2,
+                                num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                                check: bool = False) -> None:
     """Back up every layer from layer-first buffers into page-head buffers, head by head.
 
     ``dst_k[p, h, s, l] = src_k_layer[l][src_indices[i], h]`` with
@@ -237,8 +258,10 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
 _transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
 
 
-def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, block_quota=2, num_warps_per_block=32,
-                              *, stream=None, check=False):
+def transfer_kv_per_layer_mla(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
+                              item_size: SupportsIndex, block_quota: SupportsIndex = 2,
+                              num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                              check: bool = False) -> None:
     """MLA: copy one layer's items between two layer-first buffers (one buffer, no V).
 
     ``dst[dst_indices[i]] = src[src_indices[i]]``; shapes as ``transfer_kv_per_layer``'s K.
@@ -253,8 +276,10 @@ def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, blo
 _transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
 
 
-def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim,
-                                    block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_per_layer_mla_pf_lf(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
+                                    layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex,
+                                    block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *,
+                                    stream: StreamLike | None = None, check: bool = False) -> None:
     """MLA: load one layer from a page-first buffer ``[T, L, item]`` into a layer-first ``[T, item]``.
 
     ``dst[dst_indices[i]] = src[src_indices[i], layer_id]``; arguments as
@@ -269,8 +294,10 @@ def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id
 _transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
 
 
-def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, item_size, num_layers,
-                              block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_all_layer_mla(src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike,
+                              dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex,
+                              block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *,
+                              stream: StreamLike | None = None, check: bool = False) -> None:
     """MLA: copy every layer between two sets of layer-first buffers given as layer tables.
 
     ``dst_layer[l][dst_indices[i]] = src_layer[l][src_indices[i]]``; arguments as
@@ -285,8 +312,11 @@ def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, 
 _transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 
 
-def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, item_size, dst_layout_dim,
-                                    num_layers, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+def transfer_kv_all_layer_mla_lf_pf(src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike,
+                                    dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex,
+                                    num_layers: SupportsIndex, block_quota: SupportsIndex = 2,
+                                    num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
+                                    check: bool = False) -> None:
     """MLA: back up every layer from layer-first buffers (a layer table) into a page-first ``[T, L, item]``.
 
     ``dst[dst_indices[i], l] = src_layer[l][src_indices[i]]``; arguments as

@@ -10,6 +10,8 @@ layer and the launch shape, writes the few values that change, and launches.
 """
 import struct
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,7 @@ _PACK_LAYER = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into
 _MAX_QUOTA = 2**31 - 1
 _MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
 
-_kernels = {}  # Numba dispatcher -> driver.launch.Kernel
+_kernels: dict[object, Kernel] = {}  # Numba dispatcher -> driver.launch.Kernel
 
 
 def _launchable(dispatcher):
@@ -102,6 +104,8 @@ class LayerWindow:
 
 class KernelPlan:
     """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
+
+    fast: Callable[..., Any]  # the per-call path (kvnumba.api.fast_path), set by Transfer
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
@@ -262,6 +266,7 @@ class KernelPlan:
         """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
         raise if the kernel skipped items). Nothing is written when a check fails."""
         warps = num_warps_per_block
+        window: LayerWindow | None
         if self.flag[0]:
             guard.raise_pending()
         if not self.spec.per_layer:
@@ -360,8 +365,8 @@ class KernelPlan:
 # An index is (address, count, host values getter or None, in host memory?, torch?). The torch path
 # is the hot one (SGLang passes torch tensors): a handful of attribute reads.
 
-_torch_types = set()
-_torch_int64 = []
+_torch_types: set[type] = set()
+_torch_int64: list = []
 
 
 def _index(obj, name, device):

@@ -15,6 +15,7 @@ import operator
 import sys
 import threading
 import weakref
+from typing import Any
 
 from ..arrays import fingerprint_function
 
@@ -102,6 +103,7 @@ def _fingerprints(objects):
     if torch is not None and all(type(o) is torch.Tensor for o in objects):
         data_ptr, nbytes = torch.Tensor.data_ptr, operator.attrgetter("nbytes")
         return lambda objs: (*map(data_ptr, objs), *map(nbytes, objs))
+    functions: list[Any]  # per object, its fingerprint function, or a list of them for a list
     functions = [[fingerprint_function(x) for x in o] if type(o) in (list, tuple) else fingerprint_function(o)
                  for o in objects]
 

@@ -17,7 +17,7 @@ point moves between Python lists of per-layer layer-first buffers (``Layout.LAYE
 page-first-direct buffers ``[num_pages, num_layers, page_size, ...]`` (``PAGE_FIRST_DIRECT``, a layout
 no kernel entry point takes).
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ..kernels.layouts import Layout
 
@@ -33,20 +33,20 @@ _ROLES = {"src_indices": "index", "dst_indices": "index", "block_quota": "launch
 
 class Spec(NamedTuple):
     name: str
-    params: tuple  # argument names, in order
-    defaults: dict  # name -> default (the rest are required)
+    params: tuple[str, ...]  # argument names, in order
+    defaults: dict[str, Any]  # name -> default (the rest are required)
     kind: str  # "kernel" or "direct"
     src_layout: object = None  # a Layout, or PAGE_FIRST_DIRECT; None for copy (its views carry them)
     dst_layout: object = None
     mla: bool = False  # kernel entry points (a copy-engine call is MLA when its page-first list holds one buffer)
 
-    def role(self, name):
+    def role(self, name: str) -> str:
         if name == "layer_id":
             return "layer" if self.kind == "kernel" else "geometry"
         return _ROLES.get(name, "geometry")
 
     @property
-    def per_layer(self):
+    def per_layer(self) -> bool:
         """A kernel entry point whose calls each pick a layer (``layer_id`` changes per call)."""
         return "layer_id" in self.params and self.kind == "kernel"
 

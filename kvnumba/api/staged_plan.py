@@ -18,7 +18,7 @@ from ..driver.target import SIMULATOR
 from ..driver import tensor_maps
 from ..kernels import staged
 
-_kernels = {}  # Numba dispatcher -> driver.launch.Kernel
+_kernels: dict[object, Kernel] = {}  # Numba dispatcher -> driver.launch.Kernel
 
 
 def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):

@@ -1,14 +1,19 @@
 """``layer_table``: the uint64 table of per-layer base addresses that all-layer transfers read."""
+from __future__ import annotations
+
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-from ..arrays import array_info
+from ..arrays import ArrayInfo, array_info
 from ..checks import pinned, validate
 from ..checks.devices import one_device
 from ..checks.tables import register_layers
 from ..driver.devices import on_device
 from ..driver.target import SIMULATOR
+from ..types import ArrayLike
 
 
 class HostLayerTable(np.ndarray):
@@ -19,7 +24,7 @@ class HostLayerTable(np.ndarray):
     layer_nbytes = None
 
 
-def layer_table(layers):
+def layer_table(layers: Sequence[ArrayLike]) -> Any:
     """Build a layer table for the current target from a sequence of per-layer buffers.
 
     Parameters
@@ -75,7 +80,7 @@ def layer_table(layers):
     return table
 
 
-def device_table(addresses, infos, device=None):
+def device_table(addresses: np.ndarray, infos: Sequence[ArrayInfo], device: int | None = None) -> Any:
     """A uint64 array of ``addresses`` where kernels read it: on the device of the arrays ``infos``
     describe, as a torch tensor (torch arrays), a CuPy array (CuPy) or a Numba device array (else);
     on the simulator a NumPy array (``HostLayerTable``)."""

@@ -10,18 +10,25 @@ across the calls of a HiCache load; only the indices (and, per layer, ``layer_id
 The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
 through a plan cache keyed on the identity of the buffers (``kvnumba.api.plan_cache``).
 """
+from __future__ import annotations
+
 import inspect
+from collections.abc import Callable
 from operator import itemgetter
+from typing import Any, Union
 
 from ..checks import guard, validate
+from ..types import StreamLike
 from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
 from .kernel_plan import KernelPlan
 from .plan_cache import PlanCache, valid
-from .spec import SPECS
+from .spec import SPECS, Spec
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 _DIRECT_CALL = ("src_indices", "dst_indices")
+
+Plan = Union[KernelPlan, DirectPlan]  # which one follows the spec's kind ("kernel" or "direct")
 
 
 class Transfer:
@@ -32,7 +39,8 @@ class Transfer:
     Results, errors and "nothing written on error" are exactly those of the plain entry point.
     """
 
-    def __init__(self, spec, bound, stream=None, check=False):
+    def __init__(self, spec: Spec, bound: dict[str, Any], stream: StreamLike | None = None,
+                 check: bool = False) -> None:
         self.spec = spec
         self.bound = dict(bound)
         self.stream = stream
@@ -42,7 +50,7 @@ class Transfer:
         bound_names = tuple(n for n in params if n in bound)
         self._bound_values = tuple(bound[n] for n in bound_names)
         # Calls that leave out only trailing arguments with defaults get them appended.
-        self._tails = {}
+        self._tails: dict[int, tuple[Any, ...]] = {}
         for n in range(len(self._free) + 1):
             rest = self._free[n:]
             if all(r in spec.defaults for r in rest):
@@ -57,18 +65,18 @@ class Transfer:
         self._call_names = tuple(n for n in call_names if n in position)
         self._pick_call = itemgetter(*[position[n] for n in self._call_names])
         self._cache = PlanCache()
-        self._plan = None
+        self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
             self._plan = self._build(self._pick_geometry(placeholders), False)
         self._validate_bound_call_arguments()
         self._use_fast_call()
 
-    def _use_fast_call(self):
+    def _use_fast_call(self) -> None:
         """A prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape)
         is called straight through its plan's fast path: one Python frame per call."""
         spec, plan = self.spec, self._plan
-        if plan is None or spec.kind != "kernel" or self.stream is not None or self.check:
+        if not isinstance(plan, KernelPlan) or self.stream is not None or self.check:  # kernel entry points only
             return
         if self._free != tuple(n for n in _KERNEL_CALL if n in spec.params):
             return
@@ -76,14 +84,15 @@ class Transfer:
         if spec.per_layer:
             call = fast
         else:
-            def call(src_indices, dst_indices, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
+            def call(src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32, *,
+                     stream: StreamLike | None = None, check: bool = False) -> Any:
                 return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
                             check=check)
         self.__class__ = type("Transfer", (Transfer,), {"__call__": staticmethod(call), "__module__": __name__})
 
     # --- binding ---------------------------------------------------------------------------------
 
-    def _validate_bound_call_arguments(self):
+    def _validate_bound_call_arguments(self) -> None:
         """Indices, ``layer_id`` and the launch shape given to ``prepare`` are checked there too."""
         b = self.bound
         if "src_indices" in b and "dst_indices" in b:
@@ -95,12 +104,12 @@ class Transfer:
         if "block_quota" in b or "num_warps_per_block" in b:
             validate.launch_config(b.get("block_quota", 2), b.get("num_warps_per_block", 32))
         if "layer_id" in b and self.spec.per_layer:
-            if self._plan is not None:
+            if isinstance(self._plan, KernelPlan):  # per-layer: a kernel entry point's plan, if built
                 self._plan.window_for(b["layer_id"])
             else:
                 validate.integer("layer_id", b["layer_id"], minimum=0, maximum=validate.MAX_SIZE)
 
-    def _complete(self, args, kwargs):
+    def _complete(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """``args`` and ``kwargs`` as one tuple of the free arguments, in order, with defaults."""
         name = self.spec.name
         if len(args) > len(self._free):
@@ -121,7 +130,7 @@ class Transfer:
                             f"{', '.join(missing)}")
         return tuple(values[n] if n in values else self.spec.defaults[n] for n in self._free)
 
-    def _build(self, geometry_values, strict):
+    def _build(self, geometry_values: tuple[Any, ...], strict: bool) -> Plan:
         geometry = dict(zip(self._geometry, geometry_values))
         if self.spec.kind == "kernel":
             plan = KernelPlan(self.spec, geometry, strict)
@@ -129,10 +138,10 @@ class Transfer:
             return plan
         return DirectPlan(self.spec, geometry, strict)
 
-    def _plan_for(self, everything, strict):
+    def _plan_for(self, everything: tuple[Any, ...], strict: bool) -> Plan:
         return self._plan_for_geometry(self._pick_geometry(everything), strict)
 
-    def _plan_for_geometry(self, values, strict):
+    def _plan_for_geometry(self, values: tuple[Any, ...], strict: bool) -> Plan:
         """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order)."""
         plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
                                              lambda: self._build(values, False))
@@ -142,7 +151,7 @@ class Transfer:
 
     # --- calling ---------------------------------------------------------------------------------
 
-    def __call__(self, *args, stream=None, check=False, **kwargs):
+    def __call__(self, *args: Any, stream: StreamLike | None = None, check: bool = False, **kwargs: Any) -> None:
         if kwargs:
             args = self._complete(args, kwargs)
         else:
@@ -165,18 +174,21 @@ class Transfer:
             else:
                 src_indices, dst_indices, block_quota, warps = call
                 layer_id = None
-            plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=strict)
+            plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,  # type: ignore[union-attr]
+                      check=strict)  # kind "kernel": a KernelPlan
         else:
             plan.run(call[0], call[1], stream, strict)
 
-    def plain_miss(self, objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+    def plain_miss(self, objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any,
+                   layer_id: Any, block_quota: Any, warps: Any, stream: StreamLike | None, check: bool) -> Any:
         """A plain call whose plan is not cached (or with checks on): found or built, then run."""
         strict = check or guard.ALWAYS_CHECK
         plan = self._plan_for_geometry(objects + scalars, strict)
-        return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=strict)
+        return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps,  # type: ignore[union-attr]
+                         stream=stream, check=strict)  # plain_caller: kernel entry points only
 
     @property
-    def __signature__(self):
+    def __signature__(self) -> inspect.Signature:
         params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                     default=self.spec.defaults.get(n, inspect.Parameter.empty))
                   for n in self._free]
@@ -184,12 +196,12 @@ class Transfer:
                    inspect.Parameter("check", inspect.Parameter.KEYWORD_ONLY, default=False)]
         return inspect.Signature(params)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
 
 
-def _short(value):
+def _short(value: Any) -> str:
     """A few words for an argument in a repr: arrays by kind, device, dtype and shape."""
     if isinstance(value, (list, tuple)):
         return f"[{len(value)} arrays]" if value and not isinstance(value[0], (int, float)) else repr(value)
@@ -202,7 +214,7 @@ def _short(value):
     return f"{type(value).__name__}{where} {getattr(value, 'dtype', '')} {tuple(shape)}".replace("  ", " ")
 
 
-def prepare(entry_point, /, **bound):
+def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
     """Bind some arguments of a kvnumba entry point, validated once; return a callable ``Transfer``.
 
     Parameters
@@ -252,7 +264,7 @@ def prepare(entry_point, /, **bound):
     return Transfer(spec, bound, stream, check)
 
 
-def plain_caller(name):
+def plain_caller(name: str) -> Callable[..., Any]:
     """The per-call function of plain kernel entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
     ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
@@ -261,7 +273,8 @@ def plain_caller(name):
     transfer = plain(name)
     entries, miss = transfer._cache.entries, transfer.plain_miss
 
-    def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+    def call(objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any, layer_id: Any,
+             block_quota: Any, warps: Any, stream: StreamLike | None, check: bool) -> Any:
         entry = None
         if not check and not guard.ALWAYS_CHECK:
             for value in scalars:
@@ -276,23 +289,24 @@ def plain_caller(name):
     return call
 
 
-def plain_direct_caller(name):
+def plain_direct_caller(name: str) -> Callable:
     """The per-call function of plain copy-engine entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
     ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache."""
     transfer = plain(name)
 
-    def call(objects, scalars, src_indices, dst_indices, stream, check):
+    def call(objects: tuple, scalars: tuple, src_indices: Any, dst_indices: Any, stream: StreamLike | None,
+             check: bool) -> None:
         strict = check or guard.ALWAYS_CHECK
         transfer._plan_for_geometry(objects + scalars, strict).run(src_indices, dst_indices, stream, strict)
 
     return call
 
 
-_PLAIN = {}
+_PLAIN: dict[str, Transfer] = {}
 
 
-def plain(name):
+def plain(name: str) -> Transfer:
     """The nothing-bound ``Transfer`` behind plain entry point ``name`` (shares its plan cache)."""
     transfer = _PLAIN.get(name)
     if transfer is None:
@@ -300,7 +314,7 @@ def plain(name):
     return transfer
 
 
-def clear_plan_caches():
+def clear_plan_caches() -> None:
     """Forget every cached plan of the plain entry points (settings read at plan build, such as
     ``KVNUMBA_LOAD_PATH``, apply to the next call)."""
     for transfer in _PLAIN.values():

@@ -9,7 +9,7 @@ def one_device(placed, what="kvnumba copies within one GPU (and pinned host memo
                             "one device"):
     """The one GPU of ``placed`` (``(name, device)`` pairs; pinned host memory goes with any), or
     the current device when everything is host memory. ``DeviceMismatchError`` names two others."""
-    seen = {}
+    seen: dict[int, str] = {}  # device -> the first name placed on it
     for name, device in placed:
         if device != HOST:
             seen.setdefault(device, name)

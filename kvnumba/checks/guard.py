@@ -54,7 +54,8 @@ def flag_address():
                     # writes it at its host address, the host reads it as a plain NumPy array.
                     flag = cuda.pinned_array(1, np.int64)
                     flag[0] = 0
-                _view = memoryview(flag)
+                # (numpy's stubs make an ndarray a buffer for Python 3.12+ only)
+                _view = memoryview(flag)  # type: ignore[arg-type, unused-ignore]
                 _address = flag.ctypes.data
                 _flag = flag
     return _address
@@ -99,7 +100,7 @@ def synchronize(handle):
     check(cu.cuStreamSynchronize(cu.CUstream(handle)), "cuStreamSynchronize")
 
 
-def check_errors():
+def check_errors() -> None:
     """Wait for the GPU, then raise ``IndexOutOfRangeError`` if any earlier kvnumba kernel skipped items
     with out-of-range indices (and clear the flag).
 

@@ -19,7 +19,7 @@ def check_disjoint(destinations, guides):
 def merged(ranges):
     """``(starts, ends)``: the byte ranges of ``(name, start, end)`` triples merged into sorted,
     disjoint runs, for ``overlaps_any``."""
-    runs = []
+    runs: list[list[int]] = []
     for _, start, end in sorted(ranges, key=lambda r: r[1]):
         if end <= start:
             continue

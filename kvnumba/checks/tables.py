@@ -36,11 +36,11 @@ class LayerRecord(NamedTuple):
     nbytes: int
     writable: bool
     device: int  # HOST for pinned host memory
-    ref: object  # weakref to the layer
+    ref: weakref.ref  # to the layer
 
 
 _lock = threading.Lock()
-_registry = {}  # address -> LayerRecord
+_registry: dict[int, LayerRecord] = {}  # address -> LayerRecord
 
 
 def register_layers(infos):

@@ -1,6 +1,7 @@
 """Argument checks shared by every entry point. Each error names the argument, the rule and what
 was given; nothing is launched or written before all checks pass."""
 import operator
+from typing import Any
 
 import numpy as np
 
@@ -13,7 +14,7 @@ MAX_SIZE = 2**48
 _TABLE_DTYPES = ("uint64", "int64")
 
 
-def integer(name, value, minimum=None, maximum=None):
+def integer(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an int; ``TypeError`` if it is not an integer, ``ValueError`` if out of range."""
     if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
         return value  # the common case, first: this runs several times per call

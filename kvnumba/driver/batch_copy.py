@@ -160,6 +160,8 @@ class CudaRuntime:
     ``cudart`` is a ``CudartBatch`` (the fast batch call) or None (batch through the binding).
     """
 
+    route: str  # the batch route taken, set by make_runtime
+
     def __init__(self, rt, binding_major, driver_version, cudart=None):
         self.rt = rt
         self.binding_major = binding_major
@@ -245,7 +247,7 @@ def runtime():
     return _runtime_for(batch_copy_route())
 
 
-def batch_copy_available(stream=None):
+def batch_copy_available(stream: int | None = None) -> bool:
     """True when ``copy_many`` on ``stream`` (a raw handle; default: a non-legacy stream) would use
     the real ``cudaMemcpyBatchAsync``. It can still fall back if the call answers not-supported."""
     rt = runtime()
@@ -303,7 +305,7 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
             return "batch"
         if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
             raise _batch_error(result, dsts.tolist(), srcs.tolist(), sizes.tolist())
-    if dst_list is None:
+    if dst_list is None or src_list is None or size_list is None:  # set together
         dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
     for index, (dst, src, size) in enumerate(zip(dst_list, src_list, size_list)):
         try:

@@ -11,7 +11,7 @@ from .bindings import check, cu
 from .target import SIMULATOR
 
 _lock = threading.Lock()
-_contexts = {}  # device ordinal -> (CUcontext, its handle as an int)
+_contexts: dict[int, tuple] = {}  # device ordinal -> (CUcontext, its handle as an int)
 
 
 def device_count():

@@ -71,7 +71,8 @@ class Kernel:
 
 _DEFAULT_SHARED_LIMIT = 48 * 1024
 
-STREAM_OBJECTS = {}  # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
+# raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
+STREAM_OBJECTS: dict[int, object] = {}
 
 
 def stream_object(handle):
@@ -104,7 +105,7 @@ if SIMULATOR:
 
 else:
 
-    class BoundKernel:
+    class BoundKernel:  # type: ignore[no-redef]  # the GPU's; the simulator's is above
         """A kernel loaded on one device and a parameter template: what a prepared transfer launches.
 
         The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,

@@ -17,7 +17,7 @@ class PointerInfo(NamedTuple):
     size: int
 
 
-_ATTRIBUTES = []
+_ATTRIBUTES: list = []  # the CUpointer_attribute values queried, filled on first use
 
 
 def _attributes():

@@ -141,7 +141,7 @@ def _build_kernel(src, dst, mla, copy_shape):
     return kernel(transfer_kv, max_registers=MAX_REGISTERS)
 
 
-_kernels = {}
+_kernels: dict[tuple, object] = {}
 
 
 def get_kernel(src_layout, dst_layout, mla):

@@ -36,7 +36,7 @@ K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads
 split into this many equal chunks of at most 2 KB, one map row each; for page-head, its heads),
 ``max_run_log2`` and ``min_run``.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from numba import cuda, int64
 
@@ -364,7 +364,7 @@ def _build(src, dst, mla, shape, ring):
     return kernel(transfer_kv_staged, max_registers=MAX_REGISTERS)
 
 
-_kernels = {}
+_kernels: dict[tuple, Any] = {}
 
 
 def get_staged_kernel(src, dst, mla, ring=None):

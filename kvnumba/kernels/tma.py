@@ -31,11 +31,12 @@ from ..driver.target import SIMULATOR
 if SIMULATOR:
     import ctypes
     import threading
+    from typing import Any
 
     ARRIVALS_PER_WARP = 32
     SIM_MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
 
-    _barriers = {}
+    _barriers: dict[int, Any] = {}  # shared address -> _Barrier
     _barriers_lock = threading.Lock()
 
     class _Barrier:
@@ -120,7 +121,7 @@ if SIMULATOR:
             self.bits = [0] * 32
 
     def ballot(predicate):
-        thread = threading.current_thread()
+        thread: Any = threading.current_thread()  # the simulator's BlockThread
         block = thread._manager  # the simulator's BlockManager: one per block while it runs
         warp, lane = thread.thread_id >> 5, thread.thread_id & 31
         with _barriers_lock:
