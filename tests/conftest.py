@@ -59,10 +59,23 @@ def forced_copy_shape(monkeypatch):
     return force
 
 
+def _gpu_skip_reason():
+    """Why ``gpu``-marked tests cannot run here (None on a real GPU)."""
+    if ON_GPU:
+        return None
+    if SIMULATOR:
+        return "needs a real CUDA GPU (running on the simulator)"
+    return "needs a real CUDA GPU (none found)"
+
+
 def pytest_collection_modifyitems(config, items):
-    if ON_GPU or SIMULATOR:
-        return
-    skip = pytest.mark.skip(reason="needs a GPU or NUMBA_ENABLE_CUDASIM=1")
+    # One place decides what runs where: `gpu` tests need a real GPU; `needs_target` tests launch
+    # kernels, which the simulator can run too. Markers, not keywords: the package tests/gpu/ would
+    # put "gpu" in every keyword set below it, marked or not.
+    gpu_reason = _gpu_skip_reason()
+    target_reason = None if ON_GPU or SIMULATOR else "needs a GPU or NUMBA_ENABLE_CUDASIM=1"
     for item in items:
-        if "needs_target" in item.keywords:
-            item.add_marker(skip)
+        if gpu_reason and item.get_closest_marker("gpu"):
+            item.add_marker(pytest.mark.skip(reason=gpu_reason))
+        elif target_reason and item.get_closest_marker("needs_target"):
+            item.add_marker(pytest.mark.skip(reason=target_reason))

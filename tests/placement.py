@@ -32,17 +32,20 @@ PLACE = {"device": device, "host": host}
 
 
 def torch_device(a):
-    """A copy of ``a`` as a CUDA torch tensor (GPU runs only)."""
+    """A copy of ``a`` as a CUDA torch tensor (on the simulator a CPU tensor, which stands for GPU memory
+    there as NumPy arrays do)."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a)).cuda()
+    copy = torch.from_numpy(np.array(a, copy=True, order="C"))
+    return copy if SIMULATOR else copy.cuda()
 
 
 def torch_host(a):
-    """A copy of ``a`` as a pinned CPU torch tensor (GPU runs only)."""
+    """A copy of ``a`` as a pinned CPU torch tensor (a plain CPU tensor on the simulator)."""
     import torch
 
-    return torch.from_numpy(np.ascontiguousarray(a)).pin_memory()
+    copy = torch.from_numpy(np.array(a, copy=True, order="C"))
+    return copy if SIMULATOR else copy.pin_memory()
 
 
 TORCH_PLACE = {"device": torch_device, "host": torch_host}
@@ -64,3 +67,12 @@ def synchronize():
         from numba import cuda
 
         cuda.synchronize()
+
+
+def gpu_count():
+    """How many CUDA GPUs this machine has (0 on the simulator or without a GPU)."""
+    if not ON_GPU:
+        return 0
+    from numba import cuda
+
+    return len(cuda.gpus)

@@ -61,7 +61,7 @@ def test_cuda12_signature_reports_the_failing_copy():
 
 
 @pytest.mark.skipif(ON_GPU, reason="made-up addresses: only safe where no device can copy them; "
-                                    "on a GPU the real call runs in test_direct and scripts/gpu_direct_check.py")
+                                    "on a GPU the real call runs in test_direct and tests/gpu/test_copy_engine.py")
 def test_real_libcudart_answers_without_crashing():
     """The pip runtime's libcudart: the real signature, called with real arrays (no GPU: an error code)."""
     pathfinder = pytest.importorskip("cuda.pathfinder")

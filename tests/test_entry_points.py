@@ -5,7 +5,6 @@ Runs on the simulator (CI) and on a real GPU with the same cases.
 import pytest
 
 from cases import ENTRY_POINTS, Case, run_case
-from placement import ON_GPU
 
 pytestmark = pytest.mark.needs_target
 
@@ -75,7 +74,7 @@ def test_layer_id_is_last_layer():
     run_case(Case("transfer_kv_per_layer_ph_lf", num_layers=5, layer_id=4, head_num=2, page_size=4))
 
 
-@pytest.mark.skipif(not ON_GPU, reason="torch tensors on a GPU: the fast per-call path")
+@pytest.mark.gpu  # torch tensors on a GPU: the fast per-call path
 @pytest.mark.parametrize("src_place,dst_place", DIRECTIONS, ids=["d2d", "h2d", "d2h"])
 @pytest.mark.parametrize("op", OPS)
 def test_torch_tensors_take_the_fast_path(op, src_place, dst_place):

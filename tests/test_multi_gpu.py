@@ -8,11 +8,10 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import reference
-from placement import ON_GPU
+from placement import ON_GPU, gpu_count
 
 torch = pytest.importorskip("torch") if ON_GPU else None
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not ON_GPU or torch.cuda.device_count() < 2,
-                                                  reason="needs two GPUs")]
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(ON_GPU and gpu_count() < 2, reason="needs two GPUs")]
 
 T, L, ITEM = 256, 4, 256
 POISON = 0xA5

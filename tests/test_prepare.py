@@ -15,7 +15,7 @@ import kvnumba as kv
 from cases import POISON
 from kvnumba.api.spec import SPECS
 from kvnumba.api.transfer import plain
-from placement import ON_GPU, device, host, to_numpy
+from placement import device, host, to_numpy
 from safety_cases import OPS, build
 
 pytestmark = pytest.mark.needs_target
@@ -229,7 +229,7 @@ def test_plain_call_with_a_new_object_at_an_old_address_is_revalidated():
         del src, dst
 
 
-@pytest.mark.skipif(not ON_GPU, reason="torch CUDA tensors")
+@pytest.mark.gpu  # torch CUDA tensors
 def test_torch_plan_cache_notices_a_tensor_resized_in_place():
     """A hit re-checks a torch tensor's data pointer and size: resize_ in place is a miss."""
     torch = pytest.importorskip("torch")
@@ -247,7 +247,7 @@ def test_torch_plan_cache_notices_a_tensor_resized_in_place():
     assert cache.misses == misses + 1
 
 
-@pytest.mark.skipif(not ON_GPU, reason="torch CUDA tensors")
+@pytest.mark.gpu  # torch CUDA tensors
 def test_same_index_tensors_over_layers_then_changed_in_place():
     """The fast path remembers the last index pair; the same tensors over all layers stay exact, and a
     pair changed in place (a resize_) is checked again."""

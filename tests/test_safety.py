@@ -14,7 +14,7 @@ import kvnumba
 from kvnumba.checks import bounds, guard
 from kvnumba.driver.target import SIMULATOR
 from kvnumba.errors import IndexOutOfRangeError, PageableMemoryError
-from placement import ON_GPU, device, host, to_numpy
+from placement import device, host, to_numpy
 from safety_cases import OPS, build
 
 pytestmark = pytest.mark.needs_target
@@ -306,7 +306,7 @@ def test_raw_table_misaligned_address_rejected_with_check():
 # --- pinned host memory -----------------------------------------------------------------------------
 
 
-@pytest.mark.skipif(not ON_GPU, reason="pageable memory is only a problem on a GPU")
+@pytest.mark.gpu  # pageable memory is only a problem on a GPU
 def test_pageable_numpy_rejected():
     call = build("transfer_kv_per_layer")
     with pytest.raises(PageableMemoryError, match=r"src_k is a NumPy array in pageable host memory.*pinned_array"):

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 import kvnumba as kv
 from kvnumba import reference
-from placement import ON_GPU, PLACE, host, to_numpy
+from placement import PLACE, host, to_numpy
 from view_cases import KV_ONLY, LAYOUTS, POISON, HeadMajorPages, make_view, view_bytes
 
 pytestmark = pytest.mark.needs_target
@@ -71,7 +71,7 @@ def test_token_counts_and_the_last_token(count):
     run_copy("PageFirst", "FlashInferHND", count=count, block_quota=2, num_warps_per_block=1)
 
 
-@pytest.mark.skipif(not ON_GPU, reason="torch tensors on a GPU")
+@pytest.mark.gpu  # torch tensors on a GPU
 @pytest.mark.parametrize("pair", [("PageFirst", "VllmFlashAttn"), ("FlashInferHND", "PageHead"),
                                   ("LayerFirstList", "HeadMajorPages")])
 def test_torch_views(pair):

@@ -48,4 +48,6 @@ def _object_handle(stream):
     handle = getattr(stream, "handle", None)
     if handle is not None:
         return int(getattr(handle, "value", handle) or 0)
+    if SIMULATOR and type(stream).__module__.startswith("numba.cuda.simulator"):
+        return 0  # numba's simulated streams have no handle: the simulator runs everything in order
     raise TypeError(f"stream must be a CUDA stream or a raw stream handle (int), got {type(stream).__name__}")
