@@ -22,7 +22,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import uuid
 import zipfile
 import zlib
@@ -32,6 +31,7 @@ import numpy as np
 from ..checks import validate
 from ..config import env_int
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from .progress import format_bytes, progress as progress_reporter
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
@@ -43,41 +43,9 @@ def default_chunk_bytes():
     return env_int(CHUNK_ENV, DEFAULT_CHUNK_BYTES, minimum=1)
 
 
-def _size(nbytes):
-    if nbytes < 1000:
-        return f"{nbytes} B"
-    for unit in ("KB", "MB", "GB", "TB"):
-        nbytes /= 1000
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.1f} {unit}"
-
-
 def _exact_size(nbytes):
     """Bytes to the byte (sizes compared in a message may differ by a few), and rounded when large."""
-    return f"{nbytes:,} B" + (f" = {_size(nbytes)}" if nbytes >= 1000 else "")
-
-
-class Progress:
-    """A plain-text progress bar on a stream (stderr), redrawn at most ten times a second."""
-
-    def __init__(self, label, total, stream=sys.stderr, width=30):
-        self.label, self.total, self.stream, self.width = label, max(total, 1), stream, width
-        self.done, self._drawn = 0, 0.0
-
-    def advance(self, nbytes):
-        self.done += nbytes
-        now = time.monotonic()
-        if self.stream is not None and (now - self._drawn >= 0.1 or self.done >= self.total):
-            self._drawn = now
-            filled = self.width * self.done // self.total
-            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                              f"{100 * self.done // self.total:3d}% {_size(self.done)} / {_size(self.total)}")
-            self.stream.flush()
-
-    def close(self):
-        if self.stream is not None:
-            self.stream.write("\n")
-            self.stream.flush()
+    return f"{nbytes:,} B" + (f" = {format_bytes(nbytes)}" if nbytes >= 1000 else "")
 
 
 def chunks(shape, itemsize, chunk_bytes):
@@ -95,15 +63,15 @@ def chunks(shape, itemsize, chunk_bytes):
             yield slice(l0, min(l0 + layer_step, layers)), slice(p0, min(p0 + page_step, pages))
 
 
-def convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress=None):
+def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
     """Fill ``out`` (layout ``dst``) from ``array`` (layout ``src``), chunk by chunk; both NumPy (or memmaps)."""
     p = _view_page_size(src, dst, page_size)
     src_view, dst_view = canonical_view(array, src, p), canonical_view(out, dst, p)
     for layers, pages in chunks(src_view.shape, array.itemsize, chunk_bytes):
         block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
         dst_view[layers, pages] = block
-        if progress is not None:
-            progress.advance(block.nbytes)
+        if bar is not None:
+            bar.advance(block.nbytes)
 
 
 def _temporary(path):
@@ -237,10 +205,10 @@ def _explained(err, out_path, tmp, needed=None):
     folder = os.path.dirname(os.path.abspath(out_path))
     if err.errno in _OUT_OF_SPACE:
         try:
-            free = f", {_size(shutil.disk_usage(folder).free)} free"
+            free = f", {format_bytes(shutil.disk_usage(folder).free)} free"
         except OSError:
             free = ""
-        need = "" if needed is None else f": it needs {_size(needed)}"
+        need = "" if needed is None else f": it needs {format_bytes(needed)}"
         return OSError(err.errno, f"not enough disk space to write {out_path}{need} (in {folder}{free})")
     if err.filename == tmp:
         return OSError(err.errno, f"cannot write {out_path} (its temporary file {tmp}): {err.strerror}")
@@ -271,9 +239,8 @@ def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
     tmp = _temporary(out_path)
     with _removed_on_failure(tmp, out_path, needed=array.nbytes):
         out = _create_npy(tmp, dtype, out_shape, chunk_bytes)
-        progress = Progress(os.path.basename(in_path), array.nbytes, progress_stream)
-        convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
-        progress.close()
+        with progress_reporter(os.path.basename(in_path), array.nbytes, stream=progress_stream) as bar:
+            convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
         out.flush()
         del out
         os.replace(tmp, out_path)
@@ -301,9 +268,8 @@ def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
                     with zin.open(info) as f:
                         array = np.lib.format.read_array(f, allow_pickle=False)
                     out = np.empty(shapes[name], dtype=array.dtype)
-                    progress = Progress(f"{os.path.basename(in_path)}[{name}]", array.nbytes, progress_stream)
-                    convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
-                    progress.close()
+                    with progress_reporter(f"{os.path.basename(in_path)}[{name}]", array.nbytes, stream=progress_stream) as bar:
+                        convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
                     del array
                     with zout.open(f"{name}.npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, out, allow_pickle=False)
@@ -374,7 +340,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
     progress : text stream or None
-        Where to draw the progress bar (stderr by default; None for none).
+        Where progress goes (stderr by default; None for none): a tqdm bar on a terminal when tqdm is
+        installed, else plain lines (``kvnumba.tools.progress``).
 
     Returns
     -------
