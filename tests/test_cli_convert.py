@@ -141,13 +141,23 @@ def test_bad_shape_writes_nothing(tmp_path, capsys):
     assert _files(tmp_path) == ["c.npz", "k.npy"]
 
 
-@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def _save(path, **arrays):
+    """``arrays`` as the file ``path`` of its suffix's kind (.npy: the one array)."""
+    if path.suffix == ".npy":
+        [array] = arrays.values()
+        np.save(path, array)
+    elif path.suffix == ".npz":
+        np.savez(path, **arrays)
+    else:
+        import safetensors.numpy
+
+        safetensors.numpy.save_file(arrays, str(path), metadata={"kind": "test"})
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
 def test_failure_midway_leaves_no_output_and_keeps_an_old_one(tmp_path, monkeypatch, suffix):
     lf = _cache(layers=2, tokens=16)
-    if suffix == ".npy":
-        np.save(tmp_path / "in.npy", lf)
-    else:
-        np.savez(tmp_path / "in.npz", k=lf, v=lf)
+    _save(tmp_path / f"in{suffix}", **({"k": lf} if suffix == ".npy" else {"k": lf, "v": lf}))
     (tmp_path / f"out{suffix}").write_bytes(b"old")
     calls = []
 
@@ -174,7 +184,7 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
 def test_input_kind_is_checked(tmp_path, capsys):
     (tmp_path / "k.bin").write_bytes(b"")
     assert cli.main(["convert", str(tmp_path / "k.bin"), str(tmp_path / "o.bin"), "--from", "lf", "--to", "pf"]) == 1
-    assert "input must be a .npy file or a .npz archive" in capsys.readouterr().err
+    assert "input must be a .npy file, a .npz archive or a .safetensors file" in capsys.readouterr().err
 
 
 def test_fortran_ordered_input(tmp_path):
@@ -464,6 +474,8 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
 
 # Runs kvnumba convert with a progress hook that says "mid-write" after the first chunk and then waits
 # (a long sleep, which a signal cuts short): the parent signals it at a known point of the conversion.
+# A .safetensors file is written in one call, at the end: the hook waits once it is written, before it
+# takes the output's name.
 _CHILD = """
 import signal, sys, time
 from kvnumba.tools import cli, convert_files, progress
@@ -474,23 +486,29 @@ class AdvanceThenWait(progress.Silent):
         print("mid-write", flush=True)
         time.sleep(60)
 
-convert_files.progress_reporter = lambda *args, **kwargs: AdvanceThenWait()
+def write_then_wait(path, *args):  # .safetensors: the library writes the whole file at the end
+    real_write(path, *args)
+    print("mid-write", flush=True)
+    time.sleep(60)
+
+if sys.argv[2].endswith(".safetensors"):
+    from kvnumba.tools import safetensors_file
+    real_write, safetensors_file.write = safetensors_file.write, write_then_wait
+else:
+    convert_files.progress_reporter = lambda *args, **kwargs: AdvanceThenWait()
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
-@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
 def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suffix):
     import signal
     import subprocess
 
     lf = _cache(layers=4, tokens=64)
-    if suffix == ".npy":
-        np.save(tmp_path / f"in{suffix}", lf)
-    else:
-        np.savez(tmp_path / f"in{suffix}", k=lf)
+    _save(tmp_path / f"in{suffix}", k=lf)
     (tmp_path / f"out{suffix}").write_bytes(b"old")
     env = dict(os.environ, KVNUMBA_CHUNK_BYTES="256")
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvnumba.__file__)), env.get("PYTHONPATH", "")])

@@ -134,7 +134,8 @@ class PlainLines(_Reporter):
         self.steps += 1
         now = time.monotonic()
         if self.line_per_step:
-            where = f"{self.done}/{self.total}" if self.unit != "B" else f"{self._amount(self.done)} / {self._amount(self.total)}"
+            where = (f"{self._amount(self.done)} / {self._amount(self.total)}" if self.unit == "B"
+                     else f"{self.done}/{self.total}")
             self._line(f"{self.label} [{where}]{f' {note}' if note else ''} ({now - self._start:.1f} s)")
             self._last_line = now
         elif self.interval is not None and now - self._last_line >= self.interval and self.done < self.total:
