@@ -24,11 +24,15 @@ Two engines do the same thing:
   simulator runs one Python thread per CUDA thread).
 
 ``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
+
+Given a file's path instead of an array (``.npy``, ``.npz`` or ``.safetensors``), ``convert`` converts
+every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.tools.convert_files``).
 """
 from __future__ import annotations
 
 import enum
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
@@ -376,14 +380,15 @@ def _kernel_convert(info: ArrayInfo, src: Lay, dst: Lay, page_size: int | None, 
     return out
 
 
-def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,
-            engine: Literal["auto", "numpy", "kernels"] = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> Any:
-    """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``.
+def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
+            *, out: str | os.PathLike | None = None, engine: Literal["auto", "numpy", "kernels"] = "auto",
+            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None) -> Any:
+    """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
+    or, given a file's path, convert every array in the file into the file ``out``.
 
     Parameters
     ----------
-    array : array
+    array : array, str or os.PathLike
         A NumPy array (any memory order), a CPU torch tensor, or a GPU array (torch, CuPy, Numba).
         C-contiguous for the kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA):
 
@@ -391,12 +396,18 @@ def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: Support
         - ``"page_first"``: ``(T, L, *item)``
         - ``"page_first_direct"``: ``(T // page_size, L, page_size, *item)``
         - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
+
+        Or the path of a ``.npy`` file, ``.npz`` archive or ``.safetensors`` file: every array in it is
+        converted (with NumPy, in chunks) into ``out``, as ``kvnumba convert`` does.
     src, dst : str, CacheLayout or CacheView subclass
         Layout names (or short names ``lf``, ``pf``, ``pfd``, ``ph``), a view class (a user-defined
         layout: a ``kv.CacheView`` subclass with ``buffer_shape``), or ``"module:Class"`` naming one.
     page_size : int, optional
         Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
         paged view class).
+    out : str or os.PathLike, optional
+        The output file when ``array`` is a path (same kind as the input). It appears complete or not
+        at all; a ``.safetensors`` output keeps the input's metadata and its bf16/fp8 dtypes.
     engine : {"auto", "numpy", "kernels"}
         ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
         the simulator runs the kernels on (tiny) NumPy arrays.
@@ -406,7 +417,8 @@ def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: Support
     Returns
     -------
     array
-        A new array of the same kind, dtype and device, in layout ``dst``.
+        A new array of the same kind, dtype and device, in layout ``dst``. For a file: a dict of the
+        output shape per array name (``""`` for a ``.npy`` file).
 
     Raises
     ------
@@ -415,13 +427,22 @@ def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: Support
         dimension), a missing ``page_size``, T not divisible by it, page_head without ``(H, D)``
         items, or items the kernels cannot move (not a multiple of 8 bytes).
     TypeError
-        If ``array`` is not an array.
+        If ``array`` is not an array or a path, or ``out`` is missing for a path (given for an array).
+    OSError, ModuleNotFoundError
+        For a file: one that cannot be read or written; ``.safetensors`` without the ``safetensors``
+        package (``pip install 'kvnumba[safetensors]'``).
 
     Example
     -------
     >>> k_pf = kvnumba.convert(k_lf, "layer_first", "page_first")          # doctest: +SKIP
     >>> k_ph = kvnumba.convert(k_lf, "lf", "page_head", page_size=64)      # doctest: +SKIP
+    >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP
     """
+    if isinstance(array, (str, os.PathLike)):
+        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block)
+    if out is not None:
+        raise TypeError("out= names the output file, for an input given as a file path; "
+                        f"got an array ({type(array).__name__}): use the returned array")
     src, dst = layout(src, "src"), layout(dst, "dst")
     if engine not in ("auto", "numpy", "kernels"):
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
@@ -456,3 +477,17 @@ def convert(array: ArrayLike, src: LayoutArg, dst: LayoutArg, page_size: Support
     launch = validate.launch_config(default_quota if block_quota is None else block_quota,
                                     default_warps if num_warps_per_block is None else num_warps_per_block)
     return _kernel_convert(info, src, dst, page_size, d, out_shape, launch)
+
+
+def _convert_file(path: str | os.PathLike, out: str | os.PathLike | None, src: LayoutArg, dst: LayoutArg,
+                  page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
+                  num_warps_per_block: SupportsIndex | None) -> dict:
+    """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
+    if out is None:
+        raise TypeError(f"converting the file {os.fspath(path)!r} needs out=, the output file's path")
+    if engine not in ("auto", "numpy") or block_quota is not None or num_warps_per_block is not None:
+        raise ValueError("files are converted with NumPy: engine='kernels', block_quota and num_warps_per_block "
+                         "apply to arrays")
+    from .tools.convert_files import convert_file  # the file formats live with the command line
+
+    return convert_file(path, out, src, dst, page_size, progress=None)

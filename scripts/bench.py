@@ -36,6 +36,7 @@ from kvnumba.api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRS
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
 from kvnumba.kernels.layouts import Layout  # noqa: E402
 from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
+from kvnumba.tools.progress import progress  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
 
@@ -371,6 +372,8 @@ def run(args):
     if args.only:
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
     records = []
+    # Rows go to stdout; progress to stderr: a tqdm bar on a terminal, else a line per case.
+    bar = progress("bench", len(plan), stream=None if getattr(args, "quiet", False) else sys.stderr, unit="case", line_per_step=True)
     for (op, direction, model), block_quota, note, case_shape, case_idx in plan:
         case = f"{op} {direction} {model}{note}"
         record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota,
@@ -381,7 +384,8 @@ def run(args):
         if note == " view":  # kv.copy: the mirrored seed entry point is reported beside it by its own row
             record.update(_copy_record(backend, op, direction, model, pools, case_idx, case_shape, block_quota))
             records.append(record)
-            print(_row(record), flush=True)
+            bar.write(_row(record))
+            bar.advance(1, case)
             continue
         for name, module in impls.items():
             call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
@@ -413,7 +417,9 @@ def run(args):
         record["host_us"] = record.pop("kvnumba_host_us")
         record["reference_host_us"] = record.pop("reference_host_us", None)
         records.append(record)
-        print(_row(record), flush=True)
+        bar.write(_row(record))
+        bar.advance(1, case)
+    bar.close()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
             "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
@@ -505,6 +511,7 @@ def main(argv=None):
     parser.add_argument("--block-quota", type=int, default=2)
     parser.add_argument("--warps", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--quiet", action="store_true", help="no progress on stderr (the table still goes to stdout)")
     args = parser.parse_args(argv)
     print(HEADER)
     meta, records = run(args)

@@ -2,6 +2,7 @@
 import importlib.util
 import json
 import os
+import re
 
 import pytest
 
@@ -30,6 +31,22 @@ def test_quick_run_writes_one_record_per_case(tmp_path, capsys):
     assert {"transfer_kv_per_layer", "transfer_kv_all_layer_lf_ph", "transfer_kv_all_layer_mla_lf_pf"} <= ops
     for record in data["records"]:
         assert record["bytes"] > 0 and record["kvnumba_gbps"] > 0 and record["ceiling_gbps"] > 0
-    assert "transfer_kv_per_layer_ph_lf h2d mha" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "transfer_kv_per_layer_ph_lf h2d mha" in out
+    # stderr is not a terminal here: one progress line per case, in order, then a summary
+    n = len(data["records"])
+    lines = err.splitlines()
+    progress = [line for line in lines if line.startswith("bench [")]
+    assert [re.sub(r" \(\d+\.\d s\)$", "", line) for line in progress] == [
+        f"bench [{i}/{n}] {r['case']}" for i, r in enumerate(data["records"], 1)]
+    assert re.fullmatch(rf"bench: {n} cases in \d+\.\d s", lines[-1])
     if plotting:
         assert (tmp_path / "bench.png").stat().st_size > 1000
+
+
+def test_quiet_run_prints_no_progress(capsys):
+    records = _bench().main(["--quick", "--only", "transfer_kv_per_layer_mla_pf_lf", "--quiet"])
+    out, err = capsys.readouterr()
+    assert records and all("transfer_kv_per_layer_mla_pf_lf" in r["case"] for r in records)
+    assert "transfer_kv_per_layer_mla_pf_lf h2d mla" in out
+    assert err == ""

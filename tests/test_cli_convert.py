@@ -20,6 +20,20 @@ def _files(folder):
     return sorted(p.name for p in folder.iterdir())
 
 
+def _on_each_chunk(monkeypatch, hook):
+    """Call ``hook(nbytes)`` as each chunk is reported to the progress bar (there is one, silent, under
+    ``--quiet`` too)."""
+    real = convert_files.progress_reporter
+
+    def reporter(*args, **kwargs):
+        bar = real(*args, **kwargs)
+        advance = bar.advance
+        bar.advance = lambda n=1, note=None: (hook(n), advance(n, note))
+        return bar
+
+    monkeypatch.setattr(convert_files, "progress_reporter", reporter)
+
+
 @pytest.mark.parametrize("dst", ["page_first", "page_first_direct", "page_head"])
 def test_npy_round_trip(tmp_path, capsys, dst):
     lf = _cache()
@@ -33,7 +47,8 @@ def test_npy_round_trip(tmp_path, capsys, dst):
     np.testing.assert_array_equal(np.load(tmp_path / "back.npy"), lf)
     out, err = capsys.readouterr()
     assert f"out.npy: {dst} {got.shape}" in out
-    assert "100%" in err  # the progress bar of the first run (the second was --quiet)
+    # not a terminal: no bar, one summary line for the first run (the second was --quiet)
+    assert re.fullmatch(r"k\.npy: 1\.5 KB in \d+\.\d s", err.strip()), err
     assert _files(tmp_path) == ["back.npy", "k.npy", "out.npy"]  # no temporary files left
 
 
@@ -62,8 +77,7 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     lf = _cache(layers=4, tokens=32)
     np.save(tmp_path / "k.npy", lf)
     seen = []
-    real = convert_files.Progress.advance
-    monkeypatch.setattr(convert_files.Progress, "advance", lambda self, n: (seen.append(n), real(self, n)))
+    _on_each_chunk(monkeypatch, seen.append)
     args = ["convert", str(tmp_path / "k.npy"), str(tmp_path / "ph.npy"), "--from", "lf", "--to", "ph",
             "--page-size", "8"]
     if via == "option":
@@ -126,22 +140,32 @@ def test_bad_shape_writes_nothing(tmp_path, capsys):
     assert _files(tmp_path) == ["c.npz", "k.npy"]
 
 
-@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+def _save(path, **arrays):
+    """``arrays`` as the file ``path`` of its suffix's kind (.npy: the one array)."""
+    if path.suffix == ".npy":
+        [array] = arrays.values()
+        np.save(path, array)
+    elif path.suffix == ".npz":
+        np.savez(path, **arrays)
+    else:
+        import safetensors.numpy
+
+        safetensors.numpy.save_file(arrays, str(path), metadata={"kind": "test"})
+
+
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
 def test_failure_midway_leaves_no_output_and_keeps_an_old_one(tmp_path, monkeypatch, suffix):
     lf = _cache(layers=2, tokens=16)
-    if suffix == ".npy":
-        np.save(tmp_path / "in.npy", lf)
-    else:
-        np.savez(tmp_path / "in.npz", k=lf, v=lf)
+    _save(tmp_path / f"in{suffix}", **({"k": lf} if suffix == ".npy" else {"k": lf, "v": lf}))
     (tmp_path / f"out{suffix}").write_bytes(b"old")
     calls = []
 
-    def fail_on_second_chunk(self, n):
+    def fail_on_second_chunk(n):
         calls.append(n)
         if len(calls) == 2:
             raise OSError("disk full (simulated)")
 
-    monkeypatch.setattr(convert_files.Progress, "advance", fail_on_second_chunk)
+    _on_each_chunk(monkeypatch, fail_on_second_chunk)
     assert cli.main(["convert", str(tmp_path / f"in{suffix}"), str(tmp_path / f"out{suffix}"), "--from", "lf",
                      "--to", "pf", "--chunk-bytes", "64"]) == 1
     assert len(calls) == 2
@@ -159,7 +183,7 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
 def test_input_kind_is_checked(tmp_path, capsys):
     (tmp_path / "k.bin").write_bytes(b"")
     assert cli.main(["convert", str(tmp_path / "k.bin"), str(tmp_path / "o.bin"), "--from", "lf", "--to", "pf"]) == 1
-    assert "input must be a .npy file or a .npz archive" in capsys.readouterr().err
+    assert "input must be a .npy file, a .npz archive or a .safetensors file" in capsys.readouterr().err
 
 
 def test_fortran_ordered_input(tmp_path):
@@ -411,32 +435,41 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
 
 # Runs kvnumba convert with a progress hook that says "mid-write" after the first chunk and then waits
 # (a long sleep, which a signal cuts short): the parent signals it at a known point of the conversion.
+# A .safetensors file is written in one call, at the end: the hook waits once it is written, before it
+# takes the output's name.
 _CHILD = """
 import signal, sys, time
-from kvnumba.tools import cli, convert_files
+from kvnumba.tools import cli, convert_files, progress
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell, even if the test runner ignores it
 
-def advance_then_wait(self, nbytes):
+class AdvanceThenWait(progress.Silent):
+    def advance(self, n=1, note=None):
+        print("mid-write", flush=True)
+        time.sleep(60)
+
+def write_then_wait(path, *args):  # .safetensors: the library writes the whole file at the end
+    real_write(path, *args)
     print("mid-write", flush=True)
     time.sleep(60)
 
-convert_files.Progress.advance = advance_then_wait
+if sys.argv[2].endswith(".safetensors"):
+    from kvnumba.tools import safetensors_file
+    real_write, safetensors_file.write = safetensors_file.write, write_then_wait
+else:
+    convert_files.progress_reporter = lambda *args, **kwargs: AdvanceThenWait()
 sys.exit(cli.main(sys.argv[1:]))
 """
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
-@pytest.mark.parametrize("suffix", [".npy", ".npz"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
 def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suffix):
     import signal
     import subprocess
 
     lf = _cache(layers=4, tokens=64)
-    if suffix == ".npy":
-        np.save(tmp_path / f"in{suffix}", lf)
-    else:
-        np.savez(tmp_path / f"in{suffix}", k=lf)
+    _save(tmp_path / f"in{suffix}", k=lf)
     (tmp_path / f"out{suffix}").write_bytes(b"old")
     env = dict(os.environ, KVNUMBA_CHUNK_BYTES="256")
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvnumba.__file__)), env.get("PYTHONPATH", "")])

@@ -55,7 +55,7 @@ def _one_line(err):
     """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
-    elif isinstance(err, (ValueError, TypeError, OSError)):
+    elif isinstance(err, (ValueError, TypeError, OSError, ImportError)):
         text = str(err)
     else:
         text = f"{type(err).__name__}: {err}"
@@ -135,11 +135,13 @@ def build_parser():
     d.set_defaults(func=_demo, needs_kernels=True, error=d.error)
 
     c = commands.add_parser(
-        "convert", help="convert a .npy file or every array of a .npz archive between cache layouts",
+        "convert",
+        help="convert a .npy file, or every array of a .npz archive or a .safetensors file, between cache layouts",
         description="Convert one K (or V, or MLA) tensor of a whole cache between layouts: layer_first (L, T, *item), "
                     "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D). "
-                    "Works in chunks with NumPy; the output appears complete or not at all.")
-    c.add_argument("input", metavar="IN", help="input .npy file or .npz archive")
+                    "Works in chunks with NumPy; the output appears complete or not at all. A .safetensors file keeps "
+                    "its metadata, and its bf16/fp8 tensors their dtype (needs: pip install 'kvnumba[safetensors]').")
+    c.add_argument("input", metavar="IN", help="input .npy file, .npz archive or .safetensors file")
     c.add_argument("output", metavar="OUT", help="output file (same kind as IN)")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph), "
@@ -149,7 +151,7 @@ def build_parser():
                    help="tokens per page (needed for page_first_direct and page_head)")
     c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
                    help="bytes per chunk (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
     c.set_defaults(func=_convert)
 
     i = commands.add_parser("info", help="versions, the GPU (or simulator), and whether the batched-copy path is there")

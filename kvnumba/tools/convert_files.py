@@ -1,4 +1,5 @@
-"""``kvnumba convert``: convert ``.npy`` files and ``.npz`` archives between cache layouts, in chunks.
+"""``kvnumba convert``: convert ``.npy`` files, ``.npz`` archives and ``.safetensors`` files between cache
+layouts, in chunks.
 
 - ``.npy``: the input is memory-mapped (``np.load(mmap_mode="r")``), the output is a memory-mapped
   ``.npy`` (``np.lib.format.open_memmap``) under a temporary name in the output's folder, filled chunk
@@ -7,12 +8,17 @@
 - ``.npz``: every array of the archive is converted (the same chunks); a member of a zip archive
   cannot be memory-mapped, so one input array and its output are in memory at a time. The new
   archive is written under a temporary name too, compressed if the input was.
+- ``.safetensors``: every tensor of the file is converted (the same chunks), one input tensor in memory
+  at a time (bf16 and fp8 ones are memory-mapped); the ``safetensors`` package writes the new file in
+  one go, so every converted tensor is held until then. The file's ``__metadata__`` is kept, and bf16
+  and fp8 tensors keep their dtype (``safetensors_file``).
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
 SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
 The input is checked before anything is written: its content must match its suffix, and every array
-header must fit the bytes the file holds. The ``.npy`` output's disk space is reserved before it is
-mapped, so a full disk is an ``OSError`` rather than a SIGBUS on a write into the map.
+header must fit the bytes the file holds (every tensor's byte range, for a ``.safetensors`` file). The
+``.npy`` output's disk space is reserved before it is mapped, so a full disk is an ``OSError`` rather
+than a SIGBUS on a write into the map.
 """
 import contextlib
 import errno
@@ -22,7 +28,6 @@ import shutil
 import signal
 import sys
 import threading
-import time
 import uuid
 import zipfile
 import zlib
@@ -33,6 +38,8 @@ from ..checks import validate
 from ..config import env_int
 from ..errors import Interrupted
 from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from . import safetensors_file
+from .progress import format_bytes, progress as progress_reporter
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
@@ -44,41 +51,9 @@ def default_chunk_bytes():
     return env_int(CHUNK_ENV, DEFAULT_CHUNK_BYTES, minimum=1)
 
 
-def _size(nbytes):
-    if nbytes < 1000:
-        return f"{nbytes} B"
-    for unit in ("KB", "MB", "GB", "TB"):
-        nbytes /= 1000
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.1f} {unit}"
-
-
 def _exact_size(nbytes):
     """Bytes to the byte (sizes compared in a message may differ by a few), and rounded when large."""
-    return f"{nbytes:,} B" + (f" = {_size(nbytes)}" if nbytes >= 1000 else "")
-
-
-class Progress:
-    """A plain-text progress bar on a stream (stderr), redrawn at most ten times a second."""
-
-    def __init__(self, label, total, stream=sys.stderr, width=30):
-        self.label, self.total, self.stream, self.width = label, max(total, 1), stream, width
-        self.done, self._drawn = 0, 0.0
-
-    def advance(self, nbytes):
-        self.done += nbytes
-        now = time.monotonic()
-        if self.stream is not None and (now - self._drawn >= 0.1 or self.done >= self.total):
-            self._drawn = now
-            filled = self.width * self.done // self.total
-            self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (self.width - filled)}] "
-                              f"{100 * self.done // self.total:3d}% {_size(self.done)} / {_size(self.total)}")
-            self.stream.flush()
-
-    def close(self):
-        if self.stream is not None:
-            self.stream.write("\n")
-            self.stream.flush()
+    return f"{nbytes:,} B" + (f" = {format_bytes(nbytes)}" if nbytes >= 1000 else "")
 
 
 def chunks(shape, itemsize, chunk_bytes):
@@ -96,15 +71,15 @@ def chunks(shape, itemsize, chunk_bytes):
             yield slice(l0, min(l0 + layer_step, layers)), slice(p0, min(p0 + page_step, pages))
 
 
-def convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress=None):
+def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
     """Fill ``out`` (layout ``dst``) from ``array`` (layout ``src``), chunk by chunk; both NumPy (or memmaps)."""
     p = _view_page_size(src, dst, page_size)
     src_view, dst_view = canonical_view(array, src, p), canonical_view(out, dst, p)
     for layers, pages in chunks(src_view.shape, array.itemsize, chunk_bytes):
         block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
         dst_view[layers, pages] = block
-        if progress is not None:
-            progress.advance(block.nbytes)
+        if bar is not None:
+            bar.advance(block.nbytes)
 
 
 def _temporary(path):
@@ -118,32 +93,40 @@ def _temporary(path):
 
 _MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
 _EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
+_KINDS = {".npy": "a .npy file", ".npz": "a .npz (zip) archive", safetensors_file.SUFFIX: "a .safetensors file"}
 
 
 def _kind_by_content(head):
-    """``.npy`` or ``.npz`` from a file's first bytes, or None for neither."""
+    """``.npy``, ``.npz`` or ``.safetensors`` from a file's first bytes, or None for none of them."""
     if head.startswith(_MAGIC[".npy"]):
         return ".npy"
     if head.startswith(_MAGIC[".npz"]) or head.startswith(_EMPTY_ZIP):
         return ".npz"
+    if safetensors_file.looks_like_safetensors(head):
+        return safetensors_file.SUFFIX
     return None
 
 
 def _checked_kind(in_path):
     """The input's kind, from its suffix, once its first bytes confirm it; ``ValueError`` otherwise."""
     suffix = os.path.splitext(in_path)[1].lower()
-    if suffix not in _MAGIC:
-        raise ValueError(f"input must be a .npy file or a .npz archive, got {in_path!r}")
+    if suffix not in _KINDS:
+        raise ValueError(f"input must be a .npy file, a .npz archive or a .safetensors file, got {in_path!r}")
     with open(in_path, "rb") as f:
-        head = f.read(len(_MAGIC[".npy"]))
+        head = f.read(16)
     if not head:
         raise ValueError(f"{in_path}: the file is empty (0 bytes), not a {suffix} file")
     kind = _kind_by_content(head)
     if kind is None:
-        raise ValueError(f"{in_path}: not a {suffix} file: it starts with {head!r}, expected {_MAGIC[suffix]!r}")
+        if suffix == safetensors_file.SUFFIX:
+            expected = "an 8-byte header size and then '{'"
+        else:
+            head, expected = head[:len(_MAGIC[suffix])], repr(_MAGIC[suffix])
+        raise ValueError(f"{in_path}: not a {suffix} file: it starts with {head!r}, expected {expected}")
     if kind != suffix:
-        what = {".npy": "a .npy file", ".npz": "a .npz (zip) archive"}[kind]
-        raise ValueError(f"{in_path}: named {suffix} but its content is {what}; rename it to {kind}")
+        raise ValueError(f"{in_path}: named {suffix} but its content is {_KINDS[kind]}; rename it to {kind}")
+    if kind == safetensors_file.SUFFIX:
+        safetensors_file.library()  # not installed: say so before anything else
     return kind
 
 
@@ -238,10 +221,10 @@ def _explained(err, out_path, tmp, needed=None):
     folder = os.path.dirname(os.path.abspath(out_path))
     if err.errno in _OUT_OF_SPACE:
         try:
-            free = f", {_size(shutil.disk_usage(folder).free)} free"
+            free = f", {format_bytes(shutil.disk_usage(folder).free)} free"
         except OSError:
             free = ""
-        need = "" if needed is None else f": it needs {_size(needed)}"
+        need = "" if needed is None else f": it needs {format_bytes(needed)}"
         return OSError(err.errno, f"not enough disk space to write {out_path}{need} (in {folder}{free})")
     if err.filename == tmp:
         return OSError(err.errno, f"cannot write {out_path} (its temporary file {tmp}): {err.strerror}")
@@ -272,9 +255,8 @@ def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
     tmp = _temporary(out_path)
     with _removed_on_failure(tmp, out_path, needed=array.nbytes):
         out = _create_npy(tmp, dtype, out_shape, chunk_bytes)
-        progress = Progress(os.path.basename(in_path), array.nbytes, progress_stream)
-        convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
-        progress.close()
+        with progress_reporter(os.path.basename(in_path), array.nbytes, stream=progress_stream) as bar:
+            convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
         out.flush()
         del out
         os.replace(tmp, out_path)
@@ -302,15 +284,38 @@ def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_s
                     with zin.open(info) as f:
                         array = np.lib.format.read_array(f, allow_pickle=False)
                     out = np.empty(shapes[name], dtype=array.dtype)
-                    progress = Progress(f"{os.path.basename(in_path)}[{name}]", array.nbytes, progress_stream)
-                    convert_array_into(array, out, src, dst, page_size, chunk_bytes, progress)
-                    progress.close()
+                    label = f"{os.path.basename(in_path)}[{name}]"
+                    with progress_reporter(label, array.nbytes, stream=progress_stream) as bar:
+                        convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
                     del array
                     with zout.open(f"{name}.npy", "w", force_zip64=True) as member:
                         np.lib.format.write_array(member, out, allow_pickle=False)
                     del out
             os.replace(tmp, out_path)
     return shapes
+
+
+def _convert_safetensors(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+    header = safetensors_file.read_header(in_path)
+    # every tensor's shape is checked before anything is written
+    shapes = {t.name: converted_shape(t.shape, src, dst, page_size) for t in header.tensors}
+    tmp = _temporary(out_path)
+    with _removed_on_failure(tmp, out_path), safetensors_file.open_reader(in_path) as reader:
+        converted = {}  # the library writes the whole file at once: every output is held until then
+        for tensor in header.tensors:
+            array = safetensors_file.read_tensor(reader, in_path, header, tensor)
+            out = np.empty(shapes[tensor.name], dtype=array.dtype)
+            with progress_reporter(f"{os.path.basename(in_path)}[{tensor.name}]", array.nbytes,
+                                   stream=progress_stream) as bar:
+                convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
+            del array
+            converted[tensor.name] = (out, tensor.dtype)  # bf16 and fp8 keep their dtype: same bytes, same name
+        safetensors_file.write(tmp, converted, header.metadata)
+        os.replace(tmp, out_path)
+    return shapes
+
+
+_CONVERTERS = {".npy": _convert_npy, ".npz": _convert_npz, safetensors_file.SUFFIX: _convert_safetensors}
 
 
 def _remove(path):
@@ -351,13 +356,14 @@ def interrupt_on_signals():
 
 
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr):
-    """Convert a ``.npy`` file or every array of a ``.npz`` archive from layout ``src`` to ``dst``.
+    """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
+    ``src`` to ``dst``.
 
     Parameters
     ----------
     in_path, out_path : str or os.PathLike
-        Input and output files; the kind (``.npy`` or ``.npz``) is read from the input's suffix, and
-        the output is written to ``out_path`` exactly as named.
+        Input and output files; the kind (``.npy``, ``.npz`` or ``.safetensors``) is read from the input's
+        suffix, and the output, of the same kind, is written to ``out_path`` exactly as named.
     src, dst : str, CacheLayout or CacheView subclass
         Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
         ``"module:Class"`` naming one.
@@ -366,19 +372,24 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
     progress : text stream or None
-        Where to draw the progress bar (stderr by default; None for none).
+        Where progress goes (stderr by default; None for none): a tqdm bar on a terminal when tqdm is
+        installed, else plain lines (``kvnumba.tools.progress``).
 
     Returns
     -------
     dict
-        Output shape per array name (``""`` for a ``.npy`` file).
+        Output shape per array (or tensor) name (``""`` for a ``.npy`` file).
 
     Raises
     ------
     ValueError
-        For an unknown layout, a shape that does not fit, an input that is neither ``.npy`` nor
-        ``.npz`` by suffix and content, an array header that claims more data than the file holds, a
-        ``.npz`` member that is not an array, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
+        For an unknown layout, a shape that does not fit, an input that is not ``.npy``, ``.npz`` or
+        ``.safetensors`` by suffix and content, an array header that claims more data than the file
+        holds, a ``.npz`` member that is not an array, a damaged ``.safetensors`` header or a dtype it
+        cannot convert, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
+    ModuleNotFoundError
+        For a ``.safetensors`` file when the ``safetensors`` package is not installed (the message
+        names the extra: ``pip install 'kvnumba[safetensors]'``).
     OSError
         For a file that cannot be read or written, or a full disk (the ``.npy`` output's space is
         reserved before any data is written).
@@ -397,7 +408,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     kind = _checked_kind(in_path)
     _checked_output(out_path)
-    convert = _convert_npy if kind == ".npy" else _convert_npz
+    convert = _CONVERTERS[kind]
     with interrupt_on_signals():
         return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
 

@@ -1,0 +1,170 @@
+"""``.safetensors`` files for ``kvnumba convert``, through the ``safetensors`` package (an optional
+dependency: ``pip install 'kvnumba[safetensors]'``).
+
+A file is an 8-byte little-endian header size, a JSON header (each tensor's dtype, shape and byte
+range in the data that follows; free-form ``__metadata__`` strings), then the data. The header is
+read and checked here first, so that a damaged or truncated file gets a message saying what is
+wrong; the library then opens it (its own checks too) and reads the tensors NumPy has dtypes for
+(``safe_open(framework="np")``).
+
+NumPy has no bfloat16 or float8. Tensors of those dtypes are read as raw bytes instead: unsigned
+integers of the same width (bf16 as uint16, fp8 as uint8), memory-mapped at the offsets the header
+gives, and written back under their own dtype; a layout conversion only moves whole elements, so they
+convert byte for byte. The output is written by the library (``serialize_file``), with the input's
+metadata.
+"""
+import importlib
+import json
+import math
+import os
+import re
+import struct
+from typing import NamedTuple
+
+import numpy as np
+
+SUFFIX = ".safetensors"
+INSTALL_HINT = "pip install 'kvnumba[safetensors]'"
+HEADER_LIMIT = 100_000_000  # the library refuses larger headers (safetensors' MAX_HEADER_SIZE)
+
+# dtype code in the header -> (NumPy dtype that holds it, the name the library's writer takes)
+NUMPY_DTYPES = {
+    "F64": ("<f8", "float64"), "F32": ("<f4", "float32"), "F16": ("<f2", "float16"),
+    "I64": ("<i8", "int64"), "U64": ("<u8", "uint64"), "I32": ("<i4", "int32"), "U32": ("<u4", "uint32"),
+    "I16": ("<i2", "int16"), "U16": ("<u2", "uint16"), "I8": ("i1", "int8"), "U8": ("u1", "uint8"),
+    "BOOL": ("?", "bool"), "C64": ("<c8", "complex64"),
+}
+RAW_DTYPES = {  # no NumPy dtype: held as raw unsigned integers of their width
+    "BF16": ("<u2", "bfloat16"), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2"),
+    "F8_E4M3FNUZ": ("u1", "float8_e4m3fnuz"), "F8_E5M2FNUZ": ("u1", "float8_e5m2fnuz"),
+    "F8_E8M0": ("u1", "float8_e8m0fnu"),
+}
+DTYPES = {**NUMPY_DTYPES, **RAW_DTYPES}
+
+
+class Tensor(NamedTuple):
+    """One tensor's header entry; ``begin``/``end`` are byte offsets into the data (after the header)."""
+
+    name: str
+    dtype: str
+    shape: tuple
+    begin: int
+    end: int
+
+
+class Header(NamedTuple):
+    data_start: int  # file offset of the data: 8 + the header's size
+    tensors: list  # Tensor, in the order of their data
+    metadata: dict  # the __metadata__ strings (empty if none)
+
+
+def library():
+    """The ``safetensors`` module; ``ModuleNotFoundError`` saying which extra to install."""
+    try:
+        return importlib.import_module("safetensors")
+    except ImportError:
+        raise ModuleNotFoundError(f".safetensors files need the safetensors package: {INSTALL_HINT}",
+                                  name="safetensors") from None
+
+
+def looks_like_safetensors(head):
+    """True if ``head`` (a file's first 9 bytes or more) starts as a safetensors file: a header size, then '{'."""
+    return len(head) >= 9 and head[8:9] == b"{" and struct.unpack("<Q", head[:8])[0] >= 2
+
+
+def read_header(path):
+    """The checked header of the file at ``path`` (which starts with a header size and '{', see
+    ``looks_like_safetensors``); ``ValueError`` saying what is wrong with it."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > HEADER_LIMIT:
+            raise ValueError(f"{path}: not a readable .safetensors file: its header size says {length:,} B, "
+                             f"more than the {HEADER_LIMIT:,} B safetensors allows")
+        if length > size - 8:
+            raise ValueError(f"{path}: truncated or corrupt: its header size says {length:,} B, but the file holds "
+                             f"{size - 8:,} B after the header size")
+        text = f.read(length)
+    try:
+        header = json.loads(text.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as err:
+        raise ValueError(f"{path}: not a readable .safetensors file: its header is not JSON ({err})") from None
+    metadata = header.pop("__metadata__", None) or {}
+    if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+        raise ValueError(f"{path}: not a readable .safetensors file: its __metadata__ is not a map of strings")
+    data_bytes = size - 8 - length
+    tensors = sorted((_tensor(path, name, entry, data_bytes) for name, entry in header.items()),
+                     key=lambda t: (t.begin, t.end))
+    return Header(8 + length, tensors, metadata)
+
+
+def _fields(entry):
+    """``(dtype, shape, begin, end)`` of a header entry, or None if it is not one."""
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+    except (TypeError, KeyError, ValueError):
+        return None
+    if isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
+        return dtype, shape, begin, end
+    return None
+
+
+def _tensor(path, name, entry, data_bytes):
+    where = f"{path}[{name}]"
+    fields = _fields(entry)
+    if fields is None:
+        raise ValueError(f"{where}: not a readable .safetensors entry: {json.dumps(entry)[:200]}")
+    dtype, shape, begin, end = fields
+    if dtype not in DTYPES:
+        raise ValueError(f"{where}: dtype {dtype} cannot be converted: kvnumba converts "
+                         f"{', '.join(DTYPES)} (whole bytes per element)")
+    nbytes = math.prod(shape) * np.dtype(DTYPES[dtype][0]).itemsize
+    if end - begin != nbytes:
+        raise ValueError(f"{where}: corrupt: shape {list(shape)} of {dtype} is {nbytes:,} B, but its data_offsets "
+                         f"[{begin}, {end}] span {end - begin:,} B")
+    if end > data_bytes:
+        raise ValueError(f"{where}: truncated or corrupt: its data ends at byte {end:,} of the data, but the file "
+                         f"holds {data_bytes:,} B of data after the header")
+    return Tensor(name, dtype, shape, begin, end)
+
+
+def open_reader(path):
+    """``safe_open(path, framework="np")``, checked by the library too; ``ValueError`` if it refuses the file."""
+    st = library()
+    try:
+        return st.safe_open(os.fspath(path), framework="np")
+    except st.SafetensorError as err:
+        raise ValueError(f"{path}: not a readable .safetensors file: {err}") from None
+
+
+def read_tensor(reader, path, header, tensor):
+    """One tensor as a NumPy array: through the library when NumPy has its dtype, else its raw bytes
+    (memory-mapped, read-only) as unsigned integers of the element's width."""
+    if tensor.dtype in NUMPY_DTYPES:
+        return reader.get_tensor(tensor.name)
+    holder = np.dtype(RAW_DTYPES[tensor.dtype][0])
+    if tensor.end == tensor.begin:  # nothing to map
+        return np.empty(tensor.shape, holder)
+    return np.memmap(path, dtype=holder, mode="r", offset=header.data_start + tensor.begin, shape=tensor.shape)
+
+
+def write(path, tensors, metadata):
+    """Write ``{name: (array, dtype code)}`` to ``path`` with the library, with ``metadata`` (a dict of
+    strings). An I/O failure is an ``OSError`` (so that a full disk is reported as one)."""
+    st = library()
+    arrays = {name: np.ascontiguousarray(array) for name, (array, _) in tensors.items()}  # kept alive during the write
+    names = {name: DTYPES[code][1] for name, (_, code) in tensors.items()}
+    spec = getattr(st, "TensorSpec", None)
+    if spec is not None:  # safetensors >= 0.8: the writer reads the arrays' memory directly
+        flat = {name: spec(dtype=names[name], shape=a.shape, data_ptr=a.ctypes.data, data_len=a.nbytes)
+                for name, a in arrays.items()}
+    else:  # safetensors < 0.8 takes each tensor's bytes
+        flat = {name: {"dtype": names[name], "shape": list(a.shape), "data": a.tobytes()} for name, a in arrays.items()}
+    try:
+        st.serialize_file(flat, os.fspath(path), metadata=metadata or None)
+    except st.SafetensorError as err:
+        code = re.search(r"os error (\d+)", str(err))
+        if code:
+            errno = int(code.group(1))
+            raise OSError(errno, os.strerror(errno), os.fspath(path)) from err
+        raise ValueError(f"safetensors cannot write {path}: {err}") from err
