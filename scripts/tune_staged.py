@@ -23,9 +23,8 @@ from kvnumba.kernels.staged import StagedShape  # noqa: E402
 
 K = 1024
 S = StagedShape()
-RINGS = [(S, "L2_256B"), (S._replace(store_warps=0), "L2_256B"), (S._replace(direct_batch=256), "L2_256B"),
-         (S._replace(store_warps=8), "L2_256B"), (S._replace(slots=32, direct_batch=64), "L2_256B"),
-         (S._replace(min_bulk_bytes=4 * K), "L2_256B")]
+RINGS = [(S, "L2_256B"), (S._replace(store_warps=8), "L2_256B"), (S._replace(store_warps=0), "L2_256B"),
+         (S._replace(stages=2, stage_bytes=96 * K), "L2_256B")]
 CASES = [("transfer_kv_per_layer", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "h2d", "mha"),
          ("transfer_kv_per_layer_ph_lf", "h2d", "mha"), ("transfer_kv_per_layer_mla", "h2d", "mla"),
          ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"),
@@ -57,7 +56,7 @@ def main(argv=None):
     def gbps(module, op, direction, model, block_quota=2, indices="pages"):
         call, nbytes = bench.build_call(module, op, direction, model, pools, idx if indices == "pages" else scattered,
                                         shape, block_quota)
-        return nbytes / backend.time_gpu(call, shape.repeat) / 1e9
+        return nbytes / shape.device_seconds(call) / 1e9
 
     names = ["ref", "register"] + [f"r{i}" for i in range(len(RINGS))]
     print(f"{'case':40} " + " ".join(f"{n:>8}" for n in names))
