@@ -189,3 +189,37 @@ def test_page_head_geometry():
 ])
 def test_geometry_refuses_what_the_unit_cannot_read(args):
     assert tensor_maps.geometry(*args) is None
+
+
+# --- which kernel a call takes -----------------------------------------------------------------------
+
+class _Launches:
+    """Stands in for a plan's bound kernel: counts launches, then launches the real one."""
+
+    def __init__(self, bound):
+        self.bound, self.count = bound, 0
+        self.blocks = bound.blocks
+
+    def launch(self, *args):
+        self.count += 1
+        return self.bound.launch(*args)
+
+
+def test_small_calls_take_the_register_kernel(staged_choices):
+    """A plan picks the staged kernel per call: below ``staged_from`` items (512 in auto mode, where
+    the ring's set-up costs more than it saves) the register kernel runs; both give the same bytes."""
+    item, rng = 1024, np.random.default_rng(5)
+    src_k, src_v = (rng.integers(-128, 127, (POOL, 2, item), dtype=np.int8) for _ in "kv")
+    dst_k, dst_v = (device(np.zeros((POOL, item), np.int8)) for _ in "kv")
+    load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=host(src_k), dst_k=dst_k, src_v=host(src_v), dst_v=dst_v,
+                      item_size=item, src_layout_dim=2 * item, block_quota=2, num_warps_per_block=3)
+    plan = load._plan
+    assert staged_choices == [True] and plan.staged_from == 1  # forced: every call of two warps or more
+    plan.staged_from = 20
+    plan.kernel, plan.register_kernel = staged_spy, register_spy = _Launches(plan.kernel), _Launches(plan.register_kernel)
+    for count, staged_launches, register_launches in ((19, 0, 1), (20, 1, 1)):
+        src, dst = np.arange(count), np.arange(POOL - count, POOL)
+        load(device(src), device(dst), 1)
+        assert (staged_spy.count, register_spy.count) == (staged_launches, register_launches)
+        np.testing.assert_array_equal(to_numpy(dst_k)[dst], src_k[src, 1])
+        np.testing.assert_array_equal(to_numpy(dst_v)[dst], src_v[src, 1])

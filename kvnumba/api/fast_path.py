@@ -52,9 +52,11 @@ def make_fast_call(plan):
     flag, packed, per_layer = plan.flag, plan.packed, plan.spec.per_layer
     device, low, high = plan.device, plan.dst_low, plan.dst_high
     starts, ends = merged(plan.destinations)
-    kernel = plan.kernel
-    min_warps = 2 if plan.staged else 1  # a staged kernel needs a loader warp and a store warp
-    blocks, function, retry, shared = kernel.blocks, kernel.function, kernel.retry, kernel.shared
+    # The plan's kernel, and the register kernel for calls below plan.staged_from items or with one warp
+    # per block (the same kernel unless the plan is staged: kvnumba.api.staged_plan).
+    launchers = [(k.blocks, k.function, k.retry, k.shared) for k in (plan.kernel, plan.register_kernel)]
+    staged_launch, register_launch = launchers
+    staged_from = plan.staged_from
     streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, cu.cuLaunchKernel
     last = _LAST_INDICES
 
@@ -75,7 +77,7 @@ def make_fast_call(plan):
                     or (src | dst) & 7 or count != dst_indices.numel() or not count):
                 return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
             last[0] = (weakref.ref(src_indices), weakref.ref(dst_indices), src, dst, count, device)
-        if (window is None or not (0 < block_quota <= _MAX_QUOTA and min_warps <= warps <= _MAX_WARPS)
+        if (window is None or not (0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS)
                 or (src < high and src + 8 * count > low and overlaps_any(starts, ends, src, src + 8 * count))
                 or (dst < high and dst + 8 * count > low and overlaps_any(starts, ends, dst, dst + 8 * count))):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
@@ -87,6 +89,7 @@ def make_fast_call(plan):
             handle = stream
         else:
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+        blocks, function, retry, shared = staged_launch if count >= staged_from and warps > 1 else register_launch
         view, address = blocks.pair
         _PACK_LAYER(view, 0, src, dst, count, items_per_warp, *window)
         cu_stream = streams.get(handle)

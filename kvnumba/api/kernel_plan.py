@@ -200,8 +200,9 @@ class KernelPlan:
         if self.spec.name != "copy":
             staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, self.memory)
         self.staged = staged is not None
+        self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         if staged is not None:
-            self.kernel, self.source_maps = staged
+            self.kernel, self.source_maps, self.staged_from = staged
 
     # --- building ------------------------------------------------------------------------------
 
@@ -294,7 +295,8 @@ class KernelPlan:
             return handle
         items_per_warp = -(-count // (block_quota * warps))
         grid = -(-count // (items_per_warp * warps))
-        kernel = self.kernel if warps > 1 else self.register_kernel  # a staged block needs two warps
+        # A staged block needs two warps; small loads are faster on registers (kvnumba.api.staged_plan).
+        kernel = self.kernel if warps > 1 and count >= self.staged_from else self.register_kernel
         if host_side and not SIMULATOR:
             return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, warps, window, handle,
                                           check)

@@ -3,7 +3,8 @@
 ``KVNUMBA_LOAD_PATH`` (``kvnumba.config.load_path``) decides:
 
 - ``auto`` (default): staged for the per-layer loads it speeds up: a pinned-host source read into
-  GPU memory, on a GPU of compute capability 9.0 or newer (Hopper's bulk-copy unit);
+  GPU memory, on a GPU of compute capability 9.0 or newer (Hopper's bulk-copy unit), for calls of
+  at least ``AUTO_MIN_ITEMS`` items, and for page-head sources only if a page holds a bulk piece;
 - ``staged``: staged wherever the layouts allow (any memory, the simulator too: for tests and
   benchmarks);
 - ``register``: never.
@@ -13,17 +14,23 @@ sizes can be described by tensor maps (``driver.tensor_maps``) and its destinati
 buffer; otherwise, and for calls with fewer than two warps per block, the register kernel runs.
 """
 from .. import config
+from ..driver import tensor_maps
 from ..driver.launch import BoundKernel, Kernel
 from ..driver.target import SIMULATOR
-from ..driver import tensor_maps
 from ..kernels import staged
+from ..kernels.layouts import PAGE_HEAD
+
+# In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
+# 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
+# The crossover was not measured; 512 items (8 pages of 64) is a conservative guess.
+AUTO_MIN_ITEMS = 512
 
 _kernels: dict[object, Kernel] = {}  # Numba dispatcher -> driver.launch.Kernel
 
 
 def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
-    """``(BoundKernel, SourceMaps)`` of the staged kernel for ``plan`` (keep both), or None when its
-    loads stay on registers.
+    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
+    None when its loads stay on registers.
 
     ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
     kernel's 19 parameter values (the staged kernel's start with them)."""
@@ -42,8 +49,12 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
                                    src_page, plan.head_num, mla, plan.device, ring)
     if maps is None:
         return None
+    min_run = maps.args[3]
+    if path == "auto" and src_parts is PAGE_HEAD and src_page < min_run:
+        return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
     dispatcher = staged.get_staged_kernel(src_parts, dst_parts, mla, ring)
     kernel = _kernels.get(dispatcher)
     if kernel is None:
         kernel = _kernels.setdefault(dispatcher, Kernel(dispatcher, staged.SIGNATURE, ring.shared_bytes))
-    return BoundKernel(kernel, plan.device, (*template, *maps.args)), maps
+    fewest = AUTO_MIN_ITEMS if path == "auto" else 1
+    return BoundKernel(kernel, plan.device, (*template, *maps.args)), maps, fewest
