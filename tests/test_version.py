@@ -35,13 +35,19 @@ def test_no_other_file_writes_a_version():
     assert written == ["kvnumba/_version.py"]
 
 
-def test_installed_metadata_matches_when_installed_from_this_checkout():
-    """After ``pip install -e .`` (CI's install), the metadata pip wrote carries the same version."""
-    try:
-        dist = importlib.metadata.distribution("kvnumba")
-    except importlib.metadata.PackageNotFoundError:
-        pytest.skip("kvnumba is not installed (run from a checkout on PYTHONPATH)")
+def _installed_from(dist):
     url = json.loads(dist.read_text("direct_url.json") or "{}").get("url", "")
-    if not url.startswith("file://") or Path(url.removeprefix("file://")).resolve() != ROOT:
-        pytest.skip(f"the installed kvnumba comes from {url or 'elsewhere'}, not this checkout")
-    assert dist.version == kvnumba.__version__
+    return Path(url.removeprefix("file://")).resolve() if url.startswith("file://") else None
+
+
+def test_installed_metadata_matches_when_installed_from_this_checkout():
+    """After ``pip install -e .`` (CI's install), the metadata pip wrote carries the same version. (The
+    ``kvnumba.egg-info`` setuptools leaves in the checkout is also found, first, and has no install
+    record: look at every distribution of that name.)"""
+    dists = list(importlib.metadata.distributions(name="kvnumba"))
+    if not dists:
+        pytest.skip("kvnumba is not installed (run from a checkout on PYTHONPATH)")
+    ours = [d for d in dists if _installed_from(d) == ROOT]
+    if not ours:
+        pytest.skip(f"the installed kvnumba comes from {[str(_installed_from(d)) for d in dists]}, not this checkout")
+    assert [d.version for d in ours] == [kvnumba.__version__] * len(ours)
