@@ -47,6 +47,19 @@ def batch_runtime(monkeypatch):
 
 
 @pytest.fixture
+def staged_ring(monkeypatch):
+    """``staged_ring(shape)`` builds the test's staged kernels with another ring
+    (``kvnumba.kernels.staged.StagedShape``) than the tuned one."""
+    from kvnumba.kernels import staged
+
+    def use(shape):
+        monkeypatch.setattr(staged, "SHAPE", shape)
+        return shape
+
+    return use
+
+
+@pytest.fixture
 def forced_copy_shape(monkeypatch):
     """``forced_copy_shape(shape)`` builds every kernel of the test with one inner-loop shape
     (``kvnumba.kernels.warp_copy.CopyShape``) instead of the tuned table's."""

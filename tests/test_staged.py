@@ -87,11 +87,11 @@ def test_staged_load_any_number_of_store_warps(staged_choices, warps):
 
 
 @pytest.mark.parametrize("pattern", ["mixed", "random", "runs"])
-def test_small_rings_and_fewer_store_warps(staged_choices, monkeypatch, pattern):
+def test_small_rings_and_fewer_store_warps(staged_choices, staged_ring, pattern):
     """Two data buffers behind eight posts, two of four consumer warps writing bulk pieces, direct
     posts of eight items: buffers and slots come round many times in one call."""
-    monkeypatch.setattr(staged, "SHAPE", staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=8, store_warps=2,
-                                                            direct_batch=8, min_bulk_bytes=2048))
+    staged_ring(staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=8, store_warps=2, direct_batch=8,
+                                   min_bulk_bytes=2048))
     run_case(_case("transfer_kv_per_layer_pf_lf", pattern, 1024, warps=5))
     assert staged_choices == [True]
 
