@@ -350,6 +350,17 @@ def load_reference(spec):
     return importlib.import_module(spec)
 
 
+def tuning_setup(reference, repeat):
+    """What the tuning scripts share: ``(backend, shape, pools, (src, dst) indices in random pages, reference
+    module or None, the generator that drew them)`` at the bench's default shape, on a GPU through torch."""
+    backend = TorchBackend()
+    shape = Shape(repeat=repeat)
+    pools = Pools(backend, shape)
+    rng = np.random.default_rng(0)
+    idx = (backend.indices(_page_aligned(rng, shape)), backend.indices(_page_aligned(rng, shape)))
+    return backend, shape, pools, idx, load_reference(reference), rng
+
+
 def run(args):
     shape = QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
                                            pool_factor=args.pool_factor, block_quota=args.block_quota,

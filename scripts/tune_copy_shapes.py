@@ -10,8 +10,6 @@ import argparse
 import os
 import sys
 
-import numpy as np
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
@@ -27,12 +25,7 @@ def main(argv=None):
     parser.add_argument("--reference", help="module or .so with the seed's entry points")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
-    backend = bench.TorchBackend()
-    shape = bench.Shape(repeat=args.repeat)
-    pools = bench.Pools(backend, shape)
-    rng = np.random.default_rng(0)
-    idx = (backend.indices(bench._page_aligned(rng, shape)), backend.indices(bench._page_aligned(rng, shape)))
-    reference = bench.load_reference(args.reference)
+    backend, shape, pools, idx, reference, _ = bench.tuning_setup(args.reference, args.repeat)
     cases = [(*c, 2) for c in bench.CASES] + [(*c, backend.sms) for c in bench.FULL_GPU_CASES]
     tuned = kernels.copy_shape_for
     print(f"{'case':56} {'ref':>7} " + " ".join(f"{'s%d' % i:>7}" for i in range(len(SHAPES))))

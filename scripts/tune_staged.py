@@ -44,12 +44,7 @@ def main(argv=None):
     parser.add_argument("--reference", help="module or .so with the seed's entry points")
     parser.add_argument("--repeat", type=int, default=20)
     args = parser.parse_args(argv)
-    backend = bench.TorchBackend()
-    shape = bench.Shape(repeat=args.repeat)
-    pools = bench.Pools(backend, shape)
-    rng = np.random.default_rng(0)
-    idx = (backend.indices(bench._page_aligned(rng, shape)), backend.indices(bench._page_aligned(rng, shape)))
-    reference = bench.load_reference(args.reference)
+    backend, shape, pools, idx, reference, rng = bench.tuning_setup(args.reference, args.repeat)
 
     scattered = tuple(backend.indices(rng.permutation(shape.pool)[:shape.tokens].astype(np.int64)) for _ in "sd")
 

@@ -21,7 +21,7 @@ from ..checks.devices import one_device
 from ..checks.overlap import check_disjoint, hull
 from ..checks.tables import table_layers
 from ..driver.devices import on_device
-from ..driver.launch import BoundKernel, Kernel
+from ..driver.launch import BoundKernel, launchable
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
@@ -36,15 +36,6 @@ _LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "p
 _PACK_LAYER = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into
 _MAX_QUOTA = 2**31 - 1
 _MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
-
-_kernels: dict[object, Kernel] = {}  # Numba dispatcher -> driver.launch.Kernel
-
-
-def _launchable(dispatcher):
-    kernel = _kernels.get(dispatcher)
-    if kernel is None:
-        kernel = _kernels.setdefault(dispatcher, Kernel(dispatcher, SIGNATURE))
-    return kernel
 
 
 class Side:
@@ -193,13 +184,12 @@ class KernelPlan:
                     self.num_layers if first is None else self.window, self.item_size, src_dim, dst_dim, src_page,
                     dst_page, self.head_num, guard.flag_address())
         self.flag = guard.flag_view()
-        kernel = _launchable(get_kernel(src_parts, dst_parts, mla))
+        kernel = launchable(get_kernel(src_parts, dst_parts, mla), SIGNATURE)
         self.kernel = self.register_kernel = BoundKernel(kernel, self.device, template)
         # Per-layer loads from pinned host memory: the staged (bulk-copy) kernel, where it applies.
         staged = None
         if self.spec.name != "copy":
             staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, self.memory)
-        self.staged = staged is not None
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged

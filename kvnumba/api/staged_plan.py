@@ -15,7 +15,7 @@ buffer; otherwise, and for calls with fewer than two warps per block, the regist
 """
 from .. import config
 from ..driver import tensor_maps
-from ..driver.launch import BoundKernel, Kernel
+from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
@@ -25,8 +25,6 @@ from ..kernels.layouts import PAGE_HEAD
 # The crossover was not measured; 512 items (8 pages of 64) is a conservative guess.
 AUTO_MIN_ITEMS = 512
 
-_kernels: dict[object, Kernel] = {}  # Numba dispatcher -> driver.launch.Kernel
-
 
 def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
     """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
@@ -35,7 +33,8 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
     ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
     kernel's 19 parameter values (the staged kernel's start with them)."""
     path = config.load_path()
-    if path == "register" or plan.window != 1 or src_parts not in staged.SOURCES or dst_parts not in staged.DESTINATIONS:
+    if (path == "register" or plan.window != 1 or src_parts not in staged.SOURCES
+            or dst_parts not in staged.DESTINATIONS):
         return None
     if path == "auto":
         src_host, dst_host = memory
@@ -52,9 +51,6 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
     min_run = maps.args[3]
     if path == "auto" and src_parts is PAGE_HEAD and src_page < min_run:
         return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
-    dispatcher = staged.get_staged_kernel(src_parts, dst_parts, mla, ring)
-    kernel = _kernels.get(dispatcher)
-    if kernel is None:
-        kernel = _kernels.setdefault(dispatcher, Kernel(dispatcher, staged.SIGNATURE, ring.shared_bytes))
+    kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
     fewest = AUTO_MIN_ITEMS if path == "auto" else 1
     return BoundKernel(kernel, plan.device, (*template, *maps.args)), maps, fewest

@@ -69,6 +69,18 @@ class Kernel:
         return function
 
 
+_launchables: dict[object, Kernel] = {}  # Numba dispatcher -> its Kernel
+
+
+def launchable(dispatcher, signature, shared_bytes=0):
+    """The one ``Kernel`` of a Numba kernel (``dispatcher``), compiled for ``signature`` with
+    ``shared_bytes`` of dynamic shared memory a block: every plan of that kernel shares it."""
+    kernel = _launchables.get(dispatcher)
+    if kernel is None:
+        kernel = _launchables.setdefault(dispatcher, Kernel(dispatcher, signature, shared_bytes))
+    return kernel
+
+
 _DEFAULT_SHARED_LIMIT = 48 * 1024
 
 # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup

@@ -31,8 +31,7 @@ class SourceMaps:
 
     def __init__(self, storage, address, map_heads, max_run_log2, min_run):
         self.storage = storage  # keeps the maps' memory alive
-        self.address = address
-        self.args = (address, map_heads, max_run_log2, min_run)
+        self.args = (address, map_heads, max_run_log2, min_run)  # the staged kernel's last four parameters
 
 
 def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):

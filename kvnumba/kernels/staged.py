@@ -47,7 +47,7 @@ from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u64, store_u128
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
                   first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
-from .warp_copy import make_copies
+from .warp_copy import make_copies, warp_loop
 
 
 
@@ -241,21 +241,8 @@ def _build(src, dst, mla, shape, ring):
                 k += 1
             post_plain(smem, base, k, 0, 0, _END, 0)
 
-    @device_function
-    def store_chunk(lane, from_shared, to, nbytes):
-        """A warp writes ``nbytes`` from shared memory to global memory: two 16-byte words a lane per round."""
-        step = WARP_SIZE * 16
-        offset = lane * 16
-        while offset < nbytes:
-            second = offset + step
-            a = load_shared_u128(from_shared + offset)
-            b = a
-            if second < nbytes:
-                b = load_shared_u128(from_shared + second)
-            store_u128(to + offset, a)
-            if second < nbytes:
-                store_u128(to + second, b)
-            offset = second + step
+    # A warp writes a piece's chunk from shared memory out: two 16-byte words a lane per round.
+    store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
 
     @device_function
     def direct_item(lane, src_token, dst_token, layer, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,

@@ -25,7 +25,10 @@ class CopyShape(NamedTuple):
     load: str = "nc"  # ld.global qualifiers of the loads (memory.make_loads)
 
 
-def _single(load, store, word, words):
+def warp_loop(load, store, word, words):
+    """``copy(lane, src, dst, nbytes)``: the warp moves ``nbytes`` with ``load``/``store`` of ``word``-byte
+    words, ``words`` of them a lane loaded before any is stored (1, 2 or 4). The staged kernel uses it
+    with a shared-memory load."""
     step = WARP_SIZE * word
 
     if words == 1:
@@ -130,11 +133,11 @@ def make_copies(shape):
     the whole warp copies ``nbytes`` (a multiple of 8) per buffer.
     """
     load_u64, load_u128 = make_loads(shape.load)
-    narrow = _single(load_u64, store_u64, 8, shape.words)
+    narrow = warp_loop(load_u64, store_u64, 8, shape.words)
     narrow_pair = _paired(load_u64, store_u64, 8, min(shape.words, 2))
     if not shape.wide:
         return narrow, narrow_pair
-    wide = _single(load_u128, store_u128, 16, shape.words)
+    wide = warp_loop(load_u128, store_u128, 16, shape.words)
     wide_pair = _paired(load_u128, store_u128, 16, min(shape.words, 2))
 
     @device_function
