@@ -28,6 +28,7 @@ from .api.views import (
 from .checks.guard import check_errors
 from .errors import (
     BadAddressError,
+    BufferMovedError,
     CopyError,
     CudaError,
     DeviceMismatchError,
@@ -65,6 +66,7 @@ from .types import (
 
 __all__ = [
     "BadAddressError",
+    "BufferMovedError",
     "CacheView",
     "Geometry",
     "LayerFirst",

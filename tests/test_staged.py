@@ -23,7 +23,7 @@ POOL = 64
 
 
 @pytest.fixture
-def staged_choices(monkeypatch):
+def staged_choices(monkeypatch, fresh_plans):
     """Forces the staged path; records whether each plan built took it."""
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
     chosen = []
@@ -115,7 +115,7 @@ def test_register_setting_never_stages(staged_choices, monkeypatch):
     assert staged_choices == [False]
 
 
-def test_a_bad_setting_refuses_the_call(monkeypatch):
+def test_a_bad_setting_refuses_the_call(monkeypatch, fresh_plans):
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "fast")
     with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of"):
         run_case(_case("transfer_kv_per_layer_pf_lf", "runs", 1024))
@@ -223,3 +223,13 @@ def test_small_calls_take_the_register_kernel(staged_choices):
         assert (staged_spy.count, register_spy.count) == (staged_launches, register_launches)
         np.testing.assert_array_equal(to_numpy(dst_k)[dst], src_k[src, 1])
         np.testing.assert_array_equal(to_numpy(dst_v)[dst], src_v[src, 1])
+
+
+def test_a_bad_setting_refuses_a_view_copy(monkeypatch, fresh_plans):
+    """kv.copy builds its plans through the same path: the setting is read and checked there too."""
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "fast")
+    src = kv.LayerFirst(host(np.zeros((2, 8, 16), np.uint8)))
+    dst = kv.LayerFirst(device(np.zeros((2, 8, 16), np.uint8)))
+    idx = device(np.arange(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of"):
+        kv.copy(src, dst, idx, idx)
