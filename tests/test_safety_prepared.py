@@ -202,3 +202,13 @@ def test_a_fresh_view_of_the_same_bytes_reuses_the_plan():
         kv.transfer_kv_per_layer_mla(pool[layer], dst, idx, idx, ITEM, 1, 1)  # fresh views: all hits
         np.testing.assert_array_equal(to_numpy(dst)[[0, 5]], to_numpy(pool[layer])[[0, 5]])
     assert cache.misses == misses
+
+
+def test_bound_layer_tables_stay_the_callers_objects():
+    """A table from kv.layer_table carries its layers' sizes: the transfer keeps that very object."""
+    layers = [device(np.zeros((8, ITEM), np.uint8)) for _ in range(LAYERS)]
+    table = kv.layer_table(layers)
+    load = kv.prepare(kv.transfer_kv_all_layer_mla, src_layers=table, dst_layers=kv.layer_table(
+        [device(np.zeros((8, ITEM), np.uint8)) for _ in range(LAYERS)]), item_size=ITEM, num_layers=LAYERS)
+    assert load.bound["src_layers"] is table
+    assert load._plan.raw_tables is False

@@ -42,8 +42,11 @@ def own(value):
 class Snapshot:
     """The bound arguments of a prepared transfer (``values``: name -> what it holds) and the check."""
 
-    def __init__(self, bound, buffer_names):
-        self.values = {name: own(value) if name in buffer_names else value for name, value in bound.items()}
+    def __init__(self, bound, buffer_names, tables=frozenset()):
+        # Layer tables stay the caller's objects (kv.layer_table records their layers on them); they are
+        # watched like the rest.
+        self.values = {name: own(value) if name in buffer_names and name not in tables else value
+                       for name, value in bound.items()}
         torch_arrays, torch_names, others = [], [], []
         for name in buffer_names:
             if name not in self.values:

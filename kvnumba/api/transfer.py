@@ -44,7 +44,8 @@ class Transfer:
                  check: bool = False) -> None:
         self.spec = spec
         # What it holds of its buffers: copies of lists, aliases of torch tensors (kvnumba.api.snapshot).
-        self._snapshot = Snapshot(bound, frozenset(spec.buffers))
+        tables = frozenset(n for n in spec.buffers if spec.layout_of(n) is TBL)
+        self._snapshot = Snapshot(bound, frozenset(spec.buffers), tables)
         self.bound = self._snapshot.values
         self.stream = stream
         self.check = bool(check)
