@@ -387,7 +387,8 @@ def run(args):
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
     records = []
     # Rows go to stdout; progress to stderr: a tqdm bar on a terminal, else a line per case.
-    bar = progress("bench", len(plan), stream=None if getattr(args, "quiet", False) else sys.stderr, unit="case", line_per_step=True)
+    sglang = not args.only or "sglang" in args.only
+    bar = progress("bench", len(plan) + (sglang_shapes.count() if sglang else 0), stream=None if getattr(args, "quiet", False) else sys.stderr, unit="case", line_per_step=True)
     for (op, direction, model), block_quota, note, case_shape, case_idx in plan:
         case = f"{op} {direction} {model}{note}"
         record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota,
@@ -433,7 +434,7 @@ def run(args):
         records.append(record)
         bar.write(_row(record))
         bar.advance(1, case)
-    if not args.only or "sglang" in args.only:
+    if sglang:
         for record in sglang_shapes.rows(backend, shape, reference, shape.block_quota):
             record.update(model="mla" if "mla" in record["case"] else "mha", block_quota=shape.block_quota)
             record["ceiling_gbps"] = ceilings[record["direction"]] / 1e9
@@ -446,6 +447,7 @@ def run(args):
             record["reference_host_us"] = record.pop("reference_host_us", None)
             records.append(record)
             bar.write(_row(record))
+            bar.advance(1, record["case"])
     bar.close()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,

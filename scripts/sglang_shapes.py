@@ -117,8 +117,13 @@ def _new(indices):
     return indices.clone() if hasattr(indices, "clone") else indices.copy()
 
 
+def count():
+    """How many records ``rows`` yields."""
+    return len(per_layer_entry_points()) + 2 + 2
+
+
 def rows(backend, shape, reference, block_quota):
-    """Every case of the module docstring, for kvnumba and ``reference`` (or None)."""
+    """Every case of the module docstring, for kvnumba and ``reference`` (or None), one record at a time."""
     roots = Roots(backend, shape)
     rng = np.random.default_rng(1)
     pages = rng.choice(shape.pool // shape.page_size, shape.tokens // shape.page_size, replace=False)
@@ -128,13 +133,12 @@ def rows(backend, shape, reference, block_quota):
     impls = {"kvnumba": kvnumba}
     if reference is not None:
         impls["reference"] = reference
-    records = []
     for op in per_layer_entry_points():
         record = {"op": op, "case": f"sglang fresh-view {op} h2d", "direction": "h2d", "tokens": shape.tokens}
         for name, module in impls.items():
             call, nbytes = fresh_view_call(module, op, roots, idx, shape, block_quota)
             _measure(record, name, call, nbytes, shape)
-        records.append(record)
+        yield record
     loop_shape = dataclasses.replace(shape, repeat=max(shape.groups, shape.repeat // 5))
     for layout in ("lf", "pf"):
         record = {"op": "layer loop", "case": f"sglang layer loop {layout} h2d ({shape.layers} layers, "
@@ -143,7 +147,7 @@ def rows(backend, shape, reference, block_quota):
         for name, module in impls.items():
             call, nbytes = layer_loop(module, layout, roots, rng, shape, block_quota, min(LOOP_TOKENS, shape.tokens))
             _measure(record, name, call, nbytes, loop_shape, calls_per_run=shape.layers)
-        records.append(record)
+        yield record
     op = "transfer_kv_per_layer"
     for kernel in ("staged", "register"):
         saved = os.environ.get("KVNUMBA_LOAD_PATH")
@@ -161,14 +165,13 @@ def rows(backend, shape, reference, block_quota):
                       "tokens": shape.tokens}
             _measure(record, "kvnumba", miss, nbytes, shape)
             record["plan_kernel"] = _kernel_of(op)
-            records.append(record)
+            yield record
         finally:
             if saved is None:
                 os.environ.pop("KVNUMBA_LOAD_PATH", None)
             else:
                 os.environ["KVNUMBA_LOAD_PATH"] = saved
             clear_plan_caches()
-    return records
 
 
 def _kernel_of(op):

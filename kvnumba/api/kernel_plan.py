@@ -177,17 +177,44 @@ class KernelPlan:
                     self.num_layers if first is None else self.window, self.item_size, src_dim, dst_dim, src_page,
                     dst_page, self.head_num, guard.flag_address())
         self.flag = guard.flag_view()
-        kernel = launchable(get_kernel(src_parts, dst_parts, mla), SIGNATURE)
-        self.kernel = self.register_kernel = BoundKernel(kernel, self.device, template)
-        # Per-layer loads from pinned host memory: the staged (bulk-copy) kernel, where it applies.
+        self.template = template
+        self.register = launchable(get_kernel(src_parts, dst_parts, mla), SIGNATURE)
+        self.staged_args = (src_parts, dst_parts, mla, src_geometry)
+        if self.spec.name == "copy":  # kv.copy's loads stay on registers, but a bad setting is refused here too
+            config.load_path()
+        self._bind(src_ptrs)
+
+    def _bind(self, src_ptrs):
+        """The kernels with this plan's parameter values: the register kernel, and for per-layer loads
+        from pinned host memory the staged (bulk-copy) kernel, where it applies."""
+        self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
         staged = None
         if self.spec.name != "copy":
-            staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, self.memory)
-        else:  # kv.copy's loads stay on registers, but a bad setting is refused here too
-            config.load_path()
+            src_parts, dst_parts, mla, src_geometry = self.staged_args
+            staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, self.template,
+                                 self.memory)
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
+        self.source_maps = None
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged
+
+    def rebind(self, infos, names):
+        """A plan of this one's geometry for other buffers (``infos``: their ``ArrayInfo`` by argument
+        name, the same sizes, devices, kinds of memory and alignment as this plan's): every check that
+        depends on geometry holds for it; what depends on addresses is done again. No layer tables."""
+        plan = object.__new__(KernelPlan)
+        plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: they are the same)
+        for name in names:
+            if name is not None and infos[name].device == HOST:
+                pinned.require(name, infos[name])
+        ptrs = [infos[n].ptr if n else 0 for n in names]
+        plan.destinations = [(n, infos[n].ptr, infos[n].ptr + infos[n].nbytes) for n in (names[1], names[3]) if n]
+        plan.dst_low, plan.dst_high = hull(plan.destinations)
+        template = list(self.template)
+        template[7:11] = ptrs[0], ptrs[1], ptrs[2], ptrs[3]  # src_k, dst_k, src_v, dst_v
+        plan.template = tuple(template)
+        plan._bind((ptrs[0], ptrs[2]))
+        return plan
 
     # --- building ------------------------------------------------------------------------------
 
@@ -339,6 +366,55 @@ class KernelPlan:
                                     "call in flight?); the other items were copied")
 
 
+# --- plans by geometry: a miss on new buffers of a known geometry is a rebind -----------------------
+
+_shapes: dict[tuple, KernelPlan] = {}  # geometry key -> a plan of that geometry
+
+
+def build_plan(spec, geometry, strict):
+    """The plan for an entry point's geometry arguments: every argument checked.
+
+    For a seed entry point without layer tables whose sizes and buffers' geometry (bytes, device,
+    kind of memory, writability, 16-byte alignment) were seen before, the plan is the earlier one
+    rebound to these addresses (``KernelPlan.rebind``): the checks that depend on the geometry are
+    not repeated; those that depend on addresses are. Anything else is built from scratch."""
+    if spec.name == "copy" or TBL in (spec.src_layout, spec.dst_layout):
+        return KernelPlan(spec, geometry, strict)
+    sizes_key = _sizes_key(spec, geometry)
+    if sizes_key is None or sizes_key not in _sizes_seen:
+        return _remember(KernelPlan(spec, geometry, strict), spec, geometry)
+    names = buffer_names(spec)
+    infos = {}
+    for name in names:
+        if name is not None:
+            info = infos[name] = array_info(geometry[name], name)
+            if info.ptr & 7:
+                validate.aligned(name, info)
+    key = (sizes_key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos.values()])
+    template = _shapes.get(key)
+    if template is None:
+        return _remember(KernelPlan(spec, geometry, strict), spec, geometry, key)
+    return template.rebind(infos, names)
+
+
+def _remember(plan, spec, geometry, key=None):
+    if key is None:
+        sizes_key = _sizes_key(spec, geometry)
+        names = buffer_names(spec)
+        infos = [array_info(geometry[n], n) for n in names if n is not None]
+        key = (sizes_key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos])
+    if len(_shapes) > 1024:
+        _shapes.clear()
+    _shapes[key] = plan
+    return plan
+
+
+def clear_shapes():
+    """Forget the geometries seen (settings read at plan build apply to the next plan)."""
+    _shapes.clear()
+    _sizes_seen.clear()
+
+
 # --- sizes, validated once per set of values -----------------------------------------------------
 
 class Sizes(NamedTuple):
@@ -356,15 +432,22 @@ _SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "p
 _sizes_seen: dict[tuple, Sizes] = {}  # (entry point, sizes and their types) -> Sizes: checks depend on values only
 
 
+def _sizes_key(spec, geometry):
+    """The key of an entry point's size arguments (with their types), or None if one is unhashable."""
+    values = tuple(map(geometry.get, _SIZE_NAMES))
+    key = (spec.name, *values, *map(type, values))
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
 def _sizes(spec, geometry):
     """The entry point's size arguments, validated (memoised by value: a miss on new buffers with
     known sizes does not check them again)."""
-    values = tuple(map(geometry.get, _SIZE_NAMES))
-    key: tuple | None = (spec.name, *values, *map(type, values))
-    try:
-        known = _sizes_seen.get(key)  # type: ignore[arg-type]
-    except TypeError:  # unhashable: validation says what is wrong
-        key = known = None
+    key = _sizes_key(spec, geometry)
+    known = _sizes_seen.get(key) if key is not None else None
     if known is None:
         known = _validate_sizes(spec, geometry)
         if key is not None:

@@ -10,9 +10,15 @@
 - ``register``: never.
 
 Either way a plan is staged only if its source layout (layer-first, page-first or page-head) and its
-sizes can be described by tensor maps (``driver.tensor_maps``) and its destination is one layer's
-buffer; otherwise, and for calls with fewer than two warps per block, the register kernel runs.
+sizes can be described by tensor maps (``driver.tensor_maps``), its buffers are 16-byte aligned and
+its destination is one layer's buffer; otherwise, and for calls with fewer than two warps per block,
+the register kernel runs.
+
+What depends on sizes only (the choice, the kernel, the run limits) is a ``Recipe``, memoised; binding
+it to a plan's addresses encodes that plan's tensor maps (a few microseconds).
 """
+from typing import Any, NamedTuple
+
 from .. import config
 from ..driver import tensor_maps
 from ..driver.launch import BoundKernel, launchable
@@ -26,13 +32,52 @@ from ..kernels.layouts import PAGE_HEAD
 AUTO_MIN_ITEMS = 512
 
 
-def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
-    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
-    None when its loads stay on registers.
+class Recipe(NamedTuple):
+    """A staged load for one geometry: the kernel and how to describe the source."""
 
-    ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
-    kernel's 19 parameter values (the staged kernel's start with them)."""
+    kernel: Any  # driver.launch.Kernel
+    layout: Any
+    nbytes: int
+    item_size: int
+    layout_dim: int
+    page_size: int
+    head_num: int
+    mla: bool
+    run_limits: tuple[int, int]
+    stage_bytes: int
+    fewest: int  # calls with fewer items take the register kernel
+
+    def bind(self, device, template, src_ptrs):
+        """``(BoundKernel, SourceMaps)`` at these addresses, or None if they do not suit the bulk unit."""
+        maps = tensor_maps.source_maps(self.layout, src_ptrs[0], src_ptrs[1], self.nbytes, self.item_size,
+                                       self.layout_dim, self.page_size, self.head_num, self.mla, self.run_limits,
+                                       self.stage_bytes)
+        if maps is None:
+            return None
+        return BoundKernel(self.kernel, device, (*template, *maps.args)), maps
+
+
+_recipes: dict[tuple, Recipe | None] = {}
+
+
+def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
+    """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
     path = config.load_path()
+    src_dim, src_page = src_geometry
+    key = (path, src_parts, dst_parts, mla, plan.window, plan.src.nbytes, plan.item_size, src_dim, src_page,
+           plan.head_num, memory, plan.device, staged.SHAPE)
+    try:
+        return _recipes[key]
+    except KeyError:
+        pass
+    found = _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
+    if len(_recipes) > 1024:
+        _recipes.clear()
+    _recipes[key] = found
+    return found
+
+
+def _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
     if (path == "register" or plan.window != 1 or src_parts not in staged.SOURCES
             or dst_parts not in staged.DESTINATIONS):
         return None
@@ -40,18 +85,33 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
         src_host, dst_host = memory
         if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
             return None
-    if any(p % 16 for p in template[8:11:2] if p):  # destinations: 16-byte stores from shared memory
-        return None
-    src_dim, src_page = src_geometry
     ring = staged.SHAPE
-    maps = tensor_maps.source_maps(src_parts, src_ptrs[0], src_ptrs[1], plan.src.nbytes, plan.item_size, src_dim,
-                                   src_page, plan.head_num, mla, staged.run_limits(plan.item_size, mla, ring),
-                                   ring.stage_bytes)
-    if maps is None:
+    picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
+    if picture is None or plan.item_size * (1 if mla else 2) > ring.stage_bytes:
         return None
-    min_run = maps.args[3]
-    if path == "auto" and src_parts is PAGE_HEAD and src_page < min_run:
+    run_limits = staged.run_limits(plan.item_size, mla, ring)
+    if path == "auto" and src_parts is PAGE_HEAD and src_page < tensor_maps.piece_limits(run_limits, True, src_page)[1]:
         return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
     fewest = AUTO_MIN_ITEMS if path == "auto" else 1
-    return BoundKernel(kernel, plan.device, (*template, *maps.args)), maps, fewest
+    return Recipe(kernel, src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
+                  run_limits, ring.stage_bytes, fewest)
+
+
+def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
+    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
+    None when its loads stay on registers.
+
+    ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
+    kernel's 19 parameter values (the staged kernel's start with them)."""
+    found = recipe(plan, src_parts, dst_parts, mla, src_geometry, memory)
+    if found is None or any(p % 16 for p in template[8:11:2] if p):  # destinations: 16-byte stores from shared
+        return None
+    bound = found.bind(plan.device, template, src_ptrs)
+    if bound is None:
+        return None
+    return (*bound, found.fewest)
+
+
+def clear():
+    _recipes.clear()

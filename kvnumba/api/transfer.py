@@ -21,7 +21,8 @@ from ..checks import guard, validate
 from ..types import StreamLike
 from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
-from .kernel_plan import KernelPlan
+from . import staged_plan
+from .kernel_plan import KernelPlan, build_plan, clear_shapes
 from .plan_cache import PlanCache
 from .snapshot import Snapshot
 from .spec import SPECS, TBL, Spec
@@ -44,8 +45,8 @@ class Transfer:
                  check: bool = False) -> None:
         self.spec = spec
         # What it holds of its buffers: copies of lists, aliases of torch tensors (kvnumba.api.snapshot).
-        tables = frozenset(n for n in spec.buffers if spec.layout_of(n) is TBL)
-        self._snapshot = Snapshot(bound, frozenset(spec.buffers), tables)
+        table_names = frozenset(n for n in spec.buffers if spec.layout_of(n) is TBL)
+        self._snapshot = Snapshot(bound, frozenset(spec.buffers), table_names)
         self.bound = self._snapshot.values
         self.stream = stream
         self.check = bool(check)
@@ -141,7 +142,7 @@ class Transfer:
     def _build(self, geometry_values: tuple[Any, ...], strict: bool) -> Plan:
         geometry = dict(zip(self._geometry, geometry_values))
         if self.spec.kind == "kernel":
-            plan = KernelPlan(self.spec, geometry, strict)
+            plan = build_plan(self.spec, geometry, strict)
             plan.fast = make_fast_call(plan)
             return plan
         return DirectPlan(self.spec, geometry, strict)
@@ -331,3 +332,5 @@ def clear_plan_caches() -> None:
     ``KVNUMBA_LOAD_PATH``, apply to the next call)."""
     for transfer in _PLAIN.values():
         transfer._cache.clear()
+    clear_shapes()
+    staged_plan.clear()

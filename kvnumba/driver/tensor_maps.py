@@ -157,11 +157,7 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     sizes, strides, map_heads, head_major = picture
     if any(s >= MAX_STRIDE for s in strides):
         return None
-    max_run_log2, min_run = run_limits
-    if head_major:  # a piece never crosses a page
-        while (1 << max_run_log2) > page_size:
-            max_run_log2 -= 1
-        min_run = min(min_run, 1 << max_run_log2)
+    max_run_log2, min_run = piece_limits(run_limits, head_major, page_size)
     min_log2 = min_run.bit_length() - 1
     block = STORE.take()
     address = block - min_log2 * MAP_BYTES  # the kernel adds r * MAP_BYTES (and V's offset)
@@ -171,6 +167,17 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
             write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
                   _box(sizes, head_major, 1 << r))
     return SourceMaps(block, (address, map_heads, max_run_log2, min_run))
+
+
+def piece_limits(run_limits, head_major, page_size):
+    """``(max_run_log2, min_run)`` of the pieces a load takes: ``run_limits`` (the kernel's), cut so that a
+    head-major (page-head) piece never crosses a page."""
+    max_run_log2, min_run = run_limits
+    if head_major:
+        while (1 << max_run_log2) > page_size:
+            max_run_log2 -= 1
+        min_run = min(min_run, 1 << max_run_log2)
+    return max_run_log2, min_run
 
 
 def _write_simulated(at, base, sizes, strides, box):
