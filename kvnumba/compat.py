@@ -73,11 +73,7 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         return None
 
     def _real_package_exists(self):
-        for finder in sys.meta_path:
-            find = getattr(finder, "find_spec", None)
-            if finder is not self and find is not None and find(PACKAGE, None) is not None:
-                return True
-        return False
+        return _find_real(self) is not None
 
     def create_module(self, spec):
         return self.modules[spec.name]
@@ -85,6 +81,37 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def exec_module(self, module):
         if module.__name__ == PACKAGE:  # as SGLang's package does, import the submodule with it
             importlib.import_module(MODULE)
+
+
+def _find_real(hook):
+    """The spec of an ``sgl_kernel`` other finders than ``hook`` would import, or None."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if finder is not hook and find is not None:
+            spec = find(PACKAGE, None)
+            if spec is not None:
+                return spec
+    return None
+
+
+def _refuse_a_plain_module(hook):
+    """``ImportError`` if the ``sgl_kernel`` that is imported, or would be, is a module rather than a
+    package: ``sgl_kernel.kvcacheio`` cannot live in it."""
+    package = sys.modules.get(PACKAGE)
+    if package is hook.modules[PACKAGE]:
+        return
+    if package is not None:
+        where = getattr(package, "__file__", None) or repr(package)
+        is_package = hasattr(package, "__path__")
+    else:
+        spec = _find_real(hook)
+        if spec is None:
+            return
+        where, is_package = spec.origin or PACKAGE, spec.submodule_search_locations is not None
+    if not is_package:
+        raise ImportError(f"install_sgl_kernel: the {PACKAGE} found at {where} is a module, not a package, so "
+                          f"{MODULE} cannot be installed in it; remove or rename it (nothing was installed)",
+                          name=PACKAGE)
 
 
 _hook: _Hook | None = None  # built on first install, then kept: the same module objects every time
@@ -104,6 +131,7 @@ def install_sgl_kernel(*, replace=False):
     """
     global _hook, _installed
     hook = _hook = _hook or _Hook()
+    _refuse_a_plain_module(hook)
     ours = hook.modules[MODULE]
     existing = sys.modules.get(MODULE)
     if existing is not None and existing is not ours:
@@ -113,11 +141,17 @@ def install_sgl_kernel(*, replace=False):
                 f"may hold its functions: call kvnumba.compat.install_sgl_kernel() before anything imports "
                 f"{PACKAGE}, or pass replace=True to swap the module anyway")
         _displace(existing, ours)
+    was_installed = _installed
     if hook not in sys.meta_path:
         sys.meta_path.insert(0, hook)
     _installed = True
     if PACKAGE in sys.modules:  # the package is loaded already: attach the submodule to it now
-        importlib.import_module(MODULE)
+        try:
+            importlib.import_module(MODULE)
+        except BaseException:
+            if not was_installed:  # leave nothing behind: no hook, nothing displaced
+                uninstall_sgl_kernel()
+            raise
     return ours
 
 

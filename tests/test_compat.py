@@ -196,6 +196,28 @@ def test_an_imported_real_kvcacheio_is_refused_unless_replaced_and_comes_back(re
 
 
 @pytest.mark.needs_target
+@pytest.mark.parametrize("imported", [False, True], ids=["found", "imported"])
+def test_a_module_named_sgl_kernel_is_refused_and_nothing_is_left_behind(tmp_path, monkeypatch, imported):
+    """An ``sgl_kernel.py`` (a module, not a package) cannot hold ``kvcacheio``: install refuses it,
+    naming the file, and leaves no hook, no module and no state behind."""
+    (tmp_path / "sgl_kernel.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    if imported:
+        importlib.import_module("sgl_kernel")
+    meta_path, modules = list(sys.meta_path), dict(_sgl_modules())
+    with pytest.raises(ImportError, match=rf"the sgl_kernel found at .*sgl_kernel\.py is a module, not a package, "
+                                          r"so sgl_kernel\.kvcacheio cannot be installed in it; remove or rename it "
+                                          r"\(nothing was installed\)"):
+        compat.install_sgl_kernel()
+    assert sys.meta_path == meta_path and _sgl_modules() == modules and not compat._installed
+    assert getattr(sys.modules.get("sgl_kernel"), "X", 1) == 1 and not hasattr(sys.modules.get("sgl_kernel"),
+                                                                                 "kvcacheio")
+    with pytest.raises(ImportError), compat.sgl_kernel_installed():
+        pass
+    assert sys.meta_path == meta_path and not compat._installed
+
+
 def test_a_hicache_backup_and_load_through_the_alias():
     compat.install_sgl_kernel()
     from sgl_kernel.kvcacheio import transfer_kv_all_layer_lf_pf, transfer_kv_per_layer_pf_lf

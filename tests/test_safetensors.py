@@ -226,6 +226,15 @@ BAD_FILES = [
      r"<IN>: not a readable \.safetensors file: .*invalid offset for tensor `[kv]`"),
     ("hole-in-the-data", "in.safetensors", _header_bytes({"k": ENTRY}, bytes(2000)),
      r"<IN>: not a readable \.safetensors file: .*not fully covered"),
+    # Nested past what a header needs (3 levels) and past Python's recursion limit: one line, no RecursionError.
+    ("nested-deep-metadata", "in.safetensors", _header_bytes(b'{"__metadata__": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"),
+     r"<IN>: not a readable \.safetensors file: its header nests arrays and objects 100,001 levels deep \(a header "
+     r"needs 3; kvnumba reads at most 64\)"),
+    ("nested-deep-entry", "in.safetensors", _header_bytes(b'{"k": {"dtype": "BF16", "x": ' + b"{\"a\": " * 2000
+                                                          + b"1" + b"}" * 2000 + b"}}"),
+     r"<IN>: not a readable \.safetensors file: its header nests arrays and objects 2,002 levels deep .*"),
+    ("nested-65", "in.safetensors", _header_bytes(b'{"a": ' + b"[" * 64 + b"]" * 64 + b"}"),
+     r"<IN>: not a readable \.safetensors file: its header nests arrays and objects 65 levels deep .*"),
     ("shape-does-not-fit", "in.safetensors", _file_bytes({"k": ("BF16", _cache()), "v": ("BF16", _cache(tokens=10))}),
      r"page_first_direct needs T divisible by page_size=4: got T=10 \(dimension 1 of shape \(3, 10, 2, 8\)\)"),
 ]
@@ -244,6 +253,23 @@ def test_bad_file_is_one_line_and_writes_nothing(tmp_path, capsys, name, data, m
     assert (tmp_path / name).read_bytes() == data
     assert (tmp_path / out_name).read_bytes() == b"old"
     assert _files(tmp_path) == sorted([name, out_name])
+
+
+@pytest.mark.parametrize("depth", [64, 1_000, 100_000])
+def test_kv_convert_names_the_file_of_a_deeply_nested_header(tmp_path, depth):
+    path = tmp_path / "in.safetensors"
+    path.write_bytes(_header_bytes(b'{"__metadata__": {"a": ' + b"[" * (depth - 2) + b"]" * (depth - 2) + b"}}"))
+    match = "its __metadata__ is not a map of strings" if depth <= 64 else f"nests arrays and objects {depth:,} levels"
+    with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}: not a readable \.safetensors file: .*{match}"):
+        kvnumba.convert(path, "lf", "pf", out=tmp_path / "out.safetensors")
+    assert _files(tmp_path) == ["in.safetensors"]
+
+
+def test_brackets_inside_strings_are_not_nesting(tmp_path):
+    note = "[{" * 5_000  # metadata is free-form text
+    (tmp_path / "in.safetensors").write_bytes(_file_bytes({"k": ("BF16", _cache())}, {"note": note}))
+    kvnumba.convert(tmp_path / "in.safetensors", "lf", "pf", out=tmp_path / "out.safetensors")
+    assert _read(tmp_path / "out.safetensors")[1] == {"note": note}
 
 
 def test_missing_file(tmp_path, capsys):

@@ -37,13 +37,19 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     Raises
     ------
     TypeError, ValueError
-        For a bad argument or views that do not fit together (named in the message); nothing is
-        written.
+        For a bad argument or views that do not fit together (named in the message), or a view whose
+        buffer was given new memory in place since it was made (``CacheView.check_unchanged``);
+        nothing is written.
 
     Example
     -------
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
+    # The views' buffers, as the layers copied use them: unchanged since the views were made.
+    if isinstance(src_view, CacheView):
+        src_view.check_unchanged("src_view", layers)
+    if isinstance(dst_view, CacheView):
+        dst_view.check_unchanged("dst_view", layers)
     _copy((src_view, dst_view), (layers,), src_indices, dst_indices, None, block_quota, num_warps_per_block,
           stream, check)
 

@@ -36,6 +36,7 @@ from ..checks.devices import one_device
 from ..checks.tables import table_layers
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
+from .view_buffers import Held, check_arithmetic, hold, layers_alike
 
 if TYPE_CHECKING:
     from .kernel_plan import KernelPlan
@@ -61,12 +62,14 @@ class CacheView:
     With only that, the layout gets kernels to and from every other layout (``kv.copy``), bounds
     checks, reference checking, ``kv.convert`` and ``kvnumba convert``.
 
-    A view, like a prepared transfer, describes its buffers as they were when it was made: a plain
-    ``kv.copy`` re-checks only that it is the same view object (a per-layer view holds dozens of
-    buffers; re-reading each on every call would cost more than the launch). Give a buffer new memory
-    in place (``resize_``, ``set_``) and make a new view. kvnumba checks at view
-    construction that the arithmetic keeps the first and last tokens of every page, layer and head
-    inside the buffer.
+    A view describes its buffers as they were when it was made, and holds them
+    (``kvnumba.api.view_buffers``): a per-layer list is copied into a tuple it owns; NumPy arrays cannot
+    be resized while it lives; the data pointer and size of each torch tensor (CuPy array, other
+    ``__cuda_array_interface__`` array) are compared again on every ``kv.copy`` for the layers it
+    copies (``check_unchanged``), which raises ``ValueError`` naming the view and the buffer if one was
+    given new memory in place (``resize_``, ``set_``, ``.data =``): make a new view then. A view
+    class of your own (not kvnumba's) has its arithmetic evaluated at construction at every layer and
+    token, with the heads a copy can use: every byte it can reach must lie in its buffer, K and V each.
     """
 
     head_split = False
@@ -75,6 +78,8 @@ class CacheView:
     parts: layouts.LayoutParts | None = None  # LayoutParts, made from the three functions of a subclass
 
     user_layout = False  # True for a subclass that brings its own address arithmetic
+    _held: Held | None  # what kv.copy compares of its buffers per call (kvnumba.api.view_buffers)
+    _kept: list[Any]  # what keeps the memory of its other buffers from moving
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -88,26 +93,70 @@ class CacheView:
             cls.user_layout = True
 
     def __init__(self, k: CacheBuffer, v: CacheBuffer | None = None) -> None:
+        name = type(self).__name__
+        if isinstance(k, (list, tuple)) or isinstance(v, (list, tuple)):
+            if not isinstance(k, (list, tuple)) or not isinstance(v, (list, tuple, type(None))):
+                raise TypeError(f"{name}: k and v must both be lists of per-layer arrays, or both arrays; got "
+                                f"{type(k).__name__} and {type(v).__name__}")
+            k = layers_alike(name, "k", k)  # a tuple the view owns: the caller's list may change
+            v = None if v is None else layers_alike(name, "v", v)
         self.k, self.v = k, v
         self.geometry = self.shape(k)
-        self.itemsize = self.array(k[0] if isinstance(k, (list, tuple)) else k)[1]
+        self.itemsize = self.array(k[0] if isinstance(k, tuple) else k)[1]
         if v is not None:
             other = self.shape(v)
+            if other.dtype != self.geometry.dtype:
+                raise TypeError(f"{name}: v is {other.dtype} but k is {self.geometry.dtype}: K and V must have the "
+                                "same dtype")
             if other != self.geometry:
-                raise ValueError(f"{type(self).__name__}: v has the geometry {other}, k has {self.geometry}")
+                raise ValueError(f"{name}: v has the geometry {other}, k has {self.geometry}")
         if self.parts is None:
-            raise TypeError(f"{type(self).__name__} defines no address arithmetic (layer_base, token_offset, "
-                            "head_stride)")
-        if self.user_layout:  # a user's arithmetic: it must stay inside the buffers
-            self._check_arithmetic()
+            raise TypeError(f"{name} defines no address arithmetic (layer_base, token_offset, head_stride)")
+        self._held, self._kept = hold(self)
+        self._check_user_arithmetic()
+
+    def check_unchanged(self, name: str | None = None, layers: SupportsIndex | range | None = None) -> None:
+        """Raise ``ValueError`` if a buffer of this view that ``layers`` copies (None: every layer; an
+        int or a range: those) was given new memory in place since the view was made (``resize_``,
+        ``set_``, ``.data =``): its data pointer or size in bytes differs. ``name`` names the view in
+        the message (``"src_view"``). This is what ``kv.copy`` checks on every call: comparisons of
+        recorded integers, for torch tensors (and CuPy, ``__cuda_array_interface__`` arrays) only; NumPy
+        arrays cannot be resized while a view holds them."""
+        held = self._held
+        if held is not None and not held.unchanged(layers):
+            changed = held.changed(layers)
+            if changed:
+                raise ValueError(f"{name or type(self).__name__} ({self!r}) changed in place since it was made (resize_, "
+                                 f"set_, .data =): {'; '.join(changed)}; make a new view over the buffers as they "
+                                 "are now")
+
+    def _check_user_arithmetic(self, heads: int | None = None) -> None:
+        """A view class of the user's (its own arithmetic, or its own ``shape``): refuse it if the kernel
+        could touch a byte outside a buffer, in a copy by ``heads`` heads (None: the heads a copy of
+        this view can go by: whole items unless it splits its heads, and its own heads). Memoised."""
+        if type(self).__module__ == __name__ or isinstance(self, LayerTable):
+            return  # kvnumba's own views (their arithmetic follows their shapes); raw tables: their layers'
+        assert self.parts is not None
+        if self.per_layer and not self.parts.table:
+            raise TypeError(f"{type(self).__name__}: a layout with its own address arithmetic takes one buffer "
+                            "for K (and one for V), not per-layer lists")
+        checked = self.__dict__.setdefault("_heads_checked", set())
+        g = self.geometry
+        wanted = {heads} if heads is not None else (
+            ({1} if not self.head_split or g.heads == 1 else set()) | ({g.heads} if g.heads > 1 else set()))
+        for h in sorted(wanted - checked):
+            check_arithmetic(self, h)
+            checked.add(h)
 
     # --- what a subclass provides -------------------------------------------------------------------
 
     def shape(self, buffer: Any) -> Geometry:
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} defines no shape(buffer): a view class reads its geometry from a "
+                        "buffer's shape")
 
     def logical(self, buffer: Any) -> Any:
-        raise NotImplementedError
+        raise TypeError(f"{type(self).__name__} defines no logical(buffer): the reference and kv.convert's NumPy "
+                        "engine need its NumPy picture [L, T/P, P, *item]")
 
     # --- shared ---------------------------------------------------------------------------------------
 
@@ -122,7 +171,8 @@ class CacheView:
         """The shape of one buffer of this layout holding ``tokens`` tokens of ``layers`` layers, items
         shaped ``item`` (``(H, D)`` or ``(D,)``): what ``kv.convert`` allocates. A user layout defines it
         to be a conversion's destination."""
-        raise NotImplementedError(f"{cls.__name__} defines no buffer_shape: it cannot be kv.convert's destination")
+        raise TypeError(f"{cls.__name__} defines no buffer_shape: it cannot be kv.convert's destination (define "
+                        "the classmethod buffer_shape(layers, tokens, page_size, item) to make it one)")
 
     def item_shape(self) -> tuple[int, ...]:
         """One token's item shape: ``(H, D)``, or ``(D,)`` with one head."""
@@ -137,7 +187,8 @@ class CacheView:
     def like(self, k: Any, v: Any = None) -> CacheView:
         """The same view (class and options) over other buffers, e.g. NumPy copies for the reference."""
         other = object.__new__(type(self))
-        other.__dict__.update({key: value for key, value in self.__dict__.items() if key not in ("k", "v")})
+        other.__dict__.update({key: value for key, value in self.__dict__.items()
+                               if key not in ("k", "v", "_held", "_kept", "_heads_checked", "_tables")})
         type(self).__init__(other, k, v, **self._options())
         return other
 
@@ -159,24 +210,6 @@ class CacheView:
         return (f"{type(self).__name__}(L={g.layers}, T={g.tokens}, P={g.page_size}, H={g.heads}, "
                 f"item={g.item_bytes} B{', MLA' if self.mla else ''})")
 
-    def _check_arithmetic(self) -> None:
-        assert self.parts is not None  # __init__ checked it
-        g = self.geometry
-        shape, itemsize, _ = shape_of(self.k, "k")
-        nbytes = math.prod(shape) * itemsize
-        layer_base, token_offset, head_stride = self.parts.py
-        tokens = {0, g.tokens - 1} | {t for p in (g.page_size - 1, g.page_size) for t in (p,) if t < g.tokens}
-        for layer in (0, g.layers - 1):
-            for token in sorted(tokens):
-                for head in (0, g.heads - 1):
-                    start = (layer_base(0, layer, g.layout_dim, g.item_bytes, g.heads, g.page_size)
-                             + token_offset(token, g.layout_dim, g.item_bytes, g.heads, g.page_size)
-                             + head * head_stride(g.layout_dim, g.item_bytes, g.heads, g.page_size))
-                    if start < 0 or start + g.item_bytes // g.heads > nbytes:
-                        raise ValueError(f"{type(self).__name__}: its address arithmetic puts token {token}, layer "
-                                         f"{layer}, head {head} at bytes [{start}, {start + g.item_bytes // g.heads}) "
-                                         f"outside k ({nbytes} bytes)")
-
 
 class Geometry:
     """A view's geometry, read from its buffers' shapes."""
@@ -185,15 +218,25 @@ class Geometry:
 
     def __init__(self, layers: int, tokens: int, page_size: int, heads: int, item_bytes: int, layout_dim: int,
                  dtype: str) -> None:
-        self.layers, self.tokens, self.page_size, self.heads = layers, tokens, page_size, heads
-        self.item_bytes, self.layout_dim, self.dtype = item_bytes, layout_dim, dtype
+        minimum = {"layers": 0, "tokens": 0, "page_size": 1, "heads": 1, "item_bytes": 0, "layout_dim": 0}
+        values = dict(zip(minimum, (layers, tokens, page_size, heads, item_bytes, layout_dim)))
+        for name, value in values.items():
+            if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+                raise TypeError(f"Geometry: {name} must be an integer, got {type(value).__name__}")
+            if value < minimum[name]:
+                raise ValueError(f"Geometry: {name} must be >= {minimum[name]}, got {value}")
+        if item_bytes % heads:
+            raise ValueError(f"Geometry: item_bytes={item_bytes} is not a whole number of bytes per head for "
+                             f"heads={heads}")
+        self.layers, self.tokens, self.page_size, self.heads = int(layers), int(tokens), int(page_size), int(heads)
+        self.item_bytes, self.layout_dim, self.dtype = int(item_bytes), int(layout_dim), dtype
 
     def __eq__(self, other: object) -> bool:
         return all(getattr(self, a) == getattr(other, a) for a in self.__slots__)
 
     def __repr__(self) -> str:
         return (f"Geometry(layers={self.layers}, tokens={self.tokens}, page_size={self.page_size}, heads={self.heads}, "
-                f"item_bytes={self.item_bytes}, dtype={self.dtype})")
+                f"item_bytes={self.item_bytes}, layout_dim={self.layout_dim}, dtype={self.dtype})")
 
 
 def item_of(shape: Sequence[int], dtype_bytes: int, where: str) -> tuple[int, int]:
@@ -367,11 +410,13 @@ class _Blocks(CacheView):
         if not isinstance(caches, (list, tuple)) or not caches:
             raise TypeError(f"{type(self).__name__}: caches must be a non-empty list of per-layer arrays, "
                             f"got {type(caches).__name__}")
-        self.caches = list(caches)
+        self.caches = layers_alike(type(self).__name__, "caches", caches)  # a tuple the view owns
         self.geometry = self.shape(self.caches)
         self.itemsize = shape_of(self.caches[0], "caches[0]")[1]
         self.k = self.caches
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
+        self._held, self._kept = hold(self)
+        self._check_user_arithmetic()
 
     def like(self, caches: Any, v: Any = None) -> CacheView:
         return type(self)(caches, **self._options())
@@ -528,6 +573,8 @@ def configure_copy(plan: KernelPlan, geometry: dict[str, Any], strict: bool) -> 
     if gs.item_bytes % (8 * heads):
         raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
                          "8-byte words per head")
+    for view in (src, dst):  # a layout of the user's: checked for the heads this copy goes by
+        view._check_user_arithmetic(heads)
     layers = min(gs.layers, gd.layers)
     plan.first_layer, plan.window = _window(geometry.get("layers"), layers)
     plan.num_layers, plan.item_size, plan.head_num = layers, gs.item_bytes, heads

@@ -26,6 +26,9 @@ import numpy as np
 SUFFIX = ".safetensors"
 INSTALL_HINT = "pip install 'kvnumba[safetensors]'"
 HEADER_LIMIT = 100_000_000  # the library refuses larger headers (safetensors' MAX_HEADER_SIZE)
+DEPTH_LIMIT = 64  # arrays and objects nested deeper are refused (a header needs 3; Python's parser recurses)
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKET = re.compile(rb"[^\[\]{}]+")
 
 # dtype code in the header -> (NumPy dtype that holds it, the name the library's writer takes)
 NUMPY_DTYPES = {
@@ -85,8 +88,15 @@ def read_header(path):
             raise ValueError(f"{path}: truncated or corrupt: its header size says {length:,} B, but the file holds "
                              f"{size - 8:,} B after the header size")
         text = f.read(length)
+    depth = nesting(text)
+    if depth > DEPTH_LIMIT:
+        raise ValueError(f"{path}: not a readable .safetensors file: its header nests arrays and objects {depth:,} "
+                         f"levels deep (a header needs 3; kvnumba reads at most {DEPTH_LIMIT})")
     try:
         header = json.loads(text.decode("utf-8"))
+    except RecursionError:
+        raise ValueError(f"{path}: not a readable .safetensors file: its header nests arrays and objects too deeply "
+                         "to parse") from None
     except (UnicodeDecodeError, ValueError) as err:
         raise ValueError(f"{path}: not a readable .safetensors file: its header is not JSON ({err})") from None
     metadata = header.pop("__metadata__", None) or {}
@@ -96,6 +106,17 @@ def read_header(path):
     tensors = sorted((_tensor(path, name, entry, data_bytes) for name, entry in header.items()),
                      key=lambda t: (t.begin, t.end))
     return Header(8 + length, tensors, metadata)
+
+
+def nesting(text):
+    """How deep the arrays and objects of JSON ``text`` (bytes) nest, without parsing it: brackets
+    outside strings, counted with NumPy (no recursion, whatever the depth)."""
+    brackets = _NOT_BRACKET.sub(b"", _JSON_STRING.sub(b"", text))
+    if not brackets:
+        return 0
+    codes = np.frombuffer(brackets, dtype=np.uint8)
+    steps = np.where((codes == ord("[")) | (codes == ord("{")), 1, -1).astype(np.int32)
+    return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
 def _fields(entry):
