@@ -262,3 +262,41 @@ def test_rebound_plans_copy_exactly_what_full_plans_copy():
         reference.transfer_kv_per_layer(host_k[layer], dev_k[layer], host_v[layer], dev_v[layer], si, di, ITEM)
     np.testing.assert_array_equal(to_numpy(gk), dev_k)
     np.testing.assert_array_equal(to_numpy(gv), dev_v)
+
+
+# --- prepared kv.copy: views are checked on every call, and at prepare ------------------------------
+
+def test_prepared_copy_refuses_a_view_whose_buffer_changed_in_place():
+    torch = pytest.importorskip("torch")
+    from placement import TORCH_PLACE
+
+    layers, rows = 2, 8
+    src = kv.LayerFirst([TORCH_PLACE["device"](_source(rows, seed=i)) for i in range(layers)])
+    dst_buffers = [TORCH_PLACE["device"](np.full((rows, ITEM), POISON, np.uint8)) for _ in range(layers)]
+    dst = kv.LayerFirst(dst_buffers)
+    idx = torch.arange(3) if SIMULATOR else torch.arange(3, device="cuda")
+    load = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=1, block_quota=1, num_warps_per_block=1)
+    load(idx, idx)
+    assert (to_numpy(dst_buffers[1])[:3] == to_numpy(src.k[1])[:3]).all()
+    dst_buffers[1].resize_(2, ITEM)  # fewer bytes, same object: the view's record no longer holds
+    with pytest.raises(ValueError, match=r"dst_view .*changed in place since it was made"):
+        load(idx, idx)
+
+
+def test_prepared_copy_without_layers_is_checked_at_prepare():
+    src = kv.LayerFirst(device(np.zeros((2, 8, ITEM), np.uint8)))
+    with pytest.raises(TypeError, match=r"dst_view must be a kvnumba cache view"):
+        kv.prepare(kv.copy, src_view=src, dst_view=np.zeros(4))
+    with pytest.raises(TypeError, match=r"stream must be a CUDA stream"):
+        kv.prepare(kv.copy, src_view=src, dst_view=src, stream="junk")
+
+
+def test_a_cached_copy_plan_does_not_keep_its_views_alive():
+    src = kv.LayerFirst(device(np.zeros((2, 8, ITEM), np.uint8)))
+    dst = kv.LayerFirst(device(np.zeros((2, 8, ITEM), np.uint8)))
+    idx = device(np.arange(2, dtype=np.int64))
+    kv.copy(src, dst, idx, idx, block_quota=1, num_warps_per_block=1)
+    gone = weakref.ref(dst)
+    del dst
+    gc.collect()
+    assert gone() is None

@@ -26,6 +26,12 @@ def _is_torch(obj):
     return kind.__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
+def _is_view(obj):
+    from .views import CacheView
+
+    return isinstance(obj, CacheView)
+
+
 def _is_array(obj):
     return _is_torch(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__array_interface__")
 
@@ -60,6 +66,10 @@ class Snapshot:
                     torch_names.append(label)
                 elif _is_array(x):
                     others.append((label, x, _where(x)))
+        # Cache views (a prepared kv.copy) check their own buffers (CacheView.check_unchanged), over the
+        # bound layers or, when each call picks them, over all of them.
+        self._views = [(name, value) for name, value in self.values.items() if _is_view(value)]
+        self._layers = bound.get("layers")
         self.tensors = tuple(torch_arrays)  # the fast path reads their data pointers itself
         self.pointers = [t.data_ptr() for t in torch_arrays]
         self._tensor_names = torch_names
@@ -68,7 +78,7 @@ class Snapshot:
     @property
     def watches_others(self):
         """Whether bound buffers other than torch tensors are watched (``moved`` checks them)."""
-        return bool(self._others)
+        return bool(self._others or self._views)
 
     def moved(self):
         """True if any bound memory moved since the snapshot (see the module docstring)."""
@@ -76,7 +86,14 @@ class Snapshot:
             data_ptr = sys.modules["torch"].Tensor.data_ptr
             if list(map(data_ptr, self.tensors)) != self.pointers:
                 return True
-        return any(_where(x) != where for _, x, where in self._others)
+        if any(_where(x) != where for _, x, where in self._others):
+            return True
+        for name, view in self._views:
+            try:
+                view.check_unchanged(name, self._layers)
+            except ValueError:
+                return True
+        return False
 
     def verify(self):
         """Raise ``BufferMovedError`` naming the first bound buffer whose memory moved."""
@@ -90,6 +107,8 @@ class Snapshot:
                 raise BufferMovedError(f"{name} moved since kv.prepare: it was at 0x{where[0]:x} ({where[1]} bytes), "
                                        f"now at 0x{now[0]:x} ({now[1]} bytes) (resized in place?); prepare the "
                                        "transfer again; nothing was written")
+        for name, view in self._views:
+            view.check_unchanged(name, self._layers)
 
 
 def _where(x):

@@ -18,6 +18,7 @@ from operator import itemgetter
 from typing import Any, Union
 
 from ..checks import guard, validate
+from ..driver.streams import stream_handle
 from ..types import StreamLike
 from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
@@ -76,6 +77,9 @@ class Transfer:
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
             self._plan = self._build(self._pick_geometry(placeholders), False)
+        elif all(n in bound or n in spec.defaults for n in self._geometry):  # kv.copy without layers=: checked now
+            values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
+            self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
         self._validate_bound_call_arguments()
         self._use_fast_call()
 
@@ -271,6 +275,8 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
                         f"(its arguments: {', '.join(spec.params)})")
     if not isinstance(check, bool):
         raise TypeError(f"check must be True or False, got {type(check).__name__}")
+    if stream is not None:
+        stream_handle(stream)  # a TypeError for something that is not a stream, here rather than at a call
     return Transfer(spec, bound, stream, check)
 
 

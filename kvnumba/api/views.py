@@ -518,14 +518,17 @@ class LayerTable(CacheView):
 # --- kv.copy's plan ---------------------------------------------------------------------------------
 
 class ViewSide:
-    """One side of a copy for ``KernelPlan``: a view's token bound and words for errors."""
+    """One side of a copy for ``KernelPlan``: a view's token bound and words for errors. It does not
+    hold the view: a cached plan must not keep a view's buffers alive (the cache finds it by the view's
+    identity, held weakly)."""
 
     def __init__(self, name: str, view: CacheView, extents: tuple[Any, ...] | None) -> None:
         # extents: per layer, the bytes of the smaller of K and V, or None where unknown (raw tables)
-        self.name, self.view, self.extents = name, view, extents
+        self.name, self.extents = name, extents
+        self.tokens, self.label = view.geometry.tokens, repr(view)
 
     def limit(self, plan: KernelPlan, first_layer: int, num_layers: int) -> tuple[int, int | None]:
-        tokens = self.view.geometry.tokens
+        tokens = self.tokens
         if self.extents is None:  # shapes say it all
             return tokens, tokens
         window = self.extents[first_layer:first_layer + num_layers]
@@ -534,7 +537,7 @@ class ViewSide:
         return min(tokens, min(window) // plan.item_size), min(window)
 
     def describe(self, plan: KernelPlan, info: Any, first_layer: int, num_layers: int) -> str:
-        return f"{self.name} ({self.view!r})"
+        return f"{self.name} ({self.label})"
 
 
 def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = "layers") -> tuple[int, int]:
