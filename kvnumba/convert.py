@@ -133,7 +133,8 @@ def layout_name(lay: Lay) -> str:
     return lay.value if isinstance(lay, CacheLayout) else f"{lay.__module__}:{lay.__qualname__}"
 
 
-def _paged(lay: Lay) -> bool:
+def paged(lay: Lay) -> bool:
+    """True when layout ``lay`` has a page axis (and so needs ``page_size``)."""
     return lay.paged
 
 
@@ -260,7 +261,7 @@ def _shaped(shape: tuple[int, ...]) -> np.ndarray:
 
 def _view_page_size(src: Lay, dst: Lay, page_size: int | None) -> int | None:
     """The page size for the canonical views: the given one if either side pages tokens, else 1."""
-    return page_size if (_paged(src) or _paged(dst)) else 1
+    return page_size if (paged(src) or paged(dst)) else 1
 
 
 def _numpy_convert(array: np.ndarray, src: Lay, dst: Lay, page_size: int | None,
