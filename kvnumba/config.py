@@ -107,7 +107,7 @@ def simulator_setting():
                          f"got {text!r}") from None
 
 
-_set_here = set()  # variables kvnumba set itself (use_simulator): not the user's settings
+_set_here: set[str] = set()  # variables kvnumba set itself (use_simulator): not the user's settings
 
 
 def use_simulator():

@@ -35,7 +35,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
+from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, TypeVar, Union, overload
 
 import numpy as np
 
@@ -43,9 +43,13 @@ from .checks import validate
 from .driver.target import SIMULATOR, gpu_available
 from .arrays import ArrayInfo, array_info
 from .api.views import CacheView  # for annotations (the functions below import what they use themselves)
-from .types import ArrayLike
+from .types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
 
-__all__ = ["CacheLayout", "convert", "converted_shape"]
+__all__ = ["CacheLayout", "LayoutArg", "LayoutName", "convert", "converted_shape"]
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+_GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
+Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 
 
 class CacheLayout(str, enum.Enum):
@@ -74,8 +78,12 @@ class CacheLayout(str, enum.Enum):
         return self in (CacheLayout.PAGE_FIRST_DIRECT, CacheLayout.PAGE_HEAD)
 
 
-LayoutArg: TypeAlias = Union[str, CacheLayout, "type[CacheView]"]
-"""A layout as ``convert`` takes it: a name (or short name), a ``CacheLayout``, a view class, or ``"module:Class"``."""
+LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
+"""A layout's name, or its short name, as type checkers know them (a misspelt one is an error)."""
+LayoutArg: TypeAlias = Union[LayoutName, CacheLayout, "type[CacheView]"]
+"""A layout as ``convert`` is typed to take it: a name (or short name), a ``CacheLayout`` or a view class. At
+run time names are read in any case, and ``"module:Class"`` names a view class (the command line's form)."""
+LayoutLike: TypeAlias = Union[str, CacheLayout, "type[CacheView]"]  # what the functions below read at run time
 Lay: TypeAlias = Union[CacheLayout, "type[CacheView]"]  # a layout, resolved by ``layout``
 
 _ALIASES = {"lf": "layer_first", "pf": "page_first", "pfd": "page_first_direct", "ph": "page_head"}
@@ -97,7 +105,7 @@ class Dims(NamedTuple):
     token_axis: str  # where T is read, for messages: "dimension 0" or "dimensions 0 and 2"
 
 
-def layout(value: LayoutArg, name: str = "layout") -> Lay:
+def layout(value: LayoutLike, name: str = "layout") -> Lay:
     """``value`` as a ``CacheLayout``, or a cache view class (given as the class or as ``module:Class``);
     ``ValueError`` listing the valid names otherwise."""
     from .api.views import CacheView
@@ -140,11 +148,11 @@ def paged(lay: Lay) -> bool:
 
 def _page_size(value: SupportsIndex | None, needed_by: str) -> int:
     if value is None:
-        raise ValueError(f"{needed_by} needs page_size: pass page_size= (--page-size on the command line)")
+        raise ValueError(f"{needed_by} needs page_size (tokens per page): pass page_size=")
     return validate.integer("page_size", value, minimum=1)
 
 
-def dims(src: LayoutArg, shape: Sequence[int], page_size: int | None = None) -> Dims:
+def dims(src: LayoutLike, shape: Sequence[int], page_size: int | None = None) -> Dims:
     """Read ``L``, ``T`` and the item shape off ``shape`` in layout ``src``; ``ValueError`` if it does not fit."""
     src = layout(src, "src")
     shape = tuple(int(n) for n in shape)
@@ -177,7 +185,7 @@ def dims(src: LayoutArg, shape: Sequence[int], page_size: int | None = None) -> 
     return Dims(layers, pages * page_size, (heads, head_dim), where)
 
 
-def converted_shape(shape: Sequence[int], src: LayoutArg, dst: LayoutArg,
+def converted_shape(shape: Sequence[int], src: LayoutLike, dst: LayoutLike,
                     page_size: int | None = None) -> tuple[int, ...]:
     """The shape an array of ``shape`` in layout ``src`` has in layout ``dst``.
 
@@ -381,9 +389,23 @@ def _kernel_convert(info: ArrayInfo, src: Lay, dst: Lay, page_size: int | None, 
     return out
 
 
-def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
-            *, out: str | os.PathLike | None = None, engine: Literal["auto", "numpy", "kernels"] = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None) -> Any:
+@overload
+def convert(array: str | os.PathLike[str], src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
+            *, out: str | os.PathLike[str], overwrite: bool = False,
+            engine: Literal["auto", "numpy"] = "auto") -> dict[str, tuple[int, ...]]: ...
+@overload
+def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg,
+            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
+@overload
+def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,
+            out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> _GpuArray: ...
+def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: LayoutArg,
+            page_size: SupportsIndex | None = None, *, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
+            engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
     or, given a file's path, convert every array in the file into the file ``out``.
 
@@ -405,10 +427,13 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
         layout: a ``kv.CacheView`` subclass with ``buffer_shape``), or ``"module:Class"`` naming one.
     page_size : int, optional
         Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
-        paged view class).
+        paged view class), refused when neither is.
     out : str or os.PathLike, optional
-        The output file when ``array`` is a path (same kind as the input). It appears complete or not
-        at all; a ``.safetensors`` output keeps the input's metadata and its bf16/fp8 dtypes.
+        The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
+        ``.npz`` or ``.safetensors``); not the input file. It appears complete or not at all; a
+        ``.safetensors`` output keeps a ``.safetensors`` input's metadata and its bf16/fp8 dtypes.
+    overwrite : bool
+        For a file: replace an existing ``out`` (default False: ``FileExistsError``).
     engine : {"auto", "numpy", "kernels"}
         ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
         the simulator runs the kernels on (tiny) NumPy arrays.
@@ -419,7 +444,7 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     -------
     array
         A new array of the same kind, dtype and device, in layout ``dst``. For a file: a dict of the
-        output shape per array name (``""`` for a ``.npy`` file).
+        output shape per array name (``""`` for a ``.npy`` output).
 
     Raises
     ------
@@ -429,6 +454,8 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
         items, or items the kernels cannot move (not a multiple of 8 bytes).
     TypeError
         If ``array`` is not an array or a path, or ``out`` is missing for a path (given for an array).
+    FileExistsError
+        For a file: ``out`` exists and ``overwrite`` is not set.
     OSError, ModuleNotFoundError
         For a file: one that cannot be read or written; ``.safetensors`` without the ``safetensors``
         package (``pip install 'kvnumba[safetensors]'``).
@@ -440,15 +467,18 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP
     """
     if isinstance(array, (str, os.PathLike)):
-        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block)
-    if out is not None:
-        raise TypeError("out= names the output file, for an input given as a file path; "
+        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block, overwrite)
+    if out is not None or overwrite:
+        raise TypeError(f"{'out=' if out is not None else 'overwrite='} is for an input given as a file path; "
                         f"got an array ({type(array).__name__}): use the returned array")
     src, dst = layout(src, "src"), layout(dst, "dst")
     if engine not in ("auto", "numpy", "kernels"):
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
+        if not (paged(src) or paged(dst)):
+            raise ValueError(f"page_size applies to paged layouts only (page_first_direct, page_head, or a paged "
+                             f"view class): {layout_name(src)} -> {layout_name(dst)} has no pages; leave it out")
     if isinstance(array, np.ndarray) and engine != "kernels":
         # Any NumPy array (Fortran order, strided slices): the NumPy engine only reads it through views, so
         # the C-contiguity array_info asks for, on the kernels' behalf, does not apply.
@@ -480,9 +510,9 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     return _kernel_convert(info, src, dst, page_size, d, out_shape, launch)
 
 
-def _convert_file(path: str | os.PathLike, out: str | os.PathLike | None, src: LayoutArg, dst: LayoutArg,
+def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg, dst: LayoutArg,
                   page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
-                  num_warps_per_block: SupportsIndex | None) -> dict:
+                  num_warps_per_block: SupportsIndex | None, overwrite: bool) -> dict[str, tuple[int, ...]]:
     """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
     if out is None:
         raise TypeError(f"converting the file {os.fspath(path)!r} needs out=, the output file's path")
@@ -491,4 +521,6 @@ def _convert_file(path: str | os.PathLike, out: str | os.PathLike | None, src: L
                          "apply to arrays")
     from .tools.convert_files import convert_file  # the file formats live with the command line
 
-    return convert_file(path, out, src, dst, page_size, progress=None)
+    shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
+                                                      overwrite=overwrite)
+    return shapes
