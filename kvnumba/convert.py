@@ -427,7 +427,8 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         layout: a ``kv.CacheView`` subclass with ``buffer_shape``), or ``"module:Class"`` naming one.
     page_size : int, optional
         Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
-        paged view class), refused when neither is.
+        paged view class), unused (but checked) when neither is (``kvnumba convert`` refuses ``--page-size``
+        there).
     out : str or os.PathLike, optional
         The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
         ``.npz`` or ``.safetensors``); not the input file. It appears complete or not at all; a
@@ -476,9 +477,6 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
-        if not (paged(src) or paged(dst)):
-            raise ValueError(f"page_size applies to paged layouts only (page_first_direct, page_head, or a paged "
-                             f"view class): {layout_name(src)} -> {layout_name(dst)} has no pages; leave it out")
     if isinstance(array, np.ndarray) and engine != "kernels":
         # Any NumPy array (Fortran order, strided slices): the NumPy engine only reads it through views, so
         # the C-contiguity array_info asks for, on the kernels' behalf, does not apply.

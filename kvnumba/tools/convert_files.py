@@ -42,7 +42,7 @@ import numpy as np
 from ..checks import validate
 from ..config import env_int
 from ..errors import Interrupted
-from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout, layout_name, paged
+from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 from . import safetensors_file
 from .progress import format_bytes, progress as progress_reporter
 
@@ -354,7 +354,7 @@ def _checked_for(kind, source, in_path, out_path):
                              "dtype; it would come back as raw bytes): name the output .safetensors")
 
 
-def _write_npy(tmp, source, shapes, convert, chunk_bytes):
+def _write_npy(tmp, out_path, source, shapes, convert, chunk_bytes):
     [item] = source.items
     out = _create_npy(tmp, item.dtype, shapes[item.name], chunk_bytes)
     convert(item, out)
@@ -362,7 +362,7 @@ def _write_npy(tmp, source, shapes, convert, chunk_bytes):
     del out
 
 
-def _write_npz(tmp, source, shapes, convert, chunk_bytes):
+def _write_npz(tmp, out_path, source, shapes, convert, chunk_bytes):
     mode = zipfile.ZIP_DEFLATED if source.compressed else zipfile.ZIP_STORED
     with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
         for item in source.items:
@@ -373,12 +373,12 @@ def _write_npz(tmp, source, shapes, convert, chunk_bytes):
             del out
 
 
-def _write_safetensors(tmp, source, shapes, convert, chunk_bytes):
+def _write_safetensors(tmp, out_path, source, shapes, convert, chunk_bytes):
     converted = {}  # the library writes the whole file at once: every output is held until then
     for item in source.items:
         out = converted[item.name] = np.empty(shapes[item.name], dtype=item.dtype)
         convert(item, out)
-    safetensors_file.write(tmp, converted, source.metadata)
+    safetensors_file.write(tmp, converted, source.metadata, name=out_path)
     os.chmod(tmp, _file_mode())  # the library creates its file private (0600); the others get the usual mode
 
 
@@ -449,7 +449,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
         ``"module:Class"`` naming one.
     page_size : int, optional
-        Required when either layout pages tokens, refused when neither does.
+        Required when either layout pages tokens; unused (but checked) when neither does (the command
+        line refuses ``--page-size`` there).
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
     progress : text stream or None
@@ -490,9 +491,6 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
-        if not (paged(src) or paged(dst)):
-            raise ValueError(f"page_size applies to paged layouts only (page_first_direct, page_head, or a paged "
-                             f"view class): {layout_name(src)} -> {layout_name(dst)} has no pages; leave it out")
     chunk_bytes = default_chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -513,7 +511,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         needed = sum(math.prod(item.shape) * item.dtype.itemsize for item in source.items)
         tmp = _temporary(out_path)
         with _removed_on_failure(tmp, out_path, needed=needed if out_kind == ".npy" else None):
-            _WRITERS[out_kind](tmp, source, shapes, convert, chunk_bytes)
+            _WRITERS[out_kind](tmp, out_path, source, shapes, convert, chunk_bytes)
             os.replace(tmp, out_path)
     if out_kind == ".npy":
         return {"": next(iter(shapes.values()))}

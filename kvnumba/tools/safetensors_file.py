@@ -179,10 +179,11 @@ def read_tensor(reader, path, header, tensor):
     return np.memmap(path, dtype=dtype, mode="r", offset=header.data_start + tensor.begin, shape=tensor.shape)
 
 
-def write(path, tensors, metadata):
+def write(path, tensors, metadata, name=None):
     """Write ``{name: array}`` to ``path`` with the library (each under its dtype's code, ``code_for``), with
     ``metadata`` (a dict of strings, or None). An I/O failure is an ``OSError`` (so that a full disk is
-    reported as one)."""
+    reported as one); other failures a ``ValueError`` naming ``name`` (the file the user asked for; default
+    ``path``)."""
     st = library()
     arrays = {name: np.ascontiguousarray(array, array.dtype.newbyteorder("<") if array.dtype.byteorder == ">"
                                          else None)
@@ -201,4 +202,4 @@ def write(path, tensors, metadata):
         if code:
             errno = int(code.group(1))
             raise OSError(errno, os.strerror(errno), os.fspath(path)) from err
-        raise ValueError(f"safetensors cannot write {path}: {err}") from err
+        raise ValueError(f"safetensors cannot write {name or path}: {err}") from err
