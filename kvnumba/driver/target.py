@@ -159,7 +159,7 @@ def announce():
                                         or frame.f_code.co_filename.startswith("<frozen")):
         frame = frame.f_back
     warnings.warn_explicit(WARNING, UserWarning, frame.f_code.co_filename, frame.f_lineno,
-                           module=frame.f_globals.get("__name__"), module_globals=frame.f_globals)
+                           module=frame.f_globals.get("__name__"))
 
 
 def gpu_available():
