@@ -17,7 +17,7 @@ Example
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -117,5 +117,6 @@ def __getattr__(name: str) -> Any:
 
         reason = (f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})" if SIMULATOR
                   else "needs a real CUDA GPU (none usable here)")
-        return pytest.mark.skipif(_NoGpu(), reason=reason)
+        # pytest calls bool() on a condition when the test is set up: _NoGpu asks CUDA only then
+        return pytest.mark.skipif(cast(bool, _NoGpu()), reason=reason)
     raise AttributeError(f"module 'kvnumba.testing' has no attribute {name!r}")
