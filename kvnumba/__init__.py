@@ -37,7 +37,8 @@ try:
         transfer_kv_per_layer_direct_pf_lf,
     )
     from .api.copy import copy
-    from .api.transfer import Transfer, prepare
+    from .api.prepare_types import prepare
+    from .api.transfer import Transfer
     from .api.views import (
         CacheView,
         Geometry,

@@ -62,7 +62,7 @@ def _build_modules():
                                         "it holds only kvcacheio (kvnumba.compat.install_sgl_kernel).")
     for name in PACKAGE_EXPORTS:
         setattr(package, name, getattr(kvcacheio, name))
-    package.__version__ = STAND_IN_VERSION
+    setattr(package, "__version__", STAND_IN_VERSION)
     return {MODULE: kvcacheio, PACKAGE: package}
 
 
