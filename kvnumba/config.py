@@ -10,6 +10,8 @@ Nothing else in kvnumba (or its scripts) reads the environment.
   ``kvnumba.tools.convert_files``).
 - ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take (``load_path``; read when a plan is built).
 - ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
+- ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;
+  ``kvnumba.tools.results`` reads it).
 
 Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba when ``numba.cuda`` is imported;
 ``simulator_setting`` reads it the same way first, so that ``kvnumba.driver.target`` can choose, and
@@ -22,7 +24,8 @@ import sys
 
 from .errors import SettingError
 
-VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH", "KVNUMBA_REQUIRE_GPU")
+VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH", "KVNUMBA_REQUIRE_GPU",
+             "KVNUMBA_RESULTS")
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
 _ON = ("1", "true", "yes", "on")
@@ -107,6 +110,14 @@ def simulator_setting():
                          f"got {text!r}") from None
 
 
+def results_dir():
+    """``KVNUMBA_RESULTS``: a folder of saved benchmark results (``scripts/results`` of a checkout), or None."""
+    text = os.environ.get("KVNUMBA_RESULTS", "").strip()
+    if text and not os.path.isdir(text):
+        raise SettingError(f"KVNUMBA_RESULTS must be a folder, got {text!r}")
+    return text or None
+
+
 _set_here: set[str] = set()  # variables kvnumba set itself (use_simulator): not the user's settings
 
 
@@ -126,6 +137,7 @@ _READERS = {
     "KVNUMBA_CHUNK_BYTES": lambda: env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1),
     "KVNUMBA_LOAD_PATH": load_path,
     "KVNUMBA_REQUIRE_GPU": require_gpu,
+    "KVNUMBA_RESULTS": results_dir,
     SIMULATOR_VARIABLE: simulator_setting,
 }
 

@@ -30,8 +30,16 @@ ON_SIMULATOR = SIMULATOR
 
 
 def where() -> str:
-    """What kernels run on here, in words: ``"the GPU"`` or ``"Numba's CUDA simulator (<why>)"``."""
-    return f"Numba's CUDA simulator ({CHOICE.reason})" if SIMULATOR else "the GPU"
+    """What kernels run on here, in words: ``"the GPU, <its name>"`` or ``"Numba's CUDA simulator (<why>)"``."""
+    if SIMULATOR:
+        return f"Numba's CUDA simulator ({CHOICE.reason})"
+    try:
+        from numba import cuda
+
+        name = cuda.get_current_device().name
+        return f"the GPU, {name.decode() if isinstance(name, bytes) else name}"
+    except Exception as exc:  # noqa: BLE001 - words for a notebook's first line, never a failure
+        return f"the GPU target ({type(exc).__name__}: {exc})"
 
 
 def device_array(a: Any) -> Any:
