@@ -51,6 +51,7 @@ JUNK = [
     ("KVNUMBA_LOAD_PATH", "tma", config.load_path, "KVNUMBA_LOAD_PATH must be one of auto, staged, register, got 'tma'"),
     ("KVNUMBA_REQUIRE_GPU", "always", config.require_gpu,
      "KVNUMBA_REQUIRE_GPU must be one of 1, true, yes, on (on) or 0, false, no, off (off), got 'always'"),
+    ("KVNUMBA_RESULTS", "/no/such/folder", config.results_dir, "KVNUMBA_RESULTS must be a folder, got '/no/such/folder'"),
     ("NUMBA_ENABLE_CUDASIM", "yes", config.simulator_setting,
      "NUMBA_ENABLE_CUDASIM must be 1 (Numba's CUDA simulator) or 0 (the GPU), got 'yes'"),
 ]
