@@ -14,6 +14,7 @@ from ._version import __version__  # noqa: F401 - kvnumba.__version__
 from .driver import target as _target  # first: picks the GPU or the simulator before numba.cuda is imported
 from .errors import (
     BadAddressError,
+    BufferMovedError,
     CopyError,
     CudaError,
     DeviceMismatchError,
@@ -81,6 +82,7 @@ except (SettingError, NoGpuError) as _error:
 
 __all__ = [
     "BadAddressError",
+    "BufferMovedError",
     "CacheView",
     "Geometry",
     "LayerFirst",

@@ -8,10 +8,7 @@ Accepted without importing any of them (torch and CuPy stay optional):
   ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 
-``fingerprint_function(obj)`` gives what a cached plan re-checks on reuse: what the kernels depend
-on and what can change in place (``resize_``, ``set_``): a torch tensor's data pointer and size in
-bytes (its shape times its element size: kernels address raw bytes), a NumPy array's shape and
-dtype (its memory moves only with an in-place ``resize``, which changes the shape).
+What a cached plan re-checks on reuse is ``kvnumba.api.plan_cache``'s business (plans are found by value).
 """
 import math
 from collections.abc import Callable
@@ -153,40 +150,3 @@ def array_info(obj, name):
             )
         _describe_by_type[kind] = describe
     return describe(obj, name)
-
-
-# --- what a cached description re-checks ---------------------------------------------------------
-
-
-def _torch_fingerprint(t):
-    return t.data_ptr(), t.nbytes
-
-
-def _numpy_fingerprint(a):
-    # A NumPy array's memory moves only with an in-place resize, which changes its shape.
-    return a.shape, a.dtype
-
-
-def _cai_fingerprint(obj):
-    cai = obj.__cuda_array_interface__
-    return cai["data"][0], tuple(cai["shape"])
-
-
-def _cupy_fingerprint(a):
-    return a.data.ptr, a.shape
-
-
-def fingerprint_function(obj):
-    """The function giving ``obj``'s fingerprint (see the module docstring)."""
-    kind = type(obj)
-    if SIMULATOR and kind.__name__ == "FakeCUDAArray":
-        return lambda fake: _numpy_fingerprint(fake._ary)
-    if _is_torch_type(kind):
-        return _torch_fingerprint
-    if isinstance(obj, np.ndarray):
-        return _numpy_fingerprint
-    if kind.__module__.startswith("cupy"):
-        return _cupy_fingerprint
-    if kind.__module__.startswith("numba") and hasattr(obj, "gpu_data"):
-        return _numpy_fingerprint  # a Numba device array never moves: its shape is enough
-    return _cai_fingerprint

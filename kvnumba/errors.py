@@ -49,6 +49,11 @@ class OverlapError(ValueError):
     index array. The copy would overwrite them mid-transfer and then follow garbage."""
 
 
+class BufferMovedError(ValueError):
+    """The memory of a buffer bound by ``kv.prepare`` moved since then (reallocated or resized in
+    place): the transfer's addresses would point into freed memory. Nothing is written."""
+
+
 class CudaError(RuntimeError):
     """A CUDA driver or runtime call failed. ``call`` names it, ``code`` is the CUDA error number
     (None when the call answered in a form kvnumba does not know)."""

@@ -38,6 +38,9 @@ from kvnumba.kernels.layouts import Layout  # noqa: E402
 from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 from kvnumba.tools.progress import progress  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_shapes  # noqa: E402
+
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
 
 
@@ -430,6 +433,19 @@ def run(args):
         records.append(record)
         bar.write(_row(record))
         bar.advance(1, case)
+    if not args.only or "sglang" in args.only:
+        for record in sglang_shapes.rows(backend, shape, reference, shape.block_quota):
+            record.update(model="mla" if "mla" in record["case"] else "mha", block_quota=shape.block_quota)
+            record["ceiling_gbps"] = ceilings[record["direction"]] / 1e9
+            record["ratio_to_ceiling"] = record["kvnumba_gbps"] / record["ceiling_gbps"]
+            record["reference_gbps"] = record.get("reference_gbps")
+            record["ratio_to_reference"] = (record["kvnumba_gbps"] / record["reference_gbps"]
+                                            if record["reference_gbps"] else None)
+            record["torch_gbps"] = None
+            record["host_us"] = record.pop("kvnumba_host_us")
+            record["reference_host_us"] = record.pop("reference_host_us", None)
+            records.append(record)
+            bar.write(_row(record))
     bar.close()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,

@@ -16,9 +16,21 @@ def pytest_report_header(config):
 
 
 # --- fixtures that change how kvnumba runs, for one test (monkeypatch undoes them) ---------------------
+# Plans are cached by value across calls (and so across tests): a fixture that changes how plans are
+# built starts and ends with empty plan caches.
 
 @pytest.fixture
-def device_path(monkeypatch):
+def fresh_plans():
+    """Empty plan caches before and after the test (``kvnumba.clear_plan_caches``)."""
+    from kvnumba.api.transfer import clear_plan_caches
+
+    clear_plan_caches()
+    yield
+    clear_plan_caches()
+
+
+@pytest.fixture
+def device_path(monkeypatch, fresh_plans):
     """Indices the host can read (everything on the simulator) skip the host-side bounds check and take
     the device path, the kernel's guard, as indices in GPU memory do on a GPU."""
     from kvnumba.api.kernel_plan import KernelPlan
@@ -27,7 +39,7 @@ def device_path(monkeypatch):
 
 
 @pytest.fixture
-def always_check(monkeypatch):
+def always_check(monkeypatch, fresh_plans):
     """Every call as if given ``check=True``: what ``KVNUMBA_CHECK=1`` sets at import
     (tests/test_config.py checks that it does)."""
     from kvnumba.checks import guard
@@ -49,7 +61,7 @@ def batch_runtime(monkeypatch):
 
 
 @pytest.fixture
-def staged_ring(monkeypatch):
+def staged_ring(monkeypatch, fresh_plans):
     """``staged_ring(shape)`` builds the test's staged kernels with another ring
     (``kvnumba.kernels.staged.StagedShape``) than the tuned one."""
     from kvnumba.kernels import staged
@@ -62,7 +74,7 @@ def staged_ring(monkeypatch):
 
 
 @pytest.fixture
-def forced_copy_shape(monkeypatch):
+def forced_copy_shape(monkeypatch, fresh_plans):
     """``forced_copy_shape(shape)`` builds every kernel of the test with one inner-loop shape
     (``kvnumba.kernels.warp_copy.CopyShape``) instead of the tuned table's."""
     from kvnumba.kernels import factory

@@ -196,34 +196,41 @@ def test_transfer_keeps_its_buffers_alive_and_says_what_is_bound():
 
 
 def test_plain_calls_reuse_their_plan_and_notice_changes():
-    """The plan cache: a hit for the same objects; a miss when an object is replaced or reshaped."""
+    """The plan cache, by value: a hit for the same buffers, for other objects over the same bytes (a
+    fresh view), and a miss when the bytes a kernel sees change (size, item size, writability)."""
     cache = plain("transfer_kv_per_layer_mla")._cache
-    src = device(np.arange(16 * 8, dtype=np.uint8).reshape(16, 8))
+    pool = np.arange(2 * 16 * 8, dtype=np.uint8).reshape(2, 16, 8)
+    src = device(pool)
     dst = device(np.zeros((16, 8), np.uint8))
     idx = device(np.array([1, 2], np.int64))
-    kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8, 1, 1)
+    kv.transfer_kv_per_layer_mla(src[0], dst, idx, idx, 8, 1, 1)
     misses = cache.misses
-    kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8, 1, 1)
+    kv.transfer_kv_per_layer_mla(src[0], dst, idx, idx, 8, 1, 1)  # a fresh view of the same bytes
     assert cache.misses == misses  # a hit
-    kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 16, 1, 1)  # another item_size: another plan
+    kv.transfer_kv_per_layer_mla(src[1], dst, idx, idx, 8, 1, 1)  # another layer: other bytes
     assert cache.misses == misses + 1
-    if isinstance(dst, np.ndarray):  # reshaped in place: same object, new fingerprint
-        dst.shape = (8, 16)
-        with pytest.raises(kv.IndexOutOfRangeError, match=r"valid tokens are \[0, 8\)"):
-            kv.transfer_kv_per_layer_mla(src, dst, idx, np.array([1, 9], np.int64), 16, 1, 1)
-        assert cache.misses == misses + 2
+    kv.transfer_kv_per_layer_mla(src[0], dst, idx, idx, 16, 1, 1)  # another item_size: another plan
+    assert cache.misses == misses + 2
+    kv.transfer_kv_per_layer_mla(src[0], dst[:8], idx, idx, 8, 1, 1)  # fewer bytes: another plan, its bounds
+    assert cache.misses == misses + 3
+    with pytest.raises(kv.IndexOutOfRangeError, match=r"valid tokens are \[0, 8\)"):
+        kv.transfer_kv_per_layer_mla(src[0], dst[:8], idx, np.array([1, 8], np.int64), 8, 1, 1)
+    if isinstance(dst, np.ndarray):
+        dst.shape = (8, 16)  # reshaped in place: the same bytes, the same plan (kernels address bytes)
+        kv.transfer_kv_per_layer_mla(src[0], dst, idx, idx, 8, 1, 1)
+        assert cache.misses == misses + 3
+        dst.flags.writeable = False  # read-only now: another key, refused
+        with pytest.raises(ValueError, match="dst is a read-only NumPy array"):
+            kv.transfer_kv_per_layer_mla(src[0], dst, idx, idx, 8, 1, 1)
 
 
-def test_plain_call_with_a_new_object_at_an_old_address_is_revalidated():
-    """A cached plan is never used for a different object, even one that reuses the old id."""
-    cache = plain("transfer_kv_per_layer_mla")._cache
+def test_plain_call_with_a_new_object_at_an_old_address_is_bounded_by_its_own_size():
+    """Objects that come and go (often at a recycled address) are bounded by their own extent."""
     idx = device(np.array([0], np.int64))
-    for rows in (16, 4, 16, 4):  # fresh objects, often at a recycled id
+    for rows in (16, 4, 16, 4):
         src = device(np.ones((rows, 8), np.uint8))
         dst = device(np.zeros((rows, 8), np.uint8))
-        misses = cache.misses
         kv.transfer_kv_per_layer_mla(src, dst, idx, idx, 8, 1, 1)
-        assert cache.misses == misses + 1
         with pytest.raises(kv.IndexOutOfRangeError, match=rf"valid tokens are \[0, {rows}\)"):
             kv.transfer_kv_per_layer_mla(src, dst, idx, np.array([rows], np.int64), 8, 1, 1)
         del src, dst

@@ -23,7 +23,7 @@ POOL = 64
 
 
 @pytest.fixture
-def staged_choices(monkeypatch):
+def staged_choices(monkeypatch, fresh_plans):
     """Forces the staged path; records whether each plan built took it."""
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
     chosen = []
@@ -115,7 +115,7 @@ def test_register_setting_never_stages(staged_choices, monkeypatch):
     assert staged_choices == [False]
 
 
-def test_a_bad_setting_refuses_the_call(monkeypatch):
+def test_a_bad_setting_refuses_the_call(monkeypatch, fresh_plans):
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "fast")
     with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of"):
         run_case(_case("transfer_kv_per_layer_pf_lf", "runs", 1024))
@@ -223,3 +223,36 @@ def test_small_calls_take_the_register_kernel(staged_choices):
         assert (staged_spy.count, register_spy.count) == (staged_launches, register_launches)
         np.testing.assert_array_equal(to_numpy(dst_k)[dst], src_k[src, 1])
         np.testing.assert_array_equal(to_numpy(dst_v)[dst], src_v[src, 1])
+
+
+def test_a_bad_setting_refuses_a_view_copy(monkeypatch, fresh_plans):
+    """kv.copy builds its plans through the same path: the setting is read and checked there too."""
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "fast")
+    src = kv.LayerFirst(host(np.zeros((2, 8, 16), np.uint8)))
+    dst = kv.LayerFirst(device(np.zeros((2, 8, 16), np.uint8)))
+    idx = device(np.arange(2, dtype=np.int64))
+    with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of"):
+        kv.copy(src, dst, idx, idx)
+
+
+def test_map_blocks_of_plans_that_went_away_are_reused(staged_choices, monkeypatch):
+    """A small map store: plans come and go, their blocks are recycled, and every load stays exact."""
+    import gc
+
+    store = tensor_maps.MapStore()
+    store.SLAB_BLOCKS, store.RECYCLE_AT = 2, 2
+    monkeypatch.setattr(tensor_maps, "STORE", store)
+    rng = np.random.default_rng(3)
+    for round_ in range(8):
+        src = host(rng.integers(0, 255, (32, 1024), dtype=np.uint8))
+        dst = device(np.full((32, 1024), POISON, np.uint8))
+        load = kv.prepare(kv.transfer_kv_per_layer_mla, src=src, dst=dst, item_size=1024)
+        idx = device(np.arange(20, dtype=np.int64))
+        load(idx, idx, 1, 3)
+        got = to_numpy(dst)
+        np.testing.assert_array_equal(got[:20], to_numpy(src)[:20])
+        assert (got[20:] == POISON).all()
+        del load
+        gc.collect()
+    assert staged_choices == [True] * 8
+    assert len(store._slabs) <= 2  # recycled, not one slab per pair of plans

@@ -10,6 +10,8 @@
 Indices may live on the host or the device; like the seed, they are brought to the host first (a
 synchronous device-to-host copy for device indices). Address arithmetic is vectorised with NumPy.
 """
+import threading
+
 import numpy as np
 
 from ..arrays import HOST
@@ -124,14 +126,16 @@ class DirectPlan:
         self.lf_layer_base = self.lf_base.T[None, :, :]
         self.pf_layer_base = self.pf_base[None, None, :] + (layers * layer_bytes)[None, :, None]
         self.page_bytes = layers_total * layer_bytes
-        self.sizes = {}  # copies per call -> the sizes array (every copy is one page of one layer)
+        self.scratch = {}  # pages per call -> _Scratch
         self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
         self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
         return (lf, pf) if self.lf_to_pf else (pf, lf)
 
     def _run_pages(self, lf_idx, pf_idx, handle):
         page_size, row = self.page_size, self.row
-        first = np.arange(0, len(lf_idx), page_size)
+        count = len(lf_idx)
+        scratch = self._scratch(count // page_size)
+        first = scratch.firsts
         lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
         tokens = lf_idx[first]  # first token of each page on the layer-first side
         pages_raw = pf_idx[first]
@@ -139,18 +143,33 @@ class DirectPlan:
                              f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
         bounds.check_indices(pf_idx_name, pages_raw, self.pages_total * page_size,
                              f"the {self.pages_total} pages of {self.pf_name}", positions=first)
-        pages = pages_raw // page_size
-        # Addresses shaped (page, layer, K/V): the seed's order, pages outer.
-        lf_addr = (self.lf_layer_base + (tokens * row)[:, None, None]).ravel()
-        pf_addr = (self.pf_layer_base + (pages * self.page_bytes)[:, None, None]).ravel()
-        sizes = self.sizes.get(lf_addr.size)
-        if sizes is None:
-            sizes = self.sizes[lf_addr.size] = np.full(lf_addr.size, page_size * row, dtype=np.int64)
-        if self.lf_to_pf:
-            srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
-        else:
-            srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
-        batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=src_device, dst_device=dst_device)
+        # Addresses shaped (page, layer, K/V): the seed's order, pages outer; written into arrays this
+        # plan keeps (their addresses known), under a lock: threads may share a plan.
+        with scratch.lock:
+            np.multiply(tokens, row, out=scratch.offsets)
+            np.add(self.lf_layer_base, scratch.offsets[:, None, None], out=scratch.lf_addr)
+            np.floor_divide(pages_raw, page_size, out=scratch.offsets)
+            scratch.offsets *= self.page_bytes
+            np.add(self.pf_layer_base, scratch.offsets[:, None, None], out=scratch.pf_addr)
+            lf_addr, pf_addr = scratch.lf_addr.reshape(-1), scratch.pf_addr.reshape(-1)
+            if self.lf_to_pf:
+                srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
+                addresses = (scratch.pf_address, scratch.lf_address, scratch.sizes_address)
+            else:
+                srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
+                addresses = (scratch.lf_address, scratch.pf_address, scratch.sizes_address)
+            batch_copy.copy_many(dsts, srcs, scratch.sizes, handle, src_device=src_device, dst_device=dst_device,
+                                 addresses=addresses)
+
+    def _scratch(self, pages):
+        """The arrays a call of ``pages`` pages computes its copies into (one set per page count)."""
+        scratch = self.scratch.get(pages)
+        if scratch is None:
+            if len(self.scratch) > 64:
+                self.scratch.clear()
+            scratch = self.scratch[pages] = _Scratch(pages, self.page_size, self.lf_layer_base.shape,
+                                                     self.page_size * self.row)
+        return scratch
 
     # --- the per-call path -------------------------------------------------------------------------
 
@@ -179,6 +198,23 @@ class DirectPlan:
                 self._run_pages(d_idx, s_idx, handle)
             if check or guard.ALWAYS_CHECK:
                 guard.synchronize(handle)
+
+
+class _Scratch:
+    """One page count's copy arrays: the page offsets, both sides' addresses shaped (page, layer,
+    K/V), the sizes (every copy is one page of one layer) and the data addresses of the three the
+    batch call reads."""
+
+    def __init__(self, pages, page_size, layer_shape, page_bytes):
+        self.lock = threading.Lock()
+        self.firsts = np.arange(0, pages * page_size, page_size)
+        self.offsets = np.empty(pages, np.int64)
+        shape = (pages, *layer_shape[1:])
+        self.lf_addr = np.empty(shape, np.int64)
+        self.pf_addr = np.empty(shape, np.int64)
+        self.sizes = np.full(self.lf_addr.size, page_bytes, np.int64)
+        self.lf_address, self.pf_address, self.sizes_address = (
+            a.__array_interface__["data"][0] for a in (self.lf_addr, self.pf_addr, self.sizes))
 
 
 def _layer_first(name, obj, is_mla):

@@ -35,14 +35,19 @@ def _dead():
 _LAST_INDICES = [(_dead, _dead, 0, 0, 0, -2)]
 
 
-def make_fast_call(plan):
+def make_fast_call(plan, snapshot=None):
     """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
-    check=False)`` for ``plan`` (``layer_id`` is ignored by all-layer plans)."""
+    check=False)`` for ``plan`` (``layer_id`` is ignored by all-layer plans). ``snapshot``: a prepared
+    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call."""
     run = plan.run
     torch = sys.modules.get("torch")
     if SIMULATOR or guard.ALWAYS_CHECK or torch is None:
+        verify = snapshot.verify if snapshot is not None else None
+
         def checked(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
                     check=False):
+            if verify is not None:
+                verify()
             return run(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
 
         checked.__name__ = checked.__qualname__ = plan.spec.name
@@ -59,9 +64,17 @@ def make_fast_call(plan):
     staged_from = plan.staged_from
     streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, cu.cuLaunchKernel
     last = _LAST_INDICES
+    data_ptr = tensor.data_ptr
+    # A prepared transfer's torch buffers: their data pointers, read here; any other bound array: moved().
+    watched = expected = None
+    others = False
+    if snapshot is not None:
+        watched, expected, others = snapshot.tensors, snapshot.pointers, snapshot.watches_others
 
     def call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None, check=False):
         warps = num_warps_per_block
+        if watched is not None and (list(map(data_ptr, watched)) != expected or (others and snapshot.moved())):
+            snapshot.verify()  # raises, naming the buffer that moved
         if (flag[0] or check or type(src_indices) is not tensor or type(dst_indices) is not tensor
                 or type(block_quota) is not int or type(warps) is not int):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)

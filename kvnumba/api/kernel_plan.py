@@ -11,10 +11,11 @@ layer and the launch shape, writes the few values that change, and launches.
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from .. import config
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, pinned, validate
 from ..checks.devices import one_device
@@ -113,20 +114,9 @@ class KernelPlan:
         """A seed entry point's arguments: validated, and the two sides they describe."""
         names = buffer_names(spec)
         src_layout, dst_layout = spec.src_layout, spec.dst_layout
-        headed = PH in (src_layout, dst_layout)
-        g = geometry.get
-        self.head_num = validate.integer("head_num", g("head_num"), minimum=1, maximum=validate.MAX_SIZE) \
-            if "head_num" in geometry else 1
-        self.page_size = validate.integer("page_size", g("page_size"), minimum=1, maximum=validate.MAX_SIZE) \
-            if "page_size" in geometry else 1
-        self.heads = self.head_num if headed else 1
-        self.item_size = validate.item_size(g("item_size"), self.head_num if headed else 1)
-        tables = TBL in (src_layout, dst_layout)
-        self.num_layers = validate.integer("num_layers", g("num_layers"), minimum=1, maximum=validate.MAX_SIZE) \
-            if tables else 1
-        self.window = self.num_layers  # layers one call moves
-        src_dim = self._layout_dim("src_layout_dim", g("src_layout_dim"), spec) if "src_layout_dim" in geometry else 0
-        dst_dim = self._layout_dim("dst_layout_dim", g("dst_layout_dim"), spec) if "dst_layout_dim" in geometry else 0
+        sizes = _sizes(spec, geometry)
+        (self.head_num, self.page_size, self.heads, self.item_size, self.num_layers, self.window, src_dim,
+         dst_dim) = sizes
 
         # Buffers: described, aligned, reachable by the GPU; destinations writable.
         infos, layers = {}, {}
@@ -141,20 +131,23 @@ class KernelPlan:
                 info = array_info(obj, name)
                 if info.ptr & 7:
                     validate.aligned(name, info)
-            pinned.require(name, info)
+            if info.device == HOST:
+                pinned.require(name, info)
             infos[name] = info
-        for name, layout in ((names[1], dst_layout), (names[3], dst_layout)):
+        for name in (names[1], names[3]):
             if name is None:
                 continue
-            if layout is TBL:  # the table is only read; the layers it points to are written
+            if dst_layout is TBL:  # the table is only read; the layers it points to are written
                 for i, ok in enumerate(layers[name].writable):
                     if ok is False:
                         raise ValueError(f"{name}[{i}] is a read-only layer; a destination must be writable")
-            else:
+            elif not infos[name].writable:
                 validate.writable(name, infos[name])
         self.raw_tables = any(t.raw for t in layers.values())
         placed = [(name, info.device) for name, info in infos.items()]
-        placed += [(f"{name}[{i}]", d) for name in layers for i, d in enumerate(layers[name].devices) if d is not None]
+        if layers:
+            placed += [(f"{name}[{i}]", d) for name in layers for i, d in enumerate(layers[name].devices)
+                       if d is not None]
         self.device = one_device(placed)
         self.uses_torch = any(info.is_torch for info in infos.values())
 
@@ -190,20 +183,13 @@ class KernelPlan:
         staged = None
         if self.spec.name != "copy":
             staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, self.memory)
+        else:  # kv.copy's loads stay on registers, but a bad setting is refused here too
+            config.load_path()
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged
 
     # --- building ------------------------------------------------------------------------------
-
-    def _layout_dim(self, name, value, spec):
-        if spec.per_layer:  # its lower bound depends on layer_id: checked per layer (window_for)
-            value = validate.integer(name, value, minimum=0, maximum=validate.MAX_SIZE)
-            unit = 8 * self.heads
-            if value % unit:
-                return validate.layout_dim(name, value, self.item_size, 0, self.heads)
-            return value
-        return validate.layout_dim(name, value, self.item_size, self.num_layers, self.heads)
 
     def _side(self, layout, k_name, v_name, infos, layers, layout_dim):
         if layout is TBL:
@@ -351,6 +337,67 @@ class KernelPlan:
                     f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
         return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
                                     "call in flight?); the other items were copied")
+
+
+# --- sizes, validated once per set of values -----------------------------------------------------
+
+class Sizes(NamedTuple):
+    head_num: int
+    page_size: int
+    heads: int  # heads a copy goes by: head_num for page-head entry points, else 1
+    item_size: int
+    num_layers: int
+    window: int  # layers one call moves
+    src_dim: int  # src_layout_dim (0 if the entry point has none)
+    dst_dim: int
+
+
+_SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "page_size", "head_num")
+_sizes_seen: dict[tuple, Sizes] = {}  # (entry point, sizes and their types) -> Sizes: checks depend on values only
+
+
+def _sizes(spec, geometry):
+    """The entry point's size arguments, validated (memoised by value: a miss on new buffers with
+    known sizes does not check them again)."""
+    values = tuple(map(geometry.get, _SIZE_NAMES))
+    key: tuple | None = (spec.name, *values, *map(type, values))
+    try:
+        known = _sizes_seen.get(key)  # type: ignore[arg-type]
+    except TypeError:  # unhashable: validation says what is wrong
+        key = known = None
+    if known is None:
+        known = _validate_sizes(spec, geometry)
+        if key is not None:
+            if len(_sizes_seen) > 4096:
+                _sizes_seen.clear()
+            _sizes_seen[key] = known
+    return known
+
+
+def _validate_sizes(spec, geometry):
+    headed = PH in (spec.src_layout, spec.dst_layout)
+    g = geometry.get
+    head_num = validate.integer("head_num", g("head_num"), minimum=1, maximum=validate.MAX_SIZE) \
+        if "head_num" in geometry else 1
+    page_size = validate.integer("page_size", g("page_size"), minimum=1, maximum=validate.MAX_SIZE) \
+        if "page_size" in geometry else 1
+    heads = head_num if headed else 1
+    item_size = validate.item_size(g("item_size"), heads)
+    tables = TBL in (spec.src_layout, spec.dst_layout)
+    num_layers = validate.integer("num_layers", g("num_layers"), minimum=1, maximum=validate.MAX_SIZE) \
+        if tables else 1
+    dims = [_layout_dim(name, g(name), spec, item_size, num_layers, heads) if name in geometry else 0
+            for name in ("src_layout_dim", "dst_layout_dim")]
+    return Sizes(head_num, page_size, heads, item_size, num_layers, num_layers, *dims)
+
+
+def _layout_dim(name, value, spec, item_size, num_layers, heads):
+    if spec.per_layer:  # its lower bound depends on layer_id: checked per layer (window_for)
+        value = validate.integer(name, value, minimum=0, maximum=validate.MAX_SIZE)
+        if value % (8 * heads):
+            return validate.layout_dim(name, value, item_size, 0, heads)
+        return value
+    return validate.layout_dim(name, value, item_size, num_layers, heads)
 
 
 # --- index arrays, per call ----------------------------------------------------------------------

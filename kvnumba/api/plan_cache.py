@@ -1,114 +1,302 @@
-"""A small cache of validated plans, keyed on the identity of the objects they were built from.
+"""A cache of validated plans, found by *value*: by what the kernel sees, not by which Python
+object carried it.
 
-SGLang-style code passes the same pool tensors (and layer tables) on every call; validating them
-each time is most of a plain call's host time. The cache keeps weak references only: an entry is
-reused only while every object it was built from is alive and is the very object passed now, and
-only if what can change in place cheaply (a torch tensor's data pointer and size in bytes, a NumPy
-array's shape and dtype; ``kvnumba.arrays.fingerprint_function``) is as it was. Scalars are part of
-the key, with their types (``True`` is not ``1`` here). Cache views are snapshots of their buffers
-(``kvnumba.api.views.CacheView``): for them the objects' identity is all that is checked.
+SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every call; a cache keyed
+on object identity would validate every call again. Here a plan is keyed on, per buffer:
 
-The plain kernel entry points look their plan up with this module's key and ``valid`` inlined in
-their per-call function (``kvnumba.api.transfer.plain_caller``).
+- a torch tensor: its data pointer, size in bytes and whether it is contiguous;
+- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable;
+- a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
+- a list of arrays: the same, element by element;
+- a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
+  size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
+  at the same address is not the same table;
+
+plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
+Two calls with the same key touch the same bytes in the same way, so every check that depends on them
+holds for both: bounds come from the extent actually passed, a read-only array is another key, a
+reshaped or resized array is another key.
+
+What the key cannot see is whether *host* memory is still pinned: a pinned buffer freed and replaced
+by pageable memory at the same address has the same key. So an entry with host buffers keeps a
+*witness* per host buffer, checked on every hit:
+
+- a torch tensor: the tensor that owns the memory (``t._base``, or ``t`` itself), weakly: while it is
+  alive its memory is (and stays pinned); a fresh view of the same pool has the same owner;
+- a NumPy array over memory Numba allocated pinned (``cuda.pinned_array``, ``cuda.mapped_array``):
+  that allocation, weakly;
+- any other NumPy host array (memory registered with ``cuda.pinned(arr)``, for the ``with`` block only):
+  asked of the driver again on every call (``kvnumba.checks.pinned``).
+
+A witness that fails is a miss: the plan is built again, with every check. Memory unregistered by hand
+(``cudaHostUnregister``) while its torch tensor lives is not noticed.
+
+The plain entry points look plans up with ``lookup`` inlined in their per-call function
+(``kvnumba.api.transfer.plain_caller``).
 """
-import operator
 import sys
 import threading
 import weakref
 from typing import Any
 
-from ..arrays import fingerprint_function
+import numpy as np
 
-_call = getattr(operator, "call", lambda ref: ref())  # operator.call is Python 3.11+
-_is = operator.is_
+from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
 
 
-class PlanCache:
-    """``get(objects, scalars, build)``: the plan for these objects and scalar values, built by
-    ``build()`` on a miss. ``objects``: the arrays (or lists of arrays, compared element by element)."""
+class Entry:
+    """A cached plan and the witness its hits must pass (None: nothing to check beyond the key)."""
 
-    def __init__(self, max_entries=MAX_ENTRIES):
+    __slots__ = ("plan", "witness")
+
+    def __init__(self, plan, witness):
+        self.plan, self.witness = plan, witness
+
+
+class PlanCache:
+    """``get(objects, scalars, build)``: the plan for these buffers and sizes, built by ``build()`` on
+    a miss. ``objects``: the arrays, tables, views or lists of arrays, in argument order;
+    ``identity``: the positions of ``objects`` that are layer tables (keyed by identity)."""
+
+    def __init__(self, identity=(), max_entries=MAX_ENTRIES):
+        self.identity = frozenset(identity)
         self.max_entries = max_entries
-        self.entries = {}
+        self.entries: dict[tuple, Entry] = {}
+        self.keyers: dict[tuple, Any] = {}  # argument types -> key function (kvnumba.api.transfer inlines this)
         self.misses = 0
         self._lock = threading.Lock()
 
-    @staticmethod
-    def key(objects, scalars):
-        ids = tuple(tuple(map(id, o)) if type(o) in (list, tuple) else id(o) for o in objects)
-        return (*ids, *scalars, *map(type, scalars))
+    def keyer(self, objects):
+        """The key function for arguments of these types (made on first sight)."""
+        kinds = tuple(map(type, objects))
+        keyer = self.keyers.get(kinds)
+        if keyer is None:
+            keyer = self.keyers[kinds] = make_keyer(objects, self.identity)
+        return keyer
+
+    def lookup(self, objects, scalars):
+        """The cached plan for ``objects`` and ``scalars``, or None."""
+        try:
+            keyer = self.keyer(objects)
+            entry = self.entries.get((keyer, *keyer(objects), *scalars, *map(type, scalars)))
+        except TypeError:  # an unhashable scalar: no plan (validation says what is wrong with it)
+            return None
+        if entry is None or (entry.witness is not None and not entry.witness(objects)):
+            return None
+        return entry.plan
 
     def get(self, objects, scalars, build):
-        try:
-            key = self.key(objects, scalars)
-            entry = self.entries.get(key)
-        except TypeError:  # an unhashable scalar: let validation say what is wrong with it
-            return build()
-        if entry is not None:
-            refs, plan, fingerprints, expected = entry
-            if all(_same(ref, obj) for ref, obj in zip(refs, objects)) and fingerprints(objects) == expected:
-                return plan
+        plan = self.lookup(objects, scalars)
+        if plan is not None:
+            return plan
         self.misses += 1
         plan = build()
-        refs = _refs(objects)
-        if refs is not None:
-            fingerprints = _fingerprints(objects)
-            with self._lock:
-                if len(self.entries) >= self.max_entries:
-                    for old in list(self.entries)[: self.max_entries // 4]:
-                        del self.entries[old]
-                self.entries[key] = (refs, plan, fingerprints, fingerprints(objects))
+        self.store(objects, scalars, plan)
         return plan
+
+    def store(self, objects, scalars, plan):
+        """Remember ``plan`` for ``objects`` and ``scalars`` (nothing if they cannot be keyed)."""
+        try:
+            keyer = self.keyer(objects)
+            key = (keyer, *keyer(objects), *scalars, *map(type, scalars))
+            hash(key)
+            witness = make_witness(objects, self.identity)
+        except TypeError:  # unhashable, or an object without weak references: not cached
+            return
+        with self._lock:
+            if len(self.entries) >= self.max_entries:
+                for old in list(self.entries)[: self.max_entries // 4]:
+                    del self.entries[old]
+            self.entries[key] = Entry(plan, witness)
 
     def clear(self):
         with self._lock:
             self.entries.clear()
 
 
-def valid(entry, objects):
-    """Every object the very one the entry's plan was built from, and unchanged (C-level loops)."""
-    refs, _, fingerprints, expected = entry
-    return all(map(_is, map(_call, refs), objects)) and fingerprints(objects) == expected
+# --- keys ---------------------------------------------------------------------------------------
+
+def make_keyer(objects, identity=frozenset()):
+    """A function of ``objects`` (of these very types) giving their value key as one flat tuple."""
+    torch = sys.modules.get("torch")
+    if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
+        # The hot case (SGLang): C-level loops over the tensors.
+        data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, _attribute("nbytes"), torch.Tensor.is_contiguous
+
+        def torch_keys(objs):
+            return (*map(data_ptr, objs), *map(nbytes, objs), *map(contiguous, objs))
+
+        return torch_keys
+    parts = [_identity_key if i in identity else _value_key_function(o) for i, o in enumerate(objects)]
+
+    def keys(objs):
+        return tuple(part(o) for part, o in zip(parts, objs))
+
+    return keys
 
 
-def _same(ref, obj):
-    if type(ref) is tuple:  # a list of arrays
-        return type(obj) in (list, tuple) and len(ref) == len(obj) and all(r() is o for r, o in zip(ref, obj))
-    return ref() is obj
+def _attribute(name):
+    from operator import attrgetter
+
+    return attrgetter(name)
 
 
-def _refs(objects):
-    """Weak references to ``objects`` (tuples of them for lists), or None if one cannot have one."""
-    try:
-        return tuple(tuple(weakref.ref(x) for x in o) if type(o) in (list, tuple) else weakref.ref(o)
-                     for o in objects)
-    except TypeError:
+def _identity_key(obj):
+    # A table's identity; its pointer and size too, so that an in-place resize is another key.
+    value = _value_key_function(obj)(obj) if hasattr(obj, "__cuda_array_interface__") or _is_array(obj) else None
+    return id(obj), value
+
+
+def _is_array(obj):
+    kind = type(obj)
+    return issubclass(kind, np.ndarray) or (kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"))
+
+
+def _value_key_function(obj):
+    """The function giving one argument's value key (see the module docstring)."""
+    kind = type(obj)
+    if kind in (list, tuple):
+        return _list_key
+    if kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        return _torch_key
+    if SIMULATOR and kind.__name__ == "FakeCUDAArray" and kind.__module__.startswith("numba"):
+        return _fake_key
+    if isinstance(obj, np.ndarray):
+        return _numpy_key
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _cai_key
+    return id  # a cache view, or something validation will refuse: identity (the witness holds it)
+
+
+def _torch_key(t):
+    return t.data_ptr(), t.nbytes, t.is_contiguous()
+
+
+def _numpy_key(a):
+    flags = a.flags
+    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable
+
+
+def _fake_key(fake):  # the simulator's device arrays wrap a NumPy array
+    return _numpy_key(fake._ary)
+
+
+def _cai_key(obj):
+    cai = obj.__cuda_array_interface__
+    strides = cai.get("strides")
+    return (*cai["data"], tuple(cai["shape"]), cai["typestr"], None if strides is None else tuple(strides))
+
+
+def _list_key(items):
+    return tuple(_element_key(x) for x in items)
+
+
+_key_functions: dict[type, Any] = {}  # element type -> its key function (lists of arrays)
+
+
+def _element_key(x):
+    function = _key_functions.get(type(x))
+    if function is None:
+        function = _key_functions[type(x)] = _value_key_function(x)
+    return function(x)
+
+
+# --- witnesses ----------------------------------------------------------------------------------
+
+def make_witness(objects, identity=frozenset()):
+    """The function a hit must pass (True: the entry's plan holds for ``objects``), or None.
+
+    Raises ``TypeError`` when an object that needs one cannot be referenced weakly (then no caching)."""
+    checks = []  # (position, element or None, test, reference)
+    torch = sys.modules.get("torch")
+    if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
+        if SIMULATOR:
+            return None
+        # The hot case: host tensors only need their owner to be the same (alive) tensor.
+        owners = [(i, weakref.ref(o if o._base is None else o._base)) for i, o in enumerate(objects) if not o.is_cuda]
+        if not owners:
+            return None
+
+        def same_owners(objs):
+            for i, reference in owners:
+                t = objs[i]
+                base = t._base
+                if (t if base is None else base) is not reference():
+                    return False
+            return True
+
+        return same_owners
+    for i, obj in enumerate(objects):
+        if i in identity or not _is_memory(obj):
+            checks.append((i, None, _same, weakref.ref(obj)))
+            continue
+        elements = obj if type(obj) in (list, tuple) else (obj,)
+        for j, x in enumerate(elements):
+            test = _host_witness(x)
+            if test is not None:
+                checks.append((i, j if type(obj) in (list, tuple) else None, *test))
+    if not checks:
         return None
 
+    def witness(objs):
+        for i, j, test, reference in checks:
+            obj = objs[i] if j is None else objs[i][j]
+            if not test(obj, reference):
+                return False
+        return True
 
-def _nothing(objects):
-    return ()
+    return witness
 
 
-def _fingerprints(objects):
-    """One function giving the fingerprints of all ``objects`` (``kvnumba.arrays``) as one tuple:
-    for torch tensors, data pointers and sizes read in C loops; lists element by element."""
-    from .views import CacheView
+def _is_memory(obj):
+    kind = type(obj)
+    return kind in (list, tuple) or _is_array(obj) or hasattr(obj, "__cuda_array_interface__")
 
-    if all(isinstance(o, CacheView) for o in objects):  # views: snapshots, checked when made
-        return _nothing
-    torch = sys.modules.get("torch")
-    if torch is not None and all(type(o) is torch.Tensor for o in objects):
-        data_ptr, nbytes = torch.Tensor.data_ptr, operator.attrgetter("nbytes")
-        return lambda objs: (*map(data_ptr, objs), *map(nbytes, objs))
-    functions: list[Any]  # per object, its fingerprint function, or a list of them for a list
-    functions = [[fingerprint_function(x) for x in o] if type(o) in (list, tuple) else fingerprint_function(o)
-                 for o in objects]
 
-    def fingerprints(objs):
-        return tuple(tuple(f(x) for f, x in zip(fn, o)) if type(fn) is list else fn(o)
-                     for fn, o in zip(functions, objs))
+def _same(obj, reference):
+    return reference() is obj
 
-    return fingerprints
+
+def _host_witness(obj):
+    """``(test, reference)`` for one host-memory array, or None for device memory (which cannot turn
+    into pageable memory) and on the simulator (no host memory there)."""
+    if SIMULATOR:
+        return None
+    kind = type(obj)
+    if kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        if obj.is_cuda:
+            return None
+        base = obj._base
+        return _same_torch_owner, weakref.ref(obj if base is None else base)
+    if isinstance(obj, np.ndarray):
+        owner = numpy_owner(obj)
+        if type(owner).__name__ in ("PinnedMemory", "MappedMemory") and type(owner).__module__.startswith("numba"):
+            return _same_numpy_owner, weakref.ref(owner)
+        return _still_pinned, None  # registered memory (or unknown): ask the driver each call
+    return None
+
+
+def _same_torch_owner(t, reference):
+    base = t._base
+    return (t if base is None else base) is reference()
+
+
+def numpy_owner(a):
+    """The object that owns a NumPy array's memory: the first base that is not an array, or the array
+    that owns its data."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
+
+
+def _same_numpy_owner(a, reference):
+    return numpy_owner(a) is reference()
+
+
+def _still_pinned(a, reference):
+    from ..driver.pointers import is_pinned_host
+
+    address = a.__array_interface__["data"][0]
+    return a.nbytes == 0 or (is_pinned_host(address) and is_pinned_host(address + a.nbytes - 1))

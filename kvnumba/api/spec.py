@@ -46,6 +46,13 @@ class Spec(NamedTuple):
             return "layer" if self.kind == "kernel" else "geometry"
         return _ROLES.get(name, "geometry")
 
+    def layout_of(self, name: str) -> object:
+        """The layout of buffer argument ``name`` of a kernel entry point (its side's); None for ``copy``."""
+        if self.kind != "kernel" or self.src_layout is None:
+            return None
+        names = buffer_names(self)
+        return self.src_layout if name in (names[0], names[2]) else self.dst_layout
+
     @property
     def per_layer(self) -> bool:
         """A kernel entry point whose calls each pick a layer (``layer_id`` changes per call)."""

@@ -45,7 +45,8 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
     src_dim, src_page = src_geometry
     ring = staged.SHAPE
     maps = tensor_maps.source_maps(src_parts, src_ptrs[0], src_ptrs[1], plan.src.nbytes, plan.item_size, src_dim,
-                                   src_page, plan.head_num, mla, plan.device, ring)
+                                   src_page, plan.head_num, mla, staged.run_limits(plan.item_size, mla, ring),
+                                   ring.stage_bytes)
     if maps is None:
         return None
     min_run = maps.args[3]

@@ -22,8 +22,9 @@ from ..types import StreamLike
 from .direct_plan import DirectPlan
 from .fast_path import make_fast_call
 from .kernel_plan import KernelPlan
-from .plan_cache import PlanCache, valid
-from .spec import SPECS, Spec
+from .plan_cache import PlanCache
+from .snapshot import Snapshot
+from .spec import SPECS, TBL, Spec
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 _DIRECT_CALL = ("src_indices", "dst_indices")
@@ -42,7 +43,10 @@ class Transfer:
     def __init__(self, spec: Spec, bound: dict[str, Any], stream: StreamLike | None = None,
                  check: bool = False) -> None:
         self.spec = spec
-        self.bound = dict(bound)
+        # What it holds of its buffers: copies of lists, aliases of torch tensors (kvnumba.api.snapshot).
+        tables = frozenset(n for n in spec.buffers if spec.layout_of(n) is TBL)
+        self._snapshot = Snapshot(bound, frozenset(spec.buffers), tables)
+        self.bound = self._snapshot.values
         self.stream = stream
         self.check = bool(check)
         params = spec.params
@@ -65,7 +69,10 @@ class Transfer:
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
         self._call_names = tuple(n for n in call_names if n in position)
         self._pick_call = itemgetter(*[position[n] for n in self._call_names])
-        self._cache = PlanCache()
+        # Layer tables are found by identity (their contents were read), every other buffer by value.
+        table_positions = tuple(i for i, n in enumerate(spec.buffers)
+                                if spec.kind == "kernel" and spec.layout_of(n) is TBL)
+        self._cache = PlanCache(identity=table_positions)
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
@@ -81,7 +88,9 @@ class Transfer:
             return
         if self._free != tuple(n for n in _KERNEL_CALL if n in spec.params):
             return
-        fast = plan.fast
+        if plan.raw_tables:  # check=True must read raw tables again: the general __call__ does
+            return
+        fast = make_fast_call(plan, self._snapshot)
         if spec.per_layer:
             call = fast
         elif spec.keyword_only:  # kv.copy: its launch shape by keyword only, as in the plain call
@@ -166,6 +175,7 @@ class Transfer:
                 args = self._complete(args, kwargs)
             elif tail:
                 args += tail
+        self._snapshot.verify()
         everything = args + self._bound_values
         strict = check or self.check or guard.ALWAYS_CHECK
         plan = self._plan
@@ -275,22 +285,25 @@ def plain_caller(name: str) -> Callable[..., Any]:
     """The per-call function of plain kernel entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
     ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
-    the cache when the same objects come back unchanged (``PlanCache``'s key and ``valid``, inlined
-    here: this runs on every call), else it is built and every argument checked."""
+    the cache when buffers of the same value come back (``PlanCache.lookup``, inlined here: this runs
+    on every call), else it is built and every argument checked."""
     transfer = plain(name)
-    entries, miss = transfer._cache.entries, transfer.plain_miss
+    cache = transfer._cache
+    entries, keyers, miss = cache.entries, cache.keyers, transfer.plain_miss
 
     def call(objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any, layer_id: Any,
              block_quota: Any, warps: Any, stream: StreamLike | None, check: bool) -> Any:
-        entry = None
         if not check and not guard.ALWAYS_CHECK:
-            for value in scalars:
-                if type(value) is not int and value is not None:
-                    break
-            else:
-                entry = entries.get((*map(id, objects), *scalars, *map(type, scalars)))
-        if entry is not None and valid(entry, objects):
-            return entry[1].fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check)
+            keyer = keyers.get(tuple(map(type, objects)))
+            if keyer is not None:
+                for value in scalars:
+                    if type(value) is not int and value is not None:
+                        break
+                else:
+                    entry = entries.get((keyer, *keyer(objects), *scalars, *map(type, scalars)))
+                    if entry is not None and (entry.witness is None or entry.witness(objects)):
+                        return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,
+                                               check=check)
         return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
 
     return call

@@ -16,8 +16,9 @@ it launches take. kvnumba's kernels take only int64 scalars, so a launch here is
 On the simulator the dispatcher is the launcher, and simulated launches are serialised: Numba's
 simulator keeps a kernel's launch shape on the shared dispatcher, and runs one grid at a time.
 """
-import ctypes
 import threading
+
+import numpy as np
 
 from .bindings import check, cu, failure
 from .devices import context, on_device
@@ -25,16 +26,29 @@ from .target import SIMULATOR
 
 
 class ParamBlocks(threading.local):
-    """One parameter block per thread, each starting as a copy of ``template`` (int64 values)."""
+    """One parameter block per thread, each starting as a copy of ``template`` (int64 values): the
+    values, then the pointers to them that ``cuLaunchKernel`` takes, in one NumPy buffer (cheaper to
+    make than ctypes arrays: a plan is built on every miss of the plan cache)."""
 
     def __init__(self, template):
         count = len(template)
-        self.values = (ctypes.c_int64 * count)(*template)
-        base = ctypes.addressof(self.values)
-        self.pointers = (ctypes.c_void_p * count)(*[base + 8 * i for i in range(count)])
-        self.address = ctypes.addressof(self.pointers)  # the void** cuLaunchKernel takes
-        self.view = memoryview(self.values).cast("B")  # for struct.pack_into
+        block = np.empty(2 * count, np.int64)
+        block[:count] = template
+        base = block.__array_interface__["data"][0]
+        np.add(_OFFSETS[:count], base, out=block[count:])
+        self.block = block  # keeps the memory alive
+        self.count = count
+        self.address = base + 8 * count  # the void** cuLaunchKernel takes
+        self.view = memoryview(block.data).cast("B")  # for struct.pack_into
         self.pair = (self.view, self.address)  # both in one thread-local read
+
+    @property
+    def values(self):
+        """The parameter values, as Python ints."""
+        return self.block[:self.count].tolist()
+
+
+_OFFSETS = np.arange(0, 8 * 64, 8, dtype=np.int64)
 
 
 class Kernel:
@@ -111,7 +125,7 @@ if SIMULATOR:
             self.shared = kernel.shared_bytes
 
         def launch(self, grid, threads, stream, address):
-            values = tuple(self.blocks.values)  # this thread's block
+            values = self.blocks.values  # this thread's block
             with _simulator_lock:
                 self.dispatcher[grid, threads, 0, self.shared](*values)
 

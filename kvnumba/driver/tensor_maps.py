@@ -9,29 +9,98 @@ the innermost the 8-byte words of one row of at most 2 KB (a box may not be wide
 - page-head (head-major): ``[head words, layers, tokens of a page, heads, pages]``; a box is every
   head of ``2**r`` consecutive tokens of one page and layer, stored head by head.
 
-One map per box length ``2**r`` (``r <= max_run_log2``), for K then V: the box is part of the map.
-On the GPU they are ``cuTensorMapEncodeTiled`` maps in device memory; on the simulator, kvnumba's own
-16-word form that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box
-sizes). ``source_maps`` returns None when a layout or size cannot be described (the register kernel
-then does the load).
+One map per box length ``2**r`` that the kernel uses (``min_log2 <= r <= max_log2``: pieces shorter
+than ``2**min_log2`` go through registers), for K then V: the box is part of the map.
+
+Where the maps live: in *pinned host memory* (``MapStore``), which the bulk-copy unit reads through
+unified addressing as fast as device memory (H200, 2026-12-01: a staged pf->lf load at 48.9 GB/s with
+host maps, 48.4 with device maps). So a new plan's maps cost no device allocation and no copy: each is
+encoded by the driver (``cuTensorMapEncodeTiled``, its arguments prepared once per geometry) and its
+128 bytes written into a block of the store. On the simulator the maps are kvnumba's own 16-word form
+that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box sizes), in the
+same store. ``source_maps`` returns None when a layout or size cannot be described (the register
+kernel then does the load).
 """
+import ctypes
+import threading
+import weakref
+
 import numpy as np
 
-from ..kernels import staged
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
 from .target import SIMULATOR
 
 MAX_BOX = 256  # elements per box dimension
 L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (tuning scripts set others)
 MAX_STRIDE = 1 << 40
+MAP_BYTES = 128  # one CUtensorMap (the simulator's form is 16 int64 words: the same size)
 
 
 class SourceMaps:
-    """The maps of one source (K and V), where the kernel reads them, and the kernel's extra arguments."""
+    """The maps of one source (K and V) and the staged kernel's last four parameters.
 
-    def __init__(self, storage, address, map_heads, max_run_log2, min_run):
-        self.storage = storage  # keeps the maps' memory alive
-        self.args = (address, map_heads, max_run_log2, min_run)  # the staged kernel's last four parameters
+    ``args``: ``(address, map_heads, max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's
+    map of box length ``2**r`` and V's follow ``(max_run_log2 + 1) * MAP_BYTES`` later (the kernel's
+    indexing); only the maps of the box lengths in use are stored, so ``address`` may point before the
+    block. The block goes back to the store when this object is gone."""
+
+    def __init__(self, block, args):
+        self.block = block
+        self.args = args
+        weakref.finalize(self, STORE.retire, block)
+
+
+class MapStore:
+    """Blocks of ``BLOCK_MAPS`` maps in pinned host memory (the GPU reads them in place).
+
+    A block freed by its maps is reused only after every device kvnumba launched on has been
+    synchronised (a kernel launched before its plan went away may still read it): when the free
+    blocks run out and at least ``RECYCLE_AT`` blocks are retired, one ``synchronize_all`` makes them
+    free again (once per that many plans); otherwise a new slab is allocated."""
+
+    BLOCK_MAPS = 16  # 2 * (max_run_log2 + 1) <= 12 for every ring kvnumba builds
+    SLAB_BLOCKS = 256  # 512 KiB of pinned memory a slab
+    RECYCLE_AT = 64
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._slabs = []  # keeps the memory alive
+        self._free = []  # block addresses
+        self._retired = []
+
+    def take(self):
+        """The address of a free block (64-byte aligned, as tensor maps must be)."""
+        with self._lock:
+            if not self._free:
+                self._refill()
+            return self._free.pop()
+
+    def retire(self, block):
+        with self._lock:
+            self._retired.append(block)
+
+    def _refill(self):
+        if len(self._retired) >= self.RECYCLE_AT:
+            if not SIMULATOR:  # simulated launches are synchronous
+                from .devices import synchronize_all
+
+                synchronize_all()
+            self._free, self._retired = self._retired, []
+            return
+        nbytes = self.SLAB_BLOCKS * self.BLOCK_MAPS * MAP_BYTES
+        if SIMULATOR:
+            slab = np.zeros(nbytes // 8 + 16, np.int64)
+        else:
+            from numba import cuda
+
+            slab = cuda.pinned_array(nbytes // 8 + 16, np.int64)  # page-aligned
+        self._slabs.append(slab)
+        start = (slab.ctypes.data + 127) & ~127
+        block_bytes = self.BLOCK_MAPS * MAP_BYTES
+        self._free.extend(start + i * block_bytes for i in reversed(range(self.SLAB_BLOCKS)))
+
+
+STORE = MapStore()
 
 
 def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
@@ -75,58 +144,76 @@ def _box(sizes, head_major, run):
     return (sizes[0], sizes[1], 1, run, 1)
 
 
-def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, heads, mla, device, ring):
+def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, heads, mla, run_limits,
+                stage_bytes):
     """``SourceMaps`` for a staged load from ``layout`` buffers at ``k_ptr``/``v_ptr`` (``nbytes`` each,
-    at least) through ``ring`` (``kernels.staged.StagedShape``), or None when the layout, sizes or
-    addresses do not suit the bulk-copy unit."""
+    at least), with pieces of ``2**min_log2 .. 2**max_log2`` tokens (``run_limits``: ``(max_log2,
+    min_run)``) in stages of ``stage_bytes``, or None when the layout, sizes or addresses do not suit the
+    bulk-copy unit."""
     picture = geometry(layout, nbytes, item_size, layout_dim, page_size, heads)
     buffers = (k_ptr,) if mla else (k_ptr, v_ptr)
-    if picture is None or any(p % 16 for p in buffers) or item_size * len(buffers) > ring.stage_bytes:
+    if picture is None or any(p % 16 for p in buffers) or item_size * len(buffers) > stage_bytes:
         return None
     sizes, strides, map_heads, head_major = picture
     if any(s >= MAX_STRIDE for s in strides):
         return None
-    max_run_log2, min_run = staged.run_limits(item_size, mla, ring)
+    max_run_log2, min_run = run_limits
     if head_major:  # a piece never crosses a page
         while (1 << max_run_log2) > page_size:
             max_run_log2 -= 1
         min_run = min(min_run, 1 << max_run_log2)
-    boxes = [_box(sizes, head_major, 1 << r) for r in range(max_run_log2 + 1)]
-    if SIMULATOR:
-        words = np.zeros((len(buffers), len(boxes), 16), dtype=np.int64)
-        for b, base in enumerate(buffers):
-            for r, box in enumerate(boxes):
-                words[b, r, :15] = (base, *sizes, *strides, *box)
-        return SourceMaps(words, words.ctypes.data, map_heads, max_run_log2, min_run)
-    encoded = np.stack([[_encode(base, sizes, strides, box) for box in boxes] for base in buffers])
-    from numba import cuda
-
-    from .devices import on_device
-
-    with on_device(device):
-        storage = cuda.to_device(encoded)
-    return SourceMaps(storage, storage.device_ctypes_pointer.value, map_heads, max_run_log2, min_run)
+    min_log2 = min_run.bit_length() - 1
+    block = STORE.take()
+    address = block - min_log2 * MAP_BYTES  # the kernel adds r * MAP_BYTES (and V's offset)
+    write = _write_simulated if SIMULATOR else _write_encoded
+    for b, base in enumerate(buffers):
+        for r in range(min_log2, max_run_log2 + 1):
+            write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
+                  _box(sizes, head_major, 1 << r))
+    return SourceMaps(block, (address, map_heads, max_run_log2, min_run))
 
 
-def _encode(base, sizes, strides, box):
+def _write_simulated(at, base, sizes, strides, box):
+    words = (ctypes.c_int64 * 16).from_address(at)
+    words[:15] = [base, *sizes, *strides, *box]
+    words[15] = 0
+
+
+_encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box) -> the driver call's prepared arguments
+
+
+def _write_encoded(at, base, sizes, strides, box):
     from .bindings import check, cu
 
-    tensor_map = check(cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base, [cu.cuuint64_t(n) for n in sizes],
-        [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box], [cu.cuuint32_t(1)] * 5,
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE, getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{L2_PROMOTION}"),
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
-    return np.array(tensor_map.opaque, dtype=np.uint64)
+    key = (sizes, strides, box, L2_PROMOTION)
+    args = _encode_args.get(key)
+    if args is None:
+        if len(_encode_args) > 4096:
+            _encode_args.clear()
+        args = _encode_args[key] = (
+            [cu.cuuint64_t(n) for n in sizes], [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box],
+            [cu.cuuint32_t(1)] * 5, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{L2_PROMOTION}"),
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    tensor_map = check(cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base,
+                                                 *args), "cuTensorMapEncodeTiled")
+    ctypes.memmove(at, tensor_map.getPtr(), MAP_BYTES)
 
 
 def compute_capability(device):
-    """``(major, minor)`` of GPU ``device``."""
-    from .bindings import check, cu
+    """``(major, minor)`` of GPU ``device`` (memoised)."""
+    known = _capabilities.get(device)
+    if known is None:
+        from .bindings import check, cu
 
-    attribute = cu.CUdevice_attribute
-    major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-                  "cuDeviceGetAttribute")
-    minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-                  "cuDeviceGetAttribute")
-    return int(major), int(minor)
+        attribute = cu.CUdevice_attribute
+        major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
+                      "cuDeviceGetAttribute")
+        minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
+                      "cuDeviceGetAttribute")
+        known = _capabilities[device] = (int(major), int(minor))
+    return known
+
+
+_capabilities: dict[int, tuple[int, int]] = {}
