@@ -1,31 +1,17 @@
 """kvnumba: SGLang's KV-cache transfer kernels (``sgl_kernel.kvcacheio``) in pure Python with Numba-CUDA.
 
 ``import kvnumba as kv`` stands in for ``sgl_kernel.kvcacheio``: same entry points, argument names,
-order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator
-(``NUMBA_ENABLE_CUDASIM=1``). ``kvnumba.reference`` is the NumPy oracle.
+order and defaults. Runs on a CUDA GPU, or without one on Numba's CUDA simulator (chosen by itself
+when there is no CUDA driver, see ``kvnumba.driver.target``). ``kvnumba.reference`` is the NumPy oracle.
+
+``import kvnumba`` itself never fails for a setting: a value kvnumba cannot use (``SettingError``), or
+``KVNUMBA_REQUIRE_GPU=1`` without a GPU (``NoGpuError``), is raised by the first use of ``kvnumba.<name>``,
+so that ``kvnumba info`` can still run and say what is wrong.
 """
-from .convert import CacheLayout, convert
-from .api.direct import (
-    batch_copy_available,
-    last_path,
-    transfer_kv_all_layer_direct_lf_pf,
-    transfer_kv_direct,
-    transfer_kv_per_layer_direct_pf_lf,
-)
-from .api.copy import copy
-from .api.transfer import Transfer, prepare
-from .api.views import (
-    CacheView,
-    Geometry,
-    LayerFirst,
-    LayerTable,
-    PageFirst,
-    PageFirstDirect,
-    PageHead,
-    VllmFlashAttn,
-    VllmFlashInfer,
-)
-from .checks.guard import check_errors
+from typing import TYPE_CHECKING
+
+from ._version import __version__  # noqa: F401 - kvnumba.__version__
+from .driver import target as _target  # first: picks the GPU or the simulator before numba.cuda is imported
 from .errors import (
     BadAddressError,
     BufferMovedError,
@@ -34,35 +20,65 @@ from .errors import (
     DeviceMismatchError,
     IndexOutOfRangeError,
     Interrupted,
+    NoGpuError,
     OverlapError,
     PageableMemoryError,
+    SettingError,
 )
-from .kernels.layouts import Layout
-from .api.entry_points import (
-    transfer_kv_all_layer,
-    transfer_kv_all_layer_lf_pf,
-    transfer_kv_all_layer_lf_ph,
-    transfer_kv_all_layer_mla,
-    transfer_kv_all_layer_mla_lf_pf,
-    transfer_kv_per_layer,
-    transfer_kv_per_layer_mla,
-    transfer_kv_per_layer_mla_pf_lf,
-    transfer_kv_per_layer_pf_lf,
-    transfer_kv_per_layer_ph_lf,
-)
-from .api.tables import layer_table
-from ._version import __version__  # noqa: F401 - kvnumba.__version__
-from .types import (
-    ArrayLike,
-    CacheBuffer,
-    CupyStreamLike,
-    HandleStreamLike,
-    StreamLike,
-    SupportsCudaArrayInterface,
-    SupportsCudaStream,
-    TorchStreamLike,
-    TorchTensorLike,
-)
+
+_SETUP_ERROR = None  # the SettingError or NoGpuError that stopped the imports below, if any
+try:
+    _target.require()
+    from .convert import CacheLayout, convert
+    from .api.direct import (
+        batch_copy_available,
+        last_path,
+        transfer_kv_all_layer_direct_lf_pf,
+        transfer_kv_direct,
+        transfer_kv_per_layer_direct_pf_lf,
+    )
+    from .api.copy import copy
+    from .api.prepare_types import prepare
+    from .api.transfer import Transfer
+    from .api.views import (
+        CacheView,
+        Geometry,
+        LayerFirst,
+        LayerTable,
+        PageFirst,
+        PageFirstDirect,
+        PageHead,
+        VllmFlashAttn,
+        VllmFlashInfer,
+    )
+    from .checks.guard import check_errors
+    from .kernels.layouts import Layout
+    from .api.entry_points import (
+        transfer_kv_all_layer,
+        transfer_kv_all_layer_lf_pf,
+        transfer_kv_all_layer_lf_ph,
+        transfer_kv_all_layer_mla,
+        transfer_kv_all_layer_mla_lf_pf,
+        transfer_kv_per_layer,
+        transfer_kv_per_layer_mla,
+        transfer_kv_per_layer_mla_pf_lf,
+        transfer_kv_per_layer_pf_lf,
+        transfer_kv_per_layer_ph_lf,
+    )
+    from .api.tables import layer_table
+    from .types import (
+        ArrayLike,
+        CacheBuffer,
+        CupyStreamLike,
+        HandleStreamLike,
+        StreamLike,
+        SupportsCudaArrayInterface,
+        SupportsCudaStream,
+        TorchStreamLike,
+        TorchTensorLike,
+    )
+except (SettingError, NoGpuError) as _error:
+    _SETUP_ERROR = _error
 
 __all__ = [
     "BadAddressError",
@@ -83,9 +99,11 @@ __all__ = [
     "DeviceMismatchError",
     "IndexOutOfRangeError",
     "Interrupted",
+    "NoGpuError",
     "Layout",
     "OverlapError",
     "PageableMemoryError",
+    "SettingError",
     "Transfer",
     "batch_copy_available",
     "check_errors",
@@ -117,3 +135,15 @@ __all__ = [
     "TorchStreamLike",
     "TorchTensorLike",
 ]
+
+if not TYPE_CHECKING:
+    if _SETUP_ERROR is not None:  # every public name but the exception classes raises it, each time
+        _ERRORS = {name for name in __all__ if name.endswith("Error") or name == "Interrupted"}
+        for _name in __all__:
+            if _name not in _ERRORS:
+                globals().pop(_name, None)
+
+        def __getattr__(name):
+            if name in __all__:
+                raise type(_SETUP_ERROR)(str(_SETUP_ERROR))
+            raise AttributeError(f"module 'kvnumba' has no attribute {name!r}")

@@ -13,8 +13,10 @@ and for ``sgl_kernel`` only when no real package can be found.
 - A real ``sgl_kernel`` installed but not imported yet: it stays. ``import sgl_kernel`` loads it, with
   its other kernels; only its ``kvcacheio`` submodule is kvnumba's (so the four names the package
   re-exports from it are kvnumba's too).
-- No ``sgl_kernel`` installed: ``sgl_kernel`` is a stand-in package holding ``kvcacheio`` and the four
-  names SGLang's package re-exports from it; nothing else.
+- No ``sgl_kernel`` installed: ``sgl_kernel`` is a stand-in package holding ``kvcacheio``, the four
+  names SGLang's package re-exports from it and ``__version__``; nothing else. While it stands in,
+  ``importlib.metadata`` knows an ``sgl-kernel`` distribution of that version too (``STAND_IN_VERSION``:
+  kvnumba's version with the local label ``+kvnumba``, so that no check mistakes it for SGLang's).
 - ``sgl_kernel.kvcacheio`` already imported (importing the real ``sgl_kernel`` imports it): code may
   hold its functions already, so ``install_sgl_kernel`` raises ``RuntimeError``. ``replace=True``
   swaps it anyway: in ``sys.modules``, on the package, and for the package's attributes that were
@@ -27,13 +29,17 @@ first imported while the hook was in place keeps kvnumba's functions in its own 
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import sys
 import types
 from contextlib import contextmanager
 
+from ._version import __version__
 from .api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS
 
 PACKAGE = "sgl_kernel"
+DISTRIBUTION = "sgl-kernel"
+STAND_IN_VERSION = f"{__version__}+kvnumba"
 MODULE = "sgl_kernel.kvcacheio"
 # SGLang's kvcacheio names: its ten kernel entry points and three copy-engine ones.
 ENTRY_POINTS = tuple(KERNEL_ENTRY_POINTS) + tuple(DIRECT_ENTRY_POINTS)
@@ -56,7 +62,22 @@ def _build_modules():
                                         "it holds only kvcacheio (kvnumba.compat.install_sgl_kernel).")
     for name in PACKAGE_EXPORTS:
         setattr(package, name, getattr(kvcacheio, name))
+    setattr(package, "__version__", STAND_IN_VERSION)
     return {MODULE: kvcacheio, PACKAGE: package}
+
+
+class _StandInDistribution(importlib.metadata.Distribution):
+    """What ``importlib.metadata`` reports for the stand-in package: its name, version and summary."""
+
+    def read_text(self, filename):
+        if filename == "METADATA":
+            return (f"Metadata-Version: 2.1\nName: {DISTRIBUTION}\nVersion: {STAND_IN_VERSION}\n"
+                    "Summary: kvnumba's stand-in for SGLang's sgl_kernel (kvnumba.compat.install_sgl_kernel): "
+                    "only kvcacheio\n")
+        return None
+
+    def locate_file(self, path):
+        return None
 
 
 class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -71,6 +92,14 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         if fullname == PACKAGE and not self._real_package_exists():
             return importlib.machinery.ModuleSpec(PACKAGE, self, origin="kvnumba", is_package=True)
         return None
+
+    def find_distributions(self, context=importlib.metadata.DistributionFinder.Context()):
+        """``importlib.metadata``'s view: the stand-in ``sgl-kernel`` while no real package can be found."""
+        name = context.name
+        wanted = name is None or name.lower().replace("_", "-") == DISTRIBUTION
+        if wanted and not self._real_package_exists():
+            return iter([_StandInDistribution()])
+        return iter(())
 
     def _real_package_exists(self):
         return _find_real(self) is not None

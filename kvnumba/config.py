@@ -1,19 +1,32 @@
 """Every environment variable kvnumba reads, in one place; a value that cannot be used raises
-``ValueError`` naming the variable, what it accepts and what it got. Nothing else in kvnumba (or its
-scripts) reads the environment.
+``kvnumba.errors.SettingError`` (a ``ValueError``) naming the variable, what it accepts and what it got.
+Nothing else in kvnumba (or its scripts) reads the environment.
 
-- ``KVNUMBA_CHECK``: every call behaves as if given ``check=True`` (``always_check``; read once, at import).
+- ``KVNUMBA_CHECK``: every call behaves as if given ``check=True`` (``always_check``; read once, when
+  ``kvnumba.checks.guard`` is imported).
 - ``KVNUMBA_BATCH_COPY``: how the page-first-direct copies are submitted (``batch_copy_route``; read at
   each copy-engine call).
 - ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``env_int``, read by
   ``kvnumba.tools.convert_files``).
 - ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take (``load_path``; read when a plan is built).
+- ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
+- ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;
+  ``kvnumba.tools.results`` reads it).
 
-Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba; ``kvnumba.driver.target`` asks Numba.
+Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba when ``numba.cuda`` is imported;
+``simulator_setting`` reads it the same way first, so that ``kvnumba.driver.target`` can choose, and
+``use_simulator`` sets it when there is no CUDA driver (the one place kvnumba writes the environment).
+
+``problems()`` lists every variable whose value cannot be used: the command line refuses to run with one.
 """
 import os
+import sys
 
-VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH")
+from .errors import SettingError
+
+VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH", "KVNUMBA_REQUIRE_GPU",
+             "KVNUMBA_RESULTS")
+SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
 _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off", "")
@@ -28,7 +41,7 @@ def env_flag(name):
         return True
     if value in _OFF:
         return False
-    raise ValueError(f"{name} must be one of {', '.join(_ON)} (on) or {', '.join(_OFF[:-1])} (off), got {text!r}")
+    raise SettingError(f"{name} must be one of {', '.join(_ON)} (on) or {', '.join(_OFF[:-1])} (off), got {text!r}")
 
 
 def env_int(name, default, minimum):
@@ -41,7 +54,7 @@ def env_int(name, default, minimum):
     except ValueError:
         value = None
     if value is None or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {text!r}")
+        raise SettingError(f"{name} must be an integer >= {minimum}, got {text!r}")
     return value
 
 
@@ -49,7 +62,7 @@ def env_choice(name, choices, default):
     """One of ``choices`` (any case; unset or empty: ``default``); ``ValueError`` naming the variable otherwise."""
     value = os.environ.get(name, "").strip().lower() or default
     if value not in choices:
-        raise ValueError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+        raise SettingError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
@@ -75,3 +88,72 @@ def load_path():
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
     ``register``. Read when a plan is built (``kvnumba.api.staged_plan``)."""
     return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto")
+
+
+def require_gpu():
+    """``KVNUMBA_REQUIRE_GPU``: without a CUDA driver, refuse to run instead of falling back to Numba's
+    simulator (``kvnumba.driver.target`` reads it at ``import kvnumba``)."""
+    return env_flag("KVNUMBA_REQUIRE_GPU")
+
+
+def simulator_setting():
+    """``NUMBA_ENABLE_CUDASIM`` as Numba reads it: None when unset or empty (kvnumba then chooses), else
+    whether it asks for the simulator (an integer, nonzero: yes). ``ValueError`` for a value Numba cannot
+    parse (Numba would warn and run on the GPU target)."""
+    text = os.environ.get(SIMULATOR_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        return int(text) != 0
+    except ValueError:
+        raise SettingError(f"{SIMULATOR_VARIABLE} must be 1 (Numba's CUDA simulator) or 0 (the GPU), "
+                         f"got {text!r}") from None
+
+
+def results_dir():
+    """``KVNUMBA_RESULTS``: a folder of saved benchmark results (``scripts/results`` of a checkout), or None."""
+    text = os.environ.get("KVNUMBA_RESULTS", "").strip()
+    if text and not os.path.isdir(text):
+        raise SettingError(f"KVNUMBA_RESULTS must be a folder, got {text!r}")
+    return text or None
+
+
+_set_here: set[str] = set()  # variables kvnumba set itself (use_simulator): not the user's settings
+
+
+def use_simulator():
+    """Set ``NUMBA_ENABLE_CUDASIM=1`` for this process (and the processes it starts), before ``numba.cuda``
+    is imported; if Numba's configuration was read already, it is read again."""
+    os.environ[SIMULATOR_VARIABLE] = "1"
+    _set_here.add(SIMULATOR_VARIABLE)
+    numba_config = sys.modules.get("numba.core.config")
+    if numba_config is not None:
+        numba_config.reload_config()
+
+
+_READERS = {
+    "KVNUMBA_CHECK": always_check,
+    "KVNUMBA_BATCH_COPY": batch_copy_route,
+    "KVNUMBA_CHUNK_BYTES": lambda: env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1),
+    "KVNUMBA_LOAD_PATH": load_path,
+    "KVNUMBA_REQUIRE_GPU": require_gpu,
+    "KVNUMBA_RESULTS": results_dir,
+    SIMULATOR_VARIABLE: simulator_setting,
+}
+
+
+def problems():
+    """``{variable: message}`` for every setting whose value cannot be used (empty when all are fine)."""
+    found = {}
+    for name, read in _READERS.items():
+        try:
+            read()
+        except ValueError as err:
+            found[name] = str(err)
+    return found
+
+
+def settings():
+    """``{variable: value}`` of every variable kvnumba reads that is set, by the user rather than by kvnumba
+    itself (for ``kvnumba info``)."""
+    return {name: os.environ[name] for name in _READERS if name in os.environ and name not in _set_here}

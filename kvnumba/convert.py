@@ -35,7 +35,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, Union
+from typing import Any, Literal, NamedTuple, SupportsIndex, TypeAlias, TypeVar, Union, overload
 
 import numpy as np
 
@@ -43,9 +43,13 @@ from .checks import validate
 from .driver.target import SIMULATOR, gpu_available
 from .arrays import ArrayInfo, array_info
 from .api.views import CacheView  # for annotations (the functions below import what they use themselves)
-from .types import ArrayLike
+from .types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
 
-__all__ = ["CacheLayout", "convert", "converted_shape"]
+__all__ = ["CacheLayout", "LayoutArg", "LayoutName", "convert", "converted_shape"]
+
+_Scalar = TypeVar("_Scalar", bound=np.generic)
+_GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
+Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 
 
 class CacheLayout(str, enum.Enum):
@@ -74,8 +78,12 @@ class CacheLayout(str, enum.Enum):
         return self in (CacheLayout.PAGE_FIRST_DIRECT, CacheLayout.PAGE_HEAD)
 
 
-LayoutArg: TypeAlias = Union[str, CacheLayout, "type[CacheView]"]
-"""A layout as ``convert`` takes it: a name (or short name), a ``CacheLayout``, a view class, or ``"module:Class"``."""
+LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
+"""A layout's name, or its short name, as type checkers know them (a misspelt one is an error)."""
+LayoutArg: TypeAlias = Union[LayoutName, CacheLayout, "type[CacheView]"]
+"""A layout as ``convert`` is typed to take it: a name (or short name), a ``CacheLayout`` or a view class. At
+run time names are read in any case, and ``"module:Class"`` names a view class (the command line's form)."""
+LayoutLike: TypeAlias = Union[str, CacheLayout, "type[CacheView]"]  # what the functions below read at run time
 Lay: TypeAlias = Union[CacheLayout, "type[CacheView]"]  # a layout, resolved by ``layout``
 
 _ALIASES = {"lf": "layer_first", "pf": "page_first", "pfd": "page_first_direct", "ph": "page_head"}
@@ -97,7 +105,7 @@ class Dims(NamedTuple):
     token_axis: str  # where T is read, for messages: "dimension 0" or "dimensions 0 and 2"
 
 
-def layout(value: LayoutArg, name: str = "layout") -> Lay:
+def layout(value: LayoutLike, name: str = "layout") -> Lay:
     """``value`` as a ``CacheLayout``, or a cache view class (given as the class or as ``module:Class``);
     ``ValueError`` listing the valid names otherwise."""
     from .api.views import CacheView
@@ -133,17 +141,18 @@ def layout_name(lay: Lay) -> str:
     return lay.value if isinstance(lay, CacheLayout) else f"{lay.__module__}:{lay.__qualname__}"
 
 
-def _paged(lay: Lay) -> bool:
+def paged(lay: Lay) -> bool:
+    """True when layout ``lay`` has a page axis (and so needs ``page_size``)."""
     return lay.paged
 
 
 def _page_size(value: SupportsIndex | None, needed_by: str) -> int:
     if value is None:
-        raise ValueError(f"{needed_by} needs page_size: pass page_size= (--page-size on the command line)")
+        raise ValueError(f"{needed_by} needs page_size (tokens per page): pass page_size=")
     return validate.integer("page_size", value, minimum=1)
 
 
-def dims(src: LayoutArg, shape: Sequence[int], page_size: int | None = None) -> Dims:
+def dims(src: LayoutLike, shape: Sequence[int], page_size: int | None = None) -> Dims:
     """Read ``L``, ``T`` and the item shape off ``shape`` in layout ``src``; ``ValueError`` if it does not fit."""
     src = layout(src, "src")
     shape = tuple(int(n) for n in shape)
@@ -176,7 +185,7 @@ def dims(src: LayoutArg, shape: Sequence[int], page_size: int | None = None) -> 
     return Dims(layers, pages * page_size, (heads, head_dim), where)
 
 
-def converted_shape(shape: Sequence[int], src: LayoutArg, dst: LayoutArg,
+def converted_shape(shape: Sequence[int], src: LayoutLike, dst: LayoutLike,
                     page_size: int | None = None) -> tuple[int, ...]:
     """The shape an array of ``shape`` in layout ``src`` has in layout ``dst``.
 
@@ -260,7 +269,7 @@ def _shaped(shape: tuple[int, ...]) -> np.ndarray:
 
 def _view_page_size(src: Lay, dst: Lay, page_size: int | None) -> int | None:
     """The page size for the canonical views: the given one if either side pages tokens, else 1."""
-    return page_size if (_paged(src) or _paged(dst)) else 1
+    return page_size if (paged(src) or paged(dst)) else 1
 
 
 def _numpy_convert(array: np.ndarray, src: Lay, dst: Lay, page_size: int | None,
@@ -380,9 +389,23 @@ def _kernel_convert(info: ArrayInfo, src: Lay, dst: Lay, page_size: int | None, 
     return out
 
 
-def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
-            *, out: str | os.PathLike | None = None, engine: Literal["auto", "numpy", "kernels"] = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None) -> Any:
+@overload
+def convert(array: str | os.PathLike[str], src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
+            *, out: str | os.PathLike[str], overwrite: bool = False,
+            engine: Literal["auto", "numpy"] = "auto") -> dict[str, tuple[int, ...]]: ...
+@overload
+def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg,
+            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
+@overload
+def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,
+            out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> _GpuArray: ...
+def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: LayoutArg,
+            page_size: SupportsIndex | None = None, *, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
+            engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
     or, given a file's path, convert every array in the file into the file ``out``.
 
@@ -404,10 +427,14 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
         layout: a ``kv.CacheView`` subclass with ``buffer_shape``), or ``"module:Class"`` naming one.
     page_size : int, optional
         Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
-        paged view class).
+        paged view class), unused (but checked) when neither is (``kvnumba convert`` refuses ``--page-size``
+        there).
     out : str or os.PathLike, optional
-        The output file when ``array`` is a path (same kind as the input). It appears complete or not
-        at all; a ``.safetensors`` output keeps the input's metadata and its bf16/fp8 dtypes.
+        The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
+        ``.npz`` or ``.safetensors``); not the input file. It appears complete or not at all; a
+        ``.safetensors`` output keeps a ``.safetensors`` input's metadata and its bf16/fp8 dtypes.
+    overwrite : bool
+        For a file: replace an existing ``out`` (default False: ``FileExistsError``).
     engine : {"auto", "numpy", "kernels"}
         ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
         the simulator runs the kernels on (tiny) NumPy arrays.
@@ -418,7 +445,7 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     -------
     array
         A new array of the same kind, dtype and device, in layout ``dst``. For a file: a dict of the
-        output shape per array name (``""`` for a ``.npy`` file).
+        output shape per array name (``""`` for a ``.npy`` output).
 
     Raises
     ------
@@ -428,6 +455,8 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
         items, or items the kernels cannot move (not a multiple of 8 bytes).
     TypeError
         If ``array`` is not an array or a path, or ``out`` is missing for a path (given for an array).
+    FileExistsError
+        For a file: ``out`` exists and ``overwrite`` is not set.
     OSError, ModuleNotFoundError
         For a file: one that cannot be read or written; ``.safetensors`` without the ``safetensors``
         package (``pip install 'kvnumba[safetensors]'``).
@@ -439,9 +468,9 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP
     """
     if isinstance(array, (str, os.PathLike)):
-        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block)
-    if out is not None:
-        raise TypeError("out= names the output file, for an input given as a file path; "
+        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block, overwrite)
+    if out is not None or overwrite:
+        raise TypeError(f"{'out=' if out is not None else 'overwrite='} is for an input given as a file path; "
                         f"got an array ({type(array).__name__}): use the returned array")
     src, dst = layout(src, "src"), layout(dst, "dst")
     if engine not in ("auto", "numpy", "kernels"):
@@ -479,9 +508,9 @@ def convert(array: ArrayLike | str | os.PathLike, src: LayoutArg, dst: LayoutArg
     return _kernel_convert(info, src, dst, page_size, d, out_shape, launch)
 
 
-def _convert_file(path: str | os.PathLike, out: str | os.PathLike | None, src: LayoutArg, dst: LayoutArg,
+def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg, dst: LayoutArg,
                   page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
-                  num_warps_per_block: SupportsIndex | None) -> dict:
+                  num_warps_per_block: SupportsIndex | None, overwrite: bool) -> dict[str, tuple[int, ...]]:
     """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
     if out is None:
         raise TypeError(f"converting the file {os.fspath(path)!r} needs out=, the output file's path")
@@ -490,4 +519,6 @@ def _convert_file(path: str | os.PathLike, out: str | os.PathLike | None, src: L
                          "apply to arrays")
     from .tools.convert_files import convert_file  # the file formats live with the command line
 
-    return convert_file(path, out, src, dst, page_size, progress=None)
+    shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
+                                                      overwrite=overwrite)
+    return shapes

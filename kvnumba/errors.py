@@ -7,6 +7,18 @@ Argument errors subclass the built-in a caller would catch anyway (``ValueError`
 import signal
 
 
+class SettingError(ValueError):
+    """An environment variable kvnumba reads (``kvnumba.config``) holds a value it cannot use; the message
+    names the variable, what it accepts and what it got. ``import kvnumba`` does not raise it: the first
+    use of ``kvnumba.<name>`` does (and every command of the command line refuses to run)."""
+
+
+class NoGpuError(RuntimeError):
+    """kvnumba refuses to run on Numba's CUDA simulator: ``KVNUMBA_REQUIRE_GPU=1`` where there is no CUDA
+    driver (or the simulator was asked for), or there is no driver and ``numba.cuda`` was imported, on its
+    GPU target, before kvnumba could switch. Raised by the first use of ``kvnumba.<name>``."""
+
+
 class IndexOutOfRangeError(IndexError, ValueError):
     """A token index lies outside the buffer it addresses.
 

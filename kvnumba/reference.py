@@ -189,10 +189,10 @@ def copy(src_view, dst_view, src_indices, dst_indices, layers=None):
     V, destination token ``dst_indices[i]`` (page ``t // P``, slot ``t % P``) gets source token
     ``src_indices[i]``'s item, byte for byte. Destinations are written in place.
     """
-    from .api.views import _window
+    from .api.views import copy_window
 
     src_indices, dst_indices = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
-    first, count = _window(layers, min(src_view.geometry.layers, dst_view.geometry.layers))
+    first, count = copy_window(src_view, dst_view, layers)  # kv.copy's rule: layers=None needs equal layer counts
     for which in ("k",) if src_view.mla else ("k", "v"):
         for layer in range(first, first + count):
             src = _item_bytes(src_view.layer_items(which, layer))

@@ -5,12 +5,14 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 
-from kvnumba.driver.target import SIMULATOR  # noqa: E402
-from placement import ON_GPU  # noqa: E402
+from kvnumba.driver.target import CHOICE, SIMULATOR  # noqa: E402
+from kvnumba.testing import requires_gpu  # noqa: E402
 
 
 def pytest_report_header(config):
-    return f"kvnumba target: {'Numba CUDA simulator' if SIMULATOR else ('GPU' if ON_GPU else 'CUDA target, no GPU')}"
+    if SIMULATOR:
+        return f"kvnumba target: Numba's CUDA simulator ({CHOICE.reason})"
+    return f"kvnumba target: the GPU target ({CHOICE.reason})"
 
 
 # --- fixtures that change how kvnumba runs, for one test (monkeypatch undoes them) ---------------------
@@ -84,23 +86,27 @@ def forced_copy_shape(monkeypatch, fresh_plans):
     return force
 
 
-def _gpu_skip_reason():
-    """Why ``gpu``-marked tests cannot run here (None on a real GPU)."""
-    if ON_GPU:
-        return None
-    if SIMULATOR:
-        return "needs a real CUDA GPU (running on the simulator)"
-    return "needs a real CUDA GPU (none found)"
-
-
 def pytest_collection_modifyitems(config, items):
-    # One place decides what runs where: `gpu` tests need a real GPU; `needs_target` tests launch
-    # kernels, which the simulator can run too. Markers, not keywords: the package tests/gpu/ would
-    # put "gpu" in every keyword set below it, marked or not.
-    gpu_reason = _gpu_skip_reason()
-    target_reason = None if ON_GPU or SIMULATOR else "needs a GPU or NUMBA_ENABLE_CUDASIM=1"
+    # One place decides what runs where: `gpu` tests need a real GPU, and get kvnumba.testing.requires_gpu,
+    # whose condition is asked when each test runs (collecting them never touches CUDA). Markers, not
+    # keywords: the package tests/gpu/ would put "gpu" in every keyword set below it, marked or not.
+    # `needs_target` tests launch kernels: they need the simulator or a GPU (only NUMBA_ENABLE_CUDASIM=0 on a
+    # machine without a GPU has neither).
     for item in items:
-        if gpu_reason and item.get_closest_marker("gpu"):
-            item.add_marker(pytest.mark.skip(reason=gpu_reason))
-        elif target_reason and item.get_closest_marker("needs_target"):
-            item.add_marker(pytest.mark.skip(reason=target_reason))
+        if item.get_closest_marker("gpu"):
+            item.add_marker(requires_gpu)
+        elif item.get_closest_marker("needs_target"):
+            item.add_marker(_needs_target)
+
+
+class _NoTarget:
+    """True where kernels cannot run: not the simulator, and no GPU (asked when a test runs)."""
+
+    def __bool__(self):
+        from kvnumba.testing import gpu_skip_reason
+
+        return not SIMULATOR and gpu_skip_reason() is not None
+
+
+_needs_target = pytest.mark.skipif(_NoTarget(), reason="launches kernels: needs a GPU or Numba's CUDA simulator "
+                                                       "(NUMBA_ENABLE_CUDASIM=0 is set and no GPU answers)")

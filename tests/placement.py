@@ -1,34 +1,30 @@
-"""Where test buffers live, for the same tests on the simulator and on a real GPU.
+"""Where test buffers live, for the same tests on the simulator and on a real GPU: ``kvnumba.testing``'s
+helpers (``device``, ``host``, ``to_numpy``), plus torch placements and the tests' names for them.
 
-``device(a)`` and ``host(a)`` return a copy of NumPy array ``a`` in GPU memory or pinned host
-memory (on the simulator both are NumPy copies); ``to_numpy`` brings any of them back.
+Nothing here touches CUDA at import: ``ON_GPU`` asks, once, when first read.
 """
+import functools
+
 import numpy as np
 
-from kvnumba.driver.target import SIMULATOR, gpu_available
-
-ON_GPU = gpu_available()
-
-
-def device(a):
-    if SIMULATOR:
-        return np.array(a, copy=True)
-    from numba import cuda
-
-    return cuda.to_device(np.ascontiguousarray(a))
-
-
-def host(a):
-    if SIMULATOR or a.size == 0:  # numba cannot pin zero bytes; nothing is read from an empty array
-        return np.array(a, copy=True)
-    from numba import cuda
-
-    pinned = cuda.pinned_array(a.shape, dtype=a.dtype)
-    pinned[...] = a
-    return pinned
-
+from kvnumba.driver.target import SIMULATOR
+from kvnumba.testing import device_array as device
+from kvnumba.testing import gpu_count, gpu_skip_reason, synchronize, to_numpy  # noqa: F401 - the tests' names
+from kvnumba.testing import pinned as host
 
 PLACE = {"device": device, "host": host}
+
+
+@functools.cache
+def on_gpu():
+    """True on a real GPU (asks CUDA once, when first called)."""
+    return gpu_skip_reason() is None
+
+
+def __getattr__(name):
+    if name == "ON_GPU":  # read at a test module's import on a GPU machine only where that module needs it
+        return on_gpu()
+    raise AttributeError(name)
 
 
 def torch_device(a):
@@ -49,30 +45,3 @@ def torch_host(a):
 
 
 TORCH_PLACE = {"device": torch_device, "host": torch_host}
-
-
-def to_numpy(x):
-    synchronize()
-    if hasattr(x, "copy_to_host"):
-        return x.copy_to_host()
-    if type(x).__module__.startswith("torch"):
-        return x.cpu().numpy()
-    if type(x).__module__.startswith("cupy"):
-        return x.get()
-    return np.array(x, copy=True)
-
-
-def synchronize():
-    if not SIMULATOR:
-        from numba import cuda
-
-        cuda.synchronize()
-
-
-def gpu_count():
-    """How many CUDA GPUs this machine has (0 on the simulator or without a GPU)."""
-    if not ON_GPU:
-        return 0
-    from numba import cuda
-
-    return len(cuda.gpus)

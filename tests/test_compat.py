@@ -159,6 +159,30 @@ def test_without_sgl_kernel_the_stand_in_package_holds_only_kvcacheio():
         import sgl_kernel.rmsnorm  # noqa: F401
 
 
+def test_the_stand_in_has_a_version_that_importlib_metadata_knows():
+    import importlib.metadata
+
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("sgl-kernel")
+    compat.install_sgl_kernel()
+    import sgl_kernel
+
+    assert sgl_kernel.__version__ == compat.STAND_IN_VERSION == f"{kvnumba.__version__}+kvnumba"
+    assert importlib.metadata.version("sgl-kernel") == importlib.metadata.version("sgl_kernel") == sgl_kernel.__version__
+    assert "stand-in" in importlib.metadata.metadata("sgl-kernel")["Summary"]
+    compat.uninstall_sgl_kernel()
+    with pytest.raises(importlib.metadata.PackageNotFoundError):
+        importlib.metadata.version("sgl-kernel")
+
+
+def test_a_real_sgl_kernel_keeps_its_own_metadata(real_sgl_kernel):
+    import importlib.metadata
+
+    compat.install_sgl_kernel()
+    with pytest.raises(importlib.metadata.PackageNotFoundError):  # (this fake real one has none)
+        importlib.metadata.version("sgl-kernel")
+
+
 def test_a_real_sgl_kernel_stays_and_only_its_kvcacheio_is_kvnumbas(real_sgl_kernel):
     alias = compat.install_sgl_kernel()
     import sgl_kernel

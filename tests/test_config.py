@@ -49,19 +49,46 @@ JUNK = [
      "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '64MiB'"),
     ("KVNUMBA_CHUNK_BYTES", "0", convert_files.default_chunk_bytes, "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '0'"),
     ("KVNUMBA_LOAD_PATH", "tma", config.load_path, "KVNUMBA_LOAD_PATH must be one of auto, staged, register, got 'tma'"),
+    ("KVNUMBA_REQUIRE_GPU", "always", config.require_gpu,
+     "KVNUMBA_REQUIRE_GPU must be one of 1, true, yes, on (on) or 0, false, no, off (off), got 'always'"),
+    ("KVNUMBA_RESULTS", "/no/such/folder", config.results_dir, "KVNUMBA_RESULTS must be a folder, got '/no/such/folder'"),
+    ("NUMBA_ENABLE_CUDASIM", "yes", config.simulator_setting,
+     "NUMBA_ENABLE_CUDASIM must be 1 (Numba's CUDA simulator) or 0 (the GPU), got 'yes'"),
 ]
 
 
 @pytest.mark.parametrize("name,text,read,message", JUNK, ids=lambda v: v if isinstance(v, str) else "")
 def test_junk_value_is_a_value_error_naming_the_variable(monkeypatch, name, text, read, message):
     monkeypatch.setenv(name, text)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(kvnumba.SettingError) as info:  # a ValueError
         read()
     assert str(info.value) == message
+    assert config.problems()[name] == message  # what the command line refuses to run with
 
 
 def test_every_variable_has_a_junk_test():
-    assert {name for name, *_ in JUNK} == set(config.VARIABLES)
+    assert {name for name, *_ in JUNK} == {*config.VARIABLES, config.SIMULATOR_VARIABLE}
+
+
+@pytest.mark.parametrize("text,want", [(None, None), ("", None), ("1", True), ("0", False), (" 2 ", True)])
+def test_simulator_setting_is_read_as_numba_reads_it(monkeypatch, text, want):
+    if text is None:
+        monkeypatch.delenv("NUMBA_ENABLE_CUDASIM", raising=False)
+    else:
+        monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", text)
+    assert config.simulator_setting() is want
+
+
+def test_settings_lists_what_the_user_set(monkeypatch):
+    for name in (*config.VARIABLES, config.SIMULATOR_VARIABLE):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "register")
+    monkeypatch.setenv("KVNUMBA_CHECK", "maybe")
+    assert config.settings() == {"KVNUMBA_CHECK": "maybe", "KVNUMBA_LOAD_PATH": "register"}
+    assert list(config.problems()) == ["KVNUMBA_CHECK"]
+    monkeypatch.setattr(config, "_set_here", {"NUMBA_ENABLE_CUDASIM"})  # set by kvnumba itself: not a setting
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert "NUMBA_ENABLE_CUDASIM" not in config.settings()
 
 
 @pytest.mark.needs_target
@@ -81,21 +108,39 @@ def test_junk_batch_copy_route_refuses_a_copy_engine_call(monkeypatch):
     assert (dst[0][0, 0] == src[0]).all() and (dst[1][0, 0] == src[1]).all()
 
 
-def _import_kvnumba(check):
+def _python(check, code):
     env = dict(os.environ, KVNUMBA_CHECK=check, NUMBA_ENABLE_CUDASIM="1", PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-c", "import kvnumba.checks.guard as g; print(g.ALWAYS_CHECK)"],
-                          env=env, capture_output=True, text=True, timeout=120)
+    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_check_is_read_at_import():
     """What the ``always_check`` fixture stands for: ``KVNUMBA_CHECK=1`` in the environment of a fresh process."""
-    on = _import_kvnumba("1")
+    on = _python("1", "import kvnumba.checks.guard as g; print(g.ALWAYS_CHECK)")
     assert on.returncode == 0, on.stderr[-2000:]
     assert on.stdout.strip() == "True"
-    junk = _import_kvnumba("sometimes")
+    junk = _python("sometimes", "import kvnumba.checks.guard as g")
     assert junk.returncode != 0
-    assert junk.stderr.strip().splitlines()[-1] == ("ValueError: KVNUMBA_CHECK must be one of 1, true, yes, on (on) "
-                                                    "or 0, false, no, off (off), got 'sometimes'")
+    assert junk.stderr.strip().splitlines()[-1] == ("kvnumba.errors.SettingError: KVNUMBA_CHECK must be one of 1, true, "
+                                                    "yes, on (on) or 0, false, no, off (off), got 'sometimes'")
+
+
+def test_a_bad_setting_fails_the_first_use_not_the_import():
+    """``import kvnumba`` works (so ``kvnumba info`` can say what is wrong); every public name but the exception
+    classes raises the SettingError, each time; catching it by its class works."""
+    code = """
+import kvnumba as kv
+print("imported")
+for attempt in range(2):
+    try:
+        kv.transfer_kv_per_layer
+    except kv.SettingError as err:
+        print("refused:", err)
+print(issubclass(kv.SettingError, ValueError), kv.NoGpuError.__name__)
+"""
+    done = _python("maybe", code)
+    assert done.returncode == 0, done.stderr[-2000:]
+    message = "KVNUMBA_CHECK must be one of 1, true, yes, on (on) or 0, false, no, off (off), got 'maybe'"
+    assert done.stdout.splitlines() == ["imported", f"refused: {message}", f"refused: {message}", "True NoGpuError"]
 
 
 # --- read in one place, documented ---------------------------------------------------------------------
@@ -123,4 +168,4 @@ def test_readme_settings_document_every_variable():
     readme = ROOT.joinpath("README.md").read_text()
     section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([A-Z_]+)` \|", section, flags=re.M)
-    assert documented == [*config.VARIABLES, "NUMBA_ENABLE_CUDASIM"]
+    assert documented == [*config.VARIABLES, config.SIMULATOR_VARIABLE]

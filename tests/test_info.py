@@ -32,14 +32,14 @@ def test_text_reports_versions_and_target(capsys):
     for key in ("numba", "numba-cuda", "cuda-bindings", "CUDA runtime", "CUDA driver", "GPU", "cudaMemcpyBatchAsync"):
         assert shown[key]
     if SIMULATOR:
-        assert shown["GPU"].startswith("simulator")
+        assert shown["GPU"].startswith("Numba's CUDA simulator (")
         assert shown["cudaMemcpyBatchAsync"] == "no"
 
 
 def test_json_parses_and_holds_the_same_facts(capsys):
     found = _json(capsys)
-    assert set(found) == {"kvnumba", "python", "packages", "cuda_runtime", "cuda_driver", "target", "gpu",
-                          "batch_copy", "unavailable"}
+    assert set(found) == {"kvnumba", "python", "packages", "cuda_runtime", "cuda_driver", "target", "target_reason",
+                          "gpu", "batch_copy", "unavailable", "settings", "setting_errors"}
     assert found["kvnumba"] == kvnumba.__version__
     assert found["python"] == platform.python_version()
     assert set(found["packages"]) == {"numpy", "numba", "numba-cuda", "cuda-bindings"}
@@ -65,10 +65,20 @@ def test_json_parses_and_holds_the_same_facts(capsys):
 
 def test_a_failing_probe_is_reported_not_raised(capsys, monkeypatch):
     monkeypatch.setenv("KVNUMBA_BATCH_COPY", "fast")
-    found = _json(capsys)
+    assert cli.main(["info", "--json"]) == 2  # a bad setting: reported, then one error line
+    out, err = capsys.readouterr()
+    found = json.loads(out)
+    assert err.splitlines() == ["kvnumba info: error: KVNUMBA_BATCH_COPY must be one of auto, cudart, bindings, page, "
+                                "got 'fast': fix or unset it"]
+    assert found["settings"]["KVNUMBA_BATCH_COPY"] == "fast"
+    assert found["setting_errors"]["KVNUMBA_BATCH_COPY"].startswith("KVNUMBA_BATCH_COPY must be one of")
     assert found["batch_copy"] is None
-    assert found["unavailable"]["batch_copy"].startswith("ValueError: KVNUMBA_BATCH_COPY must be one of")
-    assert _text(capsys)["cudaMemcpyBatchAsync"].startswith("unknown (ValueError: KVNUMBA_BATCH_COPY must be")
+    assert found["unavailable"]["batch_copy"].startswith("SettingError: KVNUMBA_BATCH_COPY must be one of")
+    assert cli.main(["info"]) == 2
+    shown = {key: value.strip() for key, value in
+             (line.split(":", 1) for line in capsys.readouterr().out.splitlines())}
+    assert shown["cudaMemcpyBatchAsync"].startswith("unknown (SettingError: KVNUMBA_BATCH_COPY must be")
+    assert shown["settings"] == "KVNUMBA_BATCH_COPY=fast (cannot be used)"
 
 
 def test_report_writes_each_fact(capsys):
@@ -80,7 +90,11 @@ def test_report_writes_each_fact(capsys):
         ("kvnumba", "9.9"), ("python", "3.99.0"), ("numpy", "3.0"), ("numba", "not installed"),
         ("CUDA runtime", "unavailable (cudaErrorInsufficientDriver)"),
         ("CUDA driver", "13.0 (supports CUDA up to this version)"),
-        ("GPU", "NVIDIA H200 (compute capability 9.0, 132 SMs)"), ("cudaMemcpyBatchAsync", "yes")]
+        ("GPU", "NVIDIA H200 (compute capability 9.0, 132 SMs)"), ("cudaMemcpyBatchAsync", "yes"),
+        ("settings", "none set")]
+    made_up.update(settings={"KVNUMBA_CHECK": "1", "KVNUMBA_LOAD_PATH": "tma"},
+                   setting_errors={"KVNUMBA_LOAD_PATH": "KVNUMBA_LOAD_PATH must be one of ..."})
+    assert info.report(made_up)[-1] == ("settings", "KVNUMBA_CHECK=1, KVNUMBA_LOAD_PATH=tma (cannot be used)")
 
 
 def test_command_line_json_in_a_fresh_process():

@@ -7,6 +7,7 @@ simulator when there is no GPU), the way the render script does it, in memory: a
 fails the test, and the committed files are never written."""
 import importlib.util
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -112,3 +113,48 @@ def test_render_script_saves_what_it_executes(tmp_path):
     assert [c["execution_count"] for c in saved["cells"]] == [1, 2]
     assert saved["metadata"] == render.STORED_METADATA
     assert all("execution" not in c["metadata"] for c in saved["cells"])
+
+
+def test_no_measured_figure_is_written_by_hand():
+    """A figure in a notebook comes from the data it shows (a code cell prints it), never from its prose."""
+    figure = re.compile(r"\d+(\.\d+)?\s*(GB/s|TB/s|us\b|µs)")
+    for path in NOTEBOOKS:
+        notebook = nbformat.read(path, as_version=4)
+        prose = [c.source for c in notebook.cells if c.cell_type == "markdown"]
+        assert not [m.group(0) for text in prose for m in figure.finditer(text)], path.name
+
+
+def test_the_block_quota_figures_come_from_the_saved_data():
+    import json
+
+    data = json.loads((ROOT / "scripts" / "results" / "h200-block-quota.json").read_text())
+    staged = data["gbps"]["kvnumba, staged"][data["block_quota"].index(2)]
+    notebook = nbformat.read(ROOT / "notebooks" / "02_hicache_round_trip.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for c in notebook.cells if c.cell_type == "code" for o in c.outputs)
+    assert f"kvnumba's load reaches {staged:.0f} GB/s" in text
+
+
+def test_notebook_03_finds_its_data_wherever_it_runs(tmp_path):
+    """Run from a folder outside the repository (a copy of the notebook there): the saved H200 run is found
+    through the kvnumba it imports (the checkout), and through KVNUMBA_RESULTS."""
+    copy = tmp_path / "elsewhere" / "03_performance.ipynb"
+    copy.parent.mkdir()
+    copy.write_bytes((ROOT / "notebooks" / "03_performance.ipynb").read_bytes())
+    fresh = render.execute(copy, simulator=True)
+    first = "".join(o.get("text", "") for o in [c for c in fresh.cells if c.cell_type == "code"][0].outputs)
+    assert first.startswith("35 records from scripts/results/h200.json"), first
+    from kvnumba.tools import results
+
+    assert results.find("h200.json") == ROOT / "scripts" / "results" / "h200.json"
+
+
+def test_kvnumba_results_names_the_folder(tmp_path, monkeypatch):
+    from kvnumba.tools import results
+
+    (tmp_path / "h200.json").write_text('{"meta": {}, "records": []}')
+    monkeypatch.setenv("KVNUMBA_RESULTS", str(tmp_path))
+    assert results.find("h200.json") == tmp_path / "h200.json"
+    assert results.load("h200.json") == {"meta": {}, "records": []}
+    assert results.find("nothing.json") is None
+    with pytest.raises(FileNotFoundError, match=r"nothing\.json not found \(looked in: .*\); set KVNUMBA_RESULTS"):
+        results.load("nothing.json")

@@ -39,6 +39,22 @@ def test_terminal_with_tqdm_draws_a_bar():
     assert re.search(r"100%.*3\.00k/3\.00k \[.*B/s\]", text.rsplit("\r", 1)[-1]), text  # left on screen, complete
 
 
+def test_tqdm_decides_where_it_draws(monkeypatch):
+    """kvnumba hands tqdm disable=None (tqdm draws on a terminal only) and prints its summary line where tqdm
+    declines: the terminal test is tqdm's, not kvnumba's."""
+    made = []
+    real = tqdm.tqdm
+
+    def recording(*args, **kwargs):
+        made.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tqdm, "tqdm", recording)
+    assert isinstance(progress.progress("k.npy", 10, stream=Terminal()), progress.TqdmBar)
+    assert isinstance(progress.progress("k.npy", 10, stream=io.StringIO()), progress.PlainLines)
+    assert [kwargs["disable"] for kwargs in made] == [None, None]
+
+
 def test_terminal_with_tqdm_clears_the_bar_on_failure():
     term = Terminal()
     with pytest.raises(OSError):

@@ -1,6 +1,7 @@
 """The GPU kernels compile for sm_90 with the seed's cache-hinted loads and stores (no GPU needed).
 
-Runs in a subprocess without NUMBA_ENABLE_CUDASIM, since the simulator has no compiler.
+Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, since the simulator has no compiler: the GPU target, even
+without a CUDA driver (unset, kvnumba would pick the simulator there).
 """
 import json
 import os
@@ -28,7 +29,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def ptx_report():
-    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     if done.returncode and "NVVM" in done.stderr and "not found" in done.stderr.lower():
         pytest.skip("libNVVM is not installed (pip install 'numba-cuda[cu13]')")

@@ -387,9 +387,9 @@ DIRECT_ROWS = [
          r"src_indices must start at an 8-byte aligned address"),
     ]
 ] + [
-    ("transfer_kv_direct", "lists_differ", dict(src_layers=[device(np.ones((16, 8), np.uint8))]), ValueError,
+    ("transfer_kv_direct", "lists_differ", lambda: dict(src_layers=[device(np.ones((16, 8), np.uint8))]), ValueError,
      r"same number of layers, got 1 and 2"),
-    ("transfer_kv_direct", "not_a_list", dict(src_layers=device(np.ones((2, 16, 8), np.uint8))), TypeError,
+    ("transfer_kv_direct", "not_a_list", lambda: dict(src_layers=device(np.ones((2, 16, 8), np.uint8))), TypeError,
      r"src_layers must be a list of arrays"),
     ("transfer_kv_per_layer_direct_pf_lf", "layer_id_none", dict(layer_id=None), TypeError,
      r"layer_id must be an integer, got NoneType"),
@@ -401,13 +401,13 @@ DIRECT_ROWS = [
     ("transfer_kv_per_layer_direct_pf_lf", "layer_id_past_end", dict(layer_id=2), ValueError,
      r"layer_id=2 \+ 1 layers in dst_ptrs exceed the 2 layers of src_ptrs"),
     ("transfer_kv_per_layer_direct_pf_lf", "zero_layers",
-     dict(src_ptrs=[host(np.ones((4, 0, 4, 8), np.uint8))] * 2), ValueError,
+     lambda: dict(src_ptrs=[host(np.ones((4, 0, 4, 8), np.uint8))] * 2), ValueError,
      r"src_ptrs\[0\] must have at least one page, layer and slot, got shape \(4, 0, 4, 8\)"),
-    ("transfer_kv_per_layer_direct_pf_lf", "kv_count_odd", dict(dst_ptrs=[device(np.zeros((16, 8), np.uint8))] * 3),
+    ("transfer_kv_per_layer_direct_pf_lf", "kv_count_odd", lambda: dict(dst_ptrs=[device(np.zeros((16, 8), np.uint8))] * 3),
      ValueError, r"dst_ptrs must hold K layers then V layers \(an even count\), got 3"),
     ("transfer_kv_all_layer_direct_lf_pf", "three_page_buffers",
-     dict(dst_ptrs=[host(np.zeros((4, 2, 4, 8), np.uint8))] * 3), ValueError, r"dst_ptrs must hold 2 page-first buffers \(K, V\) or 1 \(MLA\), got 3"),
-    ("transfer_kv_all_layer_direct_lf_pf", "too_many_layers", dict(src_ptrs=[device(np.ones((16, 8), np.uint8))] * 6),
+     lambda: dict(dst_ptrs=[host(np.zeros((4, 2, 4, 8), np.uint8))] * 3), ValueError, r"dst_ptrs must hold 2 page-first buffers \(K, V\) or 1 \(MLA\), got 3"),
+    ("transfer_kv_all_layer_direct_lf_pf", "too_many_layers", lambda: dict(src_ptrs=[device(np.ones((16, 8), np.uint8))] * 6),
      ValueError, r"3 layers in src_ptrs exceed the 2 layers of dst_ptrs"),
 ]
 
@@ -415,6 +415,8 @@ DIRECT_ROWS = [
 @pytest.mark.parametrize("op,label,override,error,match", DIRECT_ROWS, ids=[f"{r[0]}-{r[1]}" for r in DIRECT_ROWS])
 def test_direct_bad_call_raises_and_writes_nothing(op, label, override, error, match):
     kwargs, dsts = _direct_call(op)
+    if callable(override):  # arrays are made when the test runs, not when it is collected
+        override = override()
     with pytest.raises(error, match=match):
         getattr(kvnumba, op)(**{**kwargs, **override})
     assert all((to_numpy(d) == 0xA5).all() for d in dsts)

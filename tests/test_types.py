@@ -3,6 +3,7 @@
 import importlib.resources
 import inspect
 import importlib.util
+import os
 import re
 import subprocess
 import sys
@@ -58,17 +59,36 @@ USAGE = '''
     kv.transfer_kv_direct([k], [k], idx, idx, 4)
     load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, item_size=64)
     load(idx, idx, 0)
+    load(src_indices=idx, dst_indices=idx, layer_id=0, stream=Side())
+    t: kv.Transfer = kv.prepare("transfer_kv_per_layer_mla", src=k, dst=k, item_size=64)
+    t(idx, idx)
+    copy = kv.prepare(kv.copy, src_view=kv.PageFirst(k[:, None]), dst_view=kv.LayerFirst([k]), layers=0)
+    copy(idx, idx, block_quota=1)
     kv.copy(kv.PageFirst(k[:, None]), kv.LayerFirst([k]), idx, idx, layers=range(1))
-    kv.convert(k[None], "lf", kv.PageHead, page_size=4, engine="numpy")
-    kv.layer_table([k, k])
+    converted: np.ndarray = kv.convert(k[None], "lf", kv.PageHead, page_size=4, engine="numpy")
+    same_dtype: np.ndarray[tuple[int, ...], np.dtype[np.uint8]] = kv.convert(k[None], "layer_first", "pf")
+    shapes: dict[str, tuple[int, ...]] = kv.convert("k.npy", "lf", "pf", out="k_pf.npz", overwrite=True)
+    table: kv.ArrayLike = kv.layer_table([k, k])
     kv.transfer_kv_per_layer("k", k, k, k, idx, idx, 64)  # E: arg-type
     kv.transfer_kv_per_layer(k, k, k, k, idx, idx, 64.0)  # E: arg-type
     kv.transfer_kv_per_layer(k, k, k, k, idx, idx, 64, stream="side")  # E: arg-type
     kv.transfer_kv_direct(k, [k], idx, idx, 4)  # E: arg-type
     kv.copy(k, k, idx, idx)  # E: arg-type
-    kv.convert(k, "lf", "pf", engine="torch")  # E: arg-type
+    kv.convert(k, "lf", "pf", engine="torch")  # E: call-overload
     kv.VllmFlashInfer([k], layout="NDH")  # E: arg-type
     kv.prepare(kv.transfer_kv_per_layer, item_size=64).run  # E: attr-defined
+    kv.prepare(kv.transfer_kv_per_layer_pf_lf, itemsize=64)  # E: call-overload
+    kv.prepare(kv.transfer_kv_per_layer_mla, src_layout_dim=64)  # E: call-overload
+    kv.prepare("transfer_kv_per_layer_mlaa", item_size=64)  # E: call-overload
+    kv.prepare(kv.transfer_kv_per_layer_pf_lf, item_size="64")  # E: call-overload
+    load(idx, idx, layer=0)  # E: call-arg
+    load(src_indices=idx, dst_indices=idx, layer_id="0")  # E: arg-type
+    copy(idx, idx, blocks=1)  # E: call-arg
+    kv.convert(k[None], "lf", "page_frist")  # E: call-overload
+    kv.convert(k[None], "lf", "pfd", page_size=4, out="x.npy")  # E: call-overload
+    wrong: str = kv.convert(k[None], "lf", "pf")  # E: assignment
+    not_shapes: str = kv.convert("k.npy", "lf", "pf", out="o.npy")  # E: assignment
+    not_a_table: str = kv.layer_table([k, k])  # E: assignment
 '''
 
 
@@ -82,6 +102,46 @@ def test_annotations_catch_misuse(tmp_path):
     found = {(int(m.group(1)), m.group(2))
              for m in re.finditer(r"usage\.py:(\d+): error: .*\[([\w-]+)\]$", result.stdout, re.MULTILINE)}
     assert found == expected, result.stdout + result.stderr
+
+
+# A user's script, type-checked where a user would: outside the repository, against the installed kvnumba (the
+# README's install: an editable install that mypy can follow).
+GOOD_SCRIPT = '''
+import numpy as np
+import kvnumba as kv
+
+k = np.zeros((4, 16, 2, 8), np.uint16)
+idx = np.arange(4)
+pf = kv.convert(k, "layer_first", "page_first")
+kv.transfer_kv_per_layer_mla(k[0], k[1], idx, idx, item_size=32)
+load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=pf, src_v=pf, item_size=32, src_layout_dim=128)
+load(idx, idx, 0, dst_k=k[0], dst_v=k[1])
+'''
+BAD_SCRIPT = GOOD_SCRIPT + '''
+kv.convert(k, "layer_first", "page_frist")
+kv.prepare(kv.transfer_kv_per_layer_pf_lf, item_sise=32)
+'''
+
+
+@needs_mypy
+def test_mypy_finds_the_installed_kvnumba_from_outside_the_repository(tmp_path):
+    environ = {key: value for key, value in os.environ.items() if key not in ("PYTHONPATH", "MYPYPATH")}
+    (tmp_path / "good.py").write_text(GOOD_SCRIPT)
+    (tmp_path / "bad.py").write_text(BAD_SCRIPT)
+    good = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "good.py"], cwd=tmp_path, env=environ,
+                          capture_output=True, text=True, timeout=600)
+    assert good.returncode == 0, good.stdout + good.stderr  # e.g. 'Cannot find implementation or library stub'
+    bad = subprocess.run([sys.executable, "-m", "mypy", "--no-incremental", "bad.py"], cwd=tmp_path, env=environ,
+                         capture_output=True, text=True, timeout=600)
+    assert bad.returncode == 1
+    assert set(re.findall(r"^bad\.py:(\d+): error: .*\[([\w-]+)\]$", bad.stdout, re.MULTILINE)) == {
+        ("12", "call-overload"), ("13", "call-overload")}, bad.stdout  # a misspelt layout name, a misspelt keyword
+
+
+def test_the_typed_prepare_is_up_to_date():
+    done = subprocess.run([sys.executable, str(ROOT / "scripts" / "typed_prepare.py"), "--check"], capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
 
 
 def test_py_typed_ships():

@@ -1,6 +1,8 @@
 """kv.copy between cache views: every built-in pair (and a user-defined layout), with and without MLA,
 against kvnumba.reference.copy byte for byte, destinations poisoned; the views' errors; kv.prepare with
 views; a property test over random view pairs. The same tests run on the simulator and on a GPU."""
+import inspect
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -115,7 +117,7 @@ IDX = np.arange(4, dtype=np.int64)
     (lambda: (kv.PageFirst(np.zeros((T, L, 2, 8), np.uint16), np.zeros((T, L, 2, 8), np.uint16)),
               kv.PageHead(np.zeros((4, 4, 4, L, 4), np.uint16), np.zeros((4, 4, 4, L, 4), np.uint16))),
      ValueError, r"the views' heads differ: src_view 2, dst_view 4"),
-    (lambda: (kv.PageFirst(np.zeros((T, L, 32), np.uint8), np.zeros((T, L, 32), np.uint8)),
+    (lambda: (kv.PageFirst(np.zeros((T, L, 8, 2), np.uint16), np.zeros((T, L, 8, 2), np.uint16)),
               kv.PageHead(np.zeros((4, 8, 4, L, 2), np.uint16), np.zeros((4, 8, 4, L, 2), np.uint16))),
      ValueError, r"an item of 32 bytes split into 8 heads is not a whole number of 8-byte words per head"),
     (lambda: (kv.PageFirst(np.zeros((T, L, H, D), np.float16), np.zeros((T, L, H, D), np.float16)),
@@ -224,7 +226,7 @@ def test_raw_layer_tables_as_a_view():
     v_layers = [rng.integers(0, 2**16, (T, H, D), dtype=np.uint16) for _ in range(L)]
     placed_k = [PLACE["device"](a) for a in k_layers]
     placed_v = [PLACE["device"](a) for a in v_layers]
-    src = kv.LayerTable(kv.layer_table(placed_k), kv.layer_table(placed_v), tokens=T, item_size=H * D * 2)
+    src = kv.LayerTable(kv.layer_table(placed_k), kv.layer_table(placed_v), tokens=T, item_size=H * D * 2, heads=H)
     dst_np, dst = make_view("PageFirst", L, T, P, H, D, rng, True, False, place=("device", "numba"))
     si, di = np.array([0, 15, 3], np.int64), np.array([4, 5, 6], np.int64)
     kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di))
@@ -233,3 +235,66 @@ def test_raw_layer_tables_as_a_view():
         np.testing.assert_array_equal(got, want)
     with pytest.raises(kv.IndexOutOfRangeError, match=r"src_indices\[0\] = 16 is out of range"):
         kv.copy(src, dst, np.array([16], np.int64), np.array([0], np.int64))
+
+
+# --- layer counts and heads: what the README says ---------------------------------------------------------
+
+def test_layer_counts_that_differ_need_layers():
+    """layers=None means every layer: views of 4 and 2 layers are refused (nothing written), unless layers= says
+    which; the reference follows the same rule."""
+    rng = np.random.default_rng(7)
+    src_np, src = make_view("PageFirst", 4, T, P, H, D, rng, False, False, place=("device", "numba"))
+    dst_np, dst = make_view("LayerFirst", 2, T, P, H, D, rng, True, False, place=("device", "numba"))
+    before = [b.copy() for b in view_bytes(dst)]
+    message = (r"the views' layer counts differ: src_view has 4, dst_view 2; pass layers= to say which to copy "
+               r"\(e\.g\. layers=range\(2\)\)")
+    with pytest.raises(ValueError, match=message):
+        kv.copy(src, dst, IDX, IDX)
+    with pytest.raises(ValueError, match=message):
+        kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=None)
+    with pytest.raises(ValueError, match=message):
+        reference.copy(src_np, dst_np, IDX, IDX)
+    for got, want in zip(view_bytes(dst), before):
+        np.testing.assert_array_equal(got, want)
+    with pytest.raises(ValueError, match=r"layers=range\(0, 3\) is out of range for views of 2 layers"):
+        kv.copy(src, dst, IDX, IDX, range(3))
+    kv.copy(src, dst, PLACE["device"](IDX), PLACE["device"](IDX), range(2))
+    reference.copy(src_np, dst_np, IDX, IDX, range(2))
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("src,dst", [
+    # neither view splits its items by head: compared all the same
+    (lambda: kv.PageFirst(np.zeros((T, L, 2, 8), np.uint16)), lambda: kv.LayerFirst(np.zeros((L, T, 4, 4), np.uint16))),
+    (lambda: kv.PageFirst(np.zeros((T, L, 16), np.uint16)), lambda: kv.PageFirstDirect(np.zeros((4, L, 4, 2, 8),
+                                                                                                  np.uint16))),
+], ids=["2-vs-4-heads", "flat-vs-2-heads"])
+def test_heads_that_differ_are_refused_whichever_views(src, dst):
+    s, d = src(), dst()
+    with pytest.raises(ValueError, match=rf"the views' heads differ: src_view {s.geometry.heads}, dst_view "
+                                         rf"{d.geometry.heads} \(items of H heads are \(H, D\), a flat item \(D,\) has "
+                                         r"one head\)"):
+        kv.copy(s, d, IDX, IDX)
+
+
+def test_a_layer_table_says_its_heads():
+    tables = kv.layer_table([PLACE["device"](np.zeros((T, H, D), np.uint16)) for _ in range(L)])
+    dst = kv.PageFirst(np.zeros((T, L, H, D), np.uint16))
+    with pytest.raises(ValueError, match=r"heads differ: src_view 1, dst_view 2 .*; a LayerTable takes heads="):
+        kv.copy(kv.LayerTable(tables, tokens=T, item_size=H * D * 2), dst, IDX, IDX)
+    kv.copy(kv.LayerTable(tables, tokens=T, item_size=H * D * 2, heads=H), dst, IDX, IDX)
+
+
+def test_a_prepared_copy_takes_its_launch_shape_by_keyword_only():
+    src, dst = _np_views()
+    copy = kv.prepare(kv.copy, src_view=src, dst_view=dst)
+    with pytest.raises(TypeError, match=r"copy transfer takes 3 positional arguments \(src_indices, dst_indices, "
+                                        r"layers\) but 4 were given"):
+        copy(IDX, IDX, None, 1)
+    copy(IDX, IDX, block_quota=1, num_warps_per_block=2)
+    bound = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)  # the fast path, too
+    with pytest.raises(TypeError):
+        bound(IDX, IDX, 1)
+    bound(IDX, IDX, block_quota=1)
+    assert "block_quota" in str(inspect.signature(bound)).split("*")[1]

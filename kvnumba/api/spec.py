@@ -39,6 +39,7 @@ class Spec(NamedTuple):
     src_layout: object = None  # a Layout, or PAGE_FIRST_DIRECT; None for copy (its views carry them)
     dst_layout: object = None
     mla: bool = False  # kernel entry points (a copy-engine call is MLA when its page-first list holds one buffer)
+    keyword_only: tuple[str, ...] = ()  # arguments given by keyword only (kv.copy's launch shape)
 
     def role(self, name: str) -> str:
         if name == "layer_id":
@@ -100,7 +101,7 @@ SPECS = {spec.name: spec for spec in [
     _kernel("transfer_kv_all_layer_mla_lf_pf",
             ("src_layers", "dst") + _IDX + ("item_size", "dst_layout_dim", "num_layers"), TBL, PF, True),
     Spec("copy", ("src_view", "dst_view") + _IDX + ("layers",) + _LAUNCH, dict(_LAUNCH_DEFAULTS, layers=None),
-         "kernel"),
+         "kernel", keyword_only=_LAUNCH),
     Spec("transfer_kv_direct", ("src_layers", "dst_layers") + _IDX + ("page_size",), {}, "direct", LF, LF),
     Spec("transfer_kv_per_layer_direct_pf_lf", ("src_ptrs", "dst_ptrs") + _IDX + ("layer_id", "page_size"), {},
          "direct", PAGE_FIRST_DIRECT, LF),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -13,7 +13,9 @@ from ..checks.devices import one_device
 from ..checks.tables import register_layers
 from ..driver.devices import on_device
 from ..driver.target import SIMULATOR
-from ..types import ArrayLike
+from ..types import ArrayLike, TorchTensorLike
+
+_Tensor = TypeVar("_Tensor", bound=TorchTensorLike)
 
 
 class HostLayerTable(np.ndarray):
@@ -24,6 +26,10 @@ class HostLayerTable(np.ndarray):
     layer_nbytes = None
 
 
+@overload
+def layer_table(layers: Sequence[_Tensor]) -> _Tensor: ...
+@overload
+def layer_table(layers: Sequence[ArrayLike]) -> ArrayLike: ...
 def layer_table(layers: Sequence[ArrayLike]) -> Any:
     """Build a layer table for the current target from a sequence of per-layer buffers.
 

@@ -53,11 +53,12 @@ class Transfer:
         self.check = bool(check)
         params = spec.params
         self._free = tuple(n for n in params if n not in bound)
+        self._positional = tuple(n for n in self._free if n not in spec.keyword_only)  # the rest: by keyword only
         bound_names = tuple(n for n in params if n in bound)
         self._bound_values = tuple(bound[n] for n in bound_names)
         # Calls that leave out only trailing arguments with defaults get them appended.
         self._tails: dict[int, tuple[Any, ...]] = {}
-        for n in range(len(self._free) + 1):
+        for n in range(len(self._positional) + 1):
             rest = self._free[n:]
             if all(r in spec.defaults for r in rest):
                 self._tails[n] = tuple(spec.defaults[r] for r in rest)
@@ -71,8 +72,9 @@ class Transfer:
         self._call_names = tuple(n for n in call_names if n in position)
         self._pick_call = itemgetter(*[position[n] for n in self._call_names])
         # Layer tables are found by identity (their contents were read), every other buffer by value.
-        tables = tuple(i for i, n in enumerate(spec.buffers) if spec.kind == "kernel" and spec.layout_of(n) is TBL)
-        self._cache = PlanCache(identity=tables)
+        table_positions = tuple(i for i, n in enumerate(spec.buffers)
+                                if spec.kind == "kernel" and spec.layout_of(n) is TBL)
+        self._cache = PlanCache(identity=table_positions)
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
@@ -96,6 +98,11 @@ class Transfer:
         fast = make_fast_call(plan, self._snapshot)
         if spec.per_layer:
             call = fast
+        elif spec.keyword_only:  # kv.copy: its launch shape by keyword only, as in the plain call
+            def call(src_indices: Any, dst_indices: Any, *, block_quota: Any = 2, num_warps_per_block: Any = 32,
+                     stream: StreamLike | None = None, check: bool = False) -> Any:
+                return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
+                            check=check)
         else:
             def call(src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32, *,
                      stream: StreamLike | None = None, check: bool = False) -> Any:
@@ -125,10 +132,10 @@ class Transfer:
     def _complete(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
         """``args`` and ``kwargs`` as one tuple of the free arguments, in order, with defaults."""
         name = self.spec.name
-        if len(args) > len(self._free):
-            raise TypeError(f"{name} transfer takes {len(self._free)} positional arguments "
-                            f"({', '.join(self._free) or 'none'}) but {len(args)} were given")
-        values = dict(zip(self._free, args))
+        if len(args) > len(self._positional):
+            raise TypeError(f"{name} transfer takes {len(self._positional)} positional arguments "
+                            f"({', '.join(self._positional) or 'none'}) but {len(args)} were given")
+        values = dict(zip(self._positional, args))
         for key, value in kwargs.items():
             if key not in self._free:
                 if key in self.bound:
@@ -203,7 +210,8 @@ class Transfer:
 
     @property
     def __signature__(self) -> inspect.Signature:
-        params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        params = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY if n in self.spec.keyword_only
+                                    else inspect.Parameter.POSITIONAL_OR_KEYWORD,
                                     default=self.spec.defaults.get(n, inspect.Parameter.empty))
                   for n in self._free]
         params += [inspect.Parameter("stream", inspect.Parameter.KEYWORD_ONLY, default=None),

@@ -555,6 +555,16 @@ def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = 
     return first, count
 
 
+def copy_window(src: CacheView, dst: CacheView, layers: SupportsIndex | range | None) -> tuple[int, int]:
+    """``(first_layer, count)`` that ``kv.copy(src, dst, ..., layers)`` copies: every layer for None, which
+    the views must then have the same number of; else the layers named, which both views must have."""
+    ls, ld = src.geometry.layers, dst.geometry.layers
+    if layers is None and ls != ld:
+        raise ValueError(f"the views' layer counts differ: src_view has {ls}, dst_view {ld}; pass layers= to say "
+                         f"which to copy (e.g. layers=range({min(ls, ld)}))")
+    return _window(layers, min(ls, ld))
+
+
 def configure_copy(plan: KernelPlan, geometry: dict[str, Any], strict: bool) -> tuple[Any, ...]:
     """Fill ``plan`` (a ``KernelPlan``) for ``kv.copy(src_view, dst_view, ..., layers)``: the views
     checked against each other, their buffers and tables resolved. Returns what ``_finish`` takes."""
@@ -579,7 +589,7 @@ def configure_copy(plan: KernelPlan, geometry: dict[str, Any], strict: bool) -> 
     for view in (src, dst):  # a layout of the user's: checked for the heads this copy goes by
         view._check_user_arithmetic(heads)
     layers = min(gs.layers, gd.layers)
-    plan.first_layer, plan.window = _window(geometry.get("layers"), layers)
+    plan.first_layer, plan.window = copy_window(src, dst, geometry.get("layers"))
     plan.num_layers, plan.item_size, plan.head_num = layers, gs.item_bytes, heads
     plan.heads, plan.page_size = heads, 1
 
@@ -609,15 +619,14 @@ def _parts(view: CacheView, plan: KernelPlan) -> layouts.LayoutParts:
 
 
 def _heads(src: CacheView, dst: CacheView) -> int:
-    """The heads a copy goes by: whole items, unless a side splits its heads (then both must agree)."""
-    split = [v for v in (src, dst) if v.head_split]
-    if not split:
-        return 1
-    heads = {v.geometry.heads for v in split}
-    known = {v.geometry.heads for v in (src, dst) if v.geometry.heads > 1}
-    if len(heads | known) > 1:
-        raise ValueError(f"the views' heads differ: src_view {src.geometry.heads}, dst_view {dst.geometry.heads}")
-    return heads.pop()
+    """The heads a copy goes by: the views' items must have the same heads (a flat item ``(D,)`` has one);
+    a copy moves whole items, or head by head where a side splits its heads."""
+    hs, hd = src.geometry.heads, dst.geometry.heads
+    if hs != hd:
+        hint = "; a LayerTable takes heads=" if isinstance(src, LayerTable) or isinstance(dst, LayerTable) else ""
+        raise ValueError(f"the views' heads differ: src_view {hs}, dst_view {hd} (items of H heads are (H, D), a flat "
+                         f"item (D,) has one head{hint})")
+    return hs if src.head_split or dst.head_split else 1
 
 
 def _resolve(name: str, view: CacheView, destination: bool, placed: list[tuple[str, int]], plan: KernelPlan,

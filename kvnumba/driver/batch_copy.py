@@ -41,7 +41,7 @@ import numpy as np
 from ..config import BATCH_COPY_ROUTES, batch_copy_route
 from ..errors import CopyError
 from .bindings import failure
-from .target import SIMULATOR
+from .target import SIMULATOR, announce
 
 # cudaStreamLegacy is ((cudaStream_t)0x1); 0 is the default stream, legacy unless built per-thread.
 LEGACY_STREAMS = (0, 1)
@@ -223,6 +223,7 @@ def make_runtime(route="auto"):
     if route not in BATCH_COPY_ROUTES:
         raise ValueError(f"batch copy route must be one of {', '.join(BATCH_COPY_ROUTES)}, got {route!r}")
     if SIMULATOR:
+        announce()  # kvnumba chose the simulator by itself: say so, once
         return SimulatorRuntime()
     import cuda.bindings
     from cuda.bindings import runtime as rt

@@ -1,14 +1,165 @@
-"""Which world kvnumba runs in, decided once at import: a real GPU or Numba's CUDA simulator.
+"""Which world kvnumba runs in, decided once, at ``import kvnumba``: a real GPU or Numba's CUDA simulator.
 
 Everything that differs between the two (memory primitives, launching, what an array's address
 means) branches on ``SIMULATOR`` at import time, so kernel bodies never branch on it.
-"""
-try:  # numba-cuda keeps its own copy of the config; older numba kept it in numba.config
-    from numba.cuda.core import config as _config
-except ImportError:  # pragma: no cover
-    from numba import config as _config
 
-SIMULATOR = bool(_config.ENABLE_CUDASIM)
+Numba picks its world from ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so kvnumba
+chooses before that (``kvnumba/__init__.py`` imports this module first):
+
+- ``NUMBA_ENABLE_CUDASIM=1``: the simulator. ``NUMBA_ENABLE_CUDASIM=0``: the GPU target, driver or not
+  (e.g. to compile PTX on a machine without a GPU).
+- Unset: the GPU target when the CUDA driver library (libcuda) loads, found as cuda-bindings finds it
+  (``cuda.pathfinder``; loading it does not initialise CUDA, so a later ``fork`` is still safe). Without
+  it kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` itself and runs on the simulator; ``announce`` then says so
+  once, as a ``UserWarning`` naming the setting, when the first kernel (or copy) is prepared.
+- ``KVNUMBA_REQUIRE_GPU=1``: never the simulator. Where kvnumba would fall back to it, ``REFUSAL`` holds
+  the error (``kvnumba.errors.NoGpuError``) and ``require()`` raises it: ``kvnumba/__init__.py`` does, so
+  the first use of ``kvnumba.<name>`` raises it, and every command of the command line refuses with it.
+
+A machine with the driver but no usable GPU stays on the GPU target: finding that out needs
+``cuInit``, which kvnumba leaves to the first call (``gpu_available()``).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import NamedTuple
+
+from .. import config
+from ..errors import NoGpuError
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+class Choice(NamedTuple):
+    """What ``choose`` decided. ``reason`` says why, for ``kvnumba info`` and the warning; ``automatic`` is
+    True when kvnumba switched to the simulator itself; ``refusal`` is the error every use raises, if any."""
+
+    simulator: bool
+    reason: str
+    automatic: bool = False
+    refusal: Exception | None = None
+
+
+_DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+
+
+def driver_missing() -> str | None:
+    """Why the CUDA driver library cannot be loaded, or None if it can. It is loaded as cuda-bindings
+    loads it (``cuda.pathfinder``), which opens the library without initialising CUDA."""
+    try:
+        from cuda.pathfinder import DynamicLibNotFoundError, load_nvidia_dynamic_lib
+    except ImportError:  # pragma: no cover - cuda-pathfinder comes with cuda-bindings
+        import ctypes.util
+
+        return None if ctypes.util.find_library("cuda") else f"{_DRIVER_LIBRARY} not found"
+    try:
+        load_nvidia_dynamic_lib("cuda")
+    except DynamicLibNotFoundError:
+        return f"{_DRIVER_LIBRARY} not found"
+    except Exception as exc:  # noqa: BLE001 - any failure to load it means: no driver
+        return f"{_DRIVER_LIBRARY} could not be loaded: {' '.join(str(exc).split()) or type(exc).__name__}"
+    return None
+
+
+def _read(reader):
+    """``(value, None)`` from a ``kvnumba.config`` reader, or ``(None, its ValueError)``."""
+    try:
+        return reader(), None
+    except ValueError as err:
+        return None, err
+
+
+def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
+    """The decision, from what it depends on (a pure function, for the tests):
+
+    ``setting``: ``NUMBA_ENABLE_CUDASIM`` read by ``config.simulator_setting`` (None unset, or a bool), or
+    the ``ValueError`` it raised; ``require_gpu``: ``KVNUMBA_REQUIRE_GPU`` likewise; ``numba_cuda_simulator``:
+    None when ``numba.cuda`` is not imported yet, else whether it runs on the simulator; ``missing``: a
+    callable returning why the driver library cannot be loaded, or None (called only when needed).
+    """
+    for value in (setting, require_gpu):
+        if isinstance(value, ValueError):
+            return Choice(False, f"a setting cannot be used: {value}", refusal=value)
+    if numba_cuda_simulator is not None:  # too late to choose: numba.cuda has chosen
+        if numba_cuda_simulator:
+            if require_gpu:
+                return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
+                    "KVNUMBA_REQUIRE_GPU=1, but numba.cuda runs on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1): "
+                    "unset one of them"))
+            return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
+        if setting is None:
+            why = missing()
+            if why is not None:
+                return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
+                    f"there is no CUDA driver ({why}), and numba.cuda was imported before kvnumba, on its GPU "
+                    "target, so kvnumba cannot switch to Numba's CUDA simulator: import kvnumba before numba.cuda, "
+                    "or set NUMBA_ENABLE_CUDASIM=1"))
+        return Choice(False, "a CUDA driver")
+    if setting is True:
+        if require_gpu:
+            return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
+                "KVNUMBA_REQUIRE_GPU=1, but NUMBA_ENABLE_CUDASIM=1 asks for Numba's CUDA simulator: unset one of them"))
+        return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
+    if setting is False:
+        return Choice(False, "NUMBA_ENABLE_CUDASIM=0")
+    why = missing()
+    if why is None:
+        return Choice(False, "a CUDA driver")
+    if require_gpu:
+        return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
+            f"KVNUMBA_REQUIRE_GPU=1, but there is no CUDA driver ({why}): install the NVIDIA driver, or unset "
+            "KVNUMBA_REQUIRE_GPU to run on Numba's CUDA simulator"))
+    return Choice(True, f"no CUDA driver ({why})", automatic=True)
+
+
+def _numba_cuda_simulator():
+    """None if ``numba.cuda`` is not imported yet, else whether it runs on the simulator."""
+    numba_cuda = sys.modules.get("numba.cuda")
+    if numba_cuda is None:
+        return None
+    return bool(getattr(getattr(numba_cuda, "config", None), "ENABLE_CUDASIM", False))
+
+
+def _decide() -> Choice:
+    setting, setting_error = _read(config.simulator_setting)
+    require, require_error = _read(config.require_gpu)
+    choice = choose(setting_error or setting, require_error or require, _numba_cuda_simulator(), driver_missing)
+    if choice.automatic:
+        config.use_simulator()
+    return choice
+
+
+CHOICE = _decide()
+SIMULATOR = CHOICE.simulator
+REFUSAL = CHOICE.refusal
+
+WARNING = ("kvnumba: no CUDA driver found, so kernels run on Numba's CUDA simulator (slow: for tiny sizes; NumPy "
+           "arrays stand for GPU memory). Set NUMBA_ENABLE_CUDASIM=1 to choose it (and silence this warning), or "
+           "KVNUMBA_REQUIRE_GPU=1 to make it an error.")
+_announced = False
+
+
+def require():
+    """Raise ``REFUSAL`` (a fresh exception of its type and message) if kvnumba refuses to run here."""
+    if REFUSAL is not None:
+        raise type(REFUSAL)(str(REFUSAL))
+
+
+def announce():
+    """Warn, once per process, that kvnumba switched to the simulator by itself (nothing otherwise).
+    Called where the first kernel (or copy) is prepared; the warning points at the caller's line."""
+    global _announced
+    if _announced or not CHOICE.automatic:
+        return
+    _announced = True
+    frame = sys._getframe(1)
+    while frame.f_back is not None and (frame.f_code.co_filename.startswith(_PACKAGE_DIR)
+                                        or frame.f_code.co_filename.startswith("<frozen")):
+        frame = frame.f_back
+    warnings.warn_explicit(WARNING, UserWarning, frame.f_code.co_filename, frame.f_lineno,
+                           module=frame.f_globals.get("__name__"))
 
 
 def gpu_available():

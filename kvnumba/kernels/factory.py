@@ -173,6 +173,6 @@ def launch_shape(num_items, block_quota, num_warps_per_block):
 def kernel_ptx(src_layout, dst_layout, mla, cc=(9, 0)):
     """PTX of one kernel for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
     if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
+        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
     ptx, _ = cuda.compile_ptx(get_kernel(src_layout, dst_layout, mla).py_func, SIGNATURE, cc=cc)
     return ptx

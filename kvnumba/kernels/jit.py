@@ -1,5 +1,5 @@
 """Numba's two decorators as kvnumba uses them: device functions and kernels, in both worlds."""
-from ..driver.target import SIMULATOR
+from ..driver.target import SIMULATOR, announce
 
 WARP_SIZE = 32
 
@@ -19,7 +19,9 @@ def device_function(fn):
 
 def kernel(fn, **gpu_options):
     """Make ``fn`` a lazily compiled CUDA kernel; ``gpu_options`` (e.g. ``max_registers``) apply on
-    the GPU only, the simulator has no use for them."""
+    the GPU only, the simulator has no use for them. The first one made says, if kvnumba chose the
+    simulator by itself (no CUDA driver), that kernels run there (``kvnumba.driver.target.announce``)."""
     from numba import cuda
 
+    announce()
     return cuda.jit(fn) if SIMULATOR else cuda.jit(fn, **gpu_options)

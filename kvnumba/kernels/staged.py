@@ -373,6 +373,6 @@ def get_staged_kernel(src, dst, mla, ring=None):
 def staged_ptx(src, dst, mla, cc=(9, 0)):
     """PTX of one staged kernel (needs NVVM, not a GPU; not the simulator)."""
     if SIMULATOR:
-        raise RuntimeError("staged_ptx needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
+        raise RuntimeError("staged_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
     ptx, _ = cuda.compile_ptx(get_staged_kernel(src, dst, mla).py_func, SIGNATURE, cc=cc)
     return ptx

@@ -1,12 +1,65 @@
-"""The ``kvnumba`` command (also ``python -m kvnumba``)."""
+"""The ``kvnumba`` command (also ``python -m kvnumba``).
+
+Every failure is one line on stderr, ``kvnumba <command>: error: <what is wrong, and what to do>``, and an
+exit code: 2 for a bad command line or a setting kvnumba cannot use (``kvnumba.config``), 1 for a command
+that failed while running (a missing file, a refused conversion, a failed check), 128 + the signal's number
+for SIGINT, SIGTERM and SIGHUP. ``kvnumba info`` still prints what it found when a setting is bad (it is the
+command for bug reports), then the error line.
+"""
 import argparse
 import json
 import os
 import sys
+import warnings
 
+from .. import __version__
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors as one line (no usage block): the problem, and where the options are listed."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see: {self.prog} --help)\n")
+
+
+def _fail(command, message, code):
+    print(f"kvnumba {command}: error: {message}", file=sys.stderr)
+    return code
+
+
+def _squeezed(text):
+    return " ".join(text.split())
+
+
+def _one_line(err):
+    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
+    if isinstance(err, OSError) and err.strerror:
+        text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
+    elif isinstance(err, (ValueError, TypeError, OSError, ImportError, RuntimeError)) and str(err):
+        text = str(err)
+    else:
+        text = f"{type(err).__name__}: {err}"
+    return _squeezed(text)
+
+
+def _setup_problem():
+    """``(message, exit code)`` when kvnumba cannot run here: a bad setting (2), or a refusal such as
+    ``KVNUMBA_REQUIRE_GPU=1`` without a GPU (1); None when all is well."""
+    from .. import config
+    from ..driver import target
+
+    bad = config.problems()
+    if bad:
+        return "; ".join(f"{message}: fix or unset it" for message in bad.values()), 2
+    if target.REFUSAL is not None:
+        return str(target.REFUSAL), 1
+    return None
+
+
+# --- demo ---------------------------------------------------------------------------------------------------
 
 def _demo_shape(args, base):
-    """The demo's shape from the options given (others from ``base``); ``args.error`` (usage, exit 2) for
+    """The demo's shape from the options given (others from ``base``); ``args.error`` (exit 2) for
     options that do not fit together."""
     from .demo import DemoShape
 
@@ -29,58 +82,70 @@ def _demo_shape(args, base):
 
 
 def _demo(args):
+    from ..driver import target
     from . import demo
 
     base = demo.SIMULATOR_SHAPE if demo.SIMULATOR else demo.DemoShape()
     shape = _demo_shape(args, base)
     try:
-        demo.run(shape)
+        with warnings.catch_warnings():
+            if target.CHOICE.automatic:  # said here in one line, instead of as a warning
+                print(f"kvnumba: {target.CHOICE.reason}: running on Numba's CUDA simulator (set NUMBA_ENABLE_CUDASIM=1 "
+                      "to choose it, or KVNUMBA_REQUIRE_GPU=1 to refuse)", file=sys.stderr)
+                warnings.filterwarnings("ignore", message=target.WARNING[:40])
+            demo.run(shape)
     except KeyboardInterrupt:
-        print("kvnumba demo: error: interrupted", file=sys.stderr)
-        return 130
+        return _fail("demo", "interrupted", 130)
     except AssertionError as err:  # a byte differs; np.testing's message spans lines
-        print(f"kvnumba demo: error: verification failed: {_squeezed(str(err))}", file=sys.stderr)
-        return 1
+        return _fail("demo", f"verification failed: {_squeezed(str(err))}", 1)
     except Exception as err:  # noqa: BLE001 - one line, never a traceback
-        print(f"kvnumba demo: error: {_one_line(err)}", file=sys.stderr)
-        return 1
+        return _fail("demo", _one_line(err), 1)
     return 0
 
 
-def _squeezed(text):
-    return " ".join(text.split())
+def _rerun_on_simulator_without_gpu(argv):
+    """A CUDA driver but no usable GPU: run the command again on Numba's CUDA simulator (it must be chosen
+    before numba.cuda is imported). Not where the GPU target was asked for (``NUMBA_ENABLE_CUDASIM=0``)."""
+    from ..driver.target import CHOICE, SIMULATOR, gpu_available
+
+    if SIMULATOR or CHOICE.reason == "NUMBA_ENABLE_CUDASIM=0" or gpu_available():
+        return
+    print("kvnumba: a CUDA driver but no usable GPU: running on Numba's CUDA simulator", file=sys.stderr)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
+    os.execve(sys.executable, [sys.executable, "-m", "kvnumba", *argv], env)
 
 
-def _one_line(err):
-    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
-    if isinstance(err, OSError) and err.strerror:
-        text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
-    elif isinstance(err, (ValueError, TypeError, OSError, ImportError)):
-        text = str(err)
-    else:
-        text = f"{type(err).__name__}: {err}"
-    return _squeezed(text)
-
+# --- convert ------------------------------------------------------------------------------------------------
 
 def _convert(args):
+    from ..convert import layout, paged
     from .convert_files import Interrupted, convert_file
 
+    src, dst = layout(args.src), layout(args.dst)
+    named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
+                         if paged(lay))
+    if named and args.page_size is None:
+        args.error(f"{named} needs --page-size (tokens per page)")
+    if not named and args.page_size is not None:
+        args.error(f"--page-size applies to paged layouts only (page_first_direct, page_head, or a paged layout "
+                   f"of your own); {args.src} -> {args.dst} has no pages: leave it out")
     try:
-        shapes = convert_file(args.input, args.output, args.src, args.dst, args.page_size,
-                              chunk_bytes=args.chunk_bytes, progress=None if args.quiet else sys.stderr)
+        shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
+                              progress=None if args.quiet else sys.stderr, overwrite=args.force)
     except Interrupted as err:
-        print(f"kvnumba convert: error: {err}; the partial output was removed", file=sys.stderr)
-        return 128 + err.signum  # the shell's convention for "ended by this signal"
+        return _fail("convert", f"{err}; the partial output was removed", 128 + err.signum)
     except KeyboardInterrupt:
-        print("kvnumba convert: error: interrupted", file=sys.stderr)
-        return 130
+        return _fail("convert", "interrupted", 130)
+    except FileExistsError as err:
+        return _fail("convert", f"output {err.filename!r} exists: pass --force to replace it", 1)
     except Exception as err:  # noqa: BLE001 - one line, never a traceback
-        print(f"kvnumba convert: error: {_one_line(err)}", file=sys.stderr)
-        return 1
+        return _fail("convert", _one_line(err), 1)
     for name, shape in shapes.items():
         print(f"{args.output}{f'[{name}]' if name else ''}: {args.dst} {shape}")
     return 0
 
+
+# --- info ---------------------------------------------------------------------------------------------------
 
 def _info(args):
     from .info import facts, report
@@ -88,11 +153,14 @@ def _info(args):
     found = facts()
     if args.json:
         print(json.dumps(found, indent=2))
-        return 0
-    for key, value in report(found):
-        print(f"{key + ':':<22} {value}")
-    return 0
+    else:
+        for key, value in report(found):
+            print(f"{key + ':':<22} {value}")
+    problem = _setup_problem()
+    return 0 if problem is None else _fail("info", problem[0], problem[1])
 
+
+# --- options ------------------------------------------------------------------------------------------------
 
 def _layout_name(value):
     from ..convert import layout, layout_name
@@ -123,15 +191,35 @@ def _item_bytes(text):
     return value
 
 
+def _default(name):
+    """The demo's default for option ``name`` on a GPU and on the simulator, for its help text."""
+    from .demo import SIMULATOR_SHAPE, DemoShape
+
+    gpu, sim = getattr(DemoShape(), name), getattr(SIMULATOR_SHAPE, name)
+    return f"default: {gpu:,} on a GPU, {sim:,} on the simulator"
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(prog="kvnumba", description="KV-cache transfers with Numba-CUDA")
-    commands = parser.add_subparsers(dest="command", required=True)
-    d = commands.add_parser("demo", help="HiCache-style backup and per-layer load back, verified, with GB/s")
-    d.add_argument("--layers", type=_positive_int)
-    d.add_argument("--tokens", type=_positive_int, help="tokens moved each way (a multiple of --page-size)")
-    d.add_argument("--item-size", type=_item_bytes, help="bytes per token per layer for K (and for V); a multiple of 8")
-    d.add_argument("--page-size", type=_positive_int)
-    d.add_argument("--pool", type=_positive_int, help="token slots on each side (at least --tokens)")
+    parser = _Parser(prog="kvnumba", description="KV-cache transfers with Numba-CUDA: SGLang's kvcacheio kernels "
+                                                 "in Python, on a GPU or on Numba's CUDA simulator.")
+    parser.add_argument("--version", action="version", version=f"kvnumba {__version__}",
+                        help="print kvnumba's version and exit")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                     parser_class=_Parser)
+    d = commands.add_parser(
+        "demo", help="HiCache-style backup and per-layer load back, verified, with GB/s",
+        description="Back up every layer of a paged KV cache from the GPU into a page-first pinned-host pool, load "
+                    "it back layer by layer, check every byte against kvnumba.reference, and print bytes, time and "
+                    "GB/s. Without a GPU it runs on Numba's CUDA simulator at a tiny size (its times mean nothing).")
+    d.add_argument("--layers", type=_positive_int, metavar="N", help=f"layers in the cache ({_default('layers')})")
+    d.add_argument("--tokens", type=_positive_int, metavar="N",
+                   help=f"tokens moved each way, a multiple of --page-size ({_default('tokens')})")
+    d.add_argument("--item-size", type=_item_bytes, metavar="BYTES",
+                   help=f"bytes per token per layer, for K and for V; a multiple of 8 ({_default('item_size')})")
+    d.add_argument("--page-size", type=_positive_int, metavar="N",
+                   help=f"tokens per page; the demo moves whole pages ({_default('page_size')})")
+    d.add_argument("--pool", type=_positive_int, metavar="N",
+                   help=f"token slots on each side, at least --tokens ({_default('pool')}, or 2 x --tokens if more)")
     d.set_defaults(func=_demo, needs_kernels=True, error=d.error)
 
     c = commands.add_parser(
@@ -139,41 +227,44 @@ def build_parser():
         help="convert a .npy file, or every array of a .npz archive or a .safetensors file, between cache layouts",
         description="Convert one K (or V, or MLA) tensor of a whole cache between layouts: layer_first (L, T, *item), "
                     "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D). "
-                    "Works in chunks with NumPy; the output appears complete or not at all. A .safetensors file keeps "
-                    "its metadata, and its bf16/fp8 tensors their dtype (needs: pip install 'kvnumba[safetensors]').")
-    c.add_argument("input", metavar="IN", help="input .npy file, .npz archive or .safetensors file")
-    c.add_argument("output", metavar="OUT", help="output file (same kind as IN)")
+                    "OUT is written in the format its name says (.npy, .npz or .safetensors), in chunks with NumPy; "
+                    "it appears complete or not at all. A .safetensors file keeps its metadata, and its bf16/fp8 "
+                    "tensors their dtype (needs: pip install 'kvnumba[safetensors]').")
+    c.add_argument("input", metavar="IN", help="input .npy file, .npz archive or .safetensors file (required)")
+    c.add_argument("output", metavar="OUT",
+                   help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "
+                        "suffix names; not IN, and not an existing file unless --force")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN: layer_first, page_first, page_first_direct, page_head (or lf, pf, pfd, ph), "
-                        "or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
-    c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT", help="layout of OUT")
-    c.add_argument("--page-size", type=_positive_int,
-                   help="tokens per page (needed for page_first_direct and page_head)")
+                   help="layout of IN (required): layer_first, page_first, page_first_direct, page_head (or lf, pf, "
+                        "pfd, ph), or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
+    c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT",
+                   help="layout of OUT (required), named as for --from")
+    c.add_argument("--page-size", type=_positive_int, metavar="N",
+                   help="tokens per page: required when --from or --to is paged (page_first_direct, page_head), "
+                        "refused otherwise (default: none)")
     c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
-                   help="bytes per chunk (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
-    c.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
-    c.set_defaults(func=_convert)
+                   help="bytes converted at a time (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
+    c.add_argument("-f", "--force", action="store_true",
+                   help="replace OUT if it exists (default: off, an existing OUT is refused)")
+    c.add_argument("-q", "--quiet", action="store_true",
+                   help="no progress on stderr (default: off, progress on stderr)")
+    c.set_defaults(func=_convert, error=c.error)
 
-    i = commands.add_parser("info", help="versions, the GPU (or simulator), and whether the batched-copy path is there")
-    i.add_argument("--json", action="store_true", help="the same facts as one JSON object")
+    i = commands.add_parser("info", help="versions, the GPU (or simulator), and whether the batched-copy path is there",
+                            description="What kvnumba runs on: versions, the CUDA runtime and driver, the GPU or "
+                                        "the simulator (and why), batched-copy support and the settings in force.")
+    i.add_argument("--json", action="store_true", help="the same facts as one JSON object (default: off, text)")
     i.set_defaults(func=_info)
     return parser
-
-
-def _rerun_on_simulator_without_gpu(argv):
-    """Without a GPU, run the command again on Numba's CUDA simulator (it must be chosen before import)."""
-    from ..driver.target import SIMULATOR, gpu_available
-
-    if SIMULATOR or gpu_available():
-        return
-    print("kvnumba: no CUDA GPU found; running on Numba's CUDA simulator", file=sys.stderr)
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1")
-    os.execve(sys.executable, [sys.executable, "-m", "kvnumba", *argv], env)
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    if args.func is not _info:  # info reports a bad setting itself, after what it found
+        problem = _setup_problem()
+        if problem is not None:
+            return _fail(args.command, *problem)
     if getattr(args, "needs_kernels", False):
         _rerun_on_simulator_without_gpu(argv)
     return args.func(args)

@@ -1,5 +1,7 @@
 """``kvnumba convert``: convert ``.npy`` files, ``.npz`` archives and ``.safetensors`` files between cache
-layouts, in chunks.
+layouts, in chunks. The input is read as its suffix says, the output written in the format its suffix
+names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or ``.safetensors``
+output); the output must not be the input, nor an existing file unless ``overwrite=True``.
 
 - ``.npy``: the input is memory-mapped (``np.load(mmap_mode="r")``), the output is a memory-mapped
   ``.npy`` (``np.lib.format.open_memmap``) under a temporary name in the output's folder, filled chunk
@@ -10,8 +12,9 @@ layouts, in chunks.
   archive is written under a temporary name too, compressed if the input was.
 - ``.safetensors``: every tensor of the file is converted (the same chunks), one input tensor in memory
   at a time (bf16 and fp8 ones are memory-mapped); the ``safetensors`` package writes the new file in
-  one go, so every converted tensor is held until then. The file's ``__metadata__`` is kept, and bf16
-  and fp8 tensors keep their dtype (``safetensors_file``).
+  one go, so every converted tensor is held until then (for any input). The file's ``__metadata__`` is
+  kept in a ``.safetensors`` output, and bf16 and fp8 tensors keep their dtype (``safetensors_file``);
+  ``.npy`` and ``.npz`` files cannot hold those, and are refused as their output.
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
 SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
@@ -31,6 +34,8 @@ import threading
 import uuid
 import zipfile
 import zlib
+from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 
@@ -154,7 +159,7 @@ def _npy_header(f, name, nbytes):
 
 
 def _npz_members(zin, in_path):
-    """Every member of the archive as ``(name, ZipInfo, shape)``; ``ValueError`` for one that is not
+    """Every member of the archive as ``(name, ZipInfo, shape, dtype)``; ``ValueError`` for one that is not
     a readable .npy array (np.savez writes nothing else)."""
     members = []
     for info in zin.infolist():
@@ -163,18 +168,32 @@ def _npz_members(zin, in_path):
                              f"convert must hold arrays only")
         name = info.filename[:-len(".npy")]
         with zin.open(info) as f:
-            shape, _ = _npy_header(f, f"{in_path}[{name}]", info.file_size)
-        members.append((name, info, shape))
+            shape, dtype = _npy_header(f, f"{in_path}[{name}]", info.file_size)
+        members.append((name, info, shape, dtype))
     return members
 
 
-def _checked_output(out_path):
-    """``ValueError`` if ``out_path`` cannot be a file: a folder, or in a folder that does not exist."""
+def _checked_output(in_path, out_path, overwrite):
+    """The output's kind (``.npy``, ``.npz`` or ``.safetensors``, from its suffix), once ``out_path`` can be
+    written: ``ValueError`` for another suffix, a folder, a folder that does not exist, or the input itself
+    (through links too); ``FileExistsError`` for an existing file unless ``overwrite``."""
+    suffix = os.path.splitext(out_path)[1].lower()
+    if suffix not in _KINDS:
+        raise ValueError(f"output must be named .npy, .npz or .safetensors (the format it is written in), "
+                         f"got {out_path!r}")
     folder = os.path.dirname(os.path.abspath(out_path))
     if os.path.isdir(out_path):
         raise ValueError(f"output {out_path!r} is a folder, expected a file name")
     if not os.path.isdir(folder):
         raise ValueError(f"output {out_path!r}: folder {folder!r} does not exist")
+    if os.path.lexists(out_path):
+        if os.path.exists(out_path) and os.path.samefile(in_path, out_path):
+            how = "" if os.path.abspath(in_path) == os.path.abspath(out_path) else " (through a link)"
+            raise ValueError(f"output {out_path!r} is the input file{how}: write the conversion to another file")
+        if not overwrite:
+            raise FileExistsError(errno.EEXIST, f"output {out_path!r} exists: pass overwrite=True to replace it",
+                                  out_path)
+    return suffix
 
 
 # --- Writing ----------------------------------------------------------------------------------------------
@@ -216,8 +235,9 @@ def _create_npy(path, dtype, shape, chunk_bytes):
 
 
 def _explained(err, out_path, tmp, needed=None):
-    """A clearer OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, with the
-    space needed and free when the disk is full; None when ``err`` says it well enough."""
+    """A clearer OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, never the
+    temporary file: with the space needed and free when the disk is full; None when ``err`` says it well
+    enough."""
     folder = os.path.dirname(os.path.abspath(out_path))
     if err.errno in _OUT_OF_SPACE:
         try:
@@ -227,13 +247,18 @@ def _explained(err, out_path, tmp, needed=None):
         need = "" if needed is None else f": it needs {format_bytes(needed)}"
         return OSError(err.errno, f"not enough disk space to write {out_path}{need} (in {folder}{free})")
     if err.filename == tmp:
-        return OSError(err.errno, f"cannot write {out_path} (its temporary file {tmp}): {err.strerror}")
+        if err.errno in (errno.EACCES, errno.EPERM):
+            return OSError(err.errno, f"cannot write {out_path}: no permission to create a file in {folder}")
+        if err.errno == errno.EROFS:
+            return OSError(err.errno, f"cannot write {out_path}: {folder} is on a read-only file system")
+        return OSError(err.errno, f"cannot write {out_path}: {err.strerror}")
     return None
 
 
 @contextlib.contextmanager
 def _removed_on_failure(tmp, out_path, needed=None):
-    """Remove ``tmp`` if the block fails in any way, or is interrupted; OSErrors reworded to name ``out_path``."""
+    """Remove ``tmp`` if the block fails in any way, or is interrupted; OSErrors reworded to name ``out_path``.
+    The block's error is the one raised: a clean-up that fails too does not replace it."""
     try:
         yield
     except OSError as err:
@@ -247,81 +272,132 @@ def _removed_on_failure(tmp, out_path, needed=None):
         raise
 
 
-def _convert_npy(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+# --- Reading: every array of the input, described before any is read ----------------------------------
+
+class Source(NamedTuple):
+    """The input's arrays (``Item``s, in file order), and what the output may keep of the file."""
+
+    items: list
+    compressed: bool = False  # a .npz whose members are compressed: so is a .npz output
+    metadata: dict | None = None  # a .safetensors file's __metadata__: kept by a .safetensors output
+
+
+class Item(NamedTuple):
+    """One array of the input: its name (a .npy file's is its file name's stem), shape, dtype and a way to
+    read it (a memory map where the format allows)."""
+
+    name: str
+    shape: tuple
+    dtype: np.dtype
+    load: Callable
+
+
+@contextlib.contextmanager
+def _npy_source(in_path):
     with open(in_path, "rb") as f:
         shape, dtype = _npy_header(f, in_path, os.fstat(f.fileno()).st_size)
-    out_shape = converted_shape(shape, src, dst, page_size)  # raises before any file is made
-    array = np.load(in_path, mmap_mode="r", allow_pickle=False)
-    tmp = _temporary(out_path)
-    with _removed_on_failure(tmp, out_path, needed=array.nbytes):
-        out = _create_npy(tmp, dtype, out_shape, chunk_bytes)
-        with progress_reporter(os.path.basename(in_path), array.nbytes, stream=progress_stream) as bar:
-            convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
-        out.flush()
-        del out
-        os.replace(tmp, out_path)
-    return {"": out_shape}
+    name = os.path.splitext(os.path.basename(in_path))[0]
+    yield Source([Item(name, shape, dtype, lambda: np.load(in_path, mmap_mode="r", allow_pickle=False))])
 
 
-def _convert_npz(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+@contextlib.contextmanager
+def _npz_source(in_path):
     try:
-        return _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream)
+        with zipfile.ZipFile(in_path) as zin:
+            members = _npz_members(zin, in_path)
+            compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
+
+            def loader(info):
+                def load():
+                    with zin.open(info) as f:
+                        return np.lib.format.read_array(f, allow_pickle=False)
+                return load
+
+            yield Source([Item(name, shape, dtype, loader(info)) for name, info, shape, dtype in members], compressed)
     except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # a damaged archive (the output is removed by now)
         raise ValueError(f"{in_path}: not a readable .npz (zip) archive: {err}") from None
 
 
-def _convert_zip(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
-    with zipfile.ZipFile(in_path) as zin:
-        members = _npz_members(zin, in_path)
-        # every member's shape is checked before anything is written
-        shapes = {name: converted_shape(shape, src, dst, page_size) for name, _, shape in members}
-        compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
-        tmp = _temporary(out_path)
-        mode = zipfile.ZIP_DEFLATED if compressed else zipfile.ZIP_STORED
-        with _removed_on_failure(tmp, out_path):
-            with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
-                for name, info, _ in members:
-                    with zin.open(info) as f:
-                        array = np.lib.format.read_array(f, allow_pickle=False)
-                    out = np.empty(shapes[name], dtype=array.dtype)
-                    label = f"{os.path.basename(in_path)}[{name}]"
-                    with progress_reporter(label, array.nbytes, stream=progress_stream) as bar:
-                        convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
-                    del array
-                    with zout.open(f"{name}.npy", "w", force_zip64=True) as member:
-                        np.lib.format.write_array(member, out, allow_pickle=False)
-                    del out
-            os.replace(tmp, out_path)
-    return shapes
-
-
-def _convert_safetensors(in_path, out_path, src, dst, page_size, chunk_bytes, progress_stream):
+@contextlib.contextmanager
+def _safetensors_source(in_path):
     header = safetensors_file.read_header(in_path)
-    # every tensor's shape is checked before anything is written
-    shapes = {t.name: converted_shape(t.shape, src, dst, page_size) for t in header.tensors}
-    tmp = _temporary(out_path)
-    with _removed_on_failure(tmp, out_path), safetensors_file.open_reader(in_path) as reader:
-        converted = {}  # the library writes the whole file at once: every output is held until then
-        for tensor in header.tensors:
-            array = safetensors_file.read_tensor(reader, in_path, header, tensor)
-            out = np.empty(shapes[tensor.name], dtype=array.dtype)
-            with progress_reporter(f"{os.path.basename(in_path)}[{tensor.name}]", array.nbytes,
-                                   stream=progress_stream) as bar:
-                convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
-            del array
-            converted[tensor.name] = (out, tensor.dtype)  # bf16 and fp8 keep their dtype: same bytes, same name
-        safetensors_file.write(tmp, converted, header.metadata)
-        os.replace(tmp, out_path)
-    return shapes
+    dtypes = {t.name: safetensors_file.numpy_dtype(t.dtype) for t in header.tensors}
+    with safetensors_file.open_reader(in_path) as reader:
+        def loader(tensor):
+            return lambda: safetensors_file.read_tensor(reader, in_path, header, tensor)
+
+        yield Source([Item(t.name, t.shape, dtypes[t.name], loader(t)) for t in header.tensors],
+                     metadata=header.metadata)
 
 
-_CONVERTERS = {".npy": _convert_npy, ".npz": _convert_npz, safetensors_file.SUFFIX: _convert_safetensors}
+_SOURCES = {".npy": _npy_source, ".npz": _npz_source, safetensors_file.SUFFIX: _safetensors_source}
+
+
+# --- Writing: the output's format, from its name ---------------------------------------------------------
+
+def _checked_for(kind, source, in_path, out_path):
+    """``ValueError`` if the output format ``kind`` cannot hold the source's arrays: several for a .npy file,
+    or a dtype the format has no name for (bfloat16 and float8 in .npy/.npz, NumPy-only ones in .safetensors)."""
+    if kind == ".npy" and len(source.items) != 1:
+        names = ", ".join(item.name for item in source.items[:4]) + (", ..." if len(source.items) > 4 else "")
+        raise ValueError(f"output {out_path!r} is a .npy file, which holds one array, but {in_path} holds "
+                         f"{len(source.items)}" + (f" ({names})" if names else "") + ": name the output .npz or "
+                         ".safetensors")
+    for item in source.items:
+        where = f"{in_path}[{item.name}]" if kind != ".npy" or len(source.items) > 1 else in_path
+        if kind == safetensors_file.SUFFIX:
+            if safetensors_file.code_for(item.dtype) is None:
+                raise ValueError(f"{where}: dtype {item.dtype} cannot be written to a .safetensors file (it holds "
+                                 f"{', '.join(safetensors_file.DTYPES)}): name the output .npy or .npz")
+        elif item.dtype.kind == "V" and item.dtype.names is None:  # ml_dtypes' bfloat16 and float8
+            raise ValueError(f"{where}: {item.dtype} cannot be stored in a {kind} file (NumPy has no {item.dtype} "
+                             "dtype; it would come back as raw bytes): name the output .safetensors")
+
+
+def _write_npy(tmp, out_path, source, shapes, convert, chunk_bytes):
+    [item] = source.items
+    out = _create_npy(tmp, item.dtype, shapes[item.name], chunk_bytes)
+    convert(item, out)
+    out.flush()
+    del out
+
+
+def _write_npz(tmp, out_path, source, shapes, convert, chunk_bytes):
+    mode = zipfile.ZIP_DEFLATED if source.compressed else zipfile.ZIP_STORED
+    with zipfile.ZipFile(tmp, "w", compression=mode, allowZip64=True) as zout:
+        for item in source.items:
+            out = np.empty(shapes[item.name], dtype=item.dtype)
+            convert(item, out)
+            with zout.open(f"{item.name}.npy", "w", force_zip64=True) as member:
+                np.lib.format.write_array(member, out, allow_pickle=False)
+            del out
+
+
+def _write_safetensors(tmp, out_path, source, shapes, convert, chunk_bytes):
+    converted = {}  # the library writes the whole file at once: every output is held until then
+    for item in source.items:
+        out = converted[item.name] = np.empty(shapes[item.name], dtype=item.dtype)
+        convert(item, out)
+    safetensors_file.write(tmp, converted, source.metadata, name=out_path)
+    os.chmod(tmp, _file_mode())  # the library creates its file private (0600); the others get the usual mode
+
+
+_WRITERS = {".npy": _write_npy, ".npz": _write_npz, safetensors_file.SUFFIX: _write_safetensors}
+
+
+def _file_mode():
+    """The mode a new file gets here (0666 less the umask), as ``open`` gives the .npy and .npz outputs."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def _remove(path):
+    """Remove a temporary file, if it is there; a failure is not raised (the error that led here is the one
+    to report; a temporary file left behind is named ``.<output>.<random>.tmp``)."""
     try:
         os.remove(path)
-    except FileNotFoundError:
+    except OSError:
         pass
 
 
@@ -355,25 +431,33 @@ def interrupt_on_signals():
             signal.signal(signum, previous)
 
 
-def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr):
+def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr,
+                 overwrite=False):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
     ``src`` to ``dst``.
 
     Parameters
     ----------
     in_path, out_path : str or os.PathLike
-        Input and output files; the kind (``.npy``, ``.npz`` or ``.safetensors``) is read from the input's
-        suffix, and the output, of the same kind, is written to ``out_path`` exactly as named.
+        Input and output files, each ``.npy``, ``.npz`` or ``.safetensors`` by its suffix (any mix): the
+        input is read as its suffix says (and its content must agree), the output is written in the format
+        its suffix names. A ``.npy`` output holds one array (a ``.npy`` input's array is named after its
+        file's stem in the others); a ``.safetensors`` output keeps a ``.safetensors`` input's metadata;
+        bfloat16 and float8 tensors can only be written to ``.safetensors``. ``out_path`` must not be the
+        input (links included) nor, unless ``overwrite``, an existing file.
     src, dst : str, CacheLayout or CacheView subclass
         Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
         ``"module:Class"`` naming one.
     page_size : int, optional
-        Required when either layout pages tokens.
+        Required when either layout pages tokens; unused (but checked) when neither does (the command
+        line refuses ``--page-size`` there).
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
     progress : text stream or None
         Where progress goes (stderr by default; None for none): a tqdm bar on a terminal when tqdm is
         installed, else plain lines (``kvnumba.tools.progress``).
+    overwrite : bool
+        Replace an existing ``out_path`` (default False: ``FileExistsError``).
 
     Returns
     -------
@@ -386,7 +470,11 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         For an unknown layout, a shape that does not fit, an input that is not ``.npy``, ``.npz`` or
         ``.safetensors`` by suffix and content, an array header that claims more data than the file
         holds, a ``.npz`` member that is not an array, a damaged ``.safetensors`` header or a dtype it
-        cannot convert, or a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``.
+        cannot convert, a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``, an output named otherwise than
+        ``.npy``, ``.npz`` or ``.safetensors``, an output that is the input, or arrays the output's format
+        cannot hold.
+    FileExistsError
+        For an existing ``out_path`` without ``overwrite=True``.
     ModuleNotFoundError
         For a ``.safetensors`` file when the ``safetensors`` package is not installed (the message
         names the extra: ``pip install 'kvnumba[safetensors]'``).
@@ -399,7 +487,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
 
     Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
-    src, dst = layout(src, "--from"), layout(dst, "--to")
+    src, dst = layout(src, "src"), layout(dst, "dst")
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
@@ -407,10 +495,27 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     kind = _checked_kind(in_path)
-    _checked_output(out_path)
-    convert = _CONVERTERS[kind]
-    with interrupt_on_signals():
-        return convert(in_path, out_path, src, dst, page_size, chunk_bytes, progress)
+    out_kind = _checked_output(in_path, out_path, overwrite)
+    with interrupt_on_signals(), _SOURCES[kind](in_path) as source:
+        # every array's shape and dtype is checked before anything is written
+        shapes = {item.name: converted_shape(item.shape, src, dst, page_size) for item in source.items}
+        _checked_for(out_kind, source, in_path, out_path)
+        base = os.path.basename(in_path)
+
+        def convert(item, out):
+            array = item.load()
+            label = base if kind == ".npy" else f"{base}[{item.name}]"
+            with progress_reporter(label, array.nbytes, stream=progress) as bar:
+                convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
+
+        needed = sum(math.prod(item.shape) * item.dtype.itemsize for item in source.items)
+        tmp = _temporary(out_path)
+        with _removed_on_failure(tmp, out_path, needed=needed if out_kind == ".npy" else None):
+            _WRITERS[out_kind](tmp, out_path, source, shapes, convert, chunk_bytes)
+            os.replace(tmp, out_path)
+    if out_kind == ".npy":
+        return {"": next(iter(shapes.values()))}
+    return shapes
 
 
 __all__ = ["CacheLayout", "Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]

@@ -12,12 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..api import entry_points
-
-from .. import reference
 from ..driver.target import SIMULATOR
-from ..api.tables import layer_table
-from ..timing import CLOCK, GpuTimer
 
 
 @dataclass
@@ -59,6 +54,11 @@ def _page_aligned_tokens(rng, shape):
 
 def run(shape=None, seed=0, out=print):
     """Run the demo; returns a dict of results. Raises AssertionError if any byte is wrong."""
+    from .. import reference  # here, not at import: ``kvnumba demo --help`` reads only the shapes above
+    from ..api import entry_points
+    from ..api.tables import layer_table
+    from ..timing import CLOCK, GpuTimer
+
     shape = shape or (SIMULATOR_SHAPE if SIMULATOR else DemoShape())
     rng = np.random.default_rng(seed)
     L, item = shape.layers, shape.item_size

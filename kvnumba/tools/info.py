@@ -2,9 +2,11 @@
 without a GPU, a driver or the CUDA runtime it says so instead of failing."""
 import importlib.metadata
 import platform
+import warnings
 
+from .. import config
+from ..driver import target
 from ..driver.bindings import error_name
-from ..driver.target import SIMULATOR, gpu_available
 
 PACKAGES = ("numpy", "numba", "numba-cuda", "cuda-bindings")
 
@@ -52,10 +54,16 @@ def _driver_version():
 
 def _gpu():
     """``(target, gpu, note)``: ``"simulator"``, ``"none"`` or ``"gpu"``; the GPU's facts or None."""
-    if SIMULATOR:
-        return "simulator", None, "simulator (NUMBA_ENABLE_CUDASIM=1; NumPy arrays stand for GPU memory)"
-    if not gpu_available():
-        return "none", None, "no GPU (kernels run on the simulator: NUMBA_ENABLE_CUDASIM=1)"
+    choice = target.CHOICE
+    if choice.refusal is not None:
+        return "none", None, f"refused: {choice.refusal}"
+    if choice.simulator:
+        chosen = ", chosen by kvnumba" if choice.automatic else ""
+        return "simulator", None, (f"Numba's CUDA simulator ({choice.reason}{chosen}; NumPy arrays stand for GPU "
+                                   "memory)")
+    if not target.gpu_available():
+        return "none", None, (f"no usable GPU ({choice.reason}, but no device answers; kvnumba demo runs on the "
+                              "simulator)")
     try:
         from numba import cuda
 
@@ -70,10 +78,12 @@ def _gpu():
 
 def _batch_copy():
     """``(usable, None)``, or ``(None, why unknown)`` if the probe fails (e.g. a bad ``KVNUMBA_BATCH_COPY``)."""
-    from ..api.direct import batch_copy_available
-
     try:
-        return bool(batch_copy_available()), None
+        from ..api.direct import batch_copy_available
+
+        with warnings.catch_warnings():  # info reports the simulator itself (target), not as a warning
+            warnings.simplefilter("ignore", UserWarning)
+            return bool(batch_copy_available()), None
     except Exception as exc:  # noqa: BLE001
         return None, _unavailable(exc)
 
@@ -85,13 +95,15 @@ def facts():
     ``cuda_driver`` are CUDA versions (the driver's: the newest CUDA it supports); ``target`` is
     ``"gpu"``, ``"simulator"`` or ``"none"``; ``gpu`` holds the current device's name, compute capability and
     SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used. A None value has its reason
-    in ``unavailable``.
+    in ``unavailable``. ``target_reason`` says why kvnumba runs where it does (``NUMBA_ENABLE_CUDASIM=1``,
+    ``no CUDA driver (...)``, ``a CUDA driver``); ``settings`` holds the variables kvnumba reads that are
+    set, and ``setting_errors`` the message for each one it cannot use.
     """
     from .. import __version__
 
     runtime, runtime_why = _runtime_version()
     driver, driver_why = _driver_version()
-    target, gpu, gpu_note = _gpu()
+    where, gpu, gpu_note = _gpu()
     batch, batch_why = _batch_copy()
     unavailable = {"cuda_runtime": runtime_why, "cuda_driver": driver_why, "gpu": gpu_note, "batch_copy": batch_why}
     return {
@@ -100,10 +112,13 @@ def facts():
         "packages": {name: _version(name) for name in PACKAGES},
         "cuda_runtime": runtime,
         "cuda_driver": driver,
-        "target": target,
+        "target": where,
+        "target_reason": target.CHOICE.reason,
         "gpu": gpu,
         "batch_copy": batch,
         "unavailable": {key: why for key, why in unavailable.items() if why is not None},
+        "settings": config.settings(),
+        "setting_errors": config.problems(),
     }
 
 
@@ -126,4 +141,7 @@ def report(found=None):
          else f"unavailable ({why['cuda_driver']})"),
         ("GPU", gpu_text),
         ("cudaMemcpyBatchAsync", f"unknown ({why['batch_copy']})" if batch is None else ("yes" if batch else "no")),
+        ("settings", ", ".join(f"{name}={value}" + (" (cannot be used)" if name in found.get("setting_errors", {})
+                                                     else "") for name, value in found.get("settings", {}).items())
+         or "none set"),
     ]

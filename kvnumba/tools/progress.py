@@ -3,7 +3,8 @@
 What is drawn depends on where it goes:
 
 - ``stream=None``: nothing (``--quiet``);
-- a terminal, with tqdm installed (``pip install 'kvnumba[progress]'``): tqdm's bar, redrawn in place;
+- with tqdm installed (``pip install 'kvnumba[progress]'``): tqdm's bar, redrawn in place, which tqdm itself
+  turns off where the stream is not a terminal (``disable=None``); then, as below, one summary line;
 - a terminal without tqdm: a plain line at most every ``PLAIN_INTERVAL_S`` seconds, then a summary;
 - anything else (a pipe, a log file, CI): no bar, one summary line at the end.
 
@@ -53,9 +54,12 @@ def progress(label, total, *, stream=sys.stderr, unit="B", line_per_step=False):
     """
     if stream is None:
         return Silent()
-    bar = _tqdm_class() if _is_terminal(stream) else None
-    if bar is not None:
-        return TqdmBar(bar, label, total, stream, unit)
+    tqdm = _tqdm_class()
+    if tqdm is not None:
+        bar = TqdmBar(tqdm, label, total, stream, unit)
+        if not bar.disabled:  # tqdm draws only on a terminal (disable=None)
+            return bar
+        return PlainLines(label, total, stream, unit, interval=None, line_per_step=line_per_step)
     interval = PLAIN_INTERVAL_S if _is_terminal(stream) else None
     return PlainLines(label, total, stream, unit, interval=interval, line_per_step=line_per_step)
 
@@ -93,7 +97,8 @@ class TqdmBar(_Reporter):
     def __init__(self, tqdm, label, total, stream, unit):
         self._tqdm = tqdm
         self._bar = tqdm(total=total, desc=label, unit=unit, unit_scale=unit == "B", unit_divisor=1000,
-                         file=stream, leave=True, dynamic_ncols=True, mininterval=0.1)
+                         file=stream, leave=True, dynamic_ncols=True, mininterval=0.1, disable=None)
+        self.disabled = bool(self._bar.disable)  # not a terminal: tqdm draws nothing
 
     def advance(self, n=1, note=None):
         if note is not None:

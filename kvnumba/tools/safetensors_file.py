@@ -7,11 +7,11 @@ read and checked here first, so that a damaged or truncated file gets a message 
 wrong; the library then opens it (its own checks too) and reads the tensors NumPy has dtypes for
 (``safe_open(framework="np")``).
 
-NumPy has no bfloat16 or float8. Tensors of those dtypes are read as raw bytes instead: unsigned
-integers of the same width (bf16 as uint16, fp8 as uint8), memory-mapped at the offsets the header
-gives, and written back under their own dtype; a layout conversion only moves whole elements, so they
-convert byte for byte. The output is written by the library (``serialize_file``), with the input's
-metadata.
+NumPy has no bfloat16 or float8: tensors of those dtypes are memory-mapped at the offsets the header
+gives as ``ml_dtypes`` arrays (``ml_dtypes.bfloat16``, ``ml_dtypes.float8_e4m3fn``, ...; the library's
+NumPy reader refuses them), and written back under their own dtype; a layout conversion only moves
+whole elements, so they convert byte for byte. ``ml_dtypes`` comes with the ``safetensors`` extra. The
+output is written by the library (``serialize_file``), with the metadata given.
 """
 import importlib
 import json
@@ -37,12 +37,13 @@ NUMPY_DTYPES = {
     "I16": ("<i2", "int16"), "U16": ("<u2", "uint16"), "I8": ("i1", "int8"), "U8": ("u1", "uint8"),
     "BOOL": ("?", "bool"), "C64": ("<c8", "complex64"),
 }
-RAW_DTYPES = {  # no NumPy dtype: held as raw unsigned integers of their width
+ML_DTYPES = {  # no NumPy dtype: (an unsigned integer of its width, its ml_dtypes name = the library's writer name)
     "BF16": ("<u2", "bfloat16"), "F8_E4M3": ("u1", "float8_e4m3fn"), "F8_E5M2": ("u1", "float8_e5m2"),
     "F8_E4M3FNUZ": ("u1", "float8_e4m3fnuz"), "F8_E5M2FNUZ": ("u1", "float8_e5m2fnuz"),
     "F8_E8M0": ("u1", "float8_e8m0fnu"),
 }
-DTYPES = {**NUMPY_DTYPES, **RAW_DTYPES}
+DTYPES = {**NUMPY_DTYPES, **ML_DTYPES}
+ML_DTYPES_HINT = "pip install 'kvnumba[safetensors]' (it brings ml_dtypes)"
 
 
 class Tensor(NamedTuple):
@@ -68,6 +69,36 @@ def library():
     except ImportError:
         raise ModuleNotFoundError(f".safetensors files need the safetensors package: {INSTALL_HINT}",
                                   name="safetensors") from None
+
+
+def ml_dtypes():
+    """The ``ml_dtypes`` module (bfloat16, float8); ``ModuleNotFoundError`` saying which extra to install."""
+    try:
+        return importlib.import_module("ml_dtypes")
+    except ImportError:
+        raise ModuleNotFoundError(f"bf16 and fp8 tensors need the ml_dtypes package: {ML_DTYPES_HINT}",
+                                  name="ml_dtypes") from None
+
+
+def numpy_dtype(code):
+    """The NumPy dtype of safetensors dtype ``code`` (an ``ml_dtypes`` one for bf16 and fp8)."""
+    if code in NUMPY_DTYPES:
+        return np.dtype(NUMPY_DTYPES[code][0])
+    return np.dtype(getattr(ml_dtypes(), ML_DTYPES[code][1]))
+
+
+def code_for(dtype):
+    """The safetensors dtype code of NumPy ``dtype`` (``ml_dtypes``' included), or None if the format has none."""
+    dtype = np.dtype(dtype)
+    if dtype.byteorder == ">":  # written little-endian (``write`` swaps the bytes)
+        dtype = dtype.newbyteorder("<")
+    for code, (holder, _) in NUMPY_DTYPES.items():
+        if dtype == np.dtype(holder):
+            return code
+    for code, (_, name) in ML_DTYPES.items():
+        if dtype.name == name:
+            return code
+    return None
 
 
 def looks_like_safetensors(head):
@@ -159,22 +190,26 @@ def open_reader(path):
 
 
 def read_tensor(reader, path, header, tensor):
-    """One tensor as a NumPy array: through the library when NumPy has its dtype, else its raw bytes
-    (memory-mapped, read-only) as unsigned integers of the element's width."""
+    """One tensor as a NumPy array: through the library when NumPy has its dtype, else memory-mapped
+    (read-only) as an ``ml_dtypes`` array (bfloat16, float8)."""
     if tensor.dtype in NUMPY_DTYPES:
         return reader.get_tensor(tensor.name)
-    holder = np.dtype(RAW_DTYPES[tensor.dtype][0])
+    dtype = numpy_dtype(tensor.dtype)
     if tensor.end == tensor.begin:  # nothing to map
-        return np.empty(tensor.shape, holder)
-    return np.memmap(path, dtype=holder, mode="r", offset=header.data_start + tensor.begin, shape=tensor.shape)
+        return np.empty(tensor.shape, dtype)
+    return np.memmap(path, dtype=dtype, mode="r", offset=header.data_start + tensor.begin, shape=tensor.shape)
 
 
-def write(path, tensors, metadata):
-    """Write ``{name: (array, dtype code)}`` to ``path`` with the library, with ``metadata`` (a dict of
-    strings). An I/O failure is an ``OSError`` (so that a full disk is reported as one)."""
+def write(path, tensors, metadata, name=None):
+    """Write ``{name: array}`` to ``path`` with the library (each under its dtype's code, ``code_for``), with
+    ``metadata`` (a dict of strings, or None). An I/O failure is an ``OSError`` (so that a full disk is
+    reported as one); other failures a ``ValueError`` naming ``name`` (the file the user asked for; default
+    ``path``)."""
     st = library()
-    arrays = {name: np.ascontiguousarray(array) for name, (array, _) in tensors.items()}  # kept alive during the write
-    names = {name: DTYPES[code][1] for name, (_, code) in tensors.items()}
+    arrays = {name: np.ascontiguousarray(array, array.dtype.newbyteorder("<") if array.dtype.byteorder == ">"
+                                         else None)
+              for name, array in tensors.items()}  # kept alive during the write
+    names = {name: DTYPES[code_for(a.dtype)][1] for name, a in arrays.items()}
     spec = getattr(st, "TensorSpec", None)
     if spec is not None:  # safetensors >= 0.8: the writer reads the arrays' memory directly
         flat = {name: spec(dtype=names[name], shape=a.shape, data_ptr=a.ctypes.data, data_len=a.nbytes)
@@ -188,4 +223,4 @@ def write(path, tensors, metadata):
         if code:
             errno = int(code.group(1))
             raise OSError(errno, os.strerror(errno), os.fspath(path)) from err
-        raise ValueError(f"safetensors cannot write {path}: {err}") from err
+        raise ValueError(f"safetensors cannot write {name or path}: {err}") from err

@@ -1,0 +1,130 @@
+"""Helpers for code that must run on a GPU and on Numba's CUDA simulator alike: tests, notebooks, examples.
+
+On a GPU, ``device_array(a)`` is a copy of NumPy array ``a`` in GPU memory and ``pinned(a)`` one in pinned
+host memory (what kvnumba's kernels read and write directly); on the simulator both are NumPy copies, which
+stand for either there. ``to_numpy(x)`` brings any of them back (waiting for the GPU first).
+
+``requires_gpu`` marks a pytest test (or class, or module: ``pytestmark = requires_gpu``) that needs a
+real GPU: it is skipped, with the reason, where there is none. The check runs when the test runs, not when
+it is collected, so collecting never touches CUDA. pytest is needed only for ``requires_gpu``.
+
+Example
+-------
+>>> from kvnumba.testing import device_array, to_numpy           # doctest: +SKIP
+>>> dst = device_array(np.zeros((16, 64), np.uint8))              # doctest: +SKIP
+>>> kv.transfer_kv_per_layer_mla(src, dst, idx, idx, item_size=64)  # doctest: +SKIP
+>>> to_numpy(dst)                                                  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+from typing import Any, cast
+
+import numpy as np
+
+from .driver.target import CHOICE, SIMULATOR, gpu_available
+
+__all__ = ["ON_SIMULATOR", "device_array", "gpu_count", "gpu_skip_reason", "pinned", "requires_gpu", "synchronize",
+           "to_numpy", "where"]
+
+ON_SIMULATOR = SIMULATOR
+
+
+def where() -> str:
+    """What kernels run on here, in words: ``"the GPU, <its name>"`` or ``"Numba's CUDA simulator (<why>)"``."""
+    if SIMULATOR:
+        return f"Numba's CUDA simulator ({CHOICE.reason})"
+    try:
+        from numba import cuda
+
+        name = cuda.get_current_device().name
+        return f"the GPU, {name.decode() if isinstance(name, bytes) else name}"
+    except Exception as exc:  # noqa: BLE001 - words for a notebook's first line, never a failure
+        return f"the GPU target ({type(exc).__name__}: {exc})"
+
+
+def device_array(a: Any) -> Any:
+    """A copy of ``a`` (anything ``numpy.asarray`` takes) in GPU memory: a Numba device array (a NumPy copy
+    on the simulator)."""
+    a = np.ascontiguousarray(a)
+    if SIMULATOR:
+        return a.copy()
+    from numba import cuda
+
+    return cuda.to_device(a)
+
+
+def pinned(a: Any) -> Any:
+    """A copy of ``a`` in pinned (page-locked) host memory, which the GPU reads and writes directly (a NumPy
+    copy on the simulator, and for an empty array: CUDA cannot pin zero bytes)."""
+    a = np.asarray(a)
+    if SIMULATOR or a.size == 0:
+        return np.array(a, copy=True)
+    from numba import cuda
+
+    out = cuda.pinned_array(a.shape, dtype=a.dtype)
+    out[...] = a
+    return out
+
+
+def synchronize() -> None:
+    """Wait for the GPU's work (nothing to wait for on the simulator)."""
+    if not SIMULATOR:
+        from numba import cuda
+
+        cuda.synchronize()
+
+
+def to_numpy(x: Any) -> np.ndarray:
+    """A NumPy copy of any array kvnumba takes (Numba device array, torch tensor, CuPy array, NumPy), once the
+    GPU's work is done."""
+    synchronize()
+    if hasattr(x, "copy_to_host"):
+        return x.copy_to_host()
+    module = type(x).__module__
+    if module.startswith("torch"):
+        return x.detach().cpu().numpy()
+    if module.startswith("cupy"):
+        return x.get()
+    return np.array(x, copy=True)
+
+
+def gpu_skip_reason() -> str | None:
+    """Why a test that needs a real GPU cannot run here, or None when it can (this initialises CUDA)."""
+    if SIMULATOR:
+        return f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})"
+    if CHOICE.refusal is not None:
+        return f"needs a real CUDA GPU ({CHOICE.refusal})"
+    if not gpu_available():
+        return "needs a real CUDA GPU (a CUDA driver, but no usable device)"
+    return None
+
+
+def gpu_count() -> int:
+    """How many CUDA GPUs can be used (0 on the simulator or without one)."""
+    if gpu_skip_reason() is not None:
+        return 0
+    from numba import cuda
+
+    return len(cuda.gpus)
+
+
+class _NoGpu:
+    """True where there is no real GPU; asked when a marked test is set up (pytest evaluates a ``skipif``
+    condition then), not when this module is imported."""
+
+    def __bool__(self) -> bool:
+        return gpu_skip_reason() is not None
+
+    def __repr__(self) -> str:
+        return "no real CUDA GPU"
+
+
+def __getattr__(name: str) -> Any:
+    if name == "requires_gpu":  # pytest only for this one
+        import pytest
+
+        reason = (f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})" if SIMULATOR
+                  else "needs a real CUDA GPU (none usable here)")
+        # pytest calls bool() on a condition when the test is set up: _NoGpu asks CUDA only then
+        return pytest.mark.skipif(cast(bool, _NoGpu()), reason=reason)
+    raise AttributeError(f"module 'kvnumba.testing' has no attribute {name!r}")
