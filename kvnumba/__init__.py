@@ -39,7 +39,7 @@ try:
     )
     from .api.copy import copy
     from .api.prepare_types import prepare
-    from .api.transfer import Transfer
+    from .api.transfer import Transfer, clear_plan_caches
     from .api.views import (
         CacheView,
         Geometry,
@@ -107,6 +107,7 @@ __all__ = [
     "Transfer",
     "batch_copy_available",
     "check_errors",
+    "clear_plan_caches",
     "convert",
     "last_path",
     "layer_table",

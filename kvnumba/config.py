@@ -18,7 +18,9 @@ Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba when ``num
 ``use_simulator`` sets it when there is no CUDA driver (the one place kvnumba writes the environment).
 
 ``problems()`` lists every variable whose value cannot be used: the command line refuses to run with one.
+``override(...)`` changes settings for a ``with`` block, from Python (tests and benchmarks use it).
 """
+import contextlib
 import os
 import sys
 
@@ -157,3 +159,60 @@ def settings():
     """``{variable: value}`` of every variable kvnumba reads that is set, by the user rather than by kvnumba
     itself (for ``kvnumba info``)."""
     return {name: os.environ[name] for name in _READERS if name in os.environ and name not in _set_here}
+
+
+# --- changing settings from Python ----------------------------------------------------------------
+
+_OVERRIDABLE = {"check": "KVNUMBA_CHECK", "batch_copy": "KVNUMBA_BATCH_COPY", "chunk_bytes": "KVNUMBA_CHUNK_BYTES",
+                "load_path": "KVNUMBA_LOAD_PATH"}
+_listeners: list = []  # called after a setting changed through ``override`` (plans built under the old value go)
+
+
+def on_change(callback):
+    """Call ``callback()`` whenever ``override`` changes a setting (kvnumba's plan caches register here)."""
+    _listeners.append(callback)
+
+
+@contextlib.contextmanager
+def override(**values):
+    """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings (by their
+    short names: ``check``, ``batch_copy``, ``chunk_bytes``, ``load_path``; values as the variables take
+    them, e.g. ``check=True``), then restores them. Cached plans are dropped on entry and exit, so the
+    block's calls follow the new values. A bad value raises ``SettingError`` before anything changes."""
+    unknown = sorted(set(values) - set(_OVERRIDABLE))
+    if unknown:
+        raise TypeError(f"override() got unknown settings {', '.join(unknown)} (known: {', '.join(_OVERRIDABLE)})")
+    names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items()}
+    saved = {name: os.environ.get(name) for name in names}
+    try:
+        os.environ.update(names)
+        for name in names:
+            _READERS[name]()  # validated before the block runs
+    except BaseException:
+        _restore(saved)
+        raise
+    _notify()
+    try:
+        yield
+    finally:
+        _restore(saved)
+        _notify()
+
+
+def _text(value):
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    return str(value)
+
+
+def _restore(saved):
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+
+
+def _notify():
+    for callback in _listeners:
+        callback()

@@ -16,13 +16,13 @@ way SGLang does:
 ``rows(backend, shape, reference)`` returns one record per case, with the keys bench.py prints.
 """
 import dataclasses
-import os
 
 import numpy as np
 
 import kvnumba
+import kvnumba.config
 from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
-from kvnumba.api.transfer import clear_plan_caches, plain
+from kvnumba.api.transfer import plain
 
 ITEM = {"mha": 2048, "mla": 1152}
 HEADS = {"mha": 8, "mla": 1}
@@ -150,10 +150,7 @@ def rows(backend, shape, reference, block_quota):
         yield record
     op = "transfer_kv_per_layer"
     for kernel in ("staged", "register"):
-        saved = os.environ.get("KVNUMBA_LOAD_PATH")
-        os.environ["KVNUMBA_LOAD_PATH"] = "auto" if kernel == "staged" else "register"
-        clear_plan_caches()
-        try:
+        with kvnumba.config.override(load_path="auto" if kernel == "staged" else "register"):
             call, nbytes = fresh_view_call(kvnumba, op, roots, idx, shape, block_quota)
             cache = plain(op)._cache
 
@@ -166,12 +163,6 @@ def rows(backend, shape, reference, block_quota):
             _measure(record, "kvnumba", miss, nbytes, shape)
             record["plan_kernel"] = _kernel_of(op)
             yield record
-        finally:
-            if saved is None:
-                os.environ.pop("KVNUMBA_LOAD_PATH", None)
-            else:
-                os.environ["KVNUMBA_LOAD_PATH"] = saved
-            clear_plan_caches()
 
 
 def _kernel_of(op):

@@ -169,3 +169,33 @@ def test_readme_settings_document_every_variable():
     section = readme.split("\n## Settings\n", 1)[1].split("\n## ", 1)[0]
     documented = re.findall(r"^\| `([A-Z_]+)` \|", section, flags=re.M)
     assert documented == [*config.VARIABLES, config.SIMULATOR_VARIABLE]
+
+
+# --- kvnumba.config.override: settings for a block, from Python -----------------------------------
+
+def test_override_sets_validates_and_restores(monkeypatch):
+    from kvnumba.api.transfer import plain
+    from kvnumba.checks import guard
+
+    monkeypatch.delenv("KVNUMBA_LOAD_PATH", raising=False)
+    cache = plain("transfer_kv_per_layer_mla")._cache
+    cache.entries[("stale",)] = None  # any cached plan is dropped on entry and on exit
+    with config.override(load_path="register", check=True):
+        assert config.load_path() == "register"
+        assert guard.ALWAYS_CHECK is True
+        assert ("stale",) not in cache.entries
+        cache.entries[("stale",)] = None
+    assert ("stale",) not in cache.entries
+    assert config.load_path() == "auto" and "KVNUMBA_LOAD_PATH" not in os.environ
+    assert guard.ALWAYS_CHECK is config.always_check()
+
+
+def test_override_refuses_bad_values_and_names_before_changing_anything(monkeypatch):
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
+    with pytest.raises(ValueError, match="^KVNUMBA_LOAD_PATH must be one of auto, staged, register, got 'tma'"):
+        with config.override(load_path="tma"):
+            pass
+    assert os.environ["KVNUMBA_LOAD_PATH"] == "staged"
+    with pytest.raises(TypeError, match="unknown settings load_pth"):
+        with config.override(load_pth="register"):
+            pass

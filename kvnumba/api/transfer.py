@@ -8,7 +8,7 @@ across the calls of a HiCache load; only the indices (and, per layer, ``layer_id
     load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
 
 The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
-through a plan cache keyed on the identity of the buffers (``kvnumba.api.plan_cache``).
+through a plan cache that finds plans by the value of their buffers (``kvnumba.api.plan_cache``).
 """
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, Union
 
+from .. import config
 from ..checks import guard, validate
 from ..driver.streams import stream_handle
 from ..types import StreamLike
@@ -348,3 +349,6 @@ def clear_plan_caches() -> None:
         transfer._cache.clear()
     clear_shapes()
     staged_plan.clear()
+
+
+config.on_change(clear_plan_caches)  # a setting changed through kvnumba.config.override: plans follow it

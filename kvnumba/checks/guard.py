@@ -25,13 +25,21 @@ import threading
 
 import numpy as np
 
-from ..config import always_check
+from .. import config
 from ..driver.target import SIMULATOR
 from ..errors import IndexOutOfRangeError
 
-# KVNUMBA_CHECK=1: every call behaves as if given check=True (read once, at import; the hot paths
-# read this module attribute, and tests set it with their ``always_check`` fixture).
-ALWAYS_CHECK = always_check()
+# KVNUMBA_CHECK=1: every call behaves as if given check=True (read at import and again when
+# kvnumba.config.override changes it; the hot paths read this module attribute).
+ALWAYS_CHECK = config.always_check()
+
+
+def _read_setting():
+    global ALWAYS_CHECK
+    ALWAYS_CHECK = config.always_check()
+
+
+config.on_change(_read_setting)
 
 _lock = threading.Lock()
 _flag = None  # the int64 flag (a NumPy array over pinned memory on a GPU)
