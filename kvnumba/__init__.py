@@ -31,10 +31,13 @@ from .errors import (
     CopyError,
     CudaError,
     DeviceMismatchError,
+    ExportError,
     IndexOutOfRangeError,
     Interrupted,
     OverlapError,
     PageableMemoryError,
+    RemoteError,
+    StaleExportError,
 )
 from .kernels.layouts import Layout
 from .api.entry_points import (
@@ -79,11 +82,14 @@ __all__ = [
     "CopyError",
     "CudaError",
     "DeviceMismatchError",
+    "ExportError",
     "IndexOutOfRangeError",
     "Interrupted",
     "Layout",
     "OverlapError",
     "PageableMemoryError",
+    "RemoteError",
+    "StaleExportError",
     "Transfer",
     "batch_copy_available",
     "check_errors",
