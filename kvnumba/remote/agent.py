@@ -47,6 +47,8 @@ class RemoteView:
         self.export_id: int = header["export"]
         self.token_address: int = header["token"]
         self.side = side
+        self.blobs: list[bytes] = []  # NIXL metadata (Agent.connect fills it)
+        self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.get("regions", [])]
 
     @property
     def geometry(self) -> Geometry:
@@ -209,7 +211,9 @@ class Agent:
         self.name, self.backends = name, tuple(backends)
         self.instance = secrets.randbits(62) + 1
         self.closed = False
-        self._registered: dict[tuple[str, int, int, int], list[Any]] = {}  # key -> [descs, count]
+        self._registered: dict[tuple[str, int, int, int], list[Any]] = {}  # key -> [descs, count, serial]
+        self._serial = 0  # numbers each registration, so that another agent tells a new one from an old
+        self._loaded: dict[str, dict[int, RemoteView]] = {}  # remote agent -> export id -> the view loaded
         self._held: weakref.WeakKeyDictionary[CacheView, _Held] = weakref.WeakKeyDictionary()
         self._slabs: list[tuple[np.ndarray, int]] = []  # token slabs and their first slot number
         self._free_slots: list[int] = []
@@ -227,7 +231,8 @@ class Agent:
         if entry is None:
             descs = _call(f"register_memory({mem} {nbytes} B at 0x{address:x})", self._nixl.register_memory,
                           [(address, nbytes, device, "")], mem)
-            self._registered[key] = [descs, 1]
+            self._serial += 1
+            self._registered[key] = [descs, 1, self._serial]
         else:
             entry[1] += 1
         return key
@@ -246,9 +251,9 @@ class Agent:
 
     def _hold(self, view: CacheView, name: str) -> _Held:
         """The view's side, its memory registered with NIXL (once per view)."""
-        held = self._held.get(view)
+        held = self._held.get(view) if isinstance(view, CacheView) else None
         if held is None:
-            side = Side.of_view(view, name)
+            side = Side.of_view(view, name)  # TypeError naming ``name`` for what is not a view
             keys: list[tuple[str, int, int, int]] = []
             try:
                 for address, nbytes in side.buffers:
@@ -309,7 +314,8 @@ class Agent:
                        list(self.backends)) for descs in view_descs]
         blobs.append(_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
                            self._registered[token_key][0], not blobs, list(self.backends)))
-        header = {"agent": self.name, "instance": self.instance, "export": held.export_id,
+        regions = [[*key, self._registered[key][2]] for key in [*held.keys, token_key]]
+        header = {"agent": self.name, "instance": self.instance, "export": held.export_id, "regions": regions,
                   "token": slab.ctypes.data + index * 8, "nixl": _nixl.name(), "side": side.header()}
         return export.encode(header, blobs)
 
@@ -349,18 +355,47 @@ class Agent:
             raise errors.ExportError(f"exported has an incomplete header ({error})") from None
         known = self._remotes.get(header["agent"])
         if known is not None and known != header["instance"]:  # the agent of that name was replaced
-            _call(f"remove_remote_agent({header['agent']!r})", self._nixl.remove_remote_agent, header["agent"])
-            del self._remotes[header["agent"]]
-        for blob in blobs:
-            _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+            self._forget(header["agent"])
+        view = RemoteView(self, header, side)
+        view.blobs = blobs
+        self._load(view)
         self._remotes[header["agent"]] = header["instance"]
-        return RemoteView(self, header, side)
+        return view
+
+    def _forget(self, agent: str) -> None:
+        """Drop everything NIXL knows of ``agent`` (its connection and the memory it exported)."""
+        _call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
+        self._loaded.pop(agent, None)
+        self._remotes.pop(agent, None)
+
+    def _load(self, view: RemoteView) -> None:
+        """NIXL holds ``view``'s metadata. NIXL keeps what it loaded of an agent's memory even after that
+        agent deregistered it; a region registered anew over (part of) such memory then goes unseen. So
+        when the view's regions overlap other registrations loaded for its agent, NIXL's picture of that
+        agent is rebuilt: this view's metadata and that of the loaded views that do not overlap it."""
+        loaded = self._loaded.setdefault(view.agent, {})
+        if view.export_id in loaded:
+            return
+        keep = {eid: other for eid, other in loaded.items() if not _conflict(other.regions, view.regions)}
+        if len(keep) < len(loaded):
+            instance = self._remotes.get(view.agent)
+            self._forget(view.agent)
+            if instance is not None:
+                self._remotes[view.agent] = instance
+            loaded = self._loaded.setdefault(view.agent, {})
+            for other in keep.values():
+                for blob in other.blobs:
+                    _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+                loaded[other.export_id] = other
+        for blob in view.blobs:
+            _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+        loaded[view.export_id] = view
 
     # --- copy ------------------------------------------------------------------------------------------
 
     def copy(self, src: CacheView | RemoteView, dst: CacheView | RemoteView, src_indices: ArrayLike,
              dst_indices: ArrayLike, layers: int | range | None = None, *, route: str = "auto",
-             notify: bytes | None = None) -> RemoteCopy:
+             notify: bytes | None = None, block_quota: int = 2, num_warps_per_block: int = 32) -> RemoteCopy:
         """Move token ``src_indices[i]`` of ``src`` to token ``dst_indices[i]`` of ``dst``, K and V, for
         ``layers`` (None: all; an int; a range with step 1), through NIXL.
 
@@ -370,7 +405,8 @@ class Agent:
         sides merge into one; with ``route="auto"`` a copy whose layouts merge poorly moves the remote
         side's runs into a staging buffer here and relayouts it with ``kv.copy``. ``route="direct"`` or
         ``"staged"`` forces one. ``notify``: a NIXL notification the remote agent receives (see
-        ``notifications``) once the transfer is done.
+        ``notifications``) once the transfer is done. ``block_quota``, ``num_warps_per_block``: the
+        launch shape of the staged route's ``kv.copy``, as for every entry point.
 
         Local GPU memory must be ready before a WRITE (synchronise the stream that wrote it); after a
         READ it is ready when ``wait()`` returns.
@@ -395,6 +431,8 @@ class Agent:
             raise ValueError(f"route must be one of {', '.join(plan.ROUTES)}, got {route!r}")
         if notify is not None and not isinstance(notify, bytes):
             raise TypeError(f"notify must be bytes or None, got {type(notify).__name__}")
+        launch = dict(zip(("block_quota", "num_warps_per_block"),
+                          validate.launch_config(block_quota, num_warps_per_block)))
         local_name = "dst" if op == "READ" else "src"
         held = self._hold(local_view, local_name)
         local, remote = held.side, remote_view.side
@@ -435,9 +473,9 @@ class Agent:
                                            remote.geometry.heads if remote.head_split else 1)
             if op == "READ":
                 relayout = prepare(kv_copy, src_view=staging_view, dst_view=local_view, layers=layers_arg)
-                after = (lambda: relayout(mapped, local_tokens, check=True))
+                after = (lambda: relayout(mapped, local_tokens, **launch, check=True))
             else:
-                kv_copy(local_view, staging_view, local_tokens, mapped, layers_arg, check=True)
+                kv_copy(local_view, staging_view, local_tokens, mapped, layers_arg, **launch, check=True)
                 after = None
         except BaseException:
             give_back()
@@ -465,6 +503,7 @@ class Agent:
         if self._remotes.get(view.agent) != view.instance:
             raise errors.StaleExportError(f"{view!r} is stale: agent {view.agent!r} was replaced by a new agent of "
                                           "that name since it was exported; connect its new export")
+        self._load(view)  # again, if a later export of its agent displaced it
         local = self._nixl.get_xfer_descs(np.array([[self._scratch.ctypes.data, 8, 0]], np.uint64), "DRAM")
         remote = self._nixl.get_xfer_descs(np.array([[view.token_address, 8, 0]], np.uint64), "DRAM")
         self._scratch[0] = 0
@@ -537,7 +576,7 @@ class Agent:
             except Exception:  # noqa: BLE001 - closing goes on
                 pass
         self._pool.drain()
-        for key, (descs, _) in list(self._registered.items()):
+        for descs, *_ in list(self._registered.values()):
             try:
                 self._nixl.deregister_memory(descs)
             except Exception:  # noqa: BLE001
@@ -556,6 +595,17 @@ class Agent:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._registered)} registrations, {len(self._remotes)} remote agents"
         return f"Agent({self.name!r}, backends={list(self.backends)}, {state})"
+
+
+def _conflict(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
+    """Two lists of ``(mem, device, address, bytes, serial)`` registrations hold two different
+    registrations of some of the same memory."""
+    for mem, device, address, size, serial in a:
+        for mem2, device2, address2, size2, serial2 in b:
+            if (mem, device) == (mem2, device2) and address < address2 + size2 and address2 < address + size \
+                    and (address, size, serial) != (address2, size2, serial2):
+                return True
+    return False
 
 
 def _per(descriptors: plan.Descriptors) -> str:

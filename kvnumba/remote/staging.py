@@ -55,7 +55,7 @@ def _pinned_array(shape: tuple[int, ...]) -> Any:
 
 def item_shape(remote: Side) -> tuple[int, ...]:
     g = remote.geometry
-    return (g.heads, g.item_bytes // g.heads) if g.heads > 1 else (g.item_bytes,)
+    return (g.heads, g.item_bytes // g.heads)  # (1, item) for one head: every view takes it
 
 
 def can_stage(remote: Side) -> bool:

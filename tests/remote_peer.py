@@ -1,0 +1,60 @@
+"""The other process of the ``kvnumba.remote`` tests: a NIXL agent and cache views, driven by one
+JSON command per line on stdin, one JSON answer per line on stdout (``tests/remote_support.Peer``).
+
+    python tests/remote_peer.py NAME host|gpu
+
+``gpu``: views in GPU memory (``view_cases``' placement, Numba arrays); ``host``: NumPy arrays (on a GPU
+machine, pinned host memory). Bytes travel base64-encoded.
+"""
+import base64
+import json
+import sys
+import traceback
+
+from kvnumba.remote import Agent
+from remote_support import views
+from view_cases import view_bytes
+
+
+def main():
+    name, memory = sys.argv[1], sys.argv[2]
+    place = None
+    from kvnumba.driver.target import SIMULATOR
+
+    if not SIMULATOR:
+        place = ("device", "numba") if memory == "gpu" else ("host", "numba")
+    agent = Agent(name)
+    made = {}
+    for line in sys.stdin:
+        request = json.loads(line)
+        cmd = request["cmd"]
+        try:
+            answer = {}
+            if cmd == "ping":
+                pass
+            elif cmd == "make":
+                _, made[request["key"]] = views(request["layout"], request["seed"], request["poison"], request["mla"],
+                                                place)
+            elif cmd == "export":
+                answer["exported"] = base64.b64encode(agent.export(made[request["key"]])).decode()
+            elif cmd == "bytes":
+                answer["bytes"] = [base64.b64encode(b.tobytes()).decode() for b in view_bytes(made[request["key"]])]
+            elif cmd == "unexport":
+                agent.unexport(made[request["key"]])
+            elif cmd == "notifications":
+                answer["notifications"] = {k: [m.decode() for m in v] for k, v in agent.notifications().items()}
+            elif cmd == "close":
+                agent.close()
+            elif cmd == "exit":
+                print(json.dumps(answer), flush=True)
+                break
+            else:
+                raise ValueError(f"unknown command {cmd!r}")
+        except Exception:  # noqa: BLE001 - sent back to the test, which raises it
+            answer = {"error": traceback.format_exc()}
+        print(json.dumps(answer), flush=True)
+    agent.close()
+
+
+if __name__ == "__main__":
+    main()
