@@ -8,12 +8,23 @@ machine, pinned host memory). Bytes travel base64-encoded.
 """
 import base64
 import json
+import os
 import sys
 import traceback
 
-from kvnumba.remote import Agent
-from remote_support import views
-from view_cases import view_bytes
+# Answers go to the original stdout; anything else printed there (by Python or by a C library) goes to stderr.
+ANSWERS = os.fdopen(os.dup(1), "w", buffering=1)
+os.dup2(2, 1)
+sys.stdout = sys.stderr
+
+from kvnumba.remote import Agent  # noqa: E402
+from remote_support import views  # noqa: E402
+from view_cases import view_bytes  # noqa: E402
+
+
+def reply(message):
+    ANSWERS.write(json.dumps(message) + "\n")
+    ANSWERS.flush()
 
 
 def main():
@@ -46,13 +57,13 @@ def main():
             elif cmd == "close":
                 agent.close()
             elif cmd == "exit":
-                print(json.dumps(answer), flush=True)
+                reply(answer)
                 break
             else:
                 raise ValueError(f"unknown command {cmd!r}")
         except Exception:  # noqa: BLE001 - sent back to the test, which raises it
             answer = {"error": traceback.format_exc()}
-        print(json.dumps(answer), flush=True)
+        reply(answer)
     agent.close()
 
 

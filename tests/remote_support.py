@@ -105,6 +105,8 @@ class Peer:
                 self.process.wait(30)
             except subprocess.TimeoutExpired:
                 self.kill()
+        self.process.stdin.close()
+        self.process.stdout.close()
         self.log.close()
 
     def __enter__(self):
