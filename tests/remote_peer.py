@@ -46,6 +46,17 @@ def main():
             elif cmd == "make":
                 _, made[request["key"]] = views(request["layout"], request["seed"], request["poison"], request["mla"],
                                                 place)
+            elif cmd == "make_large":  # a page-first pool [T, L, H, D] of uint16, K then V drawn from one generator
+                import numpy as np
+
+                import kvnumba as kv
+                from placement import PLACE
+
+                rng = np.random.default_rng(request["seed"])
+                shape = (request["T"], request["L"], request["H"], request["D"])
+                k, v = (rng.integers(0, 2**16, shape, dtype=np.uint16) for _ in range(2))
+                put = (lambda a: a) if place is None else PLACE[place[0]]
+                made[request["key"]] = kv.PageFirst(put(k), put(v))
             elif cmd == "export":
                 answer["exported"] = base64.b64encode(agent.export(made[request["key"]])).decode()
             elif cmd == "bytes":
