@@ -161,8 +161,7 @@ class RemoteCopy:
 
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._done else "in flight")
-        size = f"{self.bytes / 2**20:.1f} MiB" if self.bytes >= 2**20 else f"{self.bytes} B"
-        return f"RemoteCopy({self.op}, route={self.route}: {self.detail}, {size}, {state})"
+        return f"RemoteCopy({self.op}, route={self.route}: {self.detail}, {_size(self.bytes)}, {state})"
 
 
 class _Held:
@@ -617,9 +616,9 @@ def _per(descriptors: plan.Descriptors) -> str:
 
 
 def _size(n: int) -> str:
-    for unit, scale in (("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale and n % (scale // 16) == 0:
-            return f"{n / scale:g} {unit}"
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
     return f"{n} B"
 
 
