@@ -152,19 +152,19 @@ def main(argv=None):
     print(f"| per page per layer (the issue's yardstick) | {L * 2 * pages} | {L * 2 * pages} |\n")
     views = {name: view(name, L, pool, P, H, D) for name in LAYOUTS}
     cases = placements(N, pool, P)
-    print("What kvnumba.remote plans (`route=auto`; `direct` is the both-sides merge; the staged route posts "
-          "the source's runs and relayouts on the destination). Ratio: per-page-per-layer count / kvnumba's.\n")
-    print("| source (remote) | destination (local) | placement | route | descriptors | bytes each | direct | "
-          "ratio vs per page per layer |")
+    print("What kvnumba.remote plans, `route=auto` (the descriptors, their bytes, the route), and what the direct "
+          "route alone would post (both sides merged). Ratio: per page per layer / kvnumba.\n")
+    print("| source (remote) | destination (local) | contiguous: kvnumba | direct | ratio | scattered: kvnumba | direct | ratio |")
     print("|---|---|---|---|---|---|---|---|")
     started = time.perf_counter()
     for s in LAYOUTS:
         for d in LAYOUTS:
+            cells = []
             for placement, (src, dst) in cases.items():
                 plan = plan_copy(views[s], views[d], src, dst, remote="src")
-                ratio = L * 2 * pages / plan.descriptors
-                print(f"| {s} | {d} | {placement} | {plan.route} | {plan.descriptors} | {per(plan)} | {plan.direct} | "
-                      f"{ratio:g} |")
+                cells += [f"{plan.descriptors} x {per(plan)} ({plan.route})", str(plan.direct),
+                          f"{L * 2 * pages / plan.descriptors:.4g}"]
+            print(f"| {s} | {d} | " + " | ".join(cells) + " |")
     print(f"\n(planned in {time.perf_counter() - started:.0f} s on this machine)")
 
 

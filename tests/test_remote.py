@@ -7,7 +7,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.remote import Agent, RemoteView, nixl_available
+from kvnumba.remote import Agent, RemoteView, nixl_available, plan_copy
 from remote_support import SHAPE, expected, indices, same_bytes, views
 from view_cases import KV_ONLY, LAYOUTS, view_bytes
 
@@ -43,6 +43,9 @@ def _read(agents, s, d, route, mla=False, layers=None, seed=0):
     done = decode.copy(remote, dst, src_idx, dst_idx, layers, route=route, **LAUNCH).wait(60)
     want = expected(s, 10 + seed, d, 20 + seed, src_idx, dst_idx, layers, mla)
     assert same_bytes(view_bytes(dst), want), f"{s} -> {d} READ {done!r}"
+    planned = plan_copy(remote, dst, src_idx, dst_idx, layers, route=route)  # what plan_copy says is what was posted
+    assert (planned.route, planned.descriptors, planned.bytes) == (done.route, done.descriptors, done.bytes), \
+        f"{planned!r} vs {done!r}"
     prefill.unexport(src)
     return done
 

@@ -174,3 +174,28 @@ def test_export_round_trip_and_damage():
 
 def test_mla_and_kv_only_layouts_are_known():
     assert KV_ONLY <= set(LAYOUTS)
+
+
+def _script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "scripts" / "remote_descriptors.py"
+    spec = importlib.util.spec_from_file_location("remote_descriptors", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_descriptor_table_script_quick(capsys):
+    """scripts/remote_descriptors.py --quick: the baselines and one row per layout pair, each at most per
+    page per layer (4 layers x K/V x 16 pages = 128) and never more than the direct route."""
+    _script().main(["--quick"])
+    out = capsys.readouterr().out
+    assert "| vLLM NixlConnector: one per (layer, K/V, block) | 128 x 1 KiB | 128 x 1 KiB |" in out
+    rows = [line.split(" | ") for line in out.splitlines() if line.count(" | ") == 7 and "x" in line.split(" | ")[2]]
+    assert len(rows) == 8 * 8
+    for row in rows:
+        for kvnumba_cell, direct in ((row[2], row[3]), (row[5], row[6])):
+            count = int(kvnumba_cell.split(" x ")[0])
+            assert count <= 128 and count <= int(direct), row
