@@ -2,6 +2,8 @@
 memory on a GPU): every layout pair, READ and WRITE, each route, checked byte for byte against
 ``kvnumba.reference`` with poisoned destinations; and the promises: named errors with nothing written,
 stale exports, failures that never report success, close()."""
+import time
+
 import numpy as np
 import pytest
 
@@ -136,12 +138,11 @@ def test_notify(agents):
     _, dst = views("PageFirst", 2, True, False, PLACE)
     remote = prefill.connect(decode.export(dst))
     prefill.copy(src, remote, np.arange(4), np.arange(4), notify=b"request-7").wait(60)
-    got = {}
-    for _ in range(2000):
+    got, deadline = {}, time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
         for name, messages in decode.notifications().items():
             got.setdefault(name, []).extend(messages)
-        if got:
-            break
+        time.sleep(0.001)
     assert got == {"prefill": [b"request-7"]}
 
 

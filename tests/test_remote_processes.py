@@ -3,6 +3,8 @@ agent and caches. Every layout pair READ from the peer and WRITTEN into it, byte
 ``kvnumba.reference`` with poisoned destinations; stale exports, a peer that closes or dies, and
 notifications. On the simulator the caches are host memory; on a GPU, this process's are in GPU memory
 and the peer's in pinned host memory (``tests/gpu/test_remote_gpu.py`` has VRAM on both sides)."""
+import time
+
 import numpy as np
 import pytest
 
@@ -98,11 +100,10 @@ def test_notification_reaches_the_other_process(agent, peer):
     target = agent.connect(peer.export("notified", "PageFirst", seed=11, poison=True))
     _, cache = views("PageFirst", 12, False, False, PLACE)
     agent.copy(cache, target, np.arange(4), np.arange(4), notify=b"request-42").wait(60)
-    got = {}
-    for _ in range(200):
+    got, deadline = {}, time.monotonic() + 30
+    while not got and time.monotonic() < deadline:
         got = peer.request("notifications")["notifications"]
-        if got:
-            break
+        time.sleep(0.001)
     assert got == {"decode": ["request-42"]}
 
 
