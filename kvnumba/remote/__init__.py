@@ -13,7 +13,8 @@ It needs NIXL's Python API (``pip install "kvnumba[nixl]"``, or ``pip install --
 importing ``kvnumba.remote`` does not.
 """
 from ._nixl import available as nixl_available
-from .agent import Agent, RemoteCopy, RemoteView
+from .agent import Agent
+from .handles import RemoteCopy, RemoteView
 from .counts import CopyPlan, plan_copy
 
 __all__ = ["Agent", "CopyPlan", "RemoteCopy", "RemoteView", "nixl_available", "plan_copy"]

@@ -12,7 +12,7 @@ import numpy as np
 
 from ..api.views import CacheView
 from . import plan, staging
-from .agent import RemoteView
+from .handles import RemoteView
 from .sides import Side
 
 
