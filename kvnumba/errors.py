@@ -73,6 +73,21 @@ class CopyError(CudaError):
         self.index = index
 
 
+class ExportError(ValueError):
+    """Bytes given to ``kvnumba.remote.Agent.connect`` that are not a kvnumba export, are damaged, come
+    from another format version, or describe a cache that does not fit the call."""
+
+
+class StaleExportError(ExportError):
+    """A ``kvnumba.remote`` export that no longer describes exported memory: its view was unexported,
+    its agent closed, or the agent was replaced by a new one of the same name. Nothing was moved."""
+
+
+class RemoteError(RuntimeError):
+    """A NIXL call or transfer failed (``kvnumba.remote``). The message names the call and NIXL's
+    error; a failed transfer never reports success."""
+
+
 class Interrupted(KeyboardInterrupt):
     """A signal (SIGINT, SIGTERM, SIGHUP) stopped ``kvnumba convert``; its temporary file has been
     removed. A KeyboardInterrupt, so that code which catches ``Exception`` lets it through."""

@@ -2,7 +2,7 @@
 
     python scripts/render_notebooks.py                     # every notebook; 01, 02, 04 on the simulator
     python scripts/render_notebooks.py notebooks/03_performance.ipynb
-    python scripts/render_notebooks.py --gpu               # 01, 02, 04 on this machine's GPU
+    python scripts/render_notebooks.py --gpu               # 01, 02, 04, 05 on this machine's GPU
 
 Each notebook runs top to bottom in a Jupyter kernel on this interpreter (nbclient), from the
 notebooks folder, with this checkout's kvnumba first on the path and matplotlib's Agg backend; on

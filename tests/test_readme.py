@@ -15,7 +15,14 @@ def _python_blocks():
 
 @pytest.mark.parametrize("index", range(len(_python_blocks())))
 def test_python_example_runs(index):
-    exec(compile(_python_blocks()[index], f"README.md python block {index}", "exec"), {})
+    block = _python_blocks()[index]
+    if "kvnumba.remote" in block:
+        from kvnumba.driver.target import SIMULATOR
+        from kvnumba.remote import nixl_available
+
+        if not nixl_available() and not SIMULATOR:  # the README's install line installs it: CI needs it
+            pytest.skip("NIXL is not installed on this GPU machine (../shared/gpu/README.md: the nixl_cu13 bundle)")
+    exec(compile(block, f"README.md python block {index}", "exec"), {})
 
 
 def test_the_file_tree_names_every_module_and_stays_in_the_repository():

@@ -1,0 +1,47 @@
+"""NIXL's Python API, found once, on first use (``kvnumba.remote`` imports without it).
+
+NIXL ships as ``nixl-cu13`` (import name ``nixl_cu13``), ``nixl-cu12`` (``nixl_cu12``) and a ``nixl``
+meta package (``nixl``) that re-exports one of them. Each wheel declares torch as a dependency, but its
+Python API imports torch only when given torch tensors; kvnumba hands it address lists, so
+``pip install --no-deps nixl-cu13`` (plus numpy, which kvnumba has) is enough.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+CANDIDATES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
+INSTALL = ('pip install "kvnumba[nixl]" (pulls torch), or pip install --no-deps "nixl-cu13>=1.5.1,<2" '
+           "(NIXL's Python API needs only numpy)")
+
+_module: Any = None
+
+
+def api() -> Any:
+    """The NIXL API module (``nixl_agent``, ``nixl_agent_config``), or ``ImportError`` saying how to get it."""
+    global _module
+    if _module is None:
+        errors = []
+        for name in CANDIDATES:
+            try:
+                _module = importlib.import_module(name)
+                break
+            except ImportError as error:
+                errors.append(f"{name}: {error}")
+        else:
+            raise ImportError("kvnumba.remote needs NIXL's Python API: " + INSTALL + ". Tried " + "; ".join(errors))
+    return _module
+
+
+def available() -> bool:
+    """Whether NIXL's Python API can be imported here."""
+    try:
+        api()
+    except ImportError:
+        return False
+    return True
+
+
+def name() -> str:
+    """The module NIXL was found as, e.g. ``nixl_cu13._api``."""
+    return str(api().__name__)

@@ -1,0 +1,478 @@
+"""``Agent``: a NIXL agent that exports cache views, connects to other agents' exports, and copies
+tokens between a local view and a remote one, in any two layouts ``kv.copy`` supports."""
+from __future__ import annotations
+
+import secrets
+import time
+import weakref
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import errors
+from ..api.copy import copy as kv_copy
+from ..api.transfer import prepare
+from ..api.views import CacheView
+from ..checks import bounds, validate
+from ..types import ArrayLike
+from . import _nixl, export, plan, staging
+from .handles import RemoteCopy, RemoteView, _call, _size
+from .sides import Side
+
+TOKEN_SLOTS = 512  # export tokens per slab (8 bytes each); more slabs are added as needed
+
+
+class _Held:
+    """The NIXL registrations of one local view (kept while the view lives, or until unexport/close)."""
+
+    def __init__(self, side: Side, keys: list[tuple[str, int, int, int]]) -> None:
+        self.side, self.keys = side, keys
+        self.slot: int | None = None
+        self.export_id = 0
+
+
+class Agent:
+    """A NIXL agent (``nixl_agent``) for cache views.
+
+    Parameters
+    ----------
+    name : str
+        The agent's name, unique among the agents that talk to each other.
+    backends : sequence of str
+        NIXL backends to start (``("UCX",)``). On machines whose only transport is TCP, UCX needs
+        ``tcp`` in ``UCX_TLS`` (the default, all transports, includes it).
+
+    Use ``export`` on the side that owns a cache, ``connect`` on the other with the bytes it returned
+    (they travel however you like: a file, a socket, a key-value store), then ``copy``. ``close()``
+    (or leaving ``with Agent(...) as agent:``) deregisters everything. One thread at a time.
+
+    Example
+    -------
+    >>> with Agent("decode") as agent:                                        # doctest: +SKIP
+    ...     pool = agent.connect(exported_bytes)                              # the prefill's PageFirst pool
+    ...     agent.copy(pool, kv.VllmFlashAttn(caches), src_tokens, dst_tokens).wait()
+    """
+
+    def __init__(self, name: str, backends: Sequence[str] = ("UCX",)) -> None:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"name must be a non-empty str, got {name!r}")
+        if isinstance(backends, str) or not all(isinstance(b, str) for b in backends) or not backends:
+            raise TypeError(f"backends must be a non-empty sequence of backend names, got {backends!r}")
+        nixl = _nixl.api()
+        config = nixl.nixl_agent_config(backends=list(backends), capture_telemetry=True)
+        self._nixl = _call(f"nixl_agent({name!r})", nixl.nixl_agent, name, config)
+        missing = [b for b in backends if b not in self._nixl.backends]
+        if missing:
+            raise errors.RemoteError(f"NIXL backend(s) {missing} did not start for agent {name!r} (available plugins: "
+                                     f"{sorted(self._nixl.plugin_list)}); with UCX over TCP, UCX_TLS must include tcp")
+        self.name, self.backends = name, tuple(backends)
+        self.instance = secrets.randbits(62) + 1
+        self.closed = False
+        self._registered: dict[tuple[str, int, int, int], list[Any]] = {}  # key -> [descs, count, serial]
+        self._serial = 0  # numbers each registration, so that another agent tells a new one from an old
+        self._loaded: dict[str, dict[int, RemoteView]] = {}  # remote agent -> export id -> the view loaded
+        self._held: weakref.WeakKeyDictionary[CacheView, _Held] = weakref.WeakKeyDictionary()
+        self._slabs: list[tuple[np.ndarray, int]] = []  # token slabs and their first slot number
+        self._free_slots: list[int] = []
+        self._scratch = np.zeros(1, np.uint64)  # where a copy reads the remote token to
+        self._remotes: dict[str, int] = {}  # remote agent name -> the instance connected
+        self._pool = staging.Pool()
+        self._inflight: set[RemoteCopy] = set()
+        self._register_array(self._scratch)
+
+    # --- registrations -------------------------------------------------------------------------------
+
+    def _register(self, mem: str, device: int, address: int, nbytes: int) -> tuple[str, int, int, int]:
+        key = (mem, device, address, nbytes)
+        entry = self._registered.get(key)
+        if entry is None:
+            descs = _call(f"register_memory({mem} {nbytes} B at 0x{address:x})", self._nixl.register_memory,
+                          [(address, nbytes, device, "")], mem)
+            self._serial += 1
+            self._registered[key] = [descs, 1, self._serial]
+        else:
+            entry[1] += 1
+        return key
+
+    def _deregister(self, key: tuple[str, int, int, int]) -> None:
+        entry = self._registered.get(key)
+        if entry is None:
+            return
+        entry[1] -= 1
+        if entry[1] == 0:
+            del self._registered[key]
+            _call("deregister_memory", self._nixl.deregister_memory, entry[0])
+
+    def _register_array(self, array: np.ndarray) -> tuple[str, int, int, int]:
+        return self._register("DRAM", 0, array.ctypes.data, array.nbytes)
+
+    def _hold(self, view: CacheView, name: str) -> _Held:
+        """The view's side, its memory registered with NIXL (once per view)."""
+        held = self._held.get(view) if isinstance(view, CacheView) else None
+        if held is None:
+            side = Side.of_view(view, name)  # TypeError naming ``name`` for what is not a view
+            keys: list[tuple[str, int, int, int]] = []
+            try:
+                for address, nbytes in side.buffers:
+                    if nbytes:
+                        keys.append(self._register(side.mem, side.device, address, nbytes))
+            except BaseException:
+                for key in keys:
+                    self._deregister(key)
+                raise
+            held = self._held[view] = _Held(side, keys)
+            weakref.finalize(view, self._release_keys, keys)
+        return held
+
+    def _release_keys(self, keys: list[tuple[str, int, int, int]]) -> None:
+        if not self.closed:
+            for key in list(keys):
+                self._deregister(key)
+            keys.clear()
+
+    def _slot(self) -> tuple[int, int]:
+        """A free token slot: ``(slot number, its address)``."""
+        if not self._free_slots:
+            slab = np.zeros(TOKEN_SLOTS, np.uint64)
+            first = len(self._slabs) * TOKEN_SLOTS
+            self._register_array(slab)
+            self._slabs.append((slab, first))
+            self._free_slots = list(range(first + TOKEN_SLOTS - 1, first - 1, -1))
+        slot = self._free_slots.pop()
+        slab, first = self._slabs[slot // TOKEN_SLOTS]
+        return slot, slab.ctypes.data + (slot - first) * 8
+
+    def _token(self, slot: int) -> tuple[np.ndarray, int]:
+        slab, first = self._slabs[slot // TOKEN_SLOTS]
+        return slab, slot - first
+
+    # --- export, connect -----------------------------------------------------------------------------
+
+    def export(self, view: CacheView) -> bytes:
+        """Register ``view``'s memory with NIXL and return what another agent needs to reach it.
+
+        Any kvnumba view but ``kv.LayerTable`` (raw addresses): host or device memory, K/V or MLA. The
+        bytes hold NIXL's metadata and the view's geometry; pass them to ``Agent.connect`` elsewhere.
+        Exporting the same view again returns an export of the same memory (the earlier one stays valid).
+        ``unexport(view)`` (or ``close()``) makes every export of it stale.
+        """
+        self._check_open()
+        held = self._hold(view, "view")
+        if held.slot is None:
+            held.slot, _ = self._slot()
+            held.export_id = secrets.randbits(62) + 1
+            slab, index = self._token(held.slot)
+            slab[index] = held.export_id
+        slab, index = self._token(held.slot)
+        side = held.side
+        view_descs = [self._registered[key][0] for key in held.keys]
+        token_key = ("DRAM", 0, slab.ctypes.data, slab.nbytes)
+        blobs = [_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata, descs, True,
+                       list(self.backends)) for descs in view_descs]
+        blobs.append(_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
+                           self._registered[token_key][0], not blobs, list(self.backends)))
+        regions = [[*key, self._registered[key][2]] for key in [*held.keys, token_key]]
+        header = {"agent": self.name, "instance": self.instance, "export": held.export_id, "regions": regions,
+                  "token": slab.ctypes.data + index * 8, "nixl": _nixl.name(), "side": side.header()}
+        return export.encode(header, blobs)
+
+    def unexport(self, view: CacheView) -> None:
+        """Make every export of ``view`` stale (copies through it raise ``StaleExportError``) and
+        deregister its memory. Nothing happens for a view this agent never registered."""
+        self._check_open()
+        held = self._held.pop(view, None)
+        if held is None:
+            return
+        if held.slot is not None:
+            slab, index = self._token(held.slot)
+            slab[index] = 0
+            self._free_slots.append(held.slot)
+        self._release_keys(held.keys)
+
+    def connect(self, exported: bytes) -> RemoteView:
+        """The view another agent exported (``Agent.export``'s bytes), ready for ``copy``.
+
+        Raises
+        ------
+        TypeError, ExportError
+            ``exported`` is not bytes, not a kvnumba export, damaged, of another format version, an
+            export of this very agent, or of a layout unknown here (a user layout whose module is not
+            imported).
+        RemoteError
+            NIXL refused the metadata.
+        """
+        self._check_open()
+        header, blobs = export.decode(exported)
+        if header["agent"] == self.name:
+            raise errors.ExportError(f"exported comes from agent {self.name!r}, this agent: within one process, "
+                                     "copy with kv.copy")
+        try:
+            side = Side.from_header(header["side"])
+        except (KeyError, TypeError) as error:  # pragma: no cover - the checksum matched: a writer's bug
+            raise errors.ExportError(f"exported has an incomplete header ({error})") from None
+        known = self._remotes.get(header["agent"])
+        if known is not None and known != header["instance"]:  # the agent of that name was replaced
+            self._forget(header["agent"])
+        view = RemoteView(self, header, side)
+        view.blobs = blobs
+        self._load(view)
+        self._remotes[header["agent"]] = header["instance"]
+        return view
+
+    def _forget(self, agent: str) -> None:
+        """Drop everything NIXL knows of ``agent`` (its connection and the memory it exported)."""
+        _call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
+        self._loaded.pop(agent, None)
+        self._remotes.pop(agent, None)
+
+    def _load(self, view: RemoteView) -> None:
+        """NIXL holds ``view``'s metadata. NIXL keeps what it loaded of an agent's memory even after that
+        agent deregistered it; a region registered anew over (part of) such memory then goes unseen. So
+        when the view's regions overlap other registrations loaded for its agent, NIXL's picture of that
+        agent is rebuilt: this view's metadata and that of the loaded views that do not overlap it."""
+        loaded = self._loaded.setdefault(view.agent, {})
+        if view.export_id in loaded:
+            return
+        keep = {eid: other for eid, other in loaded.items() if not _conflict(other.regions, view.regions)}
+        if len(keep) < len(loaded):
+            instance = self._remotes.get(view.agent)
+            self._forget(view.agent)
+            if instance is not None:
+                self._remotes[view.agent] = instance
+            loaded = self._loaded.setdefault(view.agent, {})
+            for other in keep.values():
+                for blob in other.blobs:
+                    _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+                loaded[other.export_id] = other
+        for blob in view.blobs:
+            _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+        loaded[view.export_id] = view
+
+    # --- copy ------------------------------------------------------------------------------------------
+
+    def copy(self, src: CacheView | RemoteView, dst: CacheView | RemoteView, src_indices: ArrayLike,
+             dst_indices: ArrayLike, layers: int | range | None = None, *, route: str = "auto",
+             notify: bytes | None = None, block_quota: int = 2, num_warps_per_block: int = 32) -> RemoteCopy:
+        """Move token ``src_indices[i]`` of ``src`` to token ``dst_indices[i]`` of ``dst``, K and V, for
+        ``layers`` (None: all; an int; a range with step 1), through NIXL.
+
+        Exactly one of ``src`` and ``dst`` is a ``RemoteView``: a READ (remote -> local) or a WRITE
+        (local -> remote). The local one is any kvnumba view (its memory is registered on first use).
+        Descriptors are planned from both layouts (``kvnumba.remote.plan``): runs contiguous on both
+        sides merge into one; with ``route="auto"`` a copy whose layouts merge poorly moves the remote
+        side's runs into a staging buffer here and relayouts it with ``kv.copy``. ``route="direct"`` or
+        ``"staged"`` forces one. ``notify``: a NIXL notification the remote agent receives (see
+        ``notifications``) once the transfer is done. ``block_quota``, ``num_warps_per_block``: the
+        launch shape of the staged route's ``kv.copy``, as for every entry point.
+
+        Local GPU memory must be ready before a WRITE (synchronise the stream that wrote it); after a
+        READ it is ready when ``wait()`` returns.
+
+        Returns
+        -------
+        RemoteCopy
+            ``wait()`` / ``done()``; its ``repr`` names the route, the descriptors and the bytes.
+
+        Raises
+        ------
+        TypeError, ValueError, IndexOutOfRangeError
+            A bad argument, named; nothing is written and nothing is posted.
+        StaleExportError
+            The remote view's export is no longer valid (unexported, or its agent closed or replaced).
+        RemoteError
+            NIXL failed (the remote agent unreachable, a refused transfer, ...).
+        """
+        self._check_open()
+        remote_view, local_view, op = self._roles(src, dst)
+        if route not in plan.ROUTES:
+            raise ValueError(f"route must be one of {', '.join(plan.ROUTES)}, got {route!r}")
+        if notify is not None and not isinstance(notify, bytes):
+            raise TypeError(f"notify must be bytes or None, got {type(notify).__name__}")
+        launch = dict(zip(("block_quota", "num_warps_per_block"),
+                          validate.launch_config(block_quota, num_warps_per_block)))
+        local_name = "dst" if op == "READ" else "src"
+        held = self._hold(local_view, local_name)
+        local, remote = held.side, remote_view.side
+        src_side, dst_side = (remote, local) if op == "READ" else (local, remote)
+        heads = plan.check_pair(src_side, dst_side)
+        layer_numbers = plan.window(layers, min(src_side.geometry.layers, dst_side.geometry.layers))
+        src_info, dst_info = validate.indices(src_indices, dst_indices)
+        src_tokens = np.asarray(bounds.host_indices(src_info), dtype=np.int64)
+        dst_tokens = np.asarray(bounds.host_indices(dst_info), dtype=np.int64)
+        plan.check_tokens("src_indices", src_tokens, src_side, "the tokens of src")
+        plan.check_tokens("dst_indices", dst_tokens, dst_side, "the tokens of dst")
+        self._check_fresh(remote_view)
+        if src_tokens.size == 0:
+            return RemoteCopy(self, op, "direct", 0, 0, "nothing to copy")
+        local_tokens, remote_tokens = (dst_tokens, src_tokens) if op == "READ" else (src_tokens, dst_tokens)
+
+        direct = plan.pair_descriptors(local, local_tokens, remote, remote_tokens, layer_numbers, heads)
+        staged_count = None
+        if route != "direct" and staging.can_stage(remote):
+            staged_count = plan.remote_runs(remote, remote_tokens, layer_numbers).size
+        elif route == "staged":
+            raise ValueError(f"route='staged': no staging view can be made for the remote layout {remote.class_name}")
+        chosen = plan.choose(route, len(direct), staged_count)
+        layers_arg = _layers_argument(layer_numbers)
+        if chosen == "direct":
+            detail = (f"{len(direct)} descriptors ({_per(direct)}) {src_side.class_name} -> {dst_side.class_name}")
+            return self._post(op, remote_view, local.mem, local.device, direct, chosen, detail, notify)
+
+        # Staged: the remote side's runs into a staging view laid out like it, relayout here with kv.copy.
+        unique = np.unique(remote_tokens)
+        mapped, pages = plan.staging_tokens(remote, remote_tokens)
+        unique_mapped, _ = plan.staging_tokens(remote, unique)
+        key, capacity, staging_view, staging_held = self._pool.take(
+            remote, pages, layer_numbers, local.mem, local.device, lambda v: self._hold(v, "staging"))
+        give_back = (lambda: self._pool.give_back(key, capacity, staging_view, staging_held))
+        try:
+            staged = plan.pair_descriptors(staging_held.side, unique_mapped, remote, unique, layer_numbers,
+                                           remote.geometry.heads if remote.head_split else 1)
+            if op == "READ":
+                relayout = prepare(kv_copy, src_view=staging_view, dst_view=local_view, layers=layers_arg)
+                after = (lambda: relayout(mapped, local_tokens, **launch, check=True))
+            else:
+                kv_copy(local_view, staging_view, local_tokens, mapped, layers_arg, **launch, check=True)
+                after = None
+        except BaseException:
+            give_back()
+            raise
+        detail = (f"{len(staged)} descriptors ({_per(staged)}) of {remote.class_name} runs "
+                  + (f"-> staging -> kv.copy -> {local.class_name}" if op == "READ"
+                     else f"<- staging <- kv.copy <- {local.class_name}")
+                  + f"; direct would post {len(direct)}")
+        return self._post(op, remote_view, local.mem, local.device, staged, chosen, detail, notify, after, give_back)
+
+    def _roles(self, src: Any, dst: Any) -> tuple[RemoteView, CacheView, str]:
+        remote = [name for name, v in (("src", src), ("dst", dst)) if isinstance(v, RemoteView)]
+        if len(remote) != 1:
+            got = "both are" if remote else "neither is"
+            raise TypeError(f"exactly one of src and dst must be a kvnumba.remote.RemoteView (Agent.connect), "
+                            f"{got}")
+        remote_view, local_view, op = (src, dst, "READ") if remote == ["src"] else (dst, src, "WRITE")
+        if remote_view._owner() is not self:
+            raise ValueError(f"{remote[0]} is a RemoteView connected by another agent; connect the export with this one")
+        return remote_view, local_view, op
+
+    def _check_fresh(self, view: RemoteView) -> None:
+        """The remote view's export still stands: its agent is the one connected, and its token slot
+        (read from the remote agent, 8 bytes) still holds its export id."""
+        if self._remotes.get(view.agent) != view.instance:
+            raise errors.StaleExportError(f"{view!r} is stale: agent {view.agent!r} was replaced by a new agent of "
+                                          "that name since it was exported; connect its new export")
+        self._load(view)  # again, if a later export of its agent displaced it
+        local = self._nixl.get_xfer_descs(np.array([[self._scratch.ctypes.data, 8, 0]], np.uint64), "DRAM")
+        remote = self._nixl.get_xfer_descs(np.array([[view.token_address, 8, 0]], np.uint64), "DRAM")
+        self._scratch[0] = 0
+        handle = _call(f"initialize_xfer(READ of the export token from {view.agent!r})", self._nixl.initialize_xfer,
+                       "READ", local, remote, view.agent)
+        try:
+            state = _call("transfer", self._nixl.transfer, handle)
+            deadline = time.monotonic() + 30
+            while state == "PROC" and time.monotonic() < deadline:
+                state = _call("check_xfer_state", self._nixl.check_xfer_state, handle)
+            if state != "DONE":
+                raise errors.RemoteError(f"reading the export token from agent {view.agent!r} failed (NIXL state "
+                                         f"{state!r}): is that agent still running?")
+        finally:
+            handle.release()
+        if int(self._scratch[0]) != view.export_id:
+            raise errors.StaleExportError(f"{view!r} is stale: its agent no longer exports that view (unexported, "
+                                          "or the agent closed); nothing was moved")
+
+    def _post(self, op: str, remote_view: RemoteView, mem: str, device: int, descriptors: plan.Descriptors,
+              route: str, detail: str, notify: bytes | None, after: Any = None, release: Any = None) -> RemoteCopy:
+        try:
+            local = _call("get_xfer_descs", self._nixl.get_xfer_descs, descriptors.rows("local", device), mem)
+            remote = _call("get_xfer_descs", self._nixl.get_xfer_descs,
+                           descriptors.rows("remote", remote_view.side.device), remote_view.mem)
+            handle = _call(f"initialize_xfer({op} with {remote_view.agent!r}, {len(descriptors)} descriptors)",
+                           self._nixl.initialize_xfer, op, local, remote, remote_view.agent, notify or b"")
+        except BaseException:
+            if release is not None:
+                release()
+            raise
+        try:
+            state = _call(f"transfer({op})", self._nixl.transfer, handle)
+        except BaseException:
+            handle.release()
+            if release is not None:
+                release()
+            raise
+        result = RemoteCopy(self, op, route, len(descriptors), descriptors.bytes, detail, handle, after, release)
+        self._inflight.add(result)
+        if state == "ERR":
+            result._fail(errors.RemoteError(f"posting the NIXL {op} ({len(descriptors)} descriptors) to agent "
+                                            f"{remote_view.agent!r} failed"))
+        return result
+
+    # --- the rest --------------------------------------------------------------------------------------
+
+    def notifications(self) -> dict[str, list[bytes]]:
+        """Notifications received since the last call (``copy(..., notify=...)`` of other agents), by agent name."""
+        self._check_open()
+        got = _call("get_new_notifs", self._nixl.get_new_notifs)
+        return {(k.decode() if isinstance(k, bytes) else k): list(v) for k, v in got.items()}
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError(f"agent {self.name!r} is closed")
+
+    def close(self) -> None:
+        """Cancel copies in flight, make every export stale, deregister all memory and end the agent.
+        Calling it again does nothing."""
+        if self.closed:
+            return
+        for pending in list(self._inflight):
+            pending._cancel(f"agent {self.name!r} closed")
+        for slab, _ in self._slabs:
+            slab[:] = 0
+        for name in list(self._remotes):
+            try:
+                self._nixl.remove_remote_agent(name)
+            except Exception:  # noqa: BLE001 - closing goes on
+                pass
+        self._pool.drain()
+        for descs, *_ in list(self._registered.values()):
+            try:
+                self._nixl.deregister_memory(descs)
+            except Exception:  # noqa: BLE001
+                pass
+        self._registered.clear()
+        self._held = weakref.WeakKeyDictionary()
+        self.closed = True
+        self._nixl = None
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{len(self._registered)} registrations, {len(self._remotes)} remote agents"
+        return f"Agent({self.name!r}, backends={list(self.backends)}, {state})"
+
+
+def _conflict(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
+    """Two lists of ``(mem, device, address, bytes, serial)`` registrations hold two different
+    registrations of some of the same memory."""
+    for mem, device, address, size, serial in a:
+        for mem2, device2, address2, size2, serial2 in b:
+            if (mem, device) == (mem2, device2) and address < address2 + size2 and address2 < address + size \
+                    and (address, size, serial) != (address2, size2, serial2):
+                return True
+    return False
+
+
+def _per(descriptors: plan.Descriptors) -> str:
+    """Bytes per descriptor, for a repr: one size, or the range."""
+    if not len(descriptors):
+        return "none"
+    low, high = int(descriptors.length.min()), int(descriptors.length.max())
+    return f"{_size(low)} each" if low == high else f"{_size(low)}-{_size(high)}"
+
+
+def _layers_argument(layer_numbers: np.ndarray) -> range:
+    return range(int(layer_numbers[0]), int(layer_numbers[-1]) + 1)

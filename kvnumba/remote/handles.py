@@ -1,0 +1,164 @@
+"""What ``Agent.connect`` and ``Agent.copy`` return: ``RemoteView`` (another agent's exported view) and
+``RemoteCopy`` (a copy under way); and the one helper every NIXL call goes through."""
+from __future__ import annotations
+
+import time
+import weakref
+from typing import TYPE_CHECKING, Any
+
+from .. import errors
+from ..api.views import Geometry
+from .sides import Side
+
+if TYPE_CHECKING:
+    from .agent import Agent
+
+_POLL_S = (0.0, 0.00005, 0.0002, 0.001)  # wait()'s sleeps between polls, growing to the last
+
+
+def _call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """A NIXL call; its failure as ``RemoteError`` naming the call and NIXL's error."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - NIXL raises its own classes (nixlNotFoundError, ...)
+        text = str(error) or type(error).__name__
+        raise errors.RemoteError(f"{what} failed: {type(error).__name__}: {text}") from error
+
+
+class RemoteView:
+    """A cache view another agent exported, as this agent connected to it (``Agent.connect``).
+
+    It has the view's ``geometry`` (layers, tokens, page size, heads, item bytes, dtype), ``mla``, the
+    ``layout`` (the view class's name), where its memory is (``mem``: ``"DRAM"`` or ``"VRAM"``) and who
+    exported it (``agent``). Use it as ``src`` or ``dst`` of ``Agent.copy``.
+    """
+
+    def __init__(self, owner: Agent, header: dict[str, Any], side: Side) -> None:
+        self._owner = weakref.ref(owner)
+        self.agent: str = header["agent"]
+        self.instance: int = header["instance"]
+        self.export_id: int = header["export"]
+        self.token_address: int = header["token"]
+        self.side = side
+        self.blobs: list[bytes] = []  # NIXL metadata (Agent.connect fills it)
+        self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.get("regions", [])]
+
+    @property
+    def geometry(self) -> Geometry:
+        return self.side.geometry
+
+    @property
+    def mla(self) -> bool:
+        return self.side.mla
+
+    @property
+    def layout(self) -> str:
+        return self.side.class_name
+
+    @property
+    def mem(self) -> str:
+        return self.side.mem
+
+    def __repr__(self) -> str:
+        g = self.geometry
+        where = self.mem if self.mem == "DRAM" else f"VRAM cuda:{self.side.device}"
+        return (f"RemoteView({self.layout} of agent {self.agent!r}: L={g.layers}, T={g.tokens}, P={g.page_size}, "
+                f"H={g.heads}, item={g.item_bytes} B{', MLA' if self.mla else ''}, {where})")
+
+
+class RemoteCopy:
+    """An ``Agent.copy`` under way: ``done()``, ``wait()``; ``bytes`` (moved by NIXL), ``descriptors``
+    (posted), ``route`` (``"direct"`` or ``"staged"``), ``op`` (``"READ"`` or ``"WRITE"``). Its
+    ``repr`` says all of it. A transfer that fails in NIXL raises ``RemoteError`` from ``done()`` or
+    ``wait()`` (and again on every later call): it never reports success."""
+
+    def __init__(self, agent: Agent, op: str, route: str, descriptors: int, nbytes: int, detail: str,
+                 handle: Any = None, relayout: Any = None, release: Any = None) -> None:
+        self._agent, self.op, self.route = agent, op, route
+        self.descriptors, self.bytes, self.detail = descriptors, nbytes, detail
+        self._handle, self._relayout, self._release = handle, relayout, release
+        self._error: BaseException | None = None
+        self._done = handle is None
+        self.nixl_descriptors: int | None = None  # what NIXL's telemetry counted, where it has it
+        if self._done:
+            self._finish()
+
+    def done(self) -> bool:
+        """True once every byte is in place (after a staged READ: relayout done too); ``RemoteError``
+        if the transfer failed."""
+        if self._error is not None:
+            raise self._error
+        if self._done:
+            return True
+        try:
+            state = _call("check_xfer_state", self._agent._nixl.check_xfer_state, self._handle)
+        except errors.RemoteError as error:
+            self._fail(error)
+        if state == "PROC":
+            return False
+        if state != "DONE":
+            self._fail(errors.RemoteError(f"the NIXL {self.op} ({self.descriptors} descriptors) failed: state "
+                                          f"{state!r}; the destination may hold part of the data"))
+        self._done = True
+        self._finish()
+        return True
+
+    def wait(self, timeout: float | None = None) -> RemoteCopy:
+        """Block until ``done()``; ``TimeoutError`` after ``timeout`` seconds (the copy goes on)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        polls = 0
+        while not self.done():
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"{self!r} not done after {timeout} s")
+            time.sleep(_POLL_S[min(polls, len(_POLL_S) - 1)])
+            polls += 1
+        return self
+
+    def _finish(self) -> None:
+        try:
+            if self._handle is not None:
+                try:
+                    self.nixl_descriptors = int(self._agent._nixl.get_xfer_telemetry(self._handle).descCount)
+                except Exception:  # noqa: BLE001 - telemetry is optional in NIXL builds
+                    self.nixl_descriptors = None
+            if self._relayout is not None:
+                self._relayout()
+        except BaseException as error:
+            self._error = error
+            raise
+        finally:
+            self._cleanup()
+
+    def _fail(self, error: BaseException) -> None:
+        self._error = error
+        self._cleanup()
+        raise error
+
+    def _cancel(self, why: str) -> None:
+        """Fail without raising (the agent is closing): later ``done()``/``wait()`` raise ``RemoteError``."""
+        if not self._done and self._error is None:
+            self._error = errors.RemoteError(f"the {self.op} was cancelled: {why}")
+            self._cleanup()
+
+    def _cleanup(self) -> None:
+        handle, self._handle = self._handle, None
+        if handle is not None:
+            self._agent._inflight.discard(self)
+            try:
+                handle.release()
+            except Exception:  # noqa: BLE001 - NIXL keeps a handle it could not release and frees it with the agent
+                pass
+        release, self._release, self._relayout = self._release, None, None
+        if release is not None:
+            release()
+
+    def __repr__(self) -> str:
+        state = "failed" if self._error is not None else ("done" if self._done else "in flight")
+        return f"RemoteCopy({self.op}, route={self.route}: {self.detail}, {_size(self.bytes)}, {state})"
+
+
+def _size(n: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.4g} {unit}"
+    return f"{n} B"

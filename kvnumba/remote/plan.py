@@ -1,0 +1,156 @@
+"""Which byte ranges a remote copy posts: NIXL descriptors planned from the two layouts.
+
+Every item (one token's K or V of one layer; a head of it where a layout splits heads) is a pair of
+byte ranges, one per side. Pairs that are contiguous on both sides, in the same buffers, merge into
+one descriptor, as the copy-engine path merges runs (``kvnumba.api.direct_plan``). That is the
+**direct** route: NIXL moves every byte to its final place.
+
+Where the layouts differ, the pairs may merge poorly (page-first tokens into vLLM blocks: one
+descriptor per token per layer). The **staged** route then moves the remote side's own runs, merged on
+that side alone, into a staging buffer on this side laid out like the remote cache (its touched pages
+only), and ``kv.copy`` relayouts between the staging buffer and the local view: after a READ, before
+a WRITE. Its descriptors are one per contiguous run of the remote side, the side that is not restaged.
+
+``route="auto"`` takes the staged route when it at least halves the descriptors and a staging buffer
+can be made for the remote layout; ``"direct"`` and ``"staged"`` force one.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..checks import bounds
+from .sides import Side
+
+ROUTES = ("auto", "direct", "staged")
+STAGED_GAIN = 2  # auto stages only when that divides the descriptors by at least this
+
+
+class Descriptors:
+    """Merged descriptor pairs: ``local``/``remote`` addresses, ``length`` bytes, ``local_buffer`` /
+    ``remote_buffer`` the index of the buffer (of each side's ``Side.buffers``) each lies in."""
+
+    def __init__(self, local: np.ndarray, remote: np.ndarray, length: np.ndarray, local_buffer: np.ndarray,
+                 remote_buffer: np.ndarray) -> None:
+        self.local, self.remote, self.length = local, remote, length
+        self.local_buffer, self.remote_buffer = local_buffer, remote_buffer
+
+    def __len__(self) -> int:
+        return int(self.length.size)
+
+    @property
+    def bytes(self) -> int:
+        return int(self.length.sum())
+
+    def rows(self, side: str, device: int) -> np.ndarray:
+        """NIXL's Nx3 ``(address, length, device id)`` rows of one side (``"local"`` or ``"remote"``)."""
+        address = self.local if side == "local" else self.remote
+        return np.column_stack((address, self.length, np.full_like(address, device))).astype(np.uint64)
+
+
+def copy_heads(src: Side, dst: Side) -> int:
+    """The heads a copy goes by: whole items, unless a side splits its heads (then both agree)."""
+    split = [s for s in (src, dst) if s.head_split]
+    if not split:
+        return 1
+    heads = {s.geometry.heads for s in split} | {s.geometry.heads for s in (src, dst) if s.geometry.heads > 1}
+    if len(heads) > 1:
+        raise ValueError(f"the views' heads differ: src {src.geometry.heads}, dst {dst.geometry.heads}")
+    return heads.pop()
+
+
+def check_pair(src: Side, dst: Side) -> int:
+    """The views fit one copy (the rules of ``kv.copy``); returns the copy's heads."""
+    gs, gd = src.geometry, dst.geometry
+    if src.mla != dst.mla:
+        raise ValueError(f"src is {'MLA (no V)' if src.mla else 'K and V'} but dst is "
+                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
+    if gs.item_bytes != gd.item_bytes:
+        raise ValueError(f"the views' items differ: src {gs.item_bytes} bytes, dst {gd.item_bytes} bytes")
+    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
+        raise TypeError(f"the views' dtypes differ: src {gs.dtype}, dst {gd.dtype} (a copy moves raw bytes; view "
+                        "both as the same dtype, or as uint8)")
+    heads = copy_heads(src, dst)
+    if gs.item_bytes % (8 * heads):
+        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
+                         "8-byte words per head")
+    return heads
+
+
+def window(layers: Any, num_layers: int) -> np.ndarray:
+    """The layer numbers of ``layers``: None (all), an int, or a range with step 1."""
+    if layers is None:
+        return np.arange(num_layers, dtype=np.int64)
+    if isinstance(layers, range):
+        if layers.step != 1 or len(layers) == 0:
+            raise ValueError(f"layers must be a non-empty range with step 1, got {layers!r}")
+        first, count = layers.start, len(layers)
+    elif isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
+        first, count = int(layers), 1
+    else:
+        raise TypeError(f"layers must be None, an int or a range, got {type(layers).__name__}")
+    if first < 0 or first + count > num_layers:
+        raise ValueError(f"layers={layers!r} is out of range for views of {num_layers} layers")
+    return np.arange(first, first + count, dtype=np.int64)
+
+
+def check_tokens(name: str, tokens: np.ndarray, side: Side, where: str) -> None:
+    """Every token of ``tokens`` lies in the side's view (``IndexOutOfRangeError`` naming ``name``)."""
+    bounds.check_indices(name, tokens, side.geometry.tokens, f"{where} ({side.class_name}, "
+                         f"{side.geometry.tokens} tokens)")
+
+
+def merge(a: np.ndarray, b: np.ndarray, length: np.ndarray, a_buffer: np.ndarray, b_buffer: np.ndarray
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Pairs of ranges ``[a, a + length)`` -> ``[b, b + length)``, sorted by ``a``, merged wherever the
+    next pair continues both ranges in the same buffers."""
+    if a.size == 0:
+        return a, b, length, a_buffer, b_buffer
+    order = np.lexsort((b, a))
+    a, b, length, a_buffer, b_buffer = a[order], b[order], length[order], a_buffer[order], b_buffer[order]
+    joins = ((a[1:] == a[:-1] + length[:-1]) & (b[1:] == b[:-1] + length[:-1])
+             & (a_buffer[1:] == a_buffer[:-1]) & (b_buffer[1:] == b_buffer[:-1]))
+    starts = np.concatenate(([0], np.flatnonzero(~joins) + 1))
+    merged = np.add.reduceat(length, starts)
+    return a[starts], b[starts], merged, a_buffer[starts], b_buffer[starts]
+
+
+def pair_descriptors(local: Side, local_tokens: np.ndarray, remote: Side, remote_tokens: np.ndarray,
+                     layers: np.ndarray, heads: int) -> Descriptors:
+    """Every chunk of the copy as a pair of ranges, merged (the direct route's descriptors, or the
+    staged route's between the staging buffer and the remote view)."""
+    la, lb = local.items(local_tokens, layers, heads)
+    ra, rb = remote.items(remote_tokens, layers, heads)
+    chunk = local.geometry.item_bytes // heads
+    length = np.full(la.size, chunk, dtype=np.int64)
+    r, loc, n, rbuf, lbuf = merge(ra.ravel(), la.ravel(), length, rb.ravel(), lb.ravel())
+    return Descriptors(loc, r, n, lbuf, rbuf)
+
+
+def remote_runs(remote: Side, remote_tokens: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    """The byte lengths of the contiguous runs the remote side's items make (each distinct token
+    once): the staged route's descriptors."""
+    heads = remote.geometry.heads if remote.head_split else 1
+    address, buffer = remote.items(np.unique(remote_tokens), layers, heads)
+    flat = address.ravel()
+    length = np.full(flat.size, remote.geometry.item_bytes // heads, dtype=np.int64)
+    return merge(flat, flat, length, buffer.ravel(), buffer.ravel())[2]
+
+
+def staging_tokens(remote: Side, remote_tokens: np.ndarray) -> tuple[np.ndarray, int]:
+    """Where each remote token lands in a staging view holding only the touched pages, in page order:
+    ``(staging tokens, pages)``."""
+    page = remote.geometry.page_size
+    pages = np.unique(remote_tokens // page)
+    rank = np.searchsorted(pages, remote_tokens // page)
+    return rank * page + remote_tokens % page, int(pages.size)
+
+
+def choose(route: str, direct: int, staged: int | None) -> str:
+    """The route to take given the descriptor counts (``staged`` None: no staging for that layout)."""
+    if route == "direct" or staged is None:
+        return "direct"
+    if route == "staged":
+        return "staged"
+    return "staged" if staged * STAGED_GAIN <= direct else "direct"
