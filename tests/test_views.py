@@ -280,14 +280,16 @@ def test_heads_that_differ_are_refused_whichever_views(src, dst):
 
 def test_a_layer_table_says_its_heads():
     tables = kv.layer_table([PLACE["device"](np.zeros((T, H, D), np.uint16)) for _ in range(L)])
-    dst = kv.PageFirst(np.zeros((T, L, H, D), np.uint16))
+    dst = kv.PageFirst(PLACE["device"](np.zeros((T, L, H, D), np.uint16)))
     with pytest.raises(ValueError, match=r"heads differ: src_view 1, dst_view 2 .*; a LayerTable takes heads="):
         kv.copy(kv.LayerTable(tables, tokens=T, item_size=H * D * 2), dst, IDX, IDX)
     kv.copy(kv.LayerTable(tables, tokens=T, item_size=H * D * 2, heads=H), dst, IDX, IDX)
 
 
 def test_a_prepared_copy_takes_its_launch_shape_by_keyword_only():
-    src, dst = _np_views()
+    rng = np.random.default_rng(0)
+    src = make_view("PageFirst", L, T, P, H, D, rng, False, False, place=("device", "numba"))[1]
+    dst = make_view("LayerFirst", L, T, P, H, D, rng, True, False, place=("device", "numba"))[1]
     copy = kv.prepare(kv.copy, src_view=src, dst_view=dst)
     with pytest.raises(TypeError, match=r"copy transfer takes 3 positional arguments \(src_indices, dst_indices, "
                                         r"layers\) but 4 were given"):

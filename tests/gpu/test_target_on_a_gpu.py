@@ -16,6 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE = """
 import warnings
 warnings.simplefilter("error")  # any warning of kvnumba's would fail here
+warnings.simplefilter("ignore", DeprecationWarning)  # libraries' own (numba-cuda's, with some NumPy versions)
 import numpy as np
 import kvnumba as kv
 from kvnumba.driver.target import CHOICE, SIMULATOR
@@ -30,7 +31,7 @@ print(SIMULATOR, CHOICE.reason)
 
 def _run(**env):
     environ = {k: v for k, v in os.environ.items() if k not in ("NUMBA_ENABLE_CUDASIM", "KVNUMBA_REQUIRE_GPU")}
-    environ.update(env, PYTHONPATH=str(ROOT))
+    environ.update(env, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p))
     return subprocess.run([sys.executable, "-c", textwrap.dedent(CODE)], env=environ, capture_output=True, text=True,
                           timeout=600)
 
