@@ -34,6 +34,7 @@ A witness that fails is a miss: the plan is built again, with every check. Memor
 The plain entry points look plans up with ``lookup`` inlined in their per-call function
 (``kvnumba.api.transfer.plain_caller``).
 """
+import operator
 import sys
 import threading
 import weakref
@@ -129,10 +130,10 @@ def make_keyer(objects, identity=frozenset()):
             return (*map(data_ptr, objs), *map(nbytes, objs), *map(contiguous, objs))
 
         return torch_keys
-    parts = [_identity_key if i in identity else _value_key_function(o) for i, o in enumerate(objects)]
+    parts = tuple(_identity_key_function(o) if i in identity else _value_key_function(o) for i, o in enumerate(objects))
 
     def keys(objs):
-        return tuple(part(o) for part, o in zip(parts, objs))
+        return tuple(map(_call, parts, objs))
 
     return keys
 
@@ -143,10 +144,15 @@ def _attribute(name):
     return attrgetter(name)
 
 
-def _identity_key(obj):
-    # A table's identity; its pointer and size too, so that an in-place resize is another key.
-    value = _value_key_function(obj)(obj) if hasattr(obj, "__cuda_array_interface__") or _is_array(obj) else None
-    return id(obj), value
+_call = getattr(operator, "call", lambda function, obj: function(obj))  # operator.call is Python 3.11+
+
+
+def _identity_key_function(obj):
+    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key."""
+    if hasattr(obj, "__cuda_array_interface__") or _is_array(obj):
+        value = _value_key_function(obj)
+        return lambda o: (id(o), value(o))
+    return id
 
 
 def _is_array(obj):
