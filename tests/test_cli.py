@@ -6,20 +6,14 @@ import argparse
 import pytest
 
 from kvnumba import __version__
+from cli_run import run_cli
 from kvnumba.tools import cli
 
 
-def _run(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err.splitlines()
 
 
 def test_version(capsys):
-    code, out, err = _run(["--version"], capsys)
+    code, out, err = run_cli(["--version"], capsys)
     assert code == 0 and out == f"kvnumba {__version__}\n" and err == []
 
 
@@ -41,7 +35,7 @@ def test_every_option_says_what_it_does_and_its_default():
 
 
 def test_demo_help_shows_the_defaults(capsys):
-    code, out, _ = _run(["demo", "--help"], capsys)
+    code, out, _ = run_cli(["demo", "--help"], capsys)
     assert code == 0
     text = " ".join(out.split())
     for option in ("--layers N", "--tokens N", "--item-size BYTES", "--page-size N", "--pool N"):
@@ -57,12 +51,12 @@ def test_demo_help_shows_the_defaults(capsys):
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
 ])
 def test_a_bad_command_line_is_one_line(capsys, argv, message):
-    code, out, err = _run(argv, capsys)
+    code, out, err = run_cli(argv, capsys)
     assert code == 2 and out == "" and len(err) == 1, err
     assert message in err[0] and err[0].endswith("--help)"), err[0]
 
 
 def test_a_missing_input_is_one_line(tmp_path, capsys):
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), str(tmp_path / "o.npy"), "--from", "lf", "--to", "pf"],
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), str(tmp_path / "o.npy"), "--from", "lf", "--to", "pf"],
                         capsys)
     assert code == 1 and err == [f"kvnumba convert: error: {tmp_path / 'k.npy'}: No such file or directory"]

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba.tools import cli
+from cli_run import run_cli
 
 safetensors_numpy = pytest.importorskip("safetensors.numpy", reason="the safetensors extra is not installed")
 ml_dtypes = pytest.importorskip("ml_dtypes", reason="the safetensors extra is not installed")
@@ -17,13 +17,6 @@ ml_dtypes = pytest.importorskip("ml_dtypes", reason="the safetensors extra is no
 LF = np.arange(3 * 16 * 2 * 8, dtype=np.uint16).reshape(3, 16, 2, 8)  # (L, T, H, D)
 
 
-def _run(argv, capsys):
-    try:
-        code = cli.main(argv)
-    except SystemExit as stop:
-        code = stop.code
-    out, err = capsys.readouterr()
-    return code, out, err.splitlines()
 
 
 def _read(path):
@@ -52,7 +45,7 @@ def test_the_output_is_written_in_the_format_its_name_says(tmp_path, capsys, in_
     else:
         safetensors_numpy.save_file({"k_cache": LF}, str(src))
     out = tmp_path / f"out{out_suffix}"
-    code, printed, err = _run(["convert", str(src), str(out), "--from", "lf", "--to", "ph", "--page-size", "4", "-q"],
+    code, printed, err = run_cli(["convert", str(src), str(out), "--from", "lf", "--to", "ph", "--page-size", "4", "-q"],
                               capsys)
     assert code == 0, err
     want = kv.convert(LF, "lf", "ph", page_size=4)
@@ -77,7 +70,7 @@ def test_kv_convert_writes_the_format_its_out_name_says(tmp_path):
 @pytest.mark.parametrize("name", ["out.bin", "out", "out.npy.gz", "out.NPZ.bak"])
 def test_any_other_output_suffix_is_one_line(tmp_path, capsys, name):
     np.save(tmp_path / "k.npy", LF)
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), str(tmp_path / name), "--from", "lf", "--to", "pf"],
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), str(tmp_path / name), "--from", "lf", "--to", "pf"],
                         capsys)
     assert code == 1 and len(err) == 1, err
     assert re.fullmatch(r"kvnumba convert: error: output must be named \.npy, \.npz or \.safetensors \(the format it "
@@ -90,13 +83,13 @@ def test_an_existing_output_needs_force(tmp_path, capsys):
     out = tmp_path / "out.npy"
     out.write_bytes(b"old")
     out.chmod(0o444)  # read-only: refused all the same
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), str(out), "--from", "lf", "--to", "pf"], capsys)
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), str(out), "--from", "lf", "--to", "pf"], capsys)
     assert code == 1 and err == [f"kvnumba convert: error: output '{out}' exists: pass --force to replace it"]
     assert out.read_bytes() == b"old"
     with pytest.raises(FileExistsError, match=r"exists: pass overwrite=True to replace it"):
         kv.convert(tmp_path / "k.npy", "lf", "pf", out=out)
     assert out.read_bytes() == b"old"
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), str(out), "--from", "lf", "--to", "pf", "--force", "-q"],
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), str(out), "--from", "lf", "--to", "pf", "--force", "-q"],
                         capsys)
     assert code == 0, err
     np.testing.assert_array_equal(np.load(out), LF.swapaxes(0, 1))
@@ -117,7 +110,7 @@ def test_the_input_is_never_the_output(tmp_path, capsys, monkeypatch, how):
         os.symlink(tmp_path / "k.npy", tmp_path / "link.npy")
     if how == "hard link":
         os.link(tmp_path / "k.npy", tmp_path / "hard.npy")
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), out, "--from", "lf", "--to", "pf", "--force"], capsys)
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), out, "--from", "lf", "--to", "pf", "--force"], capsys)
     link = " (through a link)" if how in ("symbolic link", "hard link") else ""
     assert code == 1 and err == [f"kvnumba convert: error: output {out!r} is the input file{link}: write the "
                                  "conversion to another file"], err
@@ -128,7 +121,7 @@ def test_the_input_is_never_the_output(tmp_path, capsys, monkeypatch, how):
 
 def test_a_npy_output_holds_one_array(tmp_path, capsys):
     np.savez(tmp_path / "kv.npz", k=LF, v=LF)
-    code, _, err = _run(["convert", str(tmp_path / "kv.npz"), str(tmp_path / "kv.npy"), "--from", "lf", "--to", "pf"],
+    code, _, err = run_cli(["convert", str(tmp_path / "kv.npz"), str(tmp_path / "kv.npy"), "--from", "lf", "--to", "pf"],
                         capsys)
     assert code == 1 and err == [f"kvnumba convert: error: output '{tmp_path / 'kv.npy'}' is a .npy file, which holds "
                                  f"one array, but {tmp_path / 'kv.npz'} holds 2 (k, v): name the output .npz or "
@@ -142,7 +135,7 @@ def test_bf16_goes_to_safetensors_only(tmp_path, capsys, out_suffix):
     from kvnumba.tools import safetensors_file
 
     safetensors_file.write(str(tmp_path / "kv.safetensors"), {"k": bf16}, None)
-    code, _, err = _run(["convert", str(tmp_path / "kv.safetensors"), str(tmp_path / f"out{out_suffix}"), "--from",
+    code, _, err = run_cli(["convert", str(tmp_path / "kv.safetensors"), str(tmp_path / f"out{out_suffix}"), "--from",
                          "lf", "--to", "pf"], capsys)
     assert code == 1 and len(err) == 1, err
     assert re.fullmatch(r"kvnumba convert: error: .*kv\.safetensors(\[k\])?: bfloat16 cannot be stored in a "
@@ -177,7 +170,7 @@ def test_every_output_gets_the_usual_file_mode(tmp_path):
 ])
 def test_page_size_where_it_applies_only(tmp_path, capsys, args, message):
     np.save(tmp_path / "k.npy", LF)
-    code, _, err = _run(["convert", str(tmp_path / "k.npy"), str(tmp_path / "o.npy"), *args], capsys)
+    code, _, err = run_cli(["convert", str(tmp_path / "k.npy"), str(tmp_path / "o.npy"), *args], capsys)
     assert code == 2 and len(err) == 1, err
     assert re.fullmatch(rf"kvnumba convert: error: {message} \(see: kvnumba convert --help\)", err[0]), err[0]
     assert _files(tmp_path) == ["k.npy"]

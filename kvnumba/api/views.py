@@ -574,18 +574,7 @@ def configure_copy(plan: KernelPlan, geometry: dict[str, Any], strict: bool) -> 
             raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
                             f"got {type(view).__name__}")
     gs, gd = src.geometry, dst.geometry
-    if src.mla != dst.mla:
-        raise ValueError(f"src_view is {'MLA (no V)' if src.mla else 'K and V'} but dst_view is "
-                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
-    if gs.item_bytes != gd.item_bytes:
-        raise ValueError(f"the views' items differ: src_view {gs.item_bytes} bytes, dst_view {gd.item_bytes} bytes")
-    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
-        raise TypeError(f"the views' dtypes differ: src_view {gs.dtype}, dst_view {gd.dtype} (a copy moves raw "
-                        "bytes; view both as the same dtype, or as uint8)")
-    heads = _heads(src, dst)
-    if gs.item_bytes % (8 * heads):
-        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
-                         "8-byte words per head")
+    heads = check_fit(src, dst)
     for view in (src, dst):  # a layout of the user's: checked for the heads this copy goes by
         view._check_user_arithmetic(heads)
     layers = min(gs.layers, gd.layers)
@@ -618,14 +607,36 @@ def _parts(view: CacheView, plan: KernelPlan) -> layouts.LayoutParts:
     return view.parts
 
 
-def _heads(src: CacheView, dst: CacheView) -> int:
+def check_fit(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
+    """The two sides fit one copy (kv.copy's rules, also kvnumba.remote's): both MLA or neither, the same
+    item bytes and dtype (or one of them uint8), whole 8-byte words per head. Returns the heads the copy
+    goes by (``copy_heads``). ``src``/``dst``: anything with a view's ``geometry``, ``mla`` and
+    ``head_split``; ``names`` name them in the errors."""
+    gs, gd = src.geometry, dst.geometry
+    s, d = names
+    if src.mla != dst.mla:
+        raise ValueError(f"{s} is {'MLA (no V)' if src.mla else 'K and V'} but {d} is "
+                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
+    if gs.item_bytes != gd.item_bytes:
+        raise ValueError(f"the views' items differ: {s} {gs.item_bytes} bytes, {d} {gd.item_bytes} bytes")
+    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
+        raise TypeError(f"the views' dtypes differ: {s} {gs.dtype}, {d} {gd.dtype} (a copy moves raw "
+                        "bytes; view both as the same dtype, or as uint8)")
+    heads = copy_heads(src, dst, names)
+    if gs.item_bytes % (8 * heads):
+        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
+                         "8-byte words per head")
+    return heads
+
+
+def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
     """The heads a copy goes by: the views' items must have the same heads (a flat item ``(D,)`` has one);
     a copy moves whole items, or head by head where a side splits its heads."""
     hs, hd = src.geometry.heads, dst.geometry.heads
     if hs != hd:
         hint = "; a LayerTable takes heads=" if isinstance(src, LayerTable) or isinstance(dst, LayerTable) else ""
-        raise ValueError(f"the views' heads differ: src_view {hs}, dst_view {hd} (items of H heads are (H, D), a flat "
-                         f"item (D,) has one head{hint})")
+        raise ValueError(f"the views' heads differ: {names[0]} {hs}, {names[1]} {hd} (items of H heads are (H, D), a "
+                         f"flat item (D,) has one head{hint})")
     return hs if src.head_split or dst.head_split else 1
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from ..api.views import check_fit
 from ..checks import bounds
 from .sides import Side
 
@@ -49,33 +50,9 @@ class Descriptors:
         return np.column_stack((address, self.length, np.full_like(address, device))).astype(np.uint64)
 
 
-def copy_heads(src: Side, dst: Side) -> int:
-    """The heads a copy goes by: whole items, unless a side splits its heads (then both agree)."""
-    split = [s for s in (src, dst) if s.head_split]
-    if not split:
-        return 1
-    heads = {s.geometry.heads for s in split} | {s.geometry.heads for s in (src, dst) if s.geometry.heads > 1}
-    if len(heads) > 1:
-        raise ValueError(f"the views' heads differ: src {src.geometry.heads}, dst {dst.geometry.heads}")
-    return heads.pop()
-
-
 def check_pair(src: Side, dst: Side) -> int:
-    """The views fit one copy (the rules of ``kv.copy``); returns the copy's heads."""
-    gs, gd = src.geometry, dst.geometry
-    if src.mla != dst.mla:
-        raise ValueError(f"src is {'MLA (no V)' if src.mla else 'K and V'} but dst is "
-                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
-    if gs.item_bytes != gd.item_bytes:
-        raise ValueError(f"the views' items differ: src {gs.item_bytes} bytes, dst {gd.item_bytes} bytes")
-    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
-        raise TypeError(f"the views' dtypes differ: src {gs.dtype}, dst {gd.dtype} (a copy moves raw bytes; view "
-                        "both as the same dtype, or as uint8)")
-    heads = copy_heads(src, dst)
-    if gs.item_bytes % (8 * heads):
-        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
-                         "8-byte words per head")
-    return heads
+    """The views fit one copy (the rules of ``kv.copy``, ``kvnumba.api.views.check_fit``); returns the copy's heads."""
+    return check_fit(src, dst, ("src", "dst"))
 
 
 def window(layers: Any, num_layers: int) -> np.ndarray:
