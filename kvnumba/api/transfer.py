@@ -56,7 +56,7 @@ class Transfer:
         self._free = tuple(n for n in params if n not in bound)
         self._positional = tuple(n for n in self._free if n not in spec.keyword_only)  # the rest: by keyword only
         bound_names = tuple(n for n in params if n in bound)
-        self._bound_values = tuple(bound[n] for n in bound_names)
+        self._bound_values = tuple(self.bound[n] for n in bound_names)  # the snapshot's (owned) values
         # Calls that leave out only trailing arguments with defaults get them appended.
         self._tails: dict[int, tuple[Any, ...]] = {}
         for n in range(len(self._positional) + 1):
