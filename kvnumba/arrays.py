@@ -42,6 +42,11 @@ def _is_torch_type(kind):
     return kind.__module__.startswith("torch") and hasattr(kind, "data_ptr")
 
 
+def is_torch(obj):
+    """Whether ``obj`` is a torch tensor (without importing torch)."""
+    return _is_torch_type(type(obj))
+
+
 # Every call describes several arrays, so this is on the hot path of an entry point's host time:
 # dtype names are looked up in dicts filled on first sight rather than recomputed.
 _torch_dtype_names: dict[object, str] = {}

@@ -155,6 +155,9 @@ class KernelPlan:
         self.dst = self._side(dst_layout, names[1], names[3], infos, layers, dst_dim)
         self.destinations = self._destinations(names, dst_layout, infos, layers)
         self.guides = [(name, info.ptr, info.ptr + info.nbytes) for name, info in infos.items() if name in layers]
+        # The geometry build_plan finds this plan by, to rebind it to other buffers (no tables: None).
+        sizes_key = _sizes_key(spec, geometry)
+        self.shape_key = None if layers or sizes_key is None else _shape_key(sizes_key, infos.values())
         ptrs = [infos[n].ptr if n else 0 for n in names]
         self.memory = (infos[names[0]].device == HOST, infos[names[1]].device == HOST)
         return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
@@ -381,32 +384,29 @@ def build_plan(spec, geometry, strict):
     if spec.name == "copy" or TBL in (spec.src_layout, spec.dst_layout):
         return KernelPlan(spec, geometry, strict)
     sizes_key = _sizes_key(spec, geometry)
-    if sizes_key is None or sizes_key not in _sizes_seen:
-        return _remember(KernelPlan(spec, geometry, strict), spec, geometry)
-    names = buffer_names(spec)
-    infos = {}
-    for name in names:
-        if name is not None:
-            info = infos[name] = array_info(geometry[name], name)
-            if info.ptr & 7:
-                validate.aligned(name, info)
-    key = (sizes_key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos.values()])
-    template = _shapes.get(key)
-    if template is None:
-        return _remember(KernelPlan(spec, geometry, strict), spec, geometry, key)
-    return template.rebind(infos, names)
-
-
-def _remember(plan, spec, geometry, key=None):
-    if key is None:
-        sizes_key = _sizes_key(spec, geometry)
+    if sizes_key is not None and sizes_key in _sizes_seen:  # sizes known valid: describe the buffers first
         names = buffer_names(spec)
-        infos = [array_info(geometry[n], n) for n in names if n is not None]
-        key = (sizes_key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos])
-    if len(_shapes) > 1024:
-        _shapes.clear()
-    _shapes[key] = plan
+        infos = {}
+        for name in names:
+            if name is not None:
+                info = infos[name] = array_info(geometry[name], name)
+                if info.ptr & 7:
+                    validate.aligned(name, info)
+        template = _shapes.get(_shape_key(sizes_key, infos.values()))
+        if template is not None:
+            return template.rebind(infos, names)
+    plan = KernelPlan(spec, geometry, strict)
+    if plan.shape_key is not None:
+        if len(_shapes) > 1024:
+            _shapes.clear()
+        _shapes[plan.shape_key] = plan
     return plan
+
+
+def _shape_key(sizes_key, infos):
+    """What a plan's checks depend on besides addresses: the sizes, and per buffer its bytes, device,
+    writability, kind and 16-byte alignment."""
+    return (sizes_key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos])
 
 
 def clear_shapes():

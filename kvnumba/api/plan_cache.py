@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from ..arrays import is_torch
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
@@ -124,7 +125,7 @@ def make_keyer(objects, identity=frozenset()):
     torch = sys.modules.get("torch")
     if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
         # The hot case (SGLang): C-level loops over the tensors.
-        data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, _attribute("nbytes"), torch.Tensor.is_contiguous
+        data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, operator.attrgetter("nbytes"), torch.Tensor.is_contiguous
 
         def torch_keys(objs):
             return (*map(data_ptr, objs), *map(nbytes, objs), *map(contiguous, objs))
@@ -136,12 +137,6 @@ def make_keyer(objects, identity=frozenset()):
         return tuple(map(_call, parts, objs))
 
     return keys
-
-
-def _attribute(name):
-    from operator import attrgetter
-
-    return attrgetter(name)
 
 
 _call = getattr(operator, "call", lambda function, obj: function(obj))  # operator.call is Python 3.11+
@@ -156,8 +151,7 @@ def _identity_key_function(obj):
 
 
 def _is_array(obj):
-    kind = type(obj)
-    return issubclass(kind, np.ndarray) or (kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"))
+    return isinstance(obj, np.ndarray) or is_torch(obj)
 
 
 def _value_key_function(obj):
@@ -165,7 +159,7 @@ def _value_key_function(obj):
     kind = type(obj)
     if kind in (list, tuple):
         return _list_key
-    if kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+    if is_torch(obj):
         return _torch_key
     if SIMULATOR and kind.__name__ == "FakeCUDAArray" and kind.__module__.startswith("numba"):
         return _fake_key
@@ -221,11 +215,11 @@ def make_witness(objects, identity=frozenset()):
         if SIMULATOR:
             return None
         # The hot case: host tensors only need their owner to be the same (alive) tensor.
-        owners = [(i, weakref.ref(o if o._base is None else o._base)) for i, o in enumerate(objects) if not o.is_cuda]
+        owners = [(i, weakref.ref(_torch_owner(o))) for i, o in enumerate(objects) if not o.is_cuda]
         if not owners:
             return None
 
-        def same_owners(objs):
+        def same_owners(objs):  # _same_torch_owner, unrolled: this runs on every hit
             for i, reference in owners:
                 t = objs[i]
                 base = t._base
@@ -270,12 +264,10 @@ def _host_witness(obj):
     into pageable memory) and on the simulator (no host memory there)."""
     if SIMULATOR:
         return None
-    kind = type(obj)
-    if kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+    if is_torch(obj):
         if obj.is_cuda:
             return None
-        base = obj._base
-        return _same_torch_owner, weakref.ref(obj if base is None else base)
+        return _same_torch_owner, weakref.ref(_torch_owner(obj))
     if isinstance(obj, np.ndarray):
         owner = numpy_owner(obj)
         if type(owner).__name__ in ("PinnedMemory", "MappedMemory") and type(owner).__module__.startswith("numba"):
@@ -284,9 +276,14 @@ def _host_witness(obj):
     return None
 
 
-def _same_torch_owner(t, reference):
+def _torch_owner(t):
+    """The tensor that owns a torch tensor's memory: its ``_base``, or itself."""
     base = t._base
-    return (t if base is None else base) is reference()
+    return t if base is None else base
+
+
+def _same_torch_owner(t, reference):
+    return _torch_owner(t) is reference()
 
 
 def numpy_owner(a):

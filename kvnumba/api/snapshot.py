@@ -16,14 +16,8 @@ For torch tensors the check is one data-pointer read per buffer (~0.1 us).
 """
 import sys
 
-import numpy as np
-
+from ..arrays import array_info, is_torch
 from ..errors import BufferMovedError
-
-
-def _is_torch(obj):
-    kind = type(obj)
-    return kind.__module__.startswith("torch") and hasattr(obj, "data_ptr")
 
 
 def _is_view(obj):
@@ -33,14 +27,14 @@ def _is_view(obj):
 
 
 def _is_array(obj):
-    return _is_torch(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__array_interface__")
+    return is_torch(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__array_interface__")
 
 
 def own(value):
     """What a snapshot keeps of one bound value: lists become tuples, torch tensors aliases."""
     if type(value) in (list, tuple):
         return tuple(own(x) for x in value)
-    if _is_torch(value):
+    if is_torch(value):
         return value.detach()  # a tensor of its own over the same storage
     return value
 
@@ -61,7 +55,7 @@ class Snapshot:
             items = value if type(value) is tuple else (value,)
             for i, x in enumerate(items):
                 label = f"{name}[{i}]" if type(value) is tuple else name
-                if _is_torch(x):
+                if is_torch(x):
                     torch_arrays.append(x)
                     torch_names.append(label)
                 elif _is_array(x):
@@ -112,14 +106,6 @@ class Snapshot:
 
 
 def _where(x):
-    """``(address, bytes)`` of a non-torch array (NumPy, ``__cuda_array_interface__``, the simulator's)."""
-    inner = getattr(x, "_ary", None)  # the simulator's device arrays wrap a NumPy array
-    if inner is not None and hasattr(inner, "__array_interface__"):
-        x = inner
-    if hasattr(x, "__array_interface__"):
-        return x.__array_interface__["data"][0], x.nbytes
-    cai = x.__cuda_array_interface__
-    size = np.dtype(cai["typestr"]).itemsize
-    for n in cai["shape"]:
-        size *= n
-    return cai["data"][0], size
+    """``(address, bytes)`` of a non-torch array, as kvnumba describes it (``arrays.array_info``)."""
+    info = array_info(x, "bound buffer")
+    return info.ptr, info.nbytes

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import array_info
+from ..arrays import array_info, is_torch
 from ..driver.target import SIMULATOR
 
 if TYPE_CHECKING:
@@ -90,7 +90,7 @@ def _watch(label: str, buffer: Any, kept: list[Any]) -> str | _Watch | None:
     """How ``buffer`` is held: ``_TORCH`` (a tensor: its pointer and size compared per call), a
     ``_Watch``, or None when nothing can change (its memory is held: what keeps it goes in ``kept``)."""
     kind = type(buffer)
-    if kind.__module__.startswith("torch") and hasattr(buffer, "data_ptr"):
+    if is_torch(buffer):
         return _TORCH
     array = buffer._ary if SIMULATOR and kind.__name__ == "FakeCUDAArray" else buffer
     if isinstance(array, np.ndarray):
