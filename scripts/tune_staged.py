@@ -1,13 +1,16 @@
-"""Time the per-layer host->device loads through the staged (bulk-copy) kernel with several rings
-(kvnumba.kernels.staged.StagedShape) and L2 promotions, next to the register kernel and a reference,
-to choose kvnumba.kernels.staged.SHAPE. Needs an sm_90+ GPU and torch.
+"""Measure the per-layer host->device loads of the staged (bulk-copy) kernel: by block quota against the
+register kernel and a reference, with ring variants (kvnumba.kernels.staged.StagedShape), and with
+variants that leave one stage out, to find what limits it. Needs an sm_90+ GPU and torch.
 
-    python scripts/tune_staged.py --reference /path/to/seedref.so
+    python scripts/tune_staged.py --reference /path/to/seedref.so --table --variants base no_data side4
+    python scripts/tune_staged.py --once pf --variant base        # one warm call, then one more: for ncu
 
-Prints GB/s (device time per call, back to back, as scripts/bench.py measures it) per case and ring,
-then GB/s by block_quota for the page-first load.
+GB/s = bytes moved / device time per call, back to back, as scripts/bench.py measures it (8192 tokens in
+random 64-token pages, 32 layers, 2048-byte items or 1152 for MLA, 32 warps). "random": 8192 random,
+unpaged indices (no runs). Tables go to stdout, last; ``--json`` keeps every figure.
 """
 import argparse
+import json
 import os
 import sys
 
@@ -16,26 +19,38 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
-from kvnumba.api.transfer import clear_plan_caches  # noqa: E402
-from kvnumba.driver import tensor_maps  # noqa: E402
+from kvnumba import clear_plan_caches  # noqa: E402
 from kvnumba.kernels import staged  # noqa: E402
 from kvnumba.kernels.staged import StagedShape  # noqa: E402
 
 K = 1024
 S = StagedShape()
-RINGS = [(S, "L2_256B"), (S._replace(store_warps=8), "L2_256B"), (S._replace(store_warps=0), "L2_256B"),
-         (S._replace(stages=2, stage_bytes=96 * K), "L2_256B")]
-CASES = [("transfer_kv_per_layer", "h2d", "mha"), ("transfer_kv_per_layer_pf_lf", "h2d", "mha"),
-         ("transfer_kv_per_layer_ph_lf", "h2d", "mha"), ("transfer_kv_per_layer_mla", "h2d", "mla"),
-         ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla"),
-         ("transfer_kv_per_layer_pf_lf", "d2d", "mha"),  # the kernel's own limit, without PCIe
-         ("transfer_kv_per_layer_pf_lf", "h2d", "mha", "random")]  # no runs: direct batches only
+CASES = {  # name: (entry point, direction, model, indices)
+    "pf": ("transfer_kv_per_layer_pf_lf", "h2d", "mha", "pages"),
+    "ph": ("transfer_kv_per_layer_ph_lf", "h2d", "mha", "pages"),
+    "mla": ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla", "pages"),
+    "random": ("transfer_kv_per_layer_pf_lf", "h2d", "mha", "random"),
+    "lf": ("transfer_kv_per_layer", "h2d", "mha", "pages"),
+    "pf_d2d": ("transfer_kv_per_layer_pf_lf", "d2d", "mha", "pages"),  # the kernel's own limit, without PCIe
+}
+VARIANTS = {
+    "base": S,
+    "no_data": S._replace(leave_out="data"),  # the loader, barriers and stores, no bulk loads
+    "no_stores": S._replace(leave_out="stores"),  # the loader and the bulk loads, nothing written out
+    "side2": S._replace(side_eighths=2),
+    "side3": S._replace(side_eighths=3),
+    "side4": S._replace(side_eighths=4),
+    "sw8_side3": S._replace(store_warps=8, side_eighths=3),
+    "sw8_side4": S._replace(store_warps=8, side_eighths=4),
+    "s6x32": S._replace(stages=6, stage_bytes=32 * K),
+    "s6x36": S._replace(stages=6, stage_bytes=36 * K),
+    "s6x36_side3": S._replace(stages=6, stage_bytes=36 * K, side_eighths=3),
+}
 
 
-def _use(path, ring=None, promotion="L2_256B"):
+def use(path, ring=S):
     os.environ["KVNUMBA_LOAD_PATH"] = path
-    staged.SHAPE = ring or StagedShape()
-    tensor_maps.L2_PROMOTION = promotion
+    staged.SHAPE = ring
     clear_plan_caches()
 
 
@@ -43,39 +58,75 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", help="module or .so with the seed's entry points")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--table", action="store_true", help="block quotas 1, 2, 4: reference, registers, staged")
+    parser.add_argument("--variants", nargs="*", default=[], choices=sorted(VARIANTS))
+    parser.add_argument("--cases", nargs="*", default=["pf", "ph", "mla", "random", "pf_d2d"], choices=sorted(CASES))
+    parser.add_argument("--quotas", nargs="*", type=int, default=[1, 2])
+    parser.add_argument("--once", choices=sorted(CASES), help="run one case twice (for a profiler) and stop")
+    parser.add_argument("--variant", default="base", choices=sorted(VARIANTS))
+    parser.add_argument("--path", default="staged", choices=["staged", "register"])
+    parser.add_argument("--json", help="write every figure here")
     args = parser.parse_args(argv)
     backend, shape, pools, idx, reference, rng = bench.tuning_setup(args.reference, args.repeat)
-
     scattered = tuple(backend.indices(rng.permutation(shape.pool)[:shape.tokens].astype(np.int64)) for _ in "sd")
 
-    def gbps(module, op, direction, model, block_quota=2, indices="pages"):
-        call, nbytes = bench.build_call(module, op, direction, model, pools, idx if indices == "pages" else scattered,
-                                        shape, block_quota)
-        return nbytes / shape.device_seconds(call) / 1e9
+    def call(module, case, block_quota):
+        op, direction, model, indices = CASES[case]
+        return bench.build_call(module, op, direction, model, pools, idx if indices == "pages" else scattered, shape,
+                                block_quota)
 
-    names = ["ref", "register"] + [f"r{i}" for i in range(len(RINGS))]
-    print(f"{'case':40} " + " ".join(f"{n:>8}" for n in names))
-    for op, direction, model, *indices in CASES:
-        case = (op, direction, model, 2, *indices)
-        row = [gbps(reference, *case) if reference else float("nan")]
-        _use("register")
-        row.append(gbps(bench.kvnumba, *case))
-        for ring, promotion in RINGS:
-            _use("staged", ring, promotion)
-            row.append(gbps(bench.kvnumba, *case))
-        print(f"{' '.join([op, direction, *indices]):40} " + " ".join(f"{v:8.1f}" for v in row), flush=True)
-    print("rings:", ", ".join(f"r{i} = {r.stages}x{r.stage_bytes // K}K, {r.slots} slots, {r.store_warps or 'all'} "
-                              f"store warps, direct {r.direct_batch}, min {r.min_bulk_bytes // K}K, {p}"
-                              for i, (r, p) in enumerate(RINGS)))
+    if args.once:
+        use(args.path, VARIANTS[args.variant])
+        fn, _ = call(bench.kvnumba, args.once, 2)
+        fn()
+        backend.torch.cuda.synchronize()
+        fn()
+        backend.torch.cuda.synchronize()
+        return
 
-    print(f"\n{'pf->lf h2d by block_quota':40} {'ref':>8} {'register':>8} {'staged':>8}")
-    for block_quota in (1, 2, 4, 8):
-        row = [gbps(reference, "transfer_kv_per_layer_pf_lf", "h2d", "mha", block_quota) if reference else float("nan")]
-        for path in ("register", "staged"):
-            _use(path)
-            row.append(gbps(bench.kvnumba, "transfer_kv_per_layer_pf_lf", "h2d", "mha", block_quota))
-        print(f"{'block_quota=' + str(block_quota):40} " + " ".join(f"{v:8.1f}" for v in row), flush=True)
-    _use("auto")
+    def gbps(module, case, block_quota):
+        fn, nbytes = call(module, case, block_quota)
+        return nbytes / shape.device_seconds(fn) / 1e9
+
+    results = []
+    tables = []
+    if args.table:
+        lines = [f"{'GB/s':22} " + " ".join(f"{'bq=' + str(q):>22}" for q in (1, 2, 4)),
+                 f"{'case':22} " + " ".join(f"{'seed reg staged':>22}" for _ in (1, 2, 4))]
+        for case in args.cases:
+            row = []
+            for q in (1, 2, 4):
+                figures = [gbps(reference, case, q) if reference else float("nan")]
+                for path in ("register", "staged"):
+                    use(path)
+                    figures.append(gbps(bench.kvnumba, case, q))
+                results += [dict(table=True, case=case, block_quota=q, kernel=k, gbps=v)
+                            for k, v in zip(("seed", "register", "staged"), figures)]
+                row.append(" ".join(f"{v:6.1f}" for v in figures))
+                print(case, q, row[-1], file=sys.stderr, flush=True)
+            lines.append(f"{case:22} " + " ".join(f"{r:>22}" for r in row))
+        tables.append("\n".join(lines))
+
+    if args.variants:
+        heads = [f"{c}@{q}" for c in args.cases for q in args.quotas]
+        lines = [f"{'variant':14} " + " ".join(f"{h:>10}" for h in heads)]
+        for name in args.variants:
+            use("staged", VARIANTS[name])
+            row = []
+            for case in args.cases:
+                for q in args.quotas:
+                    v = gbps(bench.kvnumba, case, q)
+                    results.append(dict(variant=name, case=case, block_quota=q, gbps=v))
+                    row.append(v)
+            lines.append(f"{name:14} " + " ".join(f"{v:10.1f}" for v in row))
+            print(lines[-1], file=sys.stderr, flush=True)
+        tables.append("\n".join(lines))
+    use("auto")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(device=backend.name, results=results,
+                           variants={k: v._asdict() for k, v in VARIANTS.items()}), f, indent=1)
+    print("\n\n".join(tables))
 
 
 if __name__ == "__main__":

@@ -96,6 +96,25 @@ def test_small_rings_and_fewer_store_warps(staged_choices, staged_ring, pattern)
     assert staged_choices == [True]
 
 
+@pytest.mark.parametrize("side_eighths", [3, 8])
+@pytest.mark.parametrize("pattern", ["mixed", "runs"])
+@pytest.mark.parametrize("op,item_size,page_size,heads", [LOADS[2], LOADS[4], LOADS[6]])
+def test_side_pieces_through_registers(staged_choices, staged_ring, side_eighths, pattern, op, item_size, page_size,
+                                       heads):
+    """Some of the runs' pieces go through the side warps' registers beside the bulk pieces (3 in 8 of
+    them, or all): two store warps and two side warps, every byte still where the reference puts it."""
+    staged_ring(staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=8, store_warps=2, direct_batch=8,
+                                   min_bulk_bytes=512, side_eighths=side_eighths))
+    run_case(_case(op, pattern, item_size, page_size, heads, warps=5))
+    assert staged_choices == [True]
+
+
+@pytest.mark.parametrize("ring", [dict(side_eighths=9), dict(leave_out="everything"), dict(slots=2)])
+def test_a_bad_ring_is_refused(ring):
+    with pytest.raises(ValueError, match="bad staged ring"):
+        staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False, staged.StagedShape(**ring))
+
+
 def test_one_warp_per_block_runs_the_register_kernel(staged_choices):
     """A staged block needs a loader and a store warp: one warp per block takes the register kernel."""
     run_case(_case("transfer_kv_per_layer_pf_lf", "runs", 1024, warps=1))

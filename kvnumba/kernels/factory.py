@@ -18,8 +18,9 @@ from numba import cuda
 from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
-from .memory import load_i64, store_u64
-from .warp_copy import CopyShape, make_copies
+from .item_copy import in_bounds, make_item_copy
+from .memory import load_i64
+from .warp_copy import CopyShape
 
 # The inner loop's shape per kernel, chosen on the H200 (scripts/RESULTS.md, "Tuning"): device time
 # per call, back to back, at the seed's launch shape, in the direction SGLang uses each kernel and
@@ -88,51 +89,21 @@ PER_LAYER_ARGS = 7  # src_indices .. dst_token_limit: what a call writes
 
 
 def _build_kernel(src, dst, mla, copy_shape):
-    src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
-    dst_layer_base, dst_token_offset, dst_head_stride = dst.layer_base, dst.token_offset, dst.head_stride
-    headed = src.head_split or dst.head_split
-    copy_item, copy_pair = make_copies(copy_shape)
-    paired = copy_shape.paired and not mla
+    copy_tokens = make_item_copy(src, dst, mla, copy_shape)
 
     def transfer_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                     dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
                     dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        heads = head_num if headed else 1
-        chunk = item_size // heads
-        src_stride = src_head_stride(src_layout_dim, item_size, heads, src_page_size)
-        dst_stride = dst_head_stride(dst_layout_dim, item_size, heads, dst_page_size)
         first_item = warp * items_per_warp
         end_item = min(first_item + items_per_warp, num_items)
         for item in range(first_item, end_item):
             src_token = load_i64(src_indices + item * 8)
             dst_token = load_i64(dst_indices + item * 8)
-            # Bounds guard: an index outside its buffer is skipped, never followed (kvnumba.checks.guard).
-            if src_token < 0 or src_token >= src_token_limit or dst_token < 0 or dst_token >= dst_token_limit:
-                if error_flag != 0 and lane == 0:
-                    store_u64(error_flag, 1)
-                continue
-            # Address parts are computed where they change: per item, per layer, per head.
-            src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, src_page_size)
-            dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, dst_page_size)
-            for layer in range(first_layer, first_layer + num_layers):
-                sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
-                dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
-                if mla:
-                    for head in range(heads):
-                        copy_item(lane, sk + head * src_stride, dk + head * dst_stride, chunk)
-                    continue
-                sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
-                dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
-                for head in range(heads):
-                    s_head = head * src_stride
-                    d_head = head * dst_stride
-                    if paired:  # K and V in one loop: twice the bytes in flight
-                        copy_pair(lane, sk + s_head, dk + d_head, sv + s_head, dv + d_head, chunk)
-                    else:
-                        copy_item(lane, sk + s_head, dk + d_head, chunk)
-                        copy_item(lane, sv + s_head, dv + d_head, chunk)
+            if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
+                copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
+                            item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
 
     transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__

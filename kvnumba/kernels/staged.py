@@ -42,12 +42,13 @@ from numba import cuda, int64
 
 from ..driver.target import SIMULATOR
 from .factory import MAX_REGISTERS, copy_shape_for
+from .item_copy import in_bounds, make_item_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
-from .memory import load_i64, store_u64, store_u128
+from .memory import load_i64, store_u128
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
                   first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
-from .warp_copy import make_copies, warp_loop
+from .warp_copy import warp_loop
 
 
 
@@ -60,6 +61,10 @@ class StagedShape(NamedTuple):
     min_bulk_bytes: int = 8 * 1024  # a bulk operation below this (per buffer) is slower than registers
     store_warps: int = 16  # warps writing bulk pieces out (0: every warp but the loader)
     direct_batch: int = 128  # short-run items per direct post (copied by every warp but the loader)
+    # Eighths of the runs' pieces copied through registers by the warps that store no bulk pieces (the
+    # *side* warps), while the bulk unit loads the others: two paths reading host memory at once.
+    side_eighths: int = 0
+    leave_out: str = ""  # measurement only (scripts/tune_staged.py): "data" or "stores", see _build
 
     @property
     def shared_bytes(self):
@@ -79,7 +84,8 @@ DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * it
 EXTRA_ARGS = ("maps", "map_heads", "max_run_log2", "min_run")
 SIGNATURE = "void(" + ", ".join(["int64"] * (19 + len(EXTRA_ARGS))) + ")"
 
-_END, _DIRECT, _BULK = 0, 1, 2
+_END, _DIRECT, _BULK, _SIDE = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, a side piece
+LEAVE_OUT = ("", "data", "stores")
 
 
 def run_limits(item_size, mla, shape=None):
@@ -98,11 +104,14 @@ def run_limits(item_size, mla, shape=None):
 def _build(src, dst, mla, shape, ring):
     head_major = src is PAGE_HEAD  # map rows go head by head: the stage holds [head][token][chunk]
     layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
-    headed = src.head_split or dst.head_split
-    src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
-    copy_item, copy_pair = make_copies(shape)
+    copy_tokens = make_item_copy(src, dst, mla, shape)
     buffers = 1 if mla else 2
+    side_eighths = ring.side_eighths
+    # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
+    # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
+    # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
+    load_data, write_out = ring.leave_out != "data", ring.leave_out != "stores"
     empty_count_per_warp = ARRIVALS_PER_WARP
     stages, stage_bytes, slots = ring.stages, ring.stage_bytes, ring.slots
     direct_batch, store_warps = ring.direct_batch, ring.store_warps
@@ -137,6 +146,9 @@ def _build(src, dst, mla, shape, ring):
                   item_size):
         s = claim(smem, base, k, first, count, _BULK, rot, buffer)
         full = base + full_at + s * 8
+        if not load_data:
+            arrive(full)
+            return
         arrive_expect_bytes(full, count * item_size * buffers)
         token = load_i64(src_indices + first * 8)
         stage = data + buffer * stage_bytes
@@ -177,6 +189,9 @@ def _build(src, dst, mla, shape, ring):
         holder = cuda.local.array(MAX_STAGES, int64)  # the post that last filled each data buffer
         bulk_rot = 0  # the store warp the next bulk item goes to
         direct_rot = 0  # the consumer warp the next direct item goes to
+        sides = consumers - stores  # the warps that store no bulk pieces
+        side_rot = 0  # the side warp the next side item goes to
+        side_share = 0  # eighths of a piece owed to the side warps
         i = begin
         direct_from = begin
         while i < end:
@@ -212,17 +227,24 @@ def _build(src, dst, mla, shape, ring):
                     log2 = 0
                     while (2 << log2) <= n:
                         log2 += 1
-                    buffer = pieces % stages
-                    if lane == 0:
-                        # The buffer's last piece must have been written out; if its slot came round since,
-                        # claiming that slot already waited for it.
-                        if pieces >= stages and k - holder[buffer] < slots:
-                            wait_released(base, holder[buffer])
-                        post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices, layer,
-                                  page, maps, max_run_log2, item_size)
-                    holder[buffer] = k
-                    bulk_rot = turn(bulk_rot, 1 << log2, stores)
-                    pieces += 1
+                    side_share += side_eighths
+                    if sides > 0 and side_share >= 8:  # this piece goes through the side warps' registers
+                        side_share -= 8
+                        if lane == 0:
+                            post_plain(smem, base, k, i + p, 1 << log2, _SIDE, side_rot)
+                        side_rot = turn(side_rot, 1 << log2, sides)
+                    else:
+                        buffer = pieces % stages
+                        if lane == 0:
+                            # The buffer's last piece must have been written out; if its slot came round since,
+                            # claiming that slot already waited for it.
+                            if pieces >= stages and k - holder[buffer] < slots:
+                                wait_released(base, holder[buffer])
+                            post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
+                                      layer, page, maps, max_run_log2, item_size)
+                        holder[buffer] = k
+                        bulk_rot = turn(bulk_rot, 1 << log2, stores)
+                        pieces += 1
                     k += 1
                     p += 1 << log2
                     direct_from = i + p
@@ -243,27 +265,6 @@ def _build(src, dst, mla, shape, ring):
 
     # A warp writes a piece's chunk from shared memory out: two 16-byte words a lane per round.
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
-
-    @device_function
-    def direct_item(lane, src_token, dst_token, layer, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
-                    dst_layout_dim, src_page_size, dst_page_size, head_num):
-        """One item through registers, as the register kernel copies it."""
-        heads = head_num if headed else 1
-        chunk = item_size // heads
-        src_stride = src_head_stride(src_layout_dim, item_size, heads, src_page_size)
-        src_offset = src_token_offset(src_token, src_layout_dim, item_size, heads, src_page_size)
-        dst_offset = dst_token_offset(dst_token, dst_layout_dim, item_size, heads, dst_page_size)
-        sk = src_layer_base(src_k, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
-        dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
-        if mla:
-            for head in range(heads):
-                copy_item(lane, sk + head * src_stride, dk + head * chunk, chunk)
-            return
-        sv = src_layer_base(src_v, layer, src_layout_dim, item_size, heads, src_page_size) + src_offset
-        dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, heads, dst_page_size) + dst_offset
-        for head in range(heads):
-            copy_pair(lane, sk + head * src_stride, dk + head * chunk, sv + head * src_stride, dv + head * chunk,
-                      chunk)
 
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
@@ -307,15 +308,25 @@ def _build(src, dst, mla, shape, ring):
             kind = smem[d + 2]
             if kind == _END:
                 return
-            n = stores if kind == _BULK else consumers
-            j = me - smem[d + 3]  # items go round the n warps from the post's first warp
+            # Who takes the post's items: bulk pieces go round the store warps, side pieces round the
+            # warps after them, direct items round every consumer.
+            n = consumers
+            first_warp = 0
+            if kind == _BULK:
+                n = stores
+            elif kind == _SIDE:
+                n = consumers - stores
+                first_warp = stores
+            j = me - first_warp - smem[d + 3]  # items go round the n warps from the post's first warp
             if j < 0:
                 j += n
-            if me >= n:
-                j = count  # a warp that writes no bulk items
+            if me < first_warp or me >= first_warp + n:
+                j = count  # a warp with no items in this post
             elif kind == _BULK:
                 while try_wait(base + full_at + s * 8, parity) == 0:
                     pass
+                if not write_out:
+                    j = count
             stage = data + smem[d + 4] * stage_bytes
             while j < count:
                 item = first + j
@@ -333,14 +344,10 @@ def _build(src, dst, mla, shape, ring):
                         store_chunk(lane, stage + offset, dk + h * chunk, chunk)
                         if not mla:
                             store_chunk(lane, stage + count * item_size + offset, dv + h * chunk, chunk)
-                else:
+                else:  # direct and side items, through registers as the register kernel copies them
                     src_token = load_i64(src_indices + item * 8)
-                    if (src_token < 0 or src_token >= src_token_limit or dst_token < 0
-                            or dst_token >= dst_token_limit):
-                        if error_flag != 0 and lane == 0:
-                            store_u64(error_flag, 1)
-                    else:
-                        direct_item(lane, src_token, dst_token, first_layer, src_k, dst_k, src_v, dst_v, item_size,
+                    if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
+                        copy_tokens(lane, src_token, dst_token, first_layer, 1, src_k, dst_k, src_v, dst_v, item_size,
                                     src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
                 j += n
             release(base + empty_at + s * 8, lane)
@@ -360,7 +367,8 @@ def get_staged_kernel(src, dst, mla, ring=None):
     if src not in SOURCES or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
     ring = ring or SHAPE
-    if not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128:
+    if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
+            or not 0 <= ring.side_eighths <= 8 or ring.leave_out not in LEAVE_OUT):
         raise ValueError(f"bad staged ring {ring}")
     key = (src, dst, bool(mla), ring)
     built = _kernels.get(key)
