@@ -109,6 +109,15 @@ def test_side_pieces_through_registers(staged_choices, staged_ring, side_eighths
     assert staged_choices == [True]
 
 
+@pytest.mark.parametrize("pattern", ["mixed", "pages"])
+@pytest.mark.parametrize("op,item_size,page_size,heads", [LOADS[2], LOADS[3], LOADS[6]])
+def test_pieces_written_by_the_store_warps(staged_choices, staged_ring, pattern, op, item_size, page_size, heads):
+    """With ``bulk_stores=False`` the store warps write each landed piece out through their registers."""
+    staged_ring(staged.StagedShape(bulk_stores=False, store_warps=2))
+    run_case(_case(op, pattern, item_size, page_size, heads, warps=4))
+    assert staged_choices == [True]
+
+
 @pytest.mark.parametrize("ring", [dict(side_eighths=9), dict(leave_out="everything"), dict(slots=2)])
 def test_a_bad_ring_is_refused(ring):
     with pytest.raises(ValueError, match="bad staged ring"):
@@ -193,12 +202,13 @@ def test_wide_items_split_into_rows_of_at_most_2KB():
 
 
 def test_page_head_geometry():
-    # [pages=4, heads=8, page=16, layers=2, 256 bytes]
+    # Memory is [pages=4, heads=8, page=16, layers=2, 256 bytes]; the map puts heads before tokens, so a
+    # box (every head of a run of tokens) lands token-major.
     item, heads, page, layers = 2048, 8, 16, 2
     nbytes = 4 * heads * page * layers * (item // heads)
     sizes, strides, map_heads, head_major = tensor_maps.geometry(PAGE_HEAD, nbytes, item, layers * item, page, heads)
-    assert sizes == (32, 2, 16, 8, 4) and map_heads == 8 and head_major
-    assert strides == (256, 2 * 256, 16 * 2 * 256, 8 * 16 * 2 * 256)
+    assert sizes == (32, 2, 8, 16, 4) and map_heads == 8 and head_major
+    assert strides == (256, 16 * 2 * 256, 2 * 256, 8 * 16 * 2 * 256)
 
 
 @pytest.mark.parametrize("args", [

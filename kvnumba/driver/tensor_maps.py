@@ -116,8 +116,10 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
         pages = nbytes // page_bytes
         if pages == 0 or nbytes % page_bytes:
             return None
-        sizes = (chunk // 8, layout_dim // item_size, page_size, heads, pages)
-        strides = (chunk, layout_dim // heads, page_bytes // heads, page_bytes)
+        # Heads before tokens, though a head's tokens are closer in memory: the box then lands in shared
+        # memory token-major, every token's heads together, as the destination keeps them.
+        sizes = (chunk // 8, layout_dim // item_size, heads, page_size, pages)
+        strides = (chunk, page_bytes // heads, layout_dim // heads, page_bytes)
         return sizes, strides, heads, True
     rows = next((r for r in range(1, item_size // 16 + 1)
                  if item_size % r == 0 and (item_size // r) % 16 == 0 and item_size // r // 8 <= MAX_BOX), None)
@@ -140,7 +142,7 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
 
 def _box(sizes, head_major, run):
     if head_major:
-        return (sizes[0], 1, run, sizes[3], 1)
+        return (sizes[0], 1, sizes[2], run, 1)
     return (sizes[0], sizes[1], 1, run, 1)
 
 

@@ -18,10 +18,15 @@ would take), with the warps in three roles:
   ``direct_batch`` such items make one *direct* post, which carries no data, only the item range.
   Posts go through a ring of ``slots`` descriptors, more than there are buffers, so direct posts
   queue up deep;
-- the first ``store_warps`` other warps, the *store warps*, write each bulk piece's items from
-  shared memory to their destination slots (16-byte words, ``st.global.cg``);
+- the first ``store_warps`` other warps, the *store warps*, take the bulk pieces in turn: once a
+  piece has landed (token-major for every source: a page-head map orders heads before tokens), one
+  store warp writes it out through the bulk unit too, lane ``t`` token ``t``'s K and V
+  (``cp.async.bulk``), and frees the buffer as soon as the unit has read it. Writing through the
+  warps' registers instead (``StagedShape.bulk_stores=False``) held each buffer ~3 us longer at one
+  SM, and loads and stores then barely overlapped (scripts/RESULTS.md, issue 21);
 - every warp but the loader copies direct items from host memory through registers, as the
-  register kernel does.
+  register kernel does (``kernels.item_copy``, the same body); ``side_eighths`` sends some runs'
+  pieces that way too, to the warps after the store warps (measured slower on the H200: off).
 
 Items go round the warps that take them (the descriptor says which warp takes a post's first
 item). Each warp releases each post (the slot's ``empty`` barrier); warps with nothing to write in
@@ -47,7 +52,8 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u128
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
-                  first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
+                  bulk_commit, bulk_store, bulk_wait, bulk_wait_read, first_set, load_shared_u128, release,
+                  shared_address, tensor_load, try_wait)
 from .warp_copy import warp_loop
 
 
@@ -64,6 +70,9 @@ class StagedShape(NamedTuple):
     # Eighths of the runs' pieces copied through registers by the warps that store no bulk pieces (the
     # *side* warps), while the bulk unit loads the others: two paths reading host memory at once.
     side_eighths: int = 0
+    # A bulk piece is written out by the bulk unit too (one warp, a lane per token), not by the store
+    # warps' loads and stores: the data buffer is free again as soon as the unit has read it.
+    bulk_stores: bool = True
     leave_out: str = ""  # measurement only (scripts/tune_staged.py): "data" or "stores", see _build
 
     @property
@@ -107,7 +116,7 @@ def _build(src, dst, mla, shape, ring):
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
     copy_tokens = make_item_copy(src, dst, mla, shape)
     buffers = 1 if mla else 2
-    side_eighths = ring.side_eighths
+    side_eighths, bulk_stores = ring.side_eighths, ring.bulk_stores
     # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
     # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
     # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
@@ -154,7 +163,7 @@ def _build(src, dst, mla, shape, ring):
         stage = data + buffer * stage_bytes
         k_map = maps + log2 * MAP_BYTES
         if head_major:
-            c1, c2, c3, c4 = layer, token % page, 0, token // page
+            c1, c2, c3, c4 = layer, 0, token % page, token // page
         else:
             c1, c2, c3, c4 = 0, layer if layered else 0, token, 0
         tensor_load(stage, k_map, 0, c1, c2, c3, c4, full)
@@ -243,7 +252,7 @@ def _build(src, dst, mla, shape, ring):
                             post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
                                       layer, page, maps, max_run_log2, item_size)
                         holder[buffer] = k
-                        bulk_rot = turn(bulk_rot, 1 << log2, stores)
+                        bulk_rot = turn(bulk_rot, 1 if bulk_stores else 1 << log2, stores)
                         pieces += 1
                     k += 1
                     p += 1 << log2
@@ -263,8 +272,44 @@ def _build(src, dst, mla, shape, ring):
                 k += 1
             post_plain(smem, base, k, 0, 0, _END, 0)
 
-    # A warp writes a piece's chunk from shared memory out: two 16-byte words a lane per round.
+    # A warp writes a piece's item from shared memory out: two 16-byte words a lane per round.
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
+
+    @device_function
+    def destinations(dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size):
+        """Where a token's K and V go (V's is 0 for MLA)."""
+        offset = dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
+        dk = dst_layer_base(dst_k, layer, dst_layout_dim, item_size, 1, dst_page_size) + offset
+        dv = 0
+        if not mla:
+            dv = dst_layer_base(dst_v, layer, dst_layout_dim, item_size, 1, dst_page_size) + offset
+        return dk, dv
+
+    @device_function
+    def write_piece(lane, stage, first, count, dst_indices, layer, dst_k, dst_v, item_size, dst_layout_dim,
+                    dst_page_size):
+        """One warp writes a landed piece out through the bulk unit, lane ``t`` token ``t``, and waits
+        only until the unit has read the stage. Destinations that are not 16-byte aligned (a user's
+        offset view) go through the warp's loads and stores instead."""
+        dk = 0
+        dv = 0
+        if lane < count:
+            dk, dv = destinations(load_i64(dst_indices + (first + lane) * 8), layer, dst_k, dst_v, item_size,
+                                  dst_layout_dim, dst_page_size)
+        if ballot(((dk | dv) & 15) == 0) == 0xFFFFFFFF:
+            if lane < count:
+                bulk_store(dk, stage + lane * item_size, item_size)
+                if not mla:
+                    bulk_store(dv, stage + (count + lane) * item_size, item_size)
+                bulk_commit()
+                bulk_wait_read()
+            return
+        for t in range(count):
+            dk, dv = destinations(load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v, item_size,
+                                  dst_layout_dim, dst_page_size)
+            store_chunk(lane, stage + t * item_size, dk, item_size)
+            if not mla:
+                store_chunk(lane, stage + (count + t) * item_size, dv, item_size)
 
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
@@ -295,7 +340,6 @@ def _build(src, dst, mla, shape, ring):
                  dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, stores, consumers)
             return
         me = warp - 1
-        chunk = item_size // map_heads
         k = 0
         while True:
             s = k % slots
@@ -307,6 +351,7 @@ def _build(src, dst, mla, shape, ring):
             count = smem[d + 1]
             kind = smem[d + 2]
             if kind == _END:
+                bulk_wait()  # this thread's bulk stores have written global memory
                 return
             # Who takes the post's items: bulk pieces go round the store warps, side pieces round the
             # warps after them, direct items round every consumer.
@@ -320,32 +365,30 @@ def _build(src, dst, mla, shape, ring):
             j = me - first_warp - smem[d + 3]  # items go round the n warps from the post's first warp
             if j < 0:
                 j += n
-            if me < first_warp or me >= first_warp + n:
+            if me < first_warp or me >= first_warp + n or (kind == _BULK and bulk_stores and j != 0):
                 j = count  # a warp with no items in this post
             elif kind == _BULK:
                 while try_wait(base + full_at + s * 8, parity) == 0:
                     pass
                 if not write_out:
                     j = count
+            # Every source's stage holds the piece token-major: item t at stage + t * item_size (V's after K's).
             stage = data + smem[d + 4] * stage_bytes
+            if kind == _BULK and bulk_stores and j < count:
+                write_piece(lane, stage, first, count, dst_indices, first_layer, dst_k, dst_v, item_size,
+                            dst_layout_dim, dst_page_size)
+                j = count
             while j < count:
                 item = first + j
-                dst_token = load_i64(dst_indices + item * 8)
                 if kind == _BULK:
-                    dk = dst_layer_base(dst_k, first_layer, dst_layout_dim, item_size, 1, dst_page_size) \
-                        + dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
-                    dv = dst_layer_base(dst_v, first_layer, dst_layout_dim, item_size, 1, dst_page_size) \
-                        + dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
-                    for h in range(map_heads):
-                        if head_major:
-                            offset = (h * count + j) * chunk
-                        else:
-                            offset = j * item_size + h * chunk
-                        store_chunk(lane, stage + offset, dk + h * chunk, chunk)
-                        if not mla:
-                            store_chunk(lane, stage + count * item_size + offset, dv + h * chunk, chunk)
+                    dk, dv = destinations(load_i64(dst_indices + item * 8), first_layer, dst_k, dst_v, item_size, dst_layout_dim,
+                                          dst_page_size)
+                    store_chunk(lane, stage + j * item_size, dk, item_size)
+                    if not mla:
+                        store_chunk(lane, stage + (count + j) * item_size, dv, item_size)
                 else:  # direct and side items, through registers as the register kernel copies them
-                    src_token = load_i64(src_indices + item * 8)
+                    src_token = load_i64(src_indices + item * 8)  # both indices in flight together
+                    dst_token = load_i64(dst_indices + item * 8)
                     if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
                         copy_tokens(lane, src_token, dst_token, first_layer, 1, src_k, dst_k, src_v, dst_v, item_size,
                                     src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)

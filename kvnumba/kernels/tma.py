@@ -14,6 +14,11 @@ On the GPU these are inline PTX (sm_90+):
   shape is in the map) copied from global memory into shared memory at ``dst``, completing
   ``bar``'s bytes when it lands: ``cp.async.bulk.tensor.5d``;
 - ``load_shared_u128(addr)``: 16 bytes of shared memory;
+- ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both
+  addresses 16-byte aligned) of shared memory at ``src`` to global memory at ``dst``, asynchronously
+  (``cp.async.bulk``, one bulk group per thread); ``bulk_commit()`` closes the thread's group,
+  ``bulk_wait_read()`` waits until its groups have read their shared memory (it may be reused), and
+  ``bulk_wait()`` until they have written global memory;
 - ``release(bar, lane)``: a consumer warp is done with a stage: its lanes agree
   (``__syncwarp``), then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count;
 - ``ballot(predicate)``: the 32 lanes' predicates as the bits of one int (``ballot_sync``, all lanes);
@@ -110,6 +115,18 @@ if SIMULATOR:
         with b.cond:
             b.bytes -= out - dst
             b._complete_if_done()
+
+    def bulk_store(dst, src, nbytes):
+        ctypes.memmove(int(dst), int(src), int(nbytes))
+
+    def bulk_commit():
+        pass
+
+    def bulk_wait_read():
+        pass
+
+    def bulk_wait():
+        pass
 
     def load_shared_u128(addr):
         addr = int(addr)
@@ -222,6 +239,33 @@ else:
             return context.get_dummy_value()
 
         return types.void(*([types.int64] * 8)), codegen
+
+    @intrinsic
+    def bulk_store(typingctx, dst, src, nbytes):
+        def codegen(context, builder, sig, args):
+            # The shared memory was written by the bulk unit (a tensor load), in the async proxy as
+            # this read: no proxy fence is needed, but one costs nothing next to the copy.
+            _asm(builder, ir.VoidType(), [args[0], _u32(builder, args[1]), _u32(builder, args[2])],
+                 "fence.proxy.async.shared::cta;\n\tcp.async.bulk.global.shared::cta.bulk_group [$0], [$1], $2;",
+                 "l,r,r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64, types.int64), codegen
+
+    def _no_operands(text):
+        @intrinsic
+        def instruction(typingctx):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [], text, "~{memory}")
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return instruction
+
+    bulk_commit = _no_operands("cp.async.bulk.commit_group;")
+    bulk_wait_read = _no_operands("cp.async.bulk.wait_group.read 0;")
+    bulk_wait = _no_operands("cp.async.bulk.wait_group 0;")
 
     @intrinsic
     def load_shared_u128(typingctx, addr):
