@@ -8,7 +8,7 @@ Accepted without importing any of them (torch and CuPy stay optional):
   ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 
-What a cached plan re-checks on reuse is ``kvnumba.api.plan_cache``'s business (plans are found by value).
+What a cached plan re-checks on reuse is ``kvnumba.plan.cache``'s business (plans are found by value).
 """
 import math
 from collections.abc import Callable

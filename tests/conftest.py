@@ -33,7 +33,7 @@ def fresh_plans():
 def device_path(monkeypatch, fresh_plans):
     """Indices the host can read (everything on the simulator) skip the host-side bounds check and take
     the device path, the kernel's guard, as indices in GPU memory do on a GPU."""
-    from kvnumba.api.kernel_plan import KernelPlan
+    from kvnumba.plan.kernel_plan import KernelPlan
 
     monkeypatch.setattr(KernelPlan, "_check_host_indices", lambda self, src, dst, window: None)
 

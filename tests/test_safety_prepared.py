@@ -228,7 +228,7 @@ def test_bound_layer_tables_stay_the_callers_objects():
 def test_a_known_geometry_at_new_addresses_is_rebound_and_checked(monkeypatch):
     """A miss on buffers of a geometry seen before reuses its checks (KernelPlan.rebind) and does again
     what depends on addresses: the bytes land right, a misaligned buffer is refused."""
-    from kvnumba.api import kernel_plan
+    from kvnumba.plan import kernel_plan
 
     rebinds = []
     real = kernel_plan.KernelPlan.rebind

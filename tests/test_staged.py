@@ -11,8 +11,8 @@ import pytest
 
 import kvnumba as kv
 from cases import POISON, Case, run_case
-from kvnumba.api import kernel_plan
-from kvnumba.driver import tensor_maps
+from kvnumba.plan import kernel_plan
+from kvnumba.plan import tensor_maps
 from kvnumba.kernels import staged
 from kvnumba.kernels.layouts import LAYER_FIRST, PAGE_FIRST, PAGE_HEAD
 from placement import device, host, to_numpy

@@ -8,7 +8,7 @@ across the calls of a HiCache load; only the indices (and, per layer, ``layer_id
     load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
 
 The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
-through a plan cache that finds plans by the value of their buffers (``kvnumba.api.plan_cache``).
+through a plan cache that finds plans by the value of their buffers (``kvnumba.plan.cache``).
 """
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ from .. import config
 from ..checks import guard, validate
 from ..driver.streams import stream_handle
 from ..types import StreamLike
-from .direct_plan import DirectPlan
-from .fast_path import make_fast_call
-from . import staged_plan
-from .kernel_plan import KernelPlan, build_plan, clear_shapes
-from .plan_cache import PlanCache
+from ..plan import staged_plan
+from ..plan.cache import PlanCache
+from ..plan.direct_plan import DirectPlan
+from ..plan.fast_path import make_fast_call
+from ..plan.kernel_plan import KernelPlan, build_plan, clear_shapes
+from ..plan.spec import SPECS, TBL, Spec
 from .snapshot import Snapshot
-from .spec import SPECS, TBL, Spec
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 _DIRECT_CALL = ("src_indices", "dst_indices")

@@ -31,7 +31,7 @@ Every index is still bounded: the loader puts only in-range items into runs, and
 items are checked by their warp (skipped and flagged, as in the register kernel).
 
 The kernel has the register kernel's 19 parameters (``factory.KernelArgs``), so a call writes the
-same prefix, then four more: the device address of the source's tensor maps (``driver.tensor_maps``:
+same prefix, then four more: the device address of the source's tensor maps (``plan.tensor_maps``:
 K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the item is
 split into this many equal chunks of at most 2 KB, one map row each; for page-head, its heads),
 ``max_run_log2`` and ``min_run``.

@@ -151,7 +151,7 @@ def test_plain_call_after_resize_is_bounded_by_the_new_extent():
 
 def test_many_staged_plans_recycle_their_maps_and_stay_right(load_path, monkeypatch):
     """More plans than a small map store holds: retired blocks are reused after a synchronisation."""
-    from kvnumba.driver import tensor_maps
+    from kvnumba.plan import tensor_maps
 
     store = tensor_maps.MapStore()
     store.SLAB_BLOCKS, store.RECYCLE_AT = 4, 4

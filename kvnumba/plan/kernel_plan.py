@@ -2,7 +2,7 @@
 validated once; and ``run``, the per-call path every kernel transfer takes.
 
 A plan is built from an entry point's geometry arguments (its buffers, tables and sizes; see
-``kvnumba.api.spec``). Building it checks them all (types, sizes, alignment, pinned host memory,
+``kvnumba.plan.spec``). Building it checks them all (types, sizes, alignment, pinned host memory,
 writable destinations, one device, destinations clear of the tables), reads what is known about
 table layers (``kvnumba.checks.tables``), chooses the kernel, loads it on the buffers' device and
 fills a parameter block with every value that stays the same. ``run`` then checks the indices, the
@@ -29,6 +29,7 @@ from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels.factory import NO_LIMIT, PER_LAYER_ARGS, SIGNATURE, get_kernel
 from ..kernels.jit import WARP_SIZE
 from ..kernels.layouts import PARTS, Layout
+from .copy_plan import read_copy
 from .spec import buffer_names
 from .staged_plan import bind_staged
 
@@ -97,15 +98,13 @@ class LayerWindow:
 class KernelPlan:
     """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
 
-    fast: Callable[..., Any]  # the per-call path (kvnumba.api.fast_path), set by Transfer
+    fast: Callable[..., Any]  # the per-call path (kvnumba.plan.fast_path), set by Transfer
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
         self.first_layer = 0  # the first layer a call moves (per-layer plans: chosen by each call)
         if spec.name == "copy":
-            from .views import configure_copy
-
-            sides = configure_copy(self, geometry, strict)
+            sides = self._configure_copy(geometry, strict)
         else:
             sides = self._configure_seed(spec, geometry, strict)
         self._finish(*sides)
@@ -162,6 +161,19 @@ class KernelPlan:
         self.memory = (infos[names[0]].device == HOST, infos[names[1]].device == HOST)
         return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
                 (src_dim, self.page_size), (dst_dim, self.page_size))
+
+    def _configure_copy(self, geometry, strict):
+        """``kv.copy``'s arguments (two cache views, ``layers``): validated (``copy_plan``), and the two
+        sides they describe."""
+        copy = read_copy(geometry, strict)
+        self.first_layer, self.window, self.num_layers, self.item_size = (copy.first_layer, copy.window,
+                                                                          copy.num_layers, copy.item_size)
+        self.head_num = self.heads = copy.heads
+        self.page_size = 1
+        self.raw_tables, self.device, self.uses_torch = copy.raw_tables, copy.device, copy.uses_torch
+        self.src, self.dst = copy.src, copy.dst
+        self.destinations, self.guides = copy.destinations, copy.guides
+        return copy.kernel_sides
 
     def _finish(self, src_parts, dst_parts, mla, src_ptrs, dst_ptrs, src_geometry, dst_geometry):
         """What every plan does once its sides are known: refuse destinations over the tables, choose
@@ -301,7 +313,7 @@ class KernelPlan:
             return handle
         items_per_warp = -(-count // (block_quota * warps))
         grid = -(-count // (items_per_warp * warps))
-        # A staged block needs two warps; small loads are faster on registers (kvnumba.api.staged_plan).
+        # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
         kernel = self.kernel if warps > 1 and count >= self.staged_from else self.register_kernel
         if host_side and not SIMULATOR:
             return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, warps, window, handle,

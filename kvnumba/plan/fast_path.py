@@ -58,7 +58,7 @@ def make_fast_call(plan, snapshot=None):
     device, low, high = plan.device, plan.dst_low, plan.dst_high
     starts, ends = merged(plan.destinations)
     # The plan's kernel, and the register kernel for calls below plan.staged_from items or with one warp
-    # per block (the same kernel unless the plan is staged: kvnumba.api.staged_plan).
+    # per block (the same kernel unless the plan is staged: kvnumba.plan.staged_plan).
     launchers = [(k.blocks, k.function, k.retry, k.shared) for k in (plan.kernel, plan.register_kernel)]
     staged_launch, register_launch = launchers
     staged_from = plan.staged_from

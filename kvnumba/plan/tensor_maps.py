@@ -28,7 +28,7 @@ import weakref
 import numpy as np
 
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
-from .target import SIMULATOR
+from ..driver.target import SIMULATOR
 
 MAX_BOX = 256  # elements per box dimension
 L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (tuning scripts set others)
@@ -82,7 +82,7 @@ class MapStore:
     def _refill(self):
         if len(self._retired) >= self.RECYCLE_AT:
             if not SIMULATOR:  # simulated launches are synchronous
-                from .devices import synchronize_all
+                from ..driver.devices import synchronize_all
 
                 synchronize_all()
             self._free, self._retired = self._retired, []
@@ -190,7 +190,7 @@ _encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box) -> the driver cal
 
 
 def _write_encoded(at, base, sizes, strides, box):
-    from .bindings import check, cu
+    from ..driver.bindings import check, cu
 
     key = (sizes, strides, box, L2_PROMOTION)
     args = _encode_args.get(key)
@@ -212,7 +212,7 @@ def compute_capability(device):
     """``(major, minor)`` of GPU ``device`` (memoised)."""
     known = _capabilities.get(device)
     if known is None:
-        from .bindings import check, cu
+        from ..driver.bindings import check, cu
 
         attribute = cu.CUdevice_attribute
         major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),

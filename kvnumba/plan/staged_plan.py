@@ -10,7 +10,7 @@
 - ``register``: never.
 
 Either way a plan is staged only if its source layout (layer-first, page-first or page-head) and its
-sizes can be described by tensor maps (``driver.tensor_maps``), its buffers are 16-byte aligned and
+sizes can be described by tensor maps (``plan.tensor_maps``), its buffers are 16-byte aligned and
 its destination is one layer's buffer; otherwise, and for calls with fewer than two warps per block,
 the register kernel runs.
 
@@ -20,11 +20,11 @@ it to a plan's addresses encodes that plan's tensor maps (a few microseconds).
 from typing import Any, NamedTuple
 
 from .. import config
-from ..driver import tensor_maps
 from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
+from . import tensor_maps
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
 # 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
