@@ -24,6 +24,7 @@ from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
+from ..kernels.params import StagedArgs
 from . import tensor_maps
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
@@ -54,7 +55,7 @@ class Recipe(NamedTuple):
                                        self.stage_bytes)
         if maps is None:
             return None
-        return BoundKernel(self.kernel, device, (*template, *maps.args)), maps
+        return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
 _recipes: dict[tuple, Recipe | None] = {}
@@ -103,9 +104,9 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
     None when its loads stay on registers.
 
     ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
-    kernel's 19 parameter values (the staged kernel's start with them)."""
+    kernel's parameter values (``kernels.params.KernelArgs``: the staged kernel's start with them)."""
     found = recipe(plan, src_parts, dst_parts, mla, src_geometry, memory)
-    if found is None or any(p % 16 for p in template[8:11:2] if p):  # destinations: 16-byte stores from shared
+    if found is None or any(p % 16 for p in (template.dst_k, template.dst_v) if p):  # 16-byte stores from shared
         return None
     bound = found.bind(plan.device, template, src_ptrs)
     if bound is None:
