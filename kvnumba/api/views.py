@@ -24,13 +24,12 @@ its geometry from a buffer's shape, and a NumPy view for the reference (see ``Ca
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any, Literal, SupportsIndex
 
 import numpy as np
 
-from ..arrays import ArrayInfo, array_info
+from ..arrays import array_info, dtype_bytes, shape_of
 from ..checks import validate
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
@@ -244,36 +243,6 @@ def item_of(shape: Sequence[int], dtype_bytes: int, where: str) -> tuple[int, in
     raise ValueError(f"{where}: an item is (H, D) or (D,), got {tuple(shape)}")
 
 
-def _dtype_bytes(info: ArrayInfo) -> int:
-    elements = math.prod(info.shape)
-    if elements:
-        return info.nbytes // elements
-    try:
-        return np.dtype(info.dtype.lstrip("<>=|")).itemsize
-    except TypeError:  # a torch-only dtype of an empty array: its name ends in its bits
-        return int("".join(c for c in info.dtype if c.isdigit())[:2] or 8) // 8
-
-
-def shape_of(buffer: Any, name: str) -> tuple[tuple[int, ...], int, str]:
-    """``(shape, itemsize, dtype name)`` of an array, without asking for contiguity (a shape may be
-    read off an array with no memory behind it)."""
-    try:
-        info = array_info(buffer, name)
-        return tuple(info.shape), _dtype_bytes(info), info.dtype
-    except ValueError:  # not contiguous: the kernels would refuse it, but its shape is still its shape
-        pass
-    if type(buffer).__module__.startswith("torch") and hasattr(buffer, "element_size"):
-        return tuple(buffer.shape), buffer.element_size(), str(buffer.dtype).removeprefix("torch.")
-    if isinstance(buffer, np.ndarray):
-        return buffer.shape, buffer.itemsize, buffer.dtype.name
-    cai = getattr(buffer, "__cuda_array_interface__", None)
-    if cai is not None:
-        dtype = np.dtype(cai["typestr"])
-        return tuple(cai["shape"]), dtype.itemsize, dtype.name
-    raise TypeError(f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
-                    f"got {type(buffer).__name__}")
-
-
 # --- the built-in views ----------------------------------------------------------------------------
 
 class LayerFirst(CacheView):
@@ -439,7 +408,7 @@ class VllmFlashAttn(_Blocks):
         if len(info.shape) != 5 or info.shape[0] != 2 or any(i.shape != info.shape for i in infos):
             raise ValueError(f"VllmFlashAttn: every layer is [2, num_blocks, block_size, H, D], got {info.shape}")
         _, blocks, block, heads, dim = info.shape
-        item = heads * dim * _dtype_bytes(info)
+        item = heads * dim * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, block * item, info.dtype)
 
     def layer_addresses(self, which: str) -> list[int]:
@@ -472,7 +441,7 @@ class VllmFlashInfer(_Blocks):
             raise ValueError(f"VllmFlashInfer: every layer is [num_blocks, 2, {'block_size, H' if self.layout == 'NHD' else 'H, block_size'}, D], got {info.shape}")
         blocks = info.shape[0]
         block, heads = (info.shape[2], info.shape[3]) if self.layout == "NHD" else (info.shape[3], info.shape[2])
-        item = heads * info.shape[4] * _dtype_bytes(info)
+        item = heads * info.shape[4] * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, 2 * block * item, info.dtype)
 
     def layer_addresses(self, which: str) -> list[int]:
