@@ -13,6 +13,7 @@ words (``warp_copy``).
 """
 from numba import cuda
 
+from .. import config
 from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
@@ -42,8 +43,11 @@ DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 
 
 def copy_shape_for(src, dst, mla):
-    """The inner loop's shape for a kernel (``src``/``dst``: ``LayoutParts``). Tuning experiments and
-    tests replace this function to build every kernel with one shape."""
+    """The inner loop's shape for a kernel (``src``/``dst``: ``LayoutParts``): the tuned table's, or the one
+    shape that tuning experiments and tests set for every kernel (``config.override(copy_shape=...)``)."""
+    forced = config.tuning("copy_shape")
+    if forced is not None:
+        return forced
     return COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.

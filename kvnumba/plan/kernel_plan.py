@@ -8,6 +8,7 @@ table layers (``kvnumba.checks.tables``), chooses the kernel, loads it on the bu
 fills a parameter block with every value that stays the same. ``run`` then checks the indices, the
 layer and the launch shape, writes the few values that change, and launches.
 """
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -96,6 +97,8 @@ class KernelPlan:
     """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
 
     fast: Callable[..., Any]  # the per-call path for the common case (fast_call()), made with the plan
+
+    rebound = False  # made by rebind (the checks of an earlier plan of its geometry reused)
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
@@ -193,6 +196,8 @@ class KernelPlan:
             head_num=self.head_num, error_flag=guard.flag_address())
         self.flag = guard.flag_view()
         self.template = template
+        checks = config.tuning("host_index_checks")
+        self.host_index_checks = checks is None or bool(checks)  # config's host_index_checks (tests of the guard)
         self.register = launchable(get_kernel(src_parts, dst_parts, mla), SIGNATURE)
         self.staged_args = (src_parts, dst_parts, mla, src_geometry)
         if self.spec.name == "copy":  # kv.copy's loads stay on registers, but a bad setting is refused here too
@@ -213,6 +218,8 @@ class KernelPlan:
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged
         self.fast = make_fast_call(self)
+        for watch in _watchers:
+            watch(self)
 
     def fast_call(self, snapshot=None):
         """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
@@ -227,6 +234,7 @@ class KernelPlan:
         depends on geometry holds for it; what depends on addresses is done again. No layer tables."""
         plan = object.__new__(KernelPlan)
         plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: they are the same)
+        plan.rebound = True
         for name in names:
             if name is not None and infos[name].device == HOST:
                 pinned.require(name, infos[name])
@@ -311,7 +319,7 @@ class KernelPlan:
             validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
         self._clear_of_destinations(src, dst)
         host_side = src[3] or dst[3]
-        if host_side and count:
+        if host_side and count and self.host_index_checks:
             self._check_host_indices(src, dst, window)
         uses_torch = self.uses_torch or src[4] or dst[4]
         handle = stream_handle(stream, self.device if uses_torch else None)
@@ -384,6 +392,23 @@ class KernelPlan:
                     f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
         return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
                                     "call in flight?); the other items were copied")
+
+
+# --- watching plans being made -------------------------------------------------------------------
+
+_watchers: list = []
+
+
+@contextlib.contextmanager
+def watching(callback):
+    """``with watching(callback):`` calls ``callback(plan)`` for every kernel plan made in the block, built
+    or rebound (``plan.rebound``), once its kernels are bound: for tests and tools that ask what plans
+    chose (e.g. ``plan.source_maps is not None``: the staged kernel)."""
+    _watchers.append(callback)
+    try:
+        yield
+    finally:
+        _watchers.remove(callback)
 
 
 # --- plans by geometry: a miss on new buffers of a known geometry is a rebind -----------------------

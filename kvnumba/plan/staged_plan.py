@@ -64,21 +64,27 @@ _recipes: dict[tuple, Recipe | None] = {}
 def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
     """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
     path = config.load_path()
+    ring = ring_in_force()
     src_dim, src_page = src_geometry
     key = (path, src_parts, dst_parts, mla, plan.window, plan.src.nbytes, plan.item_size, src_dim, src_page,
-           plan.head_num, memory, plan.device, staged.SHAPE)
+           plan.head_num, memory, plan.device, ring)
     try:
         return _recipes[key]
     except KeyError:
         pass
-    found = _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
+    found = _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
     if len(_recipes) > 1024:
         _recipes.clear()
     _recipes[key] = found
     return found
 
 
-def _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
+def ring_in_force():
+    """The staged kernel's ring: ``staged.SHAPE`` (tuned on the H200), or ``config.override(staged_shape=...)``'s."""
+    return config.tuning("staged_shape") or staged.SHAPE
+
+
+def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
     if (path == "register" or plan.window != 1 or src_parts not in staged.SOURCES
             or dst_parts not in staged.DESTINATIONS):
         return None
@@ -86,7 +92,6 @@ def _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
         src_host, dst_host = memory
         if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
             return None
-    ring = staged.SHAPE
     picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
     if picture is None or plan.item_size * (1 if mla else 2) > ring.stage_bytes:
         return None
