@@ -297,7 +297,7 @@ class FastTransfer(Transfer):
         """``transfer``'s state, as an instance of a subclass called through ``call``."""
         kind = type("Transfer", (cls,), {"__call__": staticmethod(call), "__module__": __name__,
                                          "__qualname__": "Transfer"})
-        fast = object.__new__(kind)
+        fast: Transfer = object.__new__(kind)
         fast.__dict__.update(transfer.__dict__)
         return fast
 

@@ -50,7 +50,7 @@ pack_call = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into  # pack_call(block vie
 # The staged kernel's four more: its tensor maps' device address (K's maps for box lengths 1, 2, 4, ..
 # 2**max_run_log2, then V's), the chunks an item is split into (one map row each), and its run limits.
 STAGED_EXTRA = ("maps", "map_heads", "max_run_log2", "min_run")
-StagedArgs = namedtuple("StagedArgs", KernelArgs._fields + STAGED_EXTRA)
+StagedArgs = namedtuple("StagedArgs", KernelArgs._fields + STAGED_EXTRA)  # type: ignore[misc]  # fields: computed
 
 
 def signature(args):
