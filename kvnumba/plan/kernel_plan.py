@@ -2,11 +2,15 @@
 validated once; and ``run``, the per-call path every kernel transfer takes.
 
 A plan is built from an entry point's geometry arguments (its buffers, tables and sizes; see
-``kvnumba.plan.spec``). Building it checks them all (types, sizes, alignment, pinned host memory,
-writable destinations, one device, destinations clear of the tables), reads what is known about
-table layers (``kvnumba.checks.tables``), chooses the kernel, loads it on the buffers' device and
-fills a parameter block with every value that stays the same. ``run`` then checks the indices, the
-layer and the launch shape, writes the few values that change, and launches.
+``kvnumba.plan.spec``), or for ``kv.copy`` from two cache views (``copy_plan``). Building it checks them
+all (types, sizes, alignment, pinned host memory, writable destinations, one device, destinations clear
+of the tables), reads what is known about table layers (``kvnumba.checks.tables``), chooses the kernel
+(and the staged one, ``staged_plan``), loads it on the buffers' device and fills a parameter block
+(``kvnumba.kernels.params.KernelArgs``) with every value that stays the same. ``run`` then checks the
+indices, the layer and the launch shape, writes the few values that change, and launches
+(``kvnumba.driver.launch``); ``fast``, the plan's fast call (``fast_path``), does the same for the
+common case in fewer Python operations. ``build_plan`` rebinds a plan of a known geometry to new
+buffers instead of building it again.
 """
 import contextlib
 import sys
