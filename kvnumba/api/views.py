@@ -1,4 +1,5 @@
-"""Cache views: buffers plus a layout plus geometry, and ``kv.copy`` between any two of them.
+"""Cache views: buffers plus a layout plus geometry, the two sides of ``kv.copy`` (its plan:
+``kvnumba.plan.copy_plan``).
 
 A view holds one cache's K and V buffers (``v=None``: MLA, one latent vector per token, no V) and
 knows, from their shapes, its T tokens, L layers, H heads and item bytes. T is the number of token
