@@ -193,7 +193,8 @@ class KernelPlan:
         (src_dim, src_page), (dst_dim, dst_page) = src_geometry, dst_geometry
         template = KernelArgs(
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
-            src_token_limit=first.src_limit if first else NO_LIMIT, dst_token_limit=first.dst_limit if first else NO_LIMIT,
+            src_token_limit=first.src_limit if first else NO_LIMIT,
+            dst_token_limit=first.dst_limit if first else NO_LIMIT,
             src_k=src_ptrs[0], dst_k=dst_ptrs[0], src_v=src_ptrs[1], dst_v=dst_ptrs[1],
             num_layers=self.num_layers if first is None else self.window, item_size=self.item_size,
             src_layout_dim=src_dim, dst_layout_dim=dst_dim, src_page_size=src_page, dst_page_size=dst_page,

@@ -51,7 +51,8 @@ class Descriptors:
 
 
 def check_pair(src: Side, dst: Side) -> int:
-    """The views fit one copy (the rules of ``kv.copy``, ``kvnumba.plan.copy_plan.check_fit``); returns the copy's heads."""
+    """The views fit one copy (the rules of ``kv.copy``, ``kvnumba.plan.copy_plan.check_fit``); returns the copy's
+    heads."""
     return check_fit(src, dst, ("src", "dst"))
 
 
