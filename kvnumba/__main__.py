@@ -1,3 +1,4 @@
+"""``python -m kvnumba``: the ``kvnumba`` command line (``kvnumba.tools.cli``)."""
 import sys
 
 from .tools.cli import main

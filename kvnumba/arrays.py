@@ -8,7 +8,7 @@ Accepted without importing any of them (torch and CuPy stay optional):
   ``numba.cuda.to_device`` arrays).
 Every buffer must be C-contiguous: kernels address it as raw bytes.
 
-What a cached plan re-checks on reuse is ``kvnumba.api.plan_cache``'s business (plans are found by value).
+What a cached plan re-checks on reuse is ``kvnumba.plan.cache``'s business (plans are found by value).
 """
 import math
 from collections.abc import Callable
@@ -155,3 +155,34 @@ def array_info(obj, name):
             )
         _describe_by_type[kind] = describe
     return describe(obj, name)
+
+
+def dtype_bytes(info):
+    """Bytes per element of the array ``info`` describes (from its dtype name when it has no elements)."""
+    elements = math.prod(info.shape)
+    if elements:
+        return info.nbytes // elements
+    try:
+        return np.dtype(info.dtype.lstrip("<>=|")).itemsize
+    except TypeError:  # a torch-only dtype of an empty array: its name ends in its bits
+        return int("".join(c for c in info.dtype if c.isdigit())[:2] or 8) // 8
+
+
+def shape_of(buffer, name):
+    """``(shape, itemsize, dtype name)`` of an array, without asking for contiguity (a shape may be
+    read off an array with no memory behind it)."""
+    try:
+        info = array_info(buffer, name)
+        return tuple(info.shape), dtype_bytes(info), info.dtype
+    except ValueError:  # not contiguous: the kernels would refuse it, but its shape is still its shape
+        pass
+    if type(buffer).__module__.startswith("torch") and hasattr(buffer, "element_size"):
+        return tuple(buffer.shape), buffer.element_size(), str(buffer.dtype).removeprefix("torch.")
+    if isinstance(buffer, np.ndarray):
+        return buffer.shape, buffer.itemsize, buffer.dtype.name
+    cai = getattr(buffer, "__cuda_array_interface__", None)
+    if cai is not None:
+        dtype = np.dtype(cai["typestr"])
+        return tuple(cai["shape"]), dtype.itemsize, dtype.name
+    raise TypeError(f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
+                    f"got {type(buffer).__name__}")

@@ -35,7 +35,7 @@ import types
 from contextlib import contextmanager
 
 from ._version import __version__
-from .api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS
+from .plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS
 
 PACKAGE = "sgl_kernel"
 DISTRIBUTION = "sgl-kernel"

@@ -19,6 +19,17 @@ Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba when ``num
 
 ``problems()`` lists every variable whose value cannot be used: the command line refuses to run with one.
 ``override(...)`` changes settings for a ``with`` block, from Python (tests and benchmarks use it).
+
+Tuning settings have no variable: they are set from Python only, with ``override`` (tuning scripts and
+tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
+
+- ``copy_shape``: one ``kvnumba.kernels.warp_copy.CopyShape`` for every kernel built, instead of
+  ``kvnumba.kernels.factory.COPY_SHAPES``;
+- ``staged_shape``: the staged kernel's ring (``kvnumba.kernels.staged.StagedShape``) instead of ``staged.SHAPE``;
+- ``l2_promotion``: the tensor maps' L2 promotion (``"NONE"``, ``"L2_64B"``, ``"L2_128B"``, ``"L2_256B"``);
+- ``map_store``: the ``kvnumba.plan.tensor_maps.MapStore`` new tensor maps are written to;
+- ``host_index_checks``: False skips the host-side bounds check of indices the host can read, so
+  that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator).
 """
 import contextlib
 import os
@@ -88,7 +99,7 @@ LOAD_PATHS = ("auto", "staged", "register")
 def load_path():
     """``KVNUMBA_LOAD_PATH``: ``auto`` (default: the staged bulk-copy kernel for pinned-host -> GPU
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
-    ``register``. Read when a plan is built (``kvnumba.api.staged_plan``)."""
+    ``register``. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
     return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto")
 
 
@@ -165,6 +176,9 @@ def settings():
 
 _OVERRIDABLE = {"check": "KVNUMBA_CHECK", "batch_copy": "KVNUMBA_BATCH_COPY", "chunk_bytes": "KVNUMBA_CHUNK_BYTES",
                 "load_path": "KVNUMBA_LOAD_PATH"}
+_TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None}
+_tuning = dict(_TUNING)  # the values in force (None: kvnumba's own choice)
+L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
 _listeners: list = []  # called after a setting changed through ``override`` (plans built under the old value go)
 
 
@@ -173,16 +187,27 @@ def on_change(callback):
     _listeners.append(callback)
 
 
+def tuning(name):
+    """The tuning setting ``name`` in force (see the module docstring); None: kvnumba's own choice."""
+    return _tuning[name]
+
+
 @contextlib.contextmanager
 def override(**values):
-    """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings (by their
-    short names: ``check``, ``batch_copy``, ``chunk_bytes``, ``load_path``; values as the variables take
-    them, e.g. ``check=True``), then restores them. Cached plans are dropped on entry and exit, so the
-    block's calls follow the new values. A bad value raises ``SettingError`` before anything changes."""
-    unknown = sorted(set(values) - set(_OVERRIDABLE))
+    """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings, then
+    restores them: variables by their short names (``check``, ``batch_copy``, ``chunk_bytes``,
+    ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
+    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``; see the module
+    docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
+    A bad value raises ``SettingError`` before anything changes."""
+    unknown = sorted(set(values) - set(_OVERRIDABLE) - set(_TUNING))
     if unknown:
-        raise TypeError(f"override() got unknown settings {', '.join(unknown)} (known: {', '.join(_OVERRIDABLE)})")
-    names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items()}
+        raise TypeError(f"override() got unknown settings {', '.join(unknown)} "
+                        f"(known: {', '.join([*_OVERRIDABLE, *_TUNING])})")
+    tuned = {k: v for k, v in values.items() if k in _TUNING}
+    if tuned.get("l2_promotion") not in (None, *L2_PROMOTIONS):
+        raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {tuned['l2_promotion']!r}")
+    names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items() if k in _OVERRIDABLE}
     saved = {name: os.environ.get(name) for name in names}
     try:
         os.environ.update(names)
@@ -191,11 +216,14 @@ def override(**values):
     except BaseException:
         _restore(saved)
         raise
+    saved_tuning = {k: _tuning[k] for k in tuned}
+    _tuning.update(tuned)
     _notify()
     try:
         yield
     finally:
         _restore(saved)
+        _tuning.update(saved_tuning)
         _notify()
 
 

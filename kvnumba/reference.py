@@ -189,7 +189,7 @@ def copy(src_view, dst_view, src_indices, dst_indices, layers=None):
     V, destination token ``dst_indices[i]`` (page ``t // P``, slot ``t % P``) gets source token
     ``src_indices[i]``'s item, byte for byte. Destinations are written in place.
     """
-    from .api.views import copy_window
+    from .plan.copy_plan import copy_window
 
     src_indices, dst_indices = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
     first, count = copy_window(src_view, dst_view, layers)  # kv.copy's rule: layers=None needs equal layer counts

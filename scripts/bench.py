@@ -32,7 +32,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba  # noqa: E402
-from kvnumba.api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
+from kvnumba.plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
 from kvnumba.kernels.layouts import Layout  # noqa: E402
 from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
@@ -54,7 +54,7 @@ def _model(name):
     return "mla" if SPECS[name].mla else "mha"
 
 
-# (entry point, direction, model) for every kernel entry point in kvnumba's table (kvnumba.api.spec): the
+# (entry point, direction, model) for every kernel entry point in kvnumba's table (kvnumba.plan.spec): the
 # direction SGLang uses, plus device->device.
 CASES = [(name, direction, _model(name)) for name in KERNEL_ENTRY_POINTS
          for direction in (_sglang_direction(name), "d2d")]

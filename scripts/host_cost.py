@@ -100,7 +100,7 @@ def main(argv=None):
     reference = load_reference(args.reference)
     rows = []
     for label, (op, bound, call_args) in cases(torch).items():
-        spec = kv.api.spec.SPECS[op]
+        spec = kv.plan.spec.SPECS[op]
         named = dict(bound, **dict(zip([n for n in spec.params if n in ("src_indices", "dst_indices", "layer_id")],
                                        call_args)))
         named.update(block_quota=2, num_warps_per_block=32)  # the seed's binding has no defaults

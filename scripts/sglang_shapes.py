@@ -21,7 +21,7 @@ import numpy as np
 
 import kvnumba
 import kvnumba.config
-from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
+from kvnumba.plan.spec import KERNEL_ENTRY_POINTS, SPECS
 from kvnumba.api.transfer import plain
 
 ITEM = {"mha": 2048, "mla": 1152}

@@ -13,7 +13,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
-import kvnumba.kernels.factory as kernels  # noqa: E402
+from kvnumba import config  # noqa: E402
 from kvnumba.kernels.warp_copy import CopyShape  # noqa: E402
 
 SHAPES = [CopyShape(2, True, True), CopyShape(1, False, False), CopyShape(1, True, True), CopyShape(4, True, False),
@@ -27,18 +27,14 @@ def main(argv=None):
     args = parser.parse_args(argv)
     backend, shape, pools, idx, reference, _ = bench.tuning_setup(args.reference, args.repeat)
     cases = [(*c, 2) for c in bench.CASES] + [(*c, backend.sms) for c in bench.FULL_GPU_CASES]
-    tuned = kernels.copy_shape_for
     print(f"{'case':56} {'ref':>7} " + " ".join(f"{'s%d' % i:>7}" for i in range(len(SHAPES))))
     for op, direction, model, block_quota in cases:
         row = []
         for module, forced in [(reference, None)] * (reference is not None) + [(bench.kvnumba, s) for s in SHAPES]:
             # every kernel built with the forced shape (the factory's choice for the reference)
-            kernels.copy_shape_for = tuned if forced is None else (lambda src, dst, mla, forced=forced: forced)
-            try:
+            with config.override(copy_shape=forced):
                 call, nbytes = bench.build_call(module, op, direction, model, pools, idx, shape, block_quota)
                 row.append(nbytes / shape.device_seconds(call) / 1e9)
-            finally:
-                kernels.copy_shape_for = tuned
         cells = ([f"{row.pop(0):7.1f}"] if reference is not None else ["      -"]) + [f"{v:7.1f}" for v in row]
         print(f"{op + ' ' + direction + ' ' + model + ' bq' + str(block_quota):56} " + " ".join(cells), flush=True)
     print("shapes:", ", ".join(f"s{i} = {tuple(s)}" for i, s in enumerate(SHAPES)))

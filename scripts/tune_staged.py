@@ -19,8 +19,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402
 
-from kvnumba import clear_plan_caches  # noqa: E402
-from kvnumba.kernels import staged  # noqa: E402
+from kvnumba import config  # noqa: E402
 from kvnumba.kernels.staged import StagedShape  # noqa: E402
 
 K = 1024
@@ -48,10 +47,15 @@ VARIANTS = {
 }
 
 
+_settings = []  # the override in force (config.override: the load path and the ring; plans dropped)
+
+
 def use(path, ring=S):
-    os.environ["KVNUMBA_LOAD_PATH"] = path
-    staged.SHAPE = ring
-    clear_plan_caches()
+    while _settings:
+        _settings.pop().__exit__(None, None, None)
+    setting = config.override(load_path=path, staged_shape=ring)
+    setting.__enter__()
+    _settings.append(setting)
 
 
 def main(argv=None):

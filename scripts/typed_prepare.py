@@ -6,7 +6,7 @@ keyword of its own type, and returns a ``Transfer`` whose call takes, by keyword
 anything, as the bound set decides at run time). So a type checker catches a misspelt or foreign keyword,
 at ``prepare`` and at the call, and a keyword of the wrong type; it cannot check positional arguments.
 
-The module is generated from the entry points' own signatures (and ``kvnumba.api.spec.SPECS``):
+The module is generated from the entry points' own signatures (and ``kvnumba.plan.spec.SPECS``):
 
     python scripts/typed_prepare.py           # rewrite it
     python scripts/typed_prepare.py --check   # exit 1 if it is stale (tests/test_types.py runs this)
@@ -72,7 +72,7 @@ def _optional_keywords(function, skip=("stream", "check")):
 
 def generate():
     import kvnumba
-    from kvnumba.api.spec import SPECS
+    from kvnumba.plan.spec import SPECS
 
     out = [HEADER]
     overloads = []

@@ -10,7 +10,7 @@ import numpy as np
 
 import kvnumba
 from kvnumba import reference
-from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
+from kvnumba.plan.spec import KERNEL_ENTRY_POINTS, SPECS
 from placement import PLACE, TORCH_PLACE, to_numpy
 
 # kernel entry point -> (source layout, destination layout, MLA, moves one layer), from kvnumba's table

@@ -1,3 +1,4 @@
+import contextlib
 import os
 import sys
 
@@ -15,9 +16,9 @@ def pytest_report_header(config):
     return f"kvnumba target: the GPU target ({CHOICE.reason})"
 
 
-# --- fixtures that change how kvnumba runs, for one test (monkeypatch undoes them) ---------------------
-# Plans are cached by value across calls (and so across tests): a fixture that changes how plans are
-# built starts and ends with empty plan caches.
+# --- fixtures that change how kvnumba runs, for one test ---------------------------------------------
+# Through kvnumba.config.override (or monkeypatch, for a stand-in runtime). Plans are cached by value
+# across calls (and so across tests): override drops them on entry and exit.
 
 @pytest.fixture
 def fresh_plans():
@@ -30,21 +31,23 @@ def fresh_plans():
 
 
 @pytest.fixture
-def device_path(monkeypatch, fresh_plans):
+def device_path(fresh_plans):
     """Indices the host can read (everything on the simulator) skip the host-side bounds check and take
     the device path, the kernel's guard, as indices in GPU memory do on a GPU."""
-    from kvnumba.api.kernel_plan import KernelPlan
+    from kvnumba import config
 
-    monkeypatch.setattr(KernelPlan, "_check_host_indices", lambda self, src, dst, window: None)
+    with config.override(host_index_checks=False):
+        yield
 
 
 @pytest.fixture
-def always_check(monkeypatch, fresh_plans):
-    """Every call as if given ``check=True``: what ``KVNUMBA_CHECK=1`` sets at import
-    (tests/test_config.py checks that it does)."""
-    from kvnumba.checks import guard
+def always_check(fresh_plans):
+    """Every call as if given ``check=True``: ``KVNUMBA_CHECK=1`` (tests/test_config.py checks that the
+    variable does it at import too)."""
+    from kvnumba import config
 
-    monkeypatch.setattr(guard, "ALWAYS_CHECK", True)
+    with config.override(check=True):
+        yield
 
 
 @pytest.fixture
@@ -61,29 +64,31 @@ def batch_runtime(monkeypatch):
 
 
 @pytest.fixture
-def staged_ring(monkeypatch, fresh_plans):
+def staged_ring(fresh_plans):
     """``staged_ring(shape)`` builds the test's staged kernels with another ring
     (``kvnumba.kernels.staged.StagedShape``) than the tuned one."""
-    from kvnumba.kernels import staged
+    from kvnumba import config
 
-    def use(shape):
-        monkeypatch.setattr(staged, "SHAPE", shape)
-        return shape
+    with contextlib.ExitStack() as stack:
+        def use(shape):
+            stack.enter_context(config.override(staged_shape=shape))
+            return shape
 
-    return use
+        yield use
 
 
 @pytest.fixture
-def forced_copy_shape(monkeypatch, fresh_plans):
+def forced_copy_shape(fresh_plans):
     """``forced_copy_shape(shape)`` builds every kernel of the test with one inner-loop shape
     (``kvnumba.kernels.warp_copy.CopyShape``) instead of the tuned table's."""
-    from kvnumba.kernels import factory
+    from kvnumba import config
 
-    def force(shape):
-        monkeypatch.setattr(factory, "copy_shape_for", lambda src, dst, mla: shape)
-        return shape
+    with contextlib.ExitStack() as stack:
+        def force(shape):
+            stack.enter_context(config.override(copy_shape=shape))
+            return shape
 
-    return force
+        yield force
 
 
 def pytest_collection_modifyitems(config, items):

@@ -13,7 +13,7 @@ import pytest
 
 import kvnumba as kv
 from cases import POISON
-from kvnumba.api.spec import SPECS
+from kvnumba.plan.spec import SPECS
 from kvnumba.api.transfer import plain
 from placement import device, host, to_numpy
 from safety_cases import OPS, build

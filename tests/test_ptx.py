@@ -12,7 +12,7 @@ import pytest
 
 SCRIPT = r"""
 import json, re
-from kvnumba.api.spec import KERNEL_ENTRY_POINTS, SPECS
+from kvnumba.plan.spec import KERNEL_ENTRY_POINTS, SPECS
 from kvnumba.kernels.factory import copy_shape_for, kernel_ptx
 from kvnumba.kernels.layouts import PARTS
 out = {}

@@ -1,4 +1,4 @@
-"""kvnumba.api.spec.SPECS is the one table of entry points: the functions, the reference, the kernels,
+"""kvnumba.plan.spec.SPECS is the one table of entry points: the functions, the reference, the kernels,
 the tests and the benchmark all follow it, and every entry point in it is tested."""
 import importlib.util
 import inspect
@@ -9,7 +9,7 @@ import pytest
 import kvnumba
 from cases import ENTRY_POINTS
 from kvnumba import reference
-from kvnumba.api.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS
+from kvnumba.plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS
 from kvnumba.kernels.layouts import PARTS, Layout
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -3,16 +3,17 @@ reference, with the index patterns that decide how it moves them (long runs as b
 runs and random indices as direct batches, runs cut at page edges), and the fallbacks.
 
 ``KVNUMBA_LOAD_PATH=staged`` forces the path, so these run on the simulator (the kernel's Python
-twin) and on a GPU (sm_90+: the real TMA kernel). A spy on ``bind_staged`` asserts the staged kernel
-was really chosen.
+twin) and on a GPU (sm_90+: the real TMA kernel). A watch on the plans made (``kernel_plan.watching``)
+asserts the staged kernel was really chosen.
 """
 import numpy as np
 import pytest
 
 import kvnumba as kv
+from kvnumba import config
 from cases import POISON, Case, run_case
-from kvnumba.api import kernel_plan
-from kvnumba.driver import tensor_maps
+from kvnumba.plan import kernel_plan
+from kvnumba.plan import tensor_maps
 from kvnumba.kernels import staged
 from kvnumba.kernels.layouts import LAYER_FIRST, PAGE_FIRST, PAGE_HEAD
 from placement import device, host, to_numpy
@@ -24,18 +25,16 @@ POOL = 64
 
 @pytest.fixture
 def staged_choices(monkeypatch, fresh_plans):
-    """Forces the staged path; records whether each plan built took it."""
+    """Forces the staged path; records whether each entry point's plan made took it."""
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
     chosen = []
-    real = kernel_plan.bind_staged
 
-    def spy(*args):
-        result = real(*args)
-        chosen.append(result is not None)
-        return result
+    def record(plan):
+        if plan.spec.name != "copy":
+            chosen.append(plan.source_maps is not None)
 
-    monkeypatch.setattr(kernel_plan, "bind_staged", spy)
-    return chosen
+    with kernel_plan.watching(record):
+        yield chosen
 
 
 def _patterns(page_size):
@@ -264,24 +263,24 @@ def test_a_bad_setting_refuses_a_view_copy(monkeypatch, fresh_plans):
         kv.copy(src, dst, idx, idx)
 
 
-def test_map_blocks_of_plans_that_went_away_are_reused(staged_choices, monkeypatch):
+def test_map_blocks_of_plans_that_went_away_are_reused(staged_choices):
     """A small map store: plans come and go, their blocks are recycled, and every load stays exact."""
     import gc
 
     store = tensor_maps.MapStore()
     store.SLAB_BLOCKS, store.RECYCLE_AT = 2, 2
-    monkeypatch.setattr(tensor_maps, "STORE", store)
-    rng = np.random.default_rng(3)
-    for round_ in range(8):
-        src = host(rng.integers(0, 255, (32, 1024), dtype=np.uint8))
-        dst = device(np.full((32, 1024), POISON, np.uint8))
-        load = kv.prepare(kv.transfer_kv_per_layer_mla, src=src, dst=dst, item_size=1024)
-        idx = device(np.arange(20, dtype=np.int64))
-        load(idx, idx, 1, 3)
-        got = to_numpy(dst)
-        np.testing.assert_array_equal(got[:20], to_numpy(src)[:20])
-        assert (got[20:] == POISON).all()
-        del load
-        gc.collect()
+    with config.override(map_store=store):
+        rng = np.random.default_rng(3)
+        for round_ in range(8):
+            src = host(rng.integers(0, 255, (32, 1024), dtype=np.uint8))
+            dst = device(np.full((32, 1024), POISON, np.uint8))
+            load = kv.prepare(kv.transfer_kv_per_layer_mla, src=src, dst=dst, item_size=1024)
+            idx = device(np.arange(20, dtype=np.int64))
+            load(idx, idx, 1, 3)
+            got = to_numpy(dst)
+            np.testing.assert_array_equal(got[:20], to_numpy(src)[:20])
+            assert (got[20:] == POISON).all()
+            del load
+            gc.collect()
     assert staged_choices == [True] * 8
     assert len(store._slabs) <= 2  # recycled, not one slab per pair of plans

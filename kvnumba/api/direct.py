@@ -1,5 +1,5 @@
 """The seed's three copy-engine entry points (memcpy paths, no kernels): each hands its arguments to
-its plain caller, the path ``kvnumba.prepare`` uses (``kvnumba.api.direct_plan`` does the work).
+its plain caller, the path ``kvnumba.prepare`` uses (``kvnumba.plan.direct_plan`` does the work).
 
 - ``transfer_kv_direct``: layer-first to layer-first, runs of indices merged into one copy each.
 - ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between layer-first

@@ -1,29 +1,19 @@
 """``layer_table``: the uint64 table of per-layer base addresses that all-layer transfers read."""
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from typing import Any, TypeVar, overload
 
 import numpy as np
 
-from ..arrays import ArrayInfo, array_info
+from ..arrays import array_info
 from ..checks import pinned, validate
 from ..checks.devices import one_device
 from ..checks.tables import register_layers
-from ..driver.devices import on_device
-from ..driver.target import SIMULATOR
+from ..plan.device_tables import device_table
 from ..types import ArrayLike, TorchTensorLike
 
 _Tensor = TypeVar("_Tensor", bound=TorchTensorLike)
-
-
-class HostLayerTable(np.ndarray):
-    """A NumPy uint64 table that keeps the layers it points into alive (``.layers``) and records
-    their sizes (``.layer_nbytes``)."""
-
-    layers = ()
-    layer_nbytes = None
 
 
 @overload
@@ -84,25 +74,3 @@ def layer_table(layers: Sequence[ArrayLike]) -> Any:
     except AttributeError:  # CuPy arrays take no attributes: the caller keeps the layers alive
         pass
     return table
-
-
-def device_table(addresses: np.ndarray, infos: Sequence[ArrayInfo], device: int | None = None) -> Any:
-    """A uint64 array of ``addresses`` where kernels read it: on the device of the arrays ``infos``
-    describe, as a torch tensor (torch arrays), a CuPy array (CuPy) or a Numba device array (else);
-    on the simulator a NumPy array (``HostLayerTable``)."""
-    if device is None:
-        device = one_device([(f"layers[{i}]", info.device) for i, info in enumerate(infos)])
-    if SIMULATOR:
-        return addresses.view(HostLayerTable)
-    if infos[0].is_torch:
-        torch = sys.modules["torch"]
-        table = torch.from_numpy(addresses.view(np.int64)).to(torch.device("cuda", device))
-        return table.view(torch.uint64) if hasattr(torch, "uint64") else table
-    if type(infos[0].obj).__module__.startswith("cupy"):
-        cupy = sys.modules["cupy"]
-        with cupy.cuda.Device(device):
-            return cupy.asarray(addresses)
-    from numba import cuda
-
-    with on_device(device):
-        return cuda.to_device(addresses)

@@ -8,7 +8,7 @@ across the calls of a HiCache load; only the indices (and, per layer, ``layer_id
     load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
 
 The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
-through a plan cache that finds plans by the value of their buffers (``kvnumba.api.plan_cache``).
+through a plan cache that finds plans by the value of their buffers (``kvnumba.plan.cache``).
 """
 from __future__ import annotations
 
@@ -21,13 +21,12 @@ from .. import config
 from ..checks import guard, validate
 from ..driver.streams import stream_handle
 from ..types import StreamLike
-from .direct_plan import DirectPlan
-from .fast_path import make_fast_call
-from . import staged_plan
-from .kernel_plan import KernelPlan, build_plan, clear_shapes
-from .plan_cache import PlanCache
+from ..plan import staged_plan
+from ..plan.cache import PlanCache
+from ..plan.direct_plan import DirectPlan
+from ..plan.kernel_plan import KernelPlan, build_plan, clear_shapes
+from ..plan.spec import SPECS, TBL, Spec
 from .snapshot import Snapshot
-from .spec import SPECS, TBL, Spec
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 _DIRECT_CALL = ("src_indices", "dst_indices")
@@ -84,19 +83,18 @@ class Transfer:
             values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
             self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
         self._validate_bound_call_arguments()
-        self._use_fast_call()
 
-    def _use_fast_call(self) -> None:
-        """A prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape)
-        is called straight through its plan's fast path: one Python frame per call."""
+    def _fast_call(self) -> Callable[..., Any] | None:
+        """For a prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape):
+        its ``__call__``, straight through its plan's fast path (one Python frame per call); else None."""
         spec, plan = self.spec, self._plan
         if not isinstance(plan, KernelPlan) or self.stream is not None or self.check:  # kernel entry points only
-            return
+            return None
         if self._free != tuple(n for n in _KERNEL_CALL if n in spec.params):
-            return
+            return None
         if plan.raw_tables:  # check=True must read raw tables again: the general __call__ does
-            return
-        fast = make_fast_call(plan, self._snapshot)
+            return None
+        fast = plan.fast_call(self._snapshot)
         if spec.per_layer:
             call = fast
         elif spec.keyword_only:  # kv.copy: its launch shape by keyword only, as in the plain call
@@ -109,7 +107,7 @@ class Transfer:
                      stream: StreamLike | None = None, check: bool = False) -> Any:
                 return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
                             check=check)
-        self.__class__ = type("Transfer", (Transfer,), {"__call__": staticmethod(call), "__module__": __name__})
+        return call
 
     # --- binding ---------------------------------------------------------------------------------
 
@@ -154,9 +152,7 @@ class Transfer:
     def _build(self, geometry_values: tuple[Any, ...], strict: bool) -> Plan:
         geometry = dict(zip(self._geometry, geometry_values))
         if self.spec.kind == "kernel":
-            plan = build_plan(self.spec, geometry, strict)
-            plan.fast = make_fast_call(plan)
-            return plan
+            return build_plan(self.spec, geometry, strict)
         return DirectPlan(self.spec, geometry, strict)
 
     def _plan_for(self, everything: tuple[Any, ...], strict: bool) -> Plan:
@@ -286,7 +282,24 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
         raise TypeError(f"check must be True or False, got {type(check).__name__}")
     if stream is not None:
         stream_handle(stream)  # a TypeError for something that is not a stream, here rather than at a call
-    return Transfer(spec, bound, stream, check)
+    transfer = Transfer(spec, bound, stream, check)
+    call = transfer._fast_call()
+    return transfer if call is None else FastTransfer.of(transfer, call)
+
+
+class FastTransfer(Transfer):
+    """A prepared kernel transfer called straight through its plan's fast path (``Transfer._fast_call``):
+    chosen by ``prepare``. Python finds ``__call__`` on the type, so each one is an instance of its own
+    subclass whose ``__call__`` is that transfer's fast call: one Python frame per call."""
+
+    @classmethod
+    def of(cls, transfer: Transfer, call: Callable[..., Any]) -> Transfer:
+        """``transfer``'s state, as an instance of a subclass called through ``call``."""
+        kind = type("Transfer", (cls,), {"__call__": staticmethod(call), "__module__": __name__,
+                                         "__qualname__": "Transfer"})
+        fast: Transfer = object.__new__(kind)
+        fast.__dict__.update(transfer.__dict__)
+        return fast
 
 
 def plain_caller(name: str) -> Callable[..., Any]:
@@ -308,7 +321,7 @@ def plain_caller(name: str) -> Callable[..., Any]:
                     if type(value) is not int and value is not None:
                         break
                 else:
-                    entry = entries.get((keyer, *keyer(objects), *scalars, *map(type, scalars)))
+                    entry = entries.get(keyer(objects, scalars))  # the cache's key (plan.cache.make_keyer)
                     if entry is not None and (entry.witness is None or entry.witness(objects)):
                         return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,
                                                check=check)

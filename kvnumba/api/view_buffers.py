@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import array_info, is_torch
+from ..arrays import array_info, is_torch, shape_of
 from ..driver.target import SIMULATOR
 
 if TYPE_CHECKING:
@@ -38,8 +38,6 @@ def layers_alike(view: str, name: str, buffers: Sequence[Any]) -> tuple[Any, ...
     """``buffers`` (a list or tuple of per-layer arrays, argument ``name`` of view class ``view``) as a
     tuple, after checking that every layer has layer 0's dtype and shape: a kernel reads every layer
     with layer 0's item bytes. ``TypeError`` for another dtype, ``ValueError`` for another shape."""
-    from .views import shape_of
-
     if not buffers:
         raise ValueError(f"{view}: {name} must hold at least one layer")
     layers = tuple(buffers)
@@ -282,8 +280,6 @@ def check_arithmetic(view: CacheView, heads: int) -> None:
     does not give integers or cannot be evaluated. Exact: the kernel's address is a layer part plus a
     token part plus ``head * head_stride``, so its extremes are the sums of the parts' extremes, and
     the parts are evaluated at every layer and every token."""
-    from .views import shape_of
-
     assert view.parts is not None  # CacheView.__init__ checked it
     g = view.geometry
     if g.tokens <= 0 or g.layers <= 0:

@@ -1,4 +1,5 @@
-"""Cache views: buffers plus a layout plus geometry, and ``kv.copy`` between any two of them.
+"""Cache views: buffers plus a layout plus geometry, the two sides of ``kv.copy`` (its plan:
+``kvnumba.plan.copy_plan``).
 
 A view holds one cache's K and V buffers (``v=None``: MLA, one latent vector per token, no V) and
 knows, from their shapes, its T tokens, L layers, H heads and item bytes. T is the number of token
@@ -24,22 +25,16 @@ its geometry from a buffer's shape, and a NumPy view for the reference (see ``Ca
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, SupportsIndex
+from typing import Any, Literal, SupportsIndex
 
 import numpy as np
 
-from ..arrays import ArrayInfo, array_info
-from ..checks import pinned, validate
-from ..checks.devices import one_device
-from ..checks.tables import table_layers
+from ..arrays import array_info, dtype_bytes, shape_of
+from ..checks import validate
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
 from .view_buffers import Held, check_arithmetic, hold, layers_alike
-
-if TYPE_CHECKING:
-    from .kernel_plan import KernelPlan
 
 
 class CacheView:
@@ -75,6 +70,7 @@ class CacheView:
     head_split = False
     paged = False  # its shapes have a page axis (kv.convert then needs page_size)
     per_layer = False  # k is a list of per-layer arrays (the kernel reads a table of their addresses)
+    raw_tables = False  # k and v are raw uint64 tables of layer addresses (LayerTable)
     parts: layouts.LayoutParts | None = None  # LayoutParts, made from the three functions of a subclass
 
     user_layout = False  # True for a subclass that brings its own address arithmetic
@@ -248,36 +244,6 @@ def item_of(shape: Sequence[int], dtype_bytes: int, where: str) -> tuple[int, in
     raise ValueError(f"{where}: an item is (H, D) or (D,), got {tuple(shape)}")
 
 
-def _dtype_bytes(info: ArrayInfo) -> int:
-    elements = math.prod(info.shape)
-    if elements:
-        return info.nbytes // elements
-    try:
-        return np.dtype(info.dtype.lstrip("<>=|")).itemsize
-    except TypeError:  # a torch-only dtype of an empty array: its name ends in its bits
-        return int("".join(c for c in info.dtype if c.isdigit())[:2] or 8) // 8
-
-
-def shape_of(buffer: Any, name: str) -> tuple[tuple[int, ...], int, str]:
-    """``(shape, itemsize, dtype name)`` of an array, without asking for contiguity (a shape may be
-    read off an array with no memory behind it)."""
-    try:
-        info = array_info(buffer, name)
-        return tuple(info.shape), _dtype_bytes(info), info.dtype
-    except ValueError:  # not contiguous: the kernels would refuse it, but its shape is still its shape
-        pass
-    if type(buffer).__module__.startswith("torch") and hasattr(buffer, "element_size"):
-        return tuple(buffer.shape), buffer.element_size(), str(buffer.dtype).removeprefix("torch.")
-    if isinstance(buffer, np.ndarray):
-        return buffer.shape, buffer.itemsize, buffer.dtype.name
-    cai = getattr(buffer, "__cuda_array_interface__", None)
-    if cai is not None:
-        dtype = np.dtype(cai["typestr"])
-        return tuple(cai["shape"]), dtype.itemsize, dtype.name
-    raise TypeError(f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
-                    f"got {type(buffer).__name__}")
-
-
 # --- the built-in views ----------------------------------------------------------------------------
 
 class LayerFirst(CacheView):
@@ -443,7 +409,7 @@ class VllmFlashAttn(_Blocks):
         if len(info.shape) != 5 or info.shape[0] != 2 or any(i.shape != info.shape for i in infos):
             raise ValueError(f"VllmFlashAttn: every layer is [2, num_blocks, block_size, H, D], got {info.shape}")
         _, blocks, block, heads, dim = info.shape
-        item = heads * dim * _dtype_bytes(info)
+        item = heads * dim * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, block * item, info.dtype)
 
     def layer_addresses(self, which: str) -> list[int]:
@@ -476,7 +442,7 @@ class VllmFlashInfer(_Blocks):
             raise ValueError(f"VllmFlashInfer: every layer is [num_blocks, 2, {'block_size, H' if self.layout == 'NHD' else 'H, block_size'}, D], got {info.shape}")
         blocks = info.shape[0]
         block, heads = (info.shape[2], info.shape[3]) if self.layout == "NHD" else (info.shape[3], info.shape[2])
-        item = heads * info.shape[4] * _dtype_bytes(info)
+        item = heads * info.shape[4] * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, 2 * block * item, info.dtype)
 
     def layer_addresses(self, which: str) -> list[int]:
@@ -494,6 +460,7 @@ class LayerTable(CacheView):
     sizes are found as for the seed's tables (``kvnumba.checks.tables``)."""
 
     parts = layouts.LAYER_TABLE
+    raw_tables = True
 
     def __init__(self, k: ArrayLike, v: ArrayLike | None = None, *, tokens: SupportsIndex, item_size: SupportsIndex,
                  heads: SupportsIndex = 1) -> None:
@@ -513,195 +480,3 @@ class LayerTable(CacheView):
 
     def logical(self, table: Any) -> Any:
         raise TypeError("LayerTable holds raw addresses: the reference needs the arrays (use LayerFirst)")
-
-
-# --- kv.copy's plan ---------------------------------------------------------------------------------
-
-class ViewSide:
-    """One side of a copy for ``KernelPlan``: a view's token bound and words for errors. It does not
-    hold the view: a cached plan must not keep a view's buffers alive (the cache finds it by the view's
-    identity, held weakly)."""
-
-    def __init__(self, name: str, view: CacheView, extents: tuple[Any, ...] | None) -> None:
-        # extents: per layer, the bytes of the smaller of K and V, or None where unknown (raw tables)
-        self.name, self.extents = name, extents
-        self.tokens, self.label = view.geometry.tokens, repr(view)
-
-    def limit(self, plan: KernelPlan, first_layer: int, num_layers: int) -> tuple[int, int | None]:
-        tokens = self.tokens
-        if self.extents is None:  # shapes say it all
-            return tokens, tokens
-        window = self.extents[first_layer:first_layer + num_layers]
-        if any(e is None for e in window):
-            return tokens, None
-        return min(tokens, min(window) // plan.item_size), min(window)
-
-    def describe(self, plan: KernelPlan, info: Any, first_layer: int, num_layers: int) -> str:
-        return f"{self.name} ({self.label})"
-
-
-def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = "layers") -> tuple[int, int]:
-    """``(first_layer, count)`` of ``layers``: None (all), an int, or a range with step 1."""
-    if layers is None:
-        return 0, num_layers
-    if isinstance(layers, range):
-        if layers.step != 1 or len(layers) == 0:
-            raise ValueError(f"{where} must be a non-empty range with step 1, got {layers!r}")
-        first, count = layers.start, len(layers)
-    else:
-        first, count = validate.integer(where, layers, minimum=0, maximum=validate.MAX_SIZE), 1
-    if first < 0 or first + count > num_layers:
-        raise ValueError(f"{where}={layers!r} is out of range for views of {num_layers} layers")
-    return first, count
-
-
-def copy_window(src: CacheView, dst: CacheView, layers: SupportsIndex | range | None) -> tuple[int, int]:
-    """``(first_layer, count)`` that ``kv.copy(src, dst, ..., layers)`` copies: every layer for None, which
-    the views must then have the same number of; else the layers named, which both views must have."""
-    ls, ld = src.geometry.layers, dst.geometry.layers
-    if layers is None and ls != ld:
-        raise ValueError(f"the views' layer counts differ: src_view has {ls}, dst_view {ld}; pass layers= to say "
-                         f"which to copy (e.g. layers=range({min(ls, ld)}))")
-    return _window(layers, min(ls, ld))
-
-
-def configure_copy(plan: KernelPlan, geometry: dict[str, Any], strict: bool) -> tuple[Any, ...]:
-    """Fill ``plan`` (a ``KernelPlan``) for ``kv.copy(src_view, dst_view, ..., layers)``: the views
-    checked against each other, their buffers and tables resolved. Returns what ``_finish`` takes."""
-    src, dst = geometry["src_view"], geometry["dst_view"]
-    for name, view in (("src_view", src), ("dst_view", dst)):
-        if not isinstance(view, CacheView):
-            raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
-                            f"got {type(view).__name__}")
-    gs, gd = src.geometry, dst.geometry
-    heads = check_fit(src, dst)
-    for view in (src, dst):  # a layout of the user's: checked for the heads this copy goes by
-        view._check_user_arithmetic(heads)
-    layers = min(gs.layers, gd.layers)
-    plan.first_layer, plan.window = copy_window(src, dst, geometry.get("layers"))
-    plan.num_layers, plan.item_size, plan.head_num = layers, gs.item_bytes, heads
-    plan.heads, plan.page_size = heads, 1
-
-    placed: list[tuple[str, int]]
-    placed, plan.destinations, plan.guides, raw = [], [], [], False
-    sides = []
-    for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
-        ptrs, extents, side_raw = _resolve(name, view, destination, placed, plan, strict)
-        raw = raw or side_raw
-        sides.append((ptrs, ViewSide(name, view, extents)))
-    plan.raw_tables = raw
-    plan.device = one_device(placed)
-    plan.uses_torch = any(type(b).__module__.startswith("torch") for v in (src, dst) for which in ("k", "v")
-                          if getattr(v, which) is not None for b in v.buffers(which))
-    (src_ptrs, plan.src), (dst_ptrs, plan.dst) = sides
-    return (_parts(src, plan), _parts(dst, plan), src.mla, src_ptrs, dst_ptrs, (gs.layout_dim, gs.page_size),
-            (gd.layout_dim, gd.page_size))
-
-
-def _parts(view: CacheView, plan: KernelPlan) -> layouts.LayoutParts:
-    """The view's layout, or for a one-layer copy of a per-layer view its table-free twin (the layer's
-    address is a kernel argument): the per-item table read costs a per-layer load ~8% on an H200."""
-    assert view.parts is not None  # every view class has its parts
-    if view.per_layer and plan.window == 1:
-        return view.parts.one_layer()
-    return view.parts
-
-
-def check_fit(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
-    """The two sides fit one copy (kv.copy's rules, also kvnumba.remote's): both MLA or neither, the same
-    item bytes and dtype (or one of them uint8), whole 8-byte words per head. Returns the heads the copy
-    goes by (``copy_heads``). ``src``/``dst``: anything with a view's ``geometry``, ``mla`` and
-    ``head_split``; ``names`` name them in the errors."""
-    gs, gd = src.geometry, dst.geometry
-    s, d = names
-    if src.mla != dst.mla:
-        raise ValueError(f"{s} is {'MLA (no V)' if src.mla else 'K and V'} but {d} is "
-                         f"{'MLA (no V)' if dst.mla else 'K and V'}")
-    if gs.item_bytes != gd.item_bytes:
-        raise ValueError(f"the views' items differ: {s} {gs.item_bytes} bytes, {d} {gd.item_bytes} bytes")
-    if gs.dtype != gd.dtype and "uint8" not in (gs.dtype, gd.dtype):
-        raise TypeError(f"the views' dtypes differ: {s} {gs.dtype}, {d} {gd.dtype} (a copy moves raw "
-                        "bytes; view both as the same dtype, or as uint8)")
-    heads = copy_heads(src, dst, names)
-    if gs.item_bytes % (8 * heads):
-        raise ValueError(f"an item of {gs.item_bytes} bytes split into {heads} heads is not a whole number of "
-                         "8-byte words per head")
-    return heads
-
-
-def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
-    """The heads a copy goes by: the views' items must have the same heads (a flat item ``(D,)`` has one);
-    a copy moves whole items, or head by head where a side splits its heads."""
-    hs, hd = src.geometry.heads, dst.geometry.heads
-    if hs != hd:
-        hint = "; a LayerTable takes heads=" if isinstance(src, LayerTable) or isinstance(dst, LayerTable) else ""
-        raise ValueError(f"the views' heads differ: {names[0]} {hs}, {names[1]} {hd} (items of H heads are (H, D), a "
-                         f"flat item (D,) has one head{hint})")
-    return hs if src.head_split or dst.head_split else 1
-
-
-def _resolve(name: str, view: CacheView, destination: bool, placed: list[tuple[str, int]], plan: KernelPlan,
-             strict: bool) -> tuple[tuple[int, int], tuple[int | None, ...] | None, bool]:
-    """A view's kernel-side addresses ``(k, v)``, per-layer extents (None: known from shapes) and
-    whether it holds raw tables; records devices, destination ranges and table ranges on ``plan``."""
-    extents, raw = None, False
-    kinds = ("k",) if view.mla else ("k", "v")
-    if isinstance(view, LayerTable):
-        ptrs, all_extents = [], []
-        for which in kinds:
-            table_name = f"{name}.{which}"
-            info = validate.layer_table(table_name, getattr(view, which), view.geometry.layers)
-            pinned.require(table_name, info)
-            layers = table_layers(table_name, info, view.geometry.layers, strict)
-            raw = raw or layers.raw
-            placed.append((table_name, info.device))
-            placed.extend((f"{table_name}[{i}]", d) for i, d in enumerate(layers.devices) if d is not None)
-            plan.guides.append((table_name, info.ptr, info.ptr + info.nbytes))
-            if destination:
-                for i, (ok, address, extent) in enumerate(zip(layers.writable, layers.addresses, layers.extents)):
-                    if ok is False:
-                        raise ValueError(f"{table_name}[{i}] is a read-only layer; a destination must be writable")
-                    if address is not None and extent is not None:
-                        plan.destinations.append((f"{table_name}[{i}]", address, address + extent))
-            ptrs.append(info.ptr)
-            all_extents.append(layers.extents)
-        extents = tuple(None if any(e[i] is None for e in all_extents) else min(e[i] for e in all_extents)
-                        for i in range(view.geometry.layers))
-        return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), extents, raw
-    ptrs = []
-    for which in kinds:
-        infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
-        for i, info in enumerate(infos):
-            label = f"{name}.{which}" + (f"[{i}]" if view.per_layer else "")
-            if info.ptr & 7:
-                validate.aligned(label, info)
-            pinned.require(label, info)
-            placed.append((label, info.device))
-            if destination:
-                validate.writable(label, info)
-                plan.destinations.append((label, info.ptr, info.ptr + info.nbytes))
-        if view.per_layer:
-            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
-            if plan.window == 1:  # one layer: its address goes in directly, no table to read per item
-                ptrs.append(addresses[plan.first_layer])
-                continue
-            table = _address_table(addresses, infos, view)
-            info = array_info(table, f"{name}.{which} table")
-            plan.guides.append((f"{name}'s {which} table", info.ptr, info.ptr + info.nbytes))
-            ptrs.append(info.ptr)
-        else:
-            ptrs.append(infos[0].ptr)
-    return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), None, False
-
-
-def _address_table(addresses: list[int], infos: list[ArrayInfo], view: CacheView) -> Any:
-    """A uint64 table of ``addresses`` where the kernel reads it (on the layers' device), kept alive by
-    ``view`` (one per view and address list)."""
-    cache = view.__dict__.setdefault("_tables", {})
-    key = tuple(addresses)
-    table = cache.get(key)
-    if table is None:
-        from .tables import device_table
-
-        table = cache[key] = device_table(np.array(addresses, dtype=np.uint64), infos)
-    return table

@@ -23,7 +23,7 @@ import functools
 import numpy as np
 
 from ..errors import IndexOutOfRangeError
-from ..kernels.factory import NO_LIMIT
+from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
 
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):

@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 
 from ..arrays import array_info
+from ..driver.launch import MAX_QUOTA, MAX_WARPS
 
-MAX_THREADS_PER_BLOCK = 1024
 # Sizes, layer ids and page sizes stay far below 2**63 so the kernels' int64 address arithmetic
 # cannot overflow (offsets are bounded by buffer sizes, but every factor is bounded too).
 MAX_SIZE = 2**48
@@ -44,8 +44,8 @@ def item_size(value, head_num=1):
 
 
 def launch_config(block_quota, num_warps_per_block):
-    block_quota = integer("block_quota", block_quota, minimum=1, maximum=2**31 - 1)
-    warps = integer("num_warps_per_block", num_warps_per_block, minimum=1, maximum=MAX_THREADS_PER_BLOCK // 32)
+    block_quota = integer("block_quota", block_quota, minimum=1, maximum=MAX_QUOTA)
+    warps = integer("num_warps_per_block", num_warps_per_block, minimum=1, maximum=MAX_WARPS)
     return block_quota, warps
 
 

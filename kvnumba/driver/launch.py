@@ -10,8 +10,14 @@ it launches take. kvnumba's kernels take only int64 scalars, so a launch here is
   values that change into its thread's block (``struct.pack_into`` on ``.view``) and launches;
   the driver copies the values during ``cuLaunchKernel``, so the block is free again when it
   returns. Blocks are per thread because cuda-bindings releases the GIL during the call;
+- ``launch_shape``: the seed's launch geometry (items per warp, blocks, threads per block) for a
+  call's items and launch shape, within ``MAX_QUOTA`` blocks and ``MAX_WARPS`` warps a block;
 - ``BoundKernel.launch``: ``cuda.bindings.driver.cuLaunchKernel`` with the block's address, in the
-  kernel's device context (pushed for the call if another one is current).
+  kernel's device context (pushed for the call if another one is current). ``BoundKernel.launch_values``
+  are what it launches with, for a caller that inlines the launch (``kvnumba.plan.fast_path``: a Python
+  call costs ~0.1 us; ``tests/test_launch.py`` checks that it launches as ``launch_shape`` says).
+
+That is the one place the grid is computed and a kernel launched.
 
 On the simulator the dispatcher is the launcher, and simulated launches are serialised: Numba's
 simulator keeps a kernel's launch shape on the shared dispatcher, and runs one grid at a time.
@@ -23,6 +29,24 @@ import numpy as np
 from .bindings import check, cu, failure
 from .devices import context, on_device
 from .target import SIMULATOR
+
+
+WARP_SIZE = 32
+MAX_THREADS_PER_BLOCK = 1024
+MAX_QUOTA = 2**31 - 1  # blocks a launch may ask for (the grid's x dimension)
+MAX_WARPS = MAX_THREADS_PER_BLOCK // WARP_SIZE  # warps a block may have
+
+
+def launch_shape(num_items, block_quota, num_warps_per_block):
+    """The seed's launch geometry: ``(items_per_warp, blocks, threads_per_block)``.
+
+    Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)``; ``block_quota`` caps the
+    blocks (and so the SMs) a transfer takes while the model computes. ``kvnumba.plan.fast_path`` inlines
+    these two lines (tests/test_launch.py holds it to them).
+    """
+    items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact
+    blocks = -(-num_items // (items_per_warp * num_warps_per_block))
+    return items_per_warp, blocks, num_warps_per_block * WARP_SIZE
 
 
 class ParamBlocks(threading.local):
@@ -124,6 +148,11 @@ if SIMULATOR:
             self.blocks = ParamBlocks(template)
             self.shared = kernel.shared_bytes
 
+        @property
+        def launch_values(self):
+            """``(blocks, function, retry, shared bytes)``: the simulator launches through the dispatcher."""
+            return self.blocks, self.dispatcher, None, self.shared
+
         def launch(self, grid, threads, stream, address):
             values = self.blocks.values  # this thread's block
             with _simulator_lock:
@@ -149,6 +178,12 @@ else:
             self.ctx, self.ctx_handle = context(device)
             self.blocks = ParamBlocks(template)
             self.shared = kernel.shared_bytes
+
+        @property
+        def launch_values(self):
+            """``(blocks, function, retry, shared bytes)``: what ``launch`` passes ``cuLaunchKernel`` besides the
+            grid, the threads and the stream, and what it calls after a refused launch."""
+            return self.blocks, self.function, self.retry, self.shared
 
         def launch(self, grid, threads, stream, address, _launch=cu.cuLaunchKernel):
             """Launch with this thread's block at ``address`` on raw stream handle ``stream``."""

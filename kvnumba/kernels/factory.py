@@ -11,15 +11,15 @@ Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 
 head by head when one side is page-head. Within an item the warp's lanes stride over 8- or 16-byte
 words (``warp_copy``).
 """
-from typing import NamedTuple
-
 from numba import cuda
 
+from .. import config
 from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
 from .item_copy import in_bounds, make_item_copy
 from .memory import load_i64
+from .params import SIGNATURE, KernelArgs, check_parameters
 from .warp_copy import CopyShape
 
 # The inner loop's shape per kernel, chosen on the H200 (scripts/RESULTS.md, "Tuning"): device time
@@ -43,50 +43,15 @@ DEFAULT_COPY_SHAPE = _WIDE  # MLA kernels and pairs the seed does not have
 
 
 def copy_shape_for(src, dst, mla):
-    """The inner loop's shape for a kernel (``src``/``dst``: ``LayoutParts``). Tuning experiments and
-    tests replace this function to build every kernel with one shape."""
+    """The inner loop's shape for a kernel (``src``/``dst``: ``LayoutParts``): the tuned table's, or the one
+    shape that tuning experiments and tests set for every kernel (``config.override(copy_shape=...)``)."""
+    forced = config.tuning("copy_shape")
+    if forced is not None:
+        return forced
     return COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
-
-# Every kernel has this signature: 19 int64 scalars (see KernelArgs).
-SIGNATURE = "void(" + ", ".join(["int64"] * 19) + ")"
-
-# "No limit" for a token bound.
-NO_LIMIT = 2**63 - 1
-
-
-class KernelArgs(NamedTuple):
-    """The kernel's parameters, in order. Addresses are plain integers; sizes are in bytes.
-
-    What changes from call to call comes first, so a prepared transfer rewrites one prefix of its
-    parameter block: the first four on every call, the next three when the layer changes.
-    """
-
-    src_indices: int  # address of num_items int64 token indices, readable by the kernel
-    dst_indices: int
-    num_items: int
-    items_per_warp: int
-    first_layer: int
-    src_token_limit: int  # items whose source token is outside [0, limit) are skipped and flagged
-    dst_token_limit: int  # the same for the destination token
-    src_k: int  # buffer base, or the address of a uint64 layer table for Layout.LAYER_TABLE
-    dst_k: int
-    src_v: int  # 0 for MLA
-    dst_v: int
-    num_layers: int
-    item_size: int
-    src_layout_dim: int
-    dst_layout_dim: int
-    src_page_size: int  # paged layouts; 1 otherwise
-    dst_page_size: int
-    head_num: int  # heads a copy goes by when a side splits them; 1 otherwise
-    error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
-
-
-PER_LAYER_ARGS = 7  # src_indices .. dst_token_limit: what a call writes
-
 
 def _build_kernel(src, dst, mla, copy_shape):
     copy_tokens = make_item_copy(src, dst, mla, copy_shape)
@@ -105,6 +70,7 @@ def _build_kernel(src, dst, mla, copy_shape):
                 copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
                             item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
 
+    check_parameters(transfer_kv, KernelArgs)  # the parameter block's order (kvnumba.kernels.params)
     transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__
     # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
@@ -129,16 +95,6 @@ def get_kernel(src_layout, dst_layout, mla):
 
 def _parts(layout):
     return layout if isinstance(layout, LayoutParts) else PARTS[Layout(layout)]
-
-
-def launch_shape(num_items, block_quota, num_warps_per_block):
-    """The seed's launch geometry: ``(items_per_warp, blocks, threads_per_block)``.
-
-    ``block_quota`` caps the blocks (and so the SMs) a transfer takes while the model computes.
-    """
-    items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact
-    blocks = -(-num_items // (items_per_warp * num_warps_per_block))
-    return items_per_warp, blocks, num_warps_per_block * WARP_SIZE
 
 
 def kernel_ptx(src_layout, dst_layout, mla, cc=(9, 0)):

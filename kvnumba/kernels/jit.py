@@ -1,7 +1,6 @@
 """Numba's two decorators as kvnumba uses them: device functions and kernels, in both worlds."""
+from ..driver.launch import WARP_SIZE  # noqa: F401 - the kernels' warp size
 from ..driver.target import SIMULATOR, announce
-
-WARP_SIZE = 32
 
 
 def device_function(fn):

@@ -35,8 +35,8 @@ a bulk piece learn that from the slot's ``posted`` barrier and never wait for it
 Every index is still bounded: the loader puts only in-range items into runs, and a direct stage's
 items are checked by their warp (skipped and flagged, as in the register kernel).
 
-The kernel has the register kernel's 19 parameters (``factory.KernelArgs``), so a call writes the
-same prefix, then four more: the device address of the source's tensor maps (``driver.tensor_maps``:
+The kernel has the register kernel's 19 parameters (``params.KernelArgs``), so a call writes the
+same prefix, then four more: the device address of the source's tensor maps (``plan.tensor_maps``:
 K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the item is
 split into this many equal chunks of at most 2 KB, one map row each; for page-head, its heads),
 ``max_run_log2`` and ``min_run``.
@@ -51,6 +51,7 @@ from .item_copy import in_bounds, make_item_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u128
+from .params import StagedArgs, signature
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
                   bulk_commit, bulk_store, bulk_wait, bulk_wait_read, first_set, load_shared_u128, release,
                   shared_address, tensor_load, try_wait)
@@ -90,8 +91,7 @@ MAP_BYTES = 128  # one CUtensorMap
 
 SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
-EXTRA_ARGS = ("maps", "map_heads", "max_run_log2", "min_run")
-SIGNATURE = "void(" + ", ".join(["int64"] * (19 + len(EXTRA_ARGS))) + ")"
+SIGNATURE = signature(StagedArgs)  # the register kernel's parameters, then four more (kvnumba.kernels.params)
 
 _END, _DIRECT, _BULK, _SIDE = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, a side piece
 LEAVE_OUT = ("", "data", "stores")

@@ -25,7 +25,7 @@ On the GPU these are inline PTX (sm_90+):
 - ``first_set(mask)``: 1 + the position of the lowest set bit of a 32-bit mask, 0 if none (``ffs``).
 
 On Numba's CUDA simulator the same names are Python twins: barriers are condition variables keyed by
-address, and ``tensor_load`` walks a tensor map of kvnumba's own format (``driver.tensor_maps``) row
+address, and ``tensor_load`` walks a tensor map of kvnumba's own format (``plan.tensor_maps``) row
 by row. A simulated warp's threads are independent Python threads with no ``__syncwarp``, so every
 thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``): the stage is released only when all
 of them are done reading it, as on the GPU. The simulator has no warp votes: ``ballot``'s twin meets

@@ -2,7 +2,7 @@
 
 Every item (one token's K or V of one layer; a head of it where a layout splits heads) is a pair of
 byte ranges, one per side. Pairs that are contiguous on both sides, in the same buffers, merge into
-one descriptor, as the copy-engine path merges runs (``kvnumba.api.direct_plan``). That is the
+one descriptor, as the copy-engine path merges runs (``kvnumba.plan.direct_plan``). That is the
 **direct** route: NIXL moves every byte to its final place.
 
 Where the layouts differ, the pairs may merge poorly (page-first tokens into vLLM blocks: one
@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api.views import check_fit
+from ..plan.copy_plan import check_fit
 from ..checks import bounds
 from .sides import Side
 
@@ -51,7 +51,8 @@ class Descriptors:
 
 
 def check_pair(src: Side, dst: Side) -> int:
-    """The views fit one copy (the rules of ``kv.copy``, ``kvnumba.api.views.check_fit``); returns the copy's heads."""
+    """The views fit one copy (the rules of ``kv.copy``, ``kvnumba.plan.copy_plan.check_fit``); returns the copy's
+    heads."""
     return check_fit(src, dst, ("src", "dst"))
 
 

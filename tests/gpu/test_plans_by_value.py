@@ -149,23 +149,25 @@ def test_plain_call_after_resize_is_bounded_by_the_new_extent():
         kv.transfer_kv_per_layer_mla(src, dst, far, far, ITEM, check=True)
 
 
-def test_many_staged_plans_recycle_their_maps_and_stay_right(load_path, monkeypatch):
+def test_many_staged_plans_recycle_their_maps_and_stay_right(load_path):
     """More plans than a small map store holds: retired blocks are reused after a synchronisation."""
-    from kvnumba.driver import tensor_maps
+    from kvnumba.plan import tensor_maps
+
+    from kvnumba import config
 
     store = tensor_maps.MapStore()
     store.SLAB_BLOCKS, store.RECYCLE_AT = 4, 4
-    monkeypatch.setattr(tensor_maps, "STORE", store)
     load_path("staged")
     host = torch.randint(0, 255, (64, TOKENS // 4, ITEM), dtype=torch.uint8).pin_memory()
     idx = torch.arange(TOKENS // 4, device="cuda")
-    for round_ in range(40):
-        view = host[round_]  # a new plan each time (another address); the previous plan goes away
-        out = torch.full((TOKENS // 4, ITEM), POISON, dtype=torch.uint8, device="cuda")
-        load = kv.prepare(kv.transfer_kv_per_layer_mla, src=view, dst=out, item_size=ITEM)
-        load(idx, idx)
-        torch.cuda.synchronize()
-        assert torch.equal(out.cpu(), view)
-        del load
-        gc.collect()
+    with config.override(map_store=store):
+        for round_ in range(40):
+            view = host[round_]  # a new plan each time (another address); the previous plan goes away
+            out = torch.full((TOKENS // 4, ITEM), POISON, dtype=torch.uint8, device="cuda")
+            load = kv.prepare(kv.transfer_kv_per_layer_mla, src=view, dst=out, item_size=ITEM)
+            load(idx, idx)
+            torch.cuda.synchronize()
+            assert torch.equal(out.cpu(), view)
+            del load
+            gc.collect()
     assert len(store._slabs) <= 3  # blocks were recycled, not leaked

@@ -2,13 +2,17 @@
 validated once; and ``run``, the per-call path every kernel transfer takes.
 
 A plan is built from an entry point's geometry arguments (its buffers, tables and sizes; see
-``kvnumba.api.spec``). Building it checks them all (types, sizes, alignment, pinned host memory,
-writable destinations, one device, destinations clear of the tables), reads what is known about
-table layers (``kvnumba.checks.tables``), chooses the kernel, loads it on the buffers' device and
-fills a parameter block with every value that stays the same. ``run`` then checks the indices, the
-layer and the launch shape, writes the few values that change, and launches.
+``kvnumba.plan.spec``), or for ``kv.copy`` from two cache views (``copy_plan``). Building it checks them
+all (types, sizes, alignment, pinned host memory, writable destinations, one device, destinations clear
+of the tables), reads what is known about table layers (``kvnumba.checks.tables``), chooses the kernel
+(and the staged one, ``staged_plan``), loads it on the buffers' device and fills a parameter block
+(``kvnumba.kernels.params.KernelArgs``) with every value that stays the same. ``run`` then checks the
+indices, the layer and the launch shape, writes the few values that change, and launches
+(``kvnumba.driver.launch``); ``fast``, the plan's fast call (``fast_path``), does the same for the
+common case in fewer Python operations. ``build_plan`` rebinds a plan of a known geometry to new
+buffers instead of building it again.
 """
-import struct
+import contextlib
 import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -22,21 +26,20 @@ from ..checks.devices import one_device
 from ..checks.overlap import check_disjoint, hull
 from ..checks.tables import table_layers
 from ..driver.devices import on_device
-from ..driver.launch import BoundKernel, launchable
+from ..driver.launch import MAX_QUOTA, MAX_WARPS, BoundKernel, launch_shape, launchable
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
-from ..kernels.factory import NO_LIMIT, PER_LAYER_ARGS, SIGNATURE, get_kernel
-from ..kernels.jit import WARP_SIZE
+from ..kernels.factory import get_kernel
+from ..kernels.params import NO_LIMIT, SIGNATURE, KernelArgs, pack_call
 from ..kernels.layouts import PARTS, Layout
+from .copy_plan import read_copy
+from .fast_path import make_fast_call
 from .spec import buffer_names
 from .staged_plan import bind_staged
 
 LF, TBL, PF, PH = Layout.LAYER_FIRST, Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
 _LAYOUT_NAMES = {LF: "layer-first", TBL: "layer-table", PF: "page-first", PH: "page-head"}
-_PACK_LAYER = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into
-_MAX_QUOTA = 2**31 - 1
-_MAX_WARPS = validate.MAX_THREADS_PER_BLOCK // WARP_SIZE
 
 
 class Side:
@@ -97,15 +100,15 @@ class LayerWindow:
 class KernelPlan:
     """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
 
-    fast: Callable[..., Any]  # the per-call path (kvnumba.api.fast_path), set by Transfer
+    fast: Callable[..., Any]  # the per-call path for the common case (fast_call()), made with the plan
+
+    rebound = False  # made by rebind (the checks of an earlier plan of its geometry reused)
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
         self.first_layer = 0  # the first layer a call moves (per-layer plans: chosen by each call)
         if spec.name == "copy":
-            from .views import configure_copy
-
-            sides = configure_copy(self, geometry, strict)
+            sides = self._configure_copy(geometry, strict)
         else:
             sides = self._configure_seed(spec, geometry, strict)
         self._finish(*sides)
@@ -163,6 +166,19 @@ class KernelPlan:
         return (PARTS[src_layout], PARTS[dst_layout], spec.mla, (ptrs[0], ptrs[2]), (ptrs[1], ptrs[3]),
                 (src_dim, self.page_size), (dst_dim, self.page_size))
 
+    def _configure_copy(self, geometry, strict):
+        """``kv.copy``'s arguments (two cache views, ``layers``): validated (``copy_plan``), and the two
+        sides they describe."""
+        copy = read_copy(geometry, strict)
+        self.first_layer, self.window, self.num_layers, self.item_size = (copy.first_layer, copy.window,
+                                                                          copy.num_layers, copy.item_size)
+        self.head_num = self.heads = copy.heads
+        self.page_size = 1
+        self.raw_tables, self.device, self.uses_torch = copy.raw_tables, copy.device, copy.uses_torch
+        self.src, self.dst = copy.src, copy.dst
+        self.destinations, self.guides = copy.destinations, copy.guides
+        return copy.kernel_sides
+
     def _finish(self, src_parts, dst_parts, mla, src_ptrs, dst_ptrs, src_geometry, dst_geometry):
         """What every plan does once its sides are known: refuse destinations over the tables, choose
         and load the kernel, fill the parameter values that never change."""
@@ -175,12 +191,18 @@ class KernelPlan:
             first = self.windows[0] = LayerWindow(self, self.first_layer)
             self.packed[0] = first.params
         (src_dim, src_page), (dst_dim, dst_page) = src_geometry, dst_geometry
-        template = (0, 0, 0, 0, self.first_layer, first.src_limit if first else NO_LIMIT,
-                    first.dst_limit if first else NO_LIMIT, src_ptrs[0], dst_ptrs[0], src_ptrs[1], dst_ptrs[1],
-                    self.num_layers if first is None else self.window, self.item_size, src_dim, dst_dim, src_page,
-                    dst_page, self.head_num, guard.flag_address())
+        template = KernelArgs(
+            src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
+            src_token_limit=first.src_limit if first else NO_LIMIT,
+            dst_token_limit=first.dst_limit if first else NO_LIMIT,
+            src_k=src_ptrs[0], dst_k=dst_ptrs[0], src_v=src_ptrs[1], dst_v=dst_ptrs[1],
+            num_layers=self.num_layers if first is None else self.window, item_size=self.item_size,
+            src_layout_dim=src_dim, dst_layout_dim=dst_dim, src_page_size=src_page, dst_page_size=dst_page,
+            head_num=self.head_num, error_flag=guard.flag_address())
         self.flag = guard.flag_view()
         self.template = template
+        checks = config.tuning("host_index_checks")
+        self.host_index_checks = checks is None or bool(checks)  # config's host_index_checks (tests of the guard)
         self.register = launchable(get_kernel(src_parts, dst_parts, mla), SIGNATURE)
         self.staged_args = (src_parts, dst_parts, mla, src_geometry)
         if self.spec.name == "copy":  # kv.copy's loads stay on registers, but a bad setting is refused here too
@@ -200,6 +222,16 @@ class KernelPlan:
         self.source_maps = None
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged
+        self.fast = make_fast_call(self)
+        for watch in _watchers:
+            watch(self)
+
+    def fast_call(self, snapshot=None):
+        """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
+        check=False)``: ``run`` for the common case in as few Python operations as it can (``fast_path``);
+        ``snapshot``: a prepared transfer's bound buffers, checked first on every call. ``self.fast`` is
+        the plan's own, without a snapshot."""
+        return make_fast_call(self, snapshot)
 
     def rebind(self, infos, names):
         """A plan of this one's geometry for other buffers (``infos``: their ``ArrayInfo`` by argument
@@ -207,15 +239,14 @@ class KernelPlan:
         depends on geometry holds for it; what depends on addresses is done again. No layer tables."""
         plan = object.__new__(KernelPlan)
         plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: they are the same)
+        plan.rebound = True
         for name in names:
             if name is not None and infos[name].device == HOST:
                 pinned.require(name, infos[name])
         ptrs = [infos[n].ptr if n else 0 for n in names]
         plan.destinations = [(n, infos[n].ptr, infos[n].ptr + infos[n].nbytes) for n in (names[1], names[3]) if n]
         plan.dst_low, plan.dst_high = hull(plan.destinations)
-        template = list(self.template)
-        template[7:11] = ptrs[0], ptrs[1], ptrs[2], ptrs[3]  # src_k, dst_k, src_v, dst_v
-        plan.template = tuple(template)
+        plan.template = self.template._replace(src_k=ptrs[0], dst_k=ptrs[1], src_v=ptrs[2], dst_v=ptrs[3])
         plan._bind((ptrs[0], ptrs[2]))
         return plan
 
@@ -283,7 +314,7 @@ class KernelPlan:
         if window is None:
             window = self.window_for(layer_id)
         if type(block_quota) is not int or type(warps) is not int or not (
-                0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS):
+                0 < block_quota <= MAX_QUOTA and 0 < warps <= MAX_WARPS):
             block_quota, warps = validate.launch_config(block_quota, warps)
         check = check or guard.ALWAYS_CHECK
         src = _index(src_indices, "src_indices", self.device)
@@ -293,22 +324,21 @@ class KernelPlan:
             validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
         self._clear_of_destinations(src, dst)
         host_side = src[3] or dst[3]
-        if host_side and count:
+        if host_side and count and self.host_index_checks:
             self._check_host_indices(src, dst, window)
         uses_torch = self.uses_torch or src[4] or dst[4]
         handle = stream_handle(stream, self.device if uses_torch else None)
         if count == 0:
             return handle
-        items_per_warp = -(-count // (block_quota * warps))
-        grid = -(-count // (items_per_warp * warps))
-        # A staged block needs two warps; small loads are faster on registers (kvnumba.api.staged_plan).
+        items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
+        # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
         kernel = self.kernel if warps > 1 and count >= self.staged_from else self.register_kernel
         if host_side and not SIMULATOR:
-            return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, warps, window, handle,
+            return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, threads, window, handle,
                                           check)
         blocks = kernel.blocks
-        _PACK_LAYER(blocks.view, 0, src[0], dst[0], count, items_per_warp, *window.params)
-        kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
+        pack_call(blocks.view, 0, src[0], dst[0], count, items_per_warp, *window.params)
+        kernel.launch(grid, threads, handle, blocks.address)
         if check:
             self._wait_and_check(handle, src_indices, dst_indices, window)
         return handle
@@ -326,7 +356,7 @@ class KernelPlan:
             if index[3]:
                 bounds.check_indices(name, index[2](), limit, lambda side=side: window.what(self, side))
 
-    def _run_host_indices(self, kernel, src, dst, count, items_per_warp, grid, warps, window, handle, check):
+    def _run_host_indices(self, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check):
         """Indices in host memory: copied to the device on the call's stream, then waited for (the
         copies are freed when the call returns)."""
         from numba import cuda
@@ -338,8 +368,8 @@ class KernelPlan:
             pointers = [index[0] if copy is None else copy.device_ctypes_pointer.value
                         for index, copy in zip((src, dst), staged)]
             blocks = kernel.blocks
-            _PACK_LAYER(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
-            kernel.launch(grid, warps * WARP_SIZE, handle, blocks.address)
+            pack_call(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
+            kernel.launch(grid, threads, handle, blocks.address)
             stream.synchronize()
         if check and guard.flag_set():
             guard.clear()
@@ -367,6 +397,23 @@ class KernelPlan:
                     f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
         return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
                                     "call in flight?); the other items were copied")
+
+
+# --- watching plans being made -------------------------------------------------------------------
+
+_watchers: list = []
+
+
+@contextlib.contextmanager
+def watching(callback):
+    """``with watching(callback):`` calls ``callback(plan)`` for every kernel plan made in the block, built
+    or rebound (``plan.rebound``), once its kernels are bound: for tests and tools that ask what plans
+    chose (e.g. ``plan.source_maps is not None``: the staged kernel)."""
+    _watchers.append(callback)
+    try:
+        yield
+    finally:
+        _watchers.remove(callback)
 
 
 # --- plans by geometry: a miss on new buffers of a known geometry is a rebind -----------------------

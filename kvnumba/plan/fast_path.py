@@ -4,7 +4,8 @@ SGLang calls a per-layer load once per layer of every forward pass, with torch t
 host time is on the scheduler's critical path. ``make_fast_call(plan)`` returns a function that does
 what ``KernelPlan.run`` does for that common case in as few Python operations as it can: a handful
 of attribute reads per index tensor, one ``struct.pack_into``, one ``cuLaunchKernel`` (the driver
-layer's ``BoundKernel.launch``, inlined: a Python call costs ~0.1 us on the H200's host). Anything it
+layer's ``launch_shape`` and ``BoundKernel.launch``, inlined with the kernels' ``launch_values``: a Python
+call costs ~0.1 us on the H200's host; ``tests/test_launch.py`` checks the two launch alike). Anything it
 does not recognise (another array type, host indices, a pending error flag, ``check=True``, an
 index array overlapping a destination, zero items) goes to ``plan.run``, which checks everything
 and gives the errors; so both paths accept and refuse exactly the same calls.
@@ -15,16 +16,15 @@ pointers and lengths, skip the dtype, stride and device reads (~0.4 us). Those c
 the pointer or the length changing, short of ``tensor.data = ...`` tricks, and the kernel bounds
 every index in any case.
 """
-import weakref
 import sys
+import weakref
 
 from ..checks import guard
 from ..checks.overlap import merged, overlaps_any
 from ..driver.bindings import cu
-from ..driver.launch import STREAM_OBJECTS, stream_object
+from ..driver.launch import MAX_QUOTA, MAX_WARPS, STREAM_OBJECTS, WARP_SIZE, stream_object
 from ..driver.target import SIMULATOR
-from ..kernels.jit import WARP_SIZE
-from .kernel_plan import _MAX_QUOTA, _MAX_WARPS, _PACK_LAYER
+from ..kernels.params import pack_call
 
 
 def _dead():
@@ -35,13 +35,17 @@ def _dead():
 _LAST_INDICES = [(_dead, _dead, 0, 0, 0, -2)]
 
 
-def make_fast_call(plan, snapshot=None):
+def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
     """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
     check=False)`` for ``plan`` (``layer_id`` is ignored by all-layer plans). ``snapshot``: a prepared
-    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call."""
+    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call.
+
+    ``torch`` (default: the imported torch module) and ``launch`` (default: ``cuLaunchKernel``) are for
+    tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/test_launch.py)."""
     run = plan.run
-    torch = sys.modules.get("torch")
-    if SIMULATOR or guard.ALWAYS_CHECK or torch is None:
+    if torch is None:
+        torch = sys.modules.get("torch")
+    if (SIMULATOR and launch is None) or guard.ALWAYS_CHECK or torch is None:
         verify = snapshot.verify if snapshot is not None else None
 
         def checked(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
@@ -58,11 +62,10 @@ def make_fast_call(plan, snapshot=None):
     device, low, high = plan.device, plan.dst_low, plan.dst_high
     starts, ends = merged(plan.destinations)
     # The plan's kernel, and the register kernel for calls below plan.staged_from items or with one warp
-    # per block (the same kernel unless the plan is staged: kvnumba.api.staged_plan).
-    launchers = [(k.blocks, k.function, k.retry, k.shared) for k in (plan.kernel, plan.register_kernel)]
-    staged_launch, register_launch = launchers
+    # per block (the same kernel unless the plan is staged: kvnumba.plan.staged_plan).
+    staged_launch, register_launch = plan.kernel.launch_values, plan.register_kernel.launch_values
     staged_from = plan.staged_from
-    streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, cu.cuLaunchKernel
+    streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, launch or cu.cuLaunchKernel
     last = _LAST_INDICES
     data_ptr = tensor.data_ptr
     # A prepared transfer's torch buffers: their data pointers, read here; any other bound array: moved().
@@ -90,11 +93,11 @@ def make_fast_call(plan, snapshot=None):
                     or (src | dst) & 7 or count != dst_indices.numel() or not count):
                 return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
             last[0] = (weakref.ref(src_indices), weakref.ref(dst_indices), src, dst, count, device)
-        if (window is None or not (0 < block_quota <= _MAX_QUOTA and 0 < warps <= _MAX_WARPS)
+        if (window is None or not (0 < block_quota <= MAX_QUOTA and 0 < warps <= MAX_WARPS)
                 or (src < high and src + 8 * count > low and overlaps_any(starts, ends, src, src + 8 * count))
                 or (dst < high and dst + 8 * count > low and overlaps_any(starts, ends, dst, dst + 8 * count))):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
-        items_per_warp = -(-count // (block_quota * warps))
+        items_per_warp = -(-count // (block_quota * warps))  # driver.launch.launch_shape, inlined
         grid = -(-count // (items_per_warp * warps))
         if stream is None:
             handle = current_stream(device)
@@ -104,7 +107,7 @@ def make_fast_call(plan, snapshot=None):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
         blocks, function, retry, shared = staged_launch if count >= staged_from and warps > 1 else register_launch
         view, address = blocks.pair
-        _PACK_LAYER(view, 0, src, dst, count, items_per_warp, *window)
+        pack_call(view, 0, src, dst, count, items_per_warp, *window)
         cu_stream = streams.get(handle)
         if cu_stream is None:
             cu_stream = new_stream(handle)

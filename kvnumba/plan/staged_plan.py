@@ -10,7 +10,7 @@
 - ``register``: never.
 
 Either way a plan is staged only if its source layout (layer-first, page-first or page-head) and its
-sizes can be described by tensor maps (``driver.tensor_maps``), its buffers are 16-byte aligned and
+sizes can be described by tensor maps (``plan.tensor_maps``), its buffers are 16-byte aligned and
 its destination is one layer's buffer; otherwise, and for calls with fewer than two warps per block,
 the register kernel runs.
 
@@ -20,11 +20,12 @@ it to a plan's addresses encodes that plan's tensor maps (a few microseconds).
 from typing import Any, NamedTuple
 
 from .. import config
-from ..driver import tensor_maps
 from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
+from ..kernels.params import StagedArgs
+from . import tensor_maps
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
 # 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
@@ -54,7 +55,7 @@ class Recipe(NamedTuple):
                                        self.stage_bytes)
         if maps is None:
             return None
-        return BoundKernel(self.kernel, device, (*template, *maps.args)), maps
+        return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
 _recipes: dict[tuple, Recipe | None] = {}
@@ -63,21 +64,27 @@ _recipes: dict[tuple, Recipe | None] = {}
 def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
     """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
     path = config.load_path()
+    ring = ring_in_force()
     src_dim, src_page = src_geometry
     key = (path, src_parts, dst_parts, mla, plan.window, plan.src.nbytes, plan.item_size, src_dim, src_page,
-           plan.head_num, memory, plan.device, staged.SHAPE)
+           plan.head_num, memory, plan.device, ring)
     try:
         return _recipes[key]
     except KeyError:
         pass
-    found = _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
+    found = _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
     if len(_recipes) > 1024:
         _recipes.clear()
     _recipes[key] = found
     return found
 
 
-def _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
+def ring_in_force():
+    """The staged kernel's ring: ``staged.SHAPE`` (tuned on the H200), or ``config.override(staged_shape=...)``'s."""
+    return config.tuning("staged_shape") or staged.SHAPE
+
+
+def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
     if (path == "register" or plan.window != 1 or src_parts not in staged.SOURCES
             or dst_parts not in staged.DESTINATIONS):
         return None
@@ -85,7 +92,6 @@ def _recipe(path, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
         src_host, dst_host = memory
         if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
             return None
-    ring = staged.SHAPE
     picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
     if picture is None or plan.item_size * (1 if mla else 2) > ring.stage_bytes:
         return None
@@ -103,9 +109,9 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, templat
     None when its loads stay on registers.
 
     ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
-    kernel's 19 parameter values (the staged kernel's start with them)."""
+    kernel's parameter values (``kernels.params.KernelArgs``: the staged kernel's start with them)."""
     found = recipe(plan, src_parts, dst_parts, mla, src_geometry, memory)
-    if found is None or any(p % 16 for p in template[8:11:2] if p):  # destinations: 16-byte stores from shared
+    if found is None or any(p % 16 for p in (template.dst_k, template.dst_v) if p):  # 16-byte stores from shared
         return None
     bound = found.bind(plan.device, template, src_ptrs)
     if bound is None:

@@ -31,8 +31,9 @@ by pageable memory at the same address has the same key. So an entry with host b
 A witness that fails is a miss: the plan is built again, with every check. Memory unregistered by hand
 (``cudaHostUnregister``) while its torch tensor lives is not noticed.
 
-The plain entry points look plans up with ``lookup`` inlined in their per-call function
-(``kvnumba.api.transfer.plain_caller``).
+A key is made by one function, the *keyer* of the arguments' types (``make_keyer``): ``PlanCache.key``
+applies it, and the plain entry points' per-call function (``kvnumba.api.transfer.plain_caller``), which
+inlines ``lookup``, calls it directly.
 """
 import operator
 import sys
@@ -66,7 +67,7 @@ class PlanCache:
         self.identity = frozenset(identity)
         self.max_entries = max_entries
         self.entries: dict[tuple, Entry] = {}
-        self.keyers: dict[tuple, Any] = {}  # argument types -> key function (kvnumba.api.transfer inlines this)
+        self.keyers: dict[tuple, Any] = {}  # argument types -> keyer (kvnumba.api.transfer.plain_caller reads it)
         self.misses = 0
         self._lock = threading.Lock()
 
@@ -78,11 +79,14 @@ class PlanCache:
             keyer = self.keyers[kinds] = make_keyer(objects, self.identity)
         return keyer
 
+    def key(self, objects, scalars):
+        """The key of ``objects`` and ``scalars`` (``TypeError`` if a scalar is unhashable)."""
+        return self.keyer(objects)(objects, scalars)
+
     def lookup(self, objects, scalars):
         """The cached plan for ``objects`` and ``scalars``, or None."""
         try:
-            keyer = self.keyer(objects)
-            entry = self.entries.get((keyer, *keyer(objects), *scalars, *map(type, scalars)))
+            entry = self.entries.get(self.key(objects, scalars))
         except TypeError:  # an unhashable scalar: no plan (validation says what is wrong with it)
             return None
         if entry is None or (entry.witness is not None and not entry.witness(objects)):
@@ -101,8 +105,7 @@ class PlanCache:
     def store(self, objects, scalars, plan):
         """Remember ``plan`` for ``objects`` and ``scalars`` (nothing if they cannot be keyed)."""
         try:
-            keyer = self.keyer(objects)
-            key = (keyer, *keyer(objects), *scalars, *map(type, scalars))
+            key = self.key(objects, scalars)
             hash(key)
             witness = make_witness(objects, self.identity)
         except TypeError:  # unhashable, or an object without weak references: not cached
@@ -121,20 +124,23 @@ class PlanCache:
 # --- keys ---------------------------------------------------------------------------------------
 
 def make_keyer(objects, identity=frozenset()):
-    """A function of ``objects`` (of these very types) giving their value key as one flat tuple."""
+    """The keyer of arguments of these very types: ``keyer(objects, scalars)`` gives the plan cache's key,
+    one flat tuple: the keyer itself (it stands for the argument types), the objects' value keys, then the
+    scalars and their types (``True`` is not ``1``)."""
     torch = sys.modules.get("torch")
     if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
         # The hot case (SGLang): C-level loops over the tensors.
         data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, operator.attrgetter("nbytes"), torch.Tensor.is_contiguous
 
-        def torch_keys(objs):
-            return (*map(data_ptr, objs), *map(nbytes, objs), *map(contiguous, objs))
+        def torch_keys(objs, scalars):
+            return (torch_keys, *map(data_ptr, objs), *map(nbytes, objs), *map(contiguous, objs), *scalars,
+                    *map(type, scalars))
 
         return torch_keys
     parts = tuple(_identity_key_function(o) if i in identity else _value_key_function(o) for i, o in enumerate(objects))
 
-    def keys(objs):
-        return tuple(map(_call, parts, objs))
+    def keys(objs, scalars):
+        return (keys, *map(_call, parts, objs), *scalars, *map(type, scalars))
 
     return keys
 

@@ -27,11 +27,12 @@ import weakref
 
 import numpy as np
 
+from .. import config
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
-from .target import SIMULATOR
+from ..driver.target import SIMULATOR
 
 MAX_BOX = 256  # elements per box dimension
-L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (tuning scripts set others)
+L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (config's l2_promotion: others)
 MAX_STRIDE = 1 << 40
 MAP_BYTES = 128  # one CUtensorMap (the simulator's form is 16 int64 words: the same size)
 
@@ -42,12 +43,12 @@ class SourceMaps:
     ``args``: ``(address, map_heads, max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's
     map of box length ``2**r`` and V's follow ``(max_run_log2 + 1) * MAP_BYTES`` later (the kernel's
     indexing); only the maps of the box lengths in use are stored, so ``address`` may point before the
-    block. The block goes back to the store when this object is gone."""
+    block. The block goes back to its store when this object is gone."""
 
-    def __init__(self, block, args):
+    def __init__(self, block, args, store):
         self.block = block
         self.args = args
-        weakref.finalize(self, STORE.retire, block)
+        weakref.finalize(self, store.retire, block)
 
 
 class MapStore:
@@ -82,7 +83,7 @@ class MapStore:
     def _refill(self):
         if len(self._retired) >= self.RECYCLE_AT:
             if not SIMULATOR:  # simulated launches are synchronous
-                from .devices import synchronize_all
+                from ..driver.devices import synchronize_all
 
                 synchronize_all()
             self._free, self._retired = self._retired, []
@@ -100,7 +101,7 @@ class MapStore:
         self._free.extend(start + i * block_bytes for i in reversed(range(self.SLAB_BLOCKS)))
 
 
-STORE = MapStore()
+STORE = MapStore()  # where maps go (config's map_store: another, e.g. a small one for tests)
 
 
 def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
@@ -161,14 +162,15 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
         return None
     max_run_log2, min_run = piece_limits(run_limits, head_major, page_size)
     min_log2 = min_run.bit_length() - 1
-    block = STORE.take()
+    store = config.tuning("map_store") or STORE
+    block = store.take()
     address = block - min_log2 * MAP_BYTES  # the kernel adds r * MAP_BYTES (and V's offset)
     write = _write_simulated if SIMULATOR else _write_encoded
     for b, base in enumerate(buffers):
         for r in range(min_log2, max_run_log2 + 1):
             write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
                   _box(sizes, head_major, 1 << r))
-    return SourceMaps(block, (address, map_heads, max_run_log2, min_run))
+    return SourceMaps(block, (address, map_heads, max_run_log2, min_run), store)
 
 
 def piece_limits(run_limits, head_major, page_size):
@@ -192,9 +194,10 @@ _encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box) -> the driver cal
 
 
 def _write_encoded(at, base, sizes, strides, box):
-    from .bindings import check, cu
+    from ..driver.bindings import check, cu
 
-    key = (sizes, strides, box, L2_PROMOTION)
+    promotion = config.tuning("l2_promotion") or L2_PROMOTION
+    key = (sizes, strides, box, promotion)
     args = _encode_args.get(key)
     if args is None:
         if len(_encode_args) > 4096:
@@ -203,7 +206,7 @@ def _write_encoded(at, base, sizes, strides, box):
             [cu.cuuint64_t(n) for n in sizes], [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box],
             [cu.cuuint32_t(1)] * 5, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{L2_PROMOTION}"),
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
             cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     tensor_map = check(cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base,
                                                  *args), "cuTensorMapEncodeTiled")
@@ -214,7 +217,7 @@ def compute_capability(device):
     """``(major, minor)`` of GPU ``device`` (memoised)."""
     known = _capabilities.get(device)
     if known is None:
-        from .bindings import check, cu
+        from ..driver.bindings import check, cu
 
         attribute = cu.CUdevice_attribute
         major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),

@@ -1,0 +1,74 @@
+"""The kernels' parameter block, defined once: the names, order and packing of the int64 scalars that
+every kvnumba kernel takes.
+
+- ``KernelArgs``: the register kernel's parameters (``factory``), in order. What changes from call to
+  call comes first, so a call rewrites one prefix of a plan's block: ``PER_CALL_ARGS`` values on every
+  call, ``PER_LAYER_ARGS`` when the layer changes too (``pack_call`` writes them);
+- ``StagedArgs``: the staged kernel's (``staged``): ``KernelArgs``' values, then ``STAGED_EXTRA``;
+- ``signature(args)``: the Numba signature of a kernel taking those values.
+
+The kernels' Python functions name their parameters in this order (``check_parameters``; the tests
+check the staged kernel's), and the plans fill their blocks by name (``KernelArgs(...)``,
+``template._replace(...)``).
+"""
+import struct
+from collections import namedtuple
+from typing import NamedTuple
+
+# "No limit" for a token bound.
+NO_LIMIT = 2**63 - 1
+
+
+class KernelArgs(NamedTuple):
+    """The kernel's parameters, in order. Addresses are plain integers; sizes are in bytes."""
+
+    src_indices: int  # address of num_items int64 token indices, readable by the kernel
+    dst_indices: int
+    num_items: int
+    items_per_warp: int
+    first_layer: int
+    src_token_limit: int  # items whose source token is outside [0, limit) are skipped and flagged
+    dst_token_limit: int  # the same for the destination token
+    src_k: int  # buffer base, or the address of a uint64 layer table for Layout.LAYER_TABLE
+    dst_k: int
+    src_v: int  # 0 for MLA
+    dst_v: int
+    num_layers: int
+    item_size: int
+    src_layout_dim: int
+    dst_layout_dim: int
+    src_page_size: int  # paged layouts; 1 otherwise
+    dst_page_size: int
+    head_num: int  # heads a copy goes by when a side splits them; 1 otherwise
+    error_flag: int  # address of an int64 set to 1 when an item is skipped (0: none)
+
+
+PER_CALL_ARGS = KernelArgs._fields.index("first_layer")  # src_indices .. items_per_warp: written by every call
+PER_LAYER_ARGS = KernelArgs._fields.index("src_k")  # .. dst_token_limit: what a call writes
+pack_call = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into  # pack_call(block view, 0, *the first PER_LAYER_ARGS)
+
+# The staged kernel's four more: its tensor maps' device address (K's maps for box lengths 1, 2, 4, ..
+# 2**max_run_log2, then V's), the chunks an item is split into (one map row each), and its run limits.
+STAGED_EXTRA = ("maps", "map_heads", "max_run_log2", "min_run")
+StagedArgs = namedtuple("StagedArgs", KernelArgs._fields + STAGED_EXTRA)  # type: ignore[misc]  # fields: computed
+
+
+def signature(args):
+    """The Numba signature of a kernel taking ``args`` (a parameter-block type): int64 scalars only."""
+    return "void(" + ", ".join(["int64"] * len(args._fields)) + ")"
+
+
+SIGNATURE = signature(KernelArgs)
+
+
+def parameters(function):
+    """The parameter names of a kernel's Python function, in order."""
+    code = function.__code__
+    return code.co_varnames[:code.co_argcount]
+
+
+def check_parameters(function, args):
+    """``TypeError`` unless ``function`` (a kernel's Python function) takes ``args``' fields, in order."""
+    if parameters(function) != args._fields:
+        raise TypeError(f"{function.__name__} must take {', '.join(args._fields)} (kvnumba.kernels.params."
+                        f"{args.__name__}), in that order; it takes {', '.join(parameters(function))}")

@@ -1,0 +1,181 @@
+"""The package's module graph: no import from a lower layer up to a higher one, and no import loops.
+
+Layers, lowest first (a module may import its own layer and the ones below it):
+
+0. ``errors``, ``config``, ``types``, ``_version``: what every layer uses;
+1. ``driver``: CUDA through its bindings (and ``arrays``, ``timing``: memory and time as the driver sees them);
+2. ``kernels``: the CUDA kernels and their parameter block;
+3. ``checks``: argument and memory checks (they read the kernels' layouts and bounds);
+4. ``plan``: what is built once per geometry (``kvnumba.plan``);
+5. ``api``: the public calls (and ``reference``, the NumPy oracle of the same calls);
+6. the package's public face: ``kvnumba`` itself, ``convert``, ``compat``, ``remote``;
+7. ``tools``: the command line and its helpers (and ``testing``, ``__main__``).
+
+Every import counts for the layers: at module level, inside functions, and under ``TYPE_CHECKING``. For
+loops, every import that runs counts (module level and inside functions): an import under ``if
+TYPE_CHECKING:`` only names a type for checkers (``api.view_buffers`` names ``CacheView`` so). Read with
+``ast``: nothing is imported.
+"""
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "kvnumba"
+
+LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
+    "kvnumba.errors": 0, "kvnumba.config": 0, "kvnumba.types": 0, "kvnumba._version": 0,
+    "kvnumba.driver": 1, "kvnumba.arrays": 1, "kvnumba.timing": 1,
+    "kvnumba.kernels": 2,
+    "kvnumba.checks": 3,
+    "kvnumba.plan": 4,
+    "kvnumba.api": 5, "kvnumba.reference": 5,
+    "kvnumba": 6, "kvnumba.convert": 6, "kvnumba.compat": 6, "kvnumba.remote": 6,
+    "kvnumba.tools": 7, "kvnumba.testing": 7, "kvnumba.__main__": 7,
+}
+LAYER_NAMES = ["base", "driver", "kernels", "checks", "plan", "api", "public face", "tools"]
+
+# Import loops still in the package, each to be removed by the work named; nothing else may be added here, and
+# test_known_loops_are_still_there says when one is gone (then delete its line).
+KNOWN_LOOPS = {
+    # convert.py hands files to the command line's converter, which imports convert (issue 20's layout
+    # vocabulary work moves convert's file handling so that only tools imports convert)
+    ("kvnumba.convert", "kvnumba.tools.convert_files"),
+}
+
+
+def _modules():
+    """``{module name: path}`` of every module of the package."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module):
+    best = max((prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")), key=len)
+    return LAYERS[best]
+
+
+def _type_checking_only(tree):
+    """The import nodes under ``if TYPE_CHECKING:`` (or ``if typing.TYPE_CHECKING:``)."""
+    nodes = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            nodes.update(id(n) for statement in node.body for n in ast.walk(statement))
+    return nodes
+
+
+def _imports(module, path, running_only=False):
+    """The package's modules that ``module`` imports (anywhere in its file), with the line of each;
+    ``running_only``: not those imported under ``TYPE_CHECKING``."""
+    tree = ast.parse(path.read_text(), str(path))
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    skip = _type_checking_only(tree) if running_only else set()
+    found = []
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            # ``from X import name``: the submodule X.name where there is one, else X itself
+            targets = [f"{source}.{a.name}" if f"{source}.{a.name}" in MODULES else source for a in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:  # ``import kvnumba.api.views`` -> that module
+                target = target.rpartition(".")[0]
+            if target and target != module and target.split(".")[0] == "kvnumba":
+                found.append((target, node.lineno))
+    return found
+
+
+GRAPH = {module: _imports(module, path) for module, path in MODULES.items()}
+RUNNING = {module: _imports(module, path, running_only=True) for module, path in MODULES.items()}
+
+
+def test_the_layers_cover_every_module():
+    assert "kvnumba.plan.kernel_plan" in MODULES and "kvnumba.driver.launch" in MODULES
+    for module in MODULES:
+        assert _layer(module) is not None
+
+
+def test_no_import_goes_up_a_layer():
+    upward = [f"{module}:{line} imports {target} ({LAYER_NAMES[_layer(module)]} -> {LAYER_NAMES[_layer(target)]})"
+              for module, targets in GRAPH.items() for target, line in targets if _layer(target) > _layer(module)]
+    allowed = {f for f in upward if any(f.startswith(a) and f" imports {b} " in f for a, b in KNOWN_LOOPS)}
+    assert [f for f in upward if f not in allowed] == []
+
+
+def _loops():
+    """The strongly connected components of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, loops = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w, _ in RUNNING[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                loops.append(frozenset(component))
+
+    for v in sorted(RUNNING):
+        if v not in index:
+            visit(v)
+    return loops
+
+
+def test_known_loops_are_still_there():
+    loops = set(_loops())
+    assert [pair for pair in KNOWN_LOOPS if frozenset(pair) not in loops] == [], "a known loop is gone: delete it"
+
+
+def test_no_import_loops():
+    loops = [sorted(loop) for loop in _loops() if loop not in {frozenset(pair) for pair in KNOWN_LOOPS}]
+    assert loops == []
+
+
+def test_the_rules_catch_what_they_forbid():
+    """The checks above see through relative, function-level and ``from .. import`` imports."""
+    targets = dict(GRAPH["kvnumba.plan.kernel_plan"])
+    assert "kvnumba.config" in targets  # from .. import config
+    assert "kvnumba.driver.launch" in targets  # from ..driver.launch import ...
+    assert "kvnumba.plan.copy_plan" in targets  # from .copy_plan import read_copy
+    assert any(t == "kvnumba.driver.pointers" for t, _ in GRAPH["kvnumba.plan.cache"])  # inside a function
+    assert _layer("kvnumba.plan.kernel_plan") < _layer("kvnumba.api.transfer")
+    assert "kvnumba.api.views" in dict(GRAPH["kvnumba.api.view_buffers"])  # under TYPE_CHECKING: a layer edge
+    assert "kvnumba.api.views" not in dict(RUNNING["kvnumba.api.view_buffers"])  # but no loop
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_every_module_says_its_job(module):
+    """Each module opens with a docstring (its one job)."""
+    tree = ast.parse(MODULES[module].read_text())
+    if not tree.body and MODULES[module].name == "__init__.py":
+        return  # an empty package marker
+    assert ast.get_docstring(tree), f"{module} has no docstring saying its job"
