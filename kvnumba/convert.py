@@ -26,7 +26,7 @@ Two engines do the same thing:
 ``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
 
 Given a file's path instead of an array (``.npy``, ``.npz`` or ``.safetensors``), ``convert`` converts
-every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.tools.convert_files``).
+every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.convert_files``).
 """
 from __future__ import annotations
 
@@ -517,7 +517,7 @@ def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     if engine not in ("auto", "numpy") or block_quota is not None or num_warps_per_block is not None:
         raise ValueError("files are converted with NumPy: engine='kernels', block_quota and num_warps_per_block "
                          "apply to arrays")
-    from .tools.convert_files import convert_file  # the file formats live with the command line
+    from .convert_files import convert_file
 
     shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
                                                       overwrite=overwrite)

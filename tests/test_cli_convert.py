@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba.tools import cli, convert_files
+from kvnumba import convert_files
+from kvnumba.tools import cli, progress
 
 
 def _cache(layers=3, tokens=16, heads=2, head_dim=8, dtype=np.uint16, seed=0):
@@ -23,7 +24,7 @@ def _files(folder):
 def _on_each_chunk(monkeypatch, hook):
     """Call ``hook(nbytes)`` as each chunk is reported to the progress bar (there is one, silent, under
     ``--quiet`` too)."""
-    real = convert_files.progress_reporter
+    real = progress.progress
 
     def reporter(*args, **kwargs):
         bar = real(*args, **kwargs)
@@ -31,7 +32,7 @@ def _on_each_chunk(monkeypatch, hook):
         bar.advance = lambda n=1, note=None: (hook(n), advance(n, note))
         return bar
 
-    monkeypatch.setattr(convert_files, "progress_reporter", reporter)
+    monkeypatch.setattr(progress, "progress", reporter)
 
 
 @pytest.mark.parametrize("dst", ["page_first", "page_first_direct", "page_head"])
@@ -465,7 +466,7 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
 # takes the output's name.
 _CHILD = """
 import signal, sys, time
-from kvnumba.tools import cli, convert_files, progress
+from kvnumba.tools import cli, progress
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell, even if the test runner ignores it
 
 class AdvanceThenWait(progress.Silent):
@@ -479,10 +480,10 @@ def write_then_wait(path, *args, **kwargs):  # .safetensors: the library writes 
     time.sleep(60)
 
 if sys.argv[2].endswith(".safetensors"):
-    from kvnumba.tools import safetensors_file
+    from kvnumba import safetensors_file
     real_write, safetensors_file.write = safetensors_file.write, write_then_wait
 else:
-    convert_files.progress_reporter = lambda *args, **kwargs: AdvanceThenWait()
+    progress.progress = lambda *args, **kwargs: AdvanceThenWait()
 sys.exit(cli.main(sys.argv[1:]))
 """
 

@@ -13,7 +13,8 @@ import safetensors  # the test extra installs it (the `safetensors` extra): its 
 import safetensors.numpy
 
 import kvnumba
-from kvnumba.tools import cli, safetensors_file
+from kvnumba import safetensors_file
+from kvnumba.tools import cli
 
 META = {"format": "kv-cache", "model": "test-8b", "layers": "3"}
 

@@ -7,6 +7,7 @@ for SIGINT, SIGTERM and SIGHUP. ``kvnumba info`` still prints what it found when
 command for bug reports), then the error line.
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -119,7 +120,8 @@ def _rerun_on_simulator_without_gpu(argv):
 
 def _convert(args):
     from ..convert import layout, paged
-    from .convert_files import Interrupted, convert_file
+    from ..convert_files import Interrupted, convert_file
+    from .progress import progress
 
     src, dst = layout(args.src), layout(args.dst)
     named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
@@ -131,7 +133,8 @@ def _convert(args):
                    f"of your own); {args.src} -> {args.dst} has no pages: leave it out")
     try:
         shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
-                              progress=None if args.quiet else sys.stderr, overwrite=args.force)
+                              progress=functools.partial(progress, stream=None if args.quiet else sys.stderr),
+                              overwrite=args.force)
     except Interrupted as err:
         return _fail("convert", f"{err}; the partial output was removed", 128 + err.signum)
     except KeyboardInterrupt:

@@ -1,5 +1,5 @@
-"""``kvnumba convert``: convert ``.npy`` files, ``.npz`` archives and ``.safetensors`` files between cache
-layouts, in chunks. The input is read as its suffix says, the output written in the format its suffix
+"""Whole-cache files converted between layouts: ``.npy`` files, ``.npz`` archives and ``.safetensors`` files,
+in chunks (``kv.convert`` given a path, and ``kvnumba convert``). The input is read as its suffix says, the output written in the format its suffix
 names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or ``.safetensors``
 output); the output must not be the input, nor an existing file unless ``overwrite=True``.
 
@@ -29,7 +29,6 @@ import math
 import os
 import shutil
 import signal
-import sys
 import threading
 import uuid
 import zipfile
@@ -39,12 +38,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import validate
-from ..config import env_int
-from ..errors import Interrupted
-from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from .checks import validate
+from .config import env_int
+from .errors import Interrupted
+from .convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
 from . import safetensors_file
-from .progress import format_bytes, progress as progress_reporter
+from .units import format_bytes
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
@@ -431,7 +430,7 @@ def interrupt_on_signals():
             signal.signal(signum, previous)
 
 
-def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr,
+def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=None,
                  overwrite=False):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
     ``src`` to ``dst``.
@@ -453,9 +452,10 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         line refuses ``--page-size`` there).
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
-    progress : text stream or None
-        Where progress goes (stderr by default; None for none): a tqdm bar on a terminal when tqdm is
-        installed, else plain lines (``kvnumba.tools.progress``).
+    progress : callable, optional
+        ``progress(label, nbytes)``: a context manager giving a bar whose ``advance(n)`` is called after
+        each chunk of ``n`` bytes (``kvnumba.tools.progress.progress`` with a stream bound, as ``kvnumba
+        convert`` passes it). None (the default): no progress.
     overwrite : bool
         Replace an existing ``out_path`` (default False: ``FileExistsError``).
 
@@ -505,7 +505,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         def convert(item, out):
             array = item.load()
             label = base if kind == ".npy" else f"{base}[{item.name}]"
-            with progress_reporter(label, array.nbytes, stream=progress) as bar:
+            with (contextlib.nullcontext() if progress is None else progress(label, array.nbytes)) as bar:
                 convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
 
         needed = sum(math.prod(item.shape) * item.dtype.itemsize for item in source.items)
