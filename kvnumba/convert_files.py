@@ -41,7 +41,7 @@ import numpy as np
 from .checks import validate
 from .config import env_int
 from .errors import Interrupted
-from .convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from .whole_cache import canonical_view, converted_shape, layout, view_page_size
 from . import safetensors_file
 from .units import format_bytes
 
@@ -77,7 +77,7 @@ def chunks(shape, itemsize, chunk_bytes):
 
 def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
     """Fill ``out`` (layout ``dst``) from ``array`` (layout ``src``), chunk by chunk; both NumPy (or memmaps)."""
-    p = _view_page_size(src, dst, page_size)
+    p = view_page_size(src, dst, page_size)
     src_view, dst_view = canonical_view(array, src, p), canonical_view(out, dst, p)
     for layers, pages in chunks(src_view.shape, array.itemsize, chunk_bytes):
         block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
@@ -444,8 +444,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         file's stem in the others); a ``.safetensors`` output keeps a ``.safetensors`` input's metadata;
         bfloat16 and float8 tensors can only be written to ``.safetensors``. ``out_path`` must not be the
         input (links included) nor, unless ``overwrite``, an existing file.
-    src, dst : str, CacheLayout or CacheView subclass
-        Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
+    src, dst : CacheView subclass or str
+        Layouts, as in ``kvnumba.convert``: a view class (a user-defined layout too), its string name, or
         ``"module:Class"`` naming one.
     page_size : int, optional
         Required when either layout pages tokens; unused (but checked) when neither does (the command
@@ -518,4 +518,4 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     return shapes
 
 
-__all__ = ["CacheLayout", "Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]
+__all__ = ["Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]

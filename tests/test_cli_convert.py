@@ -74,6 +74,33 @@ def test_a_user_layout_on_the_command_line(tmp_path, capsys):
     assert "argument --to: cannot import layout 'view_cases:Missing'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("name", ["layer_first", "page_first", "page_first_direct", "page_head",
+                                  "lf", "pf", "pfd", "ph", "Page-First", "kvnumba.api.views:PageHead"])
+def test_every_view_name_on_the_command_line(tmp_path, capsys, name):
+    """--to takes each view's string name (and short name, and module:Class): the bytes are kv.convert's with the
+    view class, and the summary line names the layout by the view's name."""
+    from kvnumba.api.views import view_class
+
+    cls = view_class(name)
+    lf = _cache()
+    np.save(tmp_path / "k.npy", lf)
+    pages = ["--page-size", "4"] if cls.paged else []
+    assert cli.main(["convert", str(tmp_path / "k.npy"), str(tmp_path / "out.npy"), "--from", "lf", "--to", name,
+                     "--quiet", *pages]) == 0
+    want = kvnumba.convert(lf, kvnumba.LayerFirst, cls, 4)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), want)
+    assert f"out.npy: {cls.name} {want.shape}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["vllm_flash_attn", "vllm_flash_infer", "layer_table", "kvnumba:VllmFlashAttn"])
+def test_per_layer_views_are_a_usage_error(tmp_path, capsys, name):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["convert", "a.npy", "b.npy", "--from", name, "--to", "pf"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --from: " in err and "keeps a cache in per-layer arrays" in err, err
+
+
 @pytest.mark.parametrize("via", ["option", "env"])
 def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     lf = _cache(layers=4, tokens=32)
@@ -138,7 +165,7 @@ def test_bad_shape_writes_nothing(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "c.npz"), str(tmp_path / "o.npz"), "--from", "lf", "--to", "pfd",
                      "--page-size", "4"]) == 1
     err = capsys.readouterr().err
-    assert "page_first_direct needs T divisible by page_size=4: got T=10 (dimension 1 of shape (3, 10, 2, 8))" in err
+    assert "page_first_direct needs T divisible by page_size=4: got T=10 (shape (3, 10, 2, 8) in layer_first)" in err
     assert _files(tmp_path) == ["c.npz", "k.npy"]
 
 
@@ -179,7 +206,8 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["convert", "a.npy", "b.npy", "--from", "layer_frist", "--to", "pf"])
     assert exit_info.value.code == 2
-    assert "unknown layout 'layer_frist': expected one of layer_first, page_first" in capsys.readouterr().err
+    assert ("argument --from: unknown layout 'layer_frist': expected a kvnumba.CacheView subclass, one of layer_first, "
+            "layer_table, page_first") in capsys.readouterr().err
 
 
 def test_input_kind_is_checked(tmp_path, capsys):

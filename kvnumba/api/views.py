@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, SupportsIndex
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, SupportsIndex
 
 import numpy as np
 
@@ -72,6 +72,9 @@ class CacheView:
     token, with the heads a copy can use: every byte it can reach must lie in its buffer, K and V each.
     """
 
+    name: ClassVar[str | None] = None  # a kvnumba view's string name ("page_first"): see NAMES and view_class
+    short_name: ClassVar[str | None] = None  # its short name, where it has one ("pf")
+    whole_tensor = True  # one array holds all of a cache's K (or V): kv.convert reads and writes this layout
     head_split = False
     paged = False  # its shapes have a page axis (kv.convert then needs page_size)
     per_layer = False  # k is a list of per-layer arrays (the kernel reads a table of their addresses)
@@ -283,6 +286,8 @@ def shape_of(buffer: Any, name: str) -> tuple[tuple[int, ...], int, str]:
 class LayerFirst(CacheView):
     """``[L, T, *item]`` (one array), or a list of L ``[T, *item]`` arrays (read through a layer table)."""
 
+    name, short_name = "layer_first", "lf"
+
     def __init__(self, k: CacheBuffer, v: CacheBuffer | None = None) -> None:
         self.per_layer = isinstance(k, (list, tuple))
         self.parts = layouts.LAYER_TABLE if self.per_layer else layouts.LAYER_FIRST
@@ -318,6 +323,8 @@ class LayerFirst(CacheView):
 
 class PageFirst(CacheView):
     """``[T, L, *item]``: every layer of a token side by side (SGLang's host pool)."""
+
+    name, short_name = "page_first", "pf"
 
     parts = layouts.PAGE_FIRST
 
@@ -357,6 +364,8 @@ class _Paged(CacheView):
 class PageFirstDirect(_Paged):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
+    name, short_name = "page_first_direct", "pfd"
+
     parts = layouts.PAGE_FIRST_DIRECT
 
     def shape(self, buffer: Any) -> Geometry:
@@ -378,6 +387,8 @@ class PageFirstDirect(_Paged):
 class PageHead(_Paged):
     """``[T/P, H, P, L, D]``: a page split by head, each head's block holding every layer."""
 
+    name, short_name = "page_head", "ph"
+
     parts = layouts.PAGE_HEAD
     head_split = True
 
@@ -392,7 +403,7 @@ class PageHead(_Paged):
     @classmethod
     def buffer_shape(cls, layers: int, tokens: int, page_size: int, item: tuple[int, ...]) -> tuple[int, ...]:
         if len(item) != 2:
-            raise ValueError(f"PageHead needs items (H, D), got {item}")
+            raise ValueError(f"page_head needs a per-token item of shape (H, D) to find H: got item shape {item}")
         heads, dim = item
         return (tokens // page_size, heads, page_size, layers, dim)
 
@@ -405,6 +416,7 @@ class _Blocks(CacheView):
 
     per_layer = True
     paged = True
+    whole_tensor = False
 
     def __init__(self, caches: Sequence[ArrayLike]) -> None:
         if not isinstance(caches, (list, tuple)) or not caches:
@@ -435,6 +447,8 @@ class _Blocks(CacheView):
 class VllmFlashAttn(_Blocks):
     """vLLM's flash-attention cache: per layer ``[2, num_blocks, block_size, H, D]``, K at 0, V at 1."""
 
+    name = "vllm_flash_attn"
+
     parts = layouts.BLOCKS
 
     def shape(self, caches: Any) -> Geometry:
@@ -457,6 +471,8 @@ class VllmFlashAttn(_Blocks):
 class VllmFlashInfer(_Blocks):
     """FlashInfer's paged cache as vLLM keeps it: per layer ``[num_blocks, 2, block_size, H, D]`` ("NHD")
     or ``[num_blocks, 2, H, block_size, D]`` ("HND")."""
+
+    name = "vllm_flash_infer"
 
     def __init__(self, caches: Sequence[ArrayLike], layout: Literal["NHD", "HND"] = "NHD") -> None:
         if layout not in ("NHD", "HND"):
@@ -493,6 +509,8 @@ class LayerTable(CacheView):
     ``[T, item]`` addresses. ``tokens`` and ``item_size`` (bytes) say what each layer holds; the layers'
     sizes are found as for the seed's tables (``kvnumba.checks.tables``)."""
 
+    name = "layer_table"
+    whole_tensor = False
     parts = layouts.LAYER_TABLE
 
     def __init__(self, k: ArrayLike, v: ArrayLike | None = None, *, tokens: SupportsIndex, item_size: SupportsIndex,
@@ -513,6 +531,51 @@ class LayerTable(CacheView):
 
     def logical(self, table: Any) -> Any:
         raise TypeError("LayerTable holds raw addresses: the reference needs the arrays (use LayerFirst)")
+
+
+# --- the one layout vocabulary: view classes and their string names --------------------------------
+
+BUILT_IN: tuple[type[CacheView], ...] = (LayerFirst, LayerTable, PageFirst, PageFirstDirect, PageHead, VllmFlashAttn,
+                                         VllmFlashInfer)
+NAMES: dict[str, type[CacheView]] = {n: cls for cls in BUILT_IN for n in (cls.name, cls.short_name) if n}
+"""Every string name of kvnumba's views (``"page_first"``) and their short names (``"pf"``)."""
+
+
+def view_name(cls: type[CacheView]) -> str:
+    """A view class's string name: kvnumba's own (``"page_first"``), or ``module:Class`` for one of yours."""
+    return cls.name if cls.name is not None and NAMES.get(cls.name) is cls else f"{cls.__module__}:{cls.__qualname__}"
+
+
+def view_class(value: Any, argument: str = "layout") -> type[CacheView]:
+    """The view class ``value`` names: a ``CacheView`` subclass itself, a string name or short name (read in any
+    case, ``-`` for ``_``: ``"Page-First"``), or ``"module:Class"`` naming a subclass (a layout of your own).
+    ``ValueError`` naming ``argument`` otherwise."""
+    if isinstance(value, type) and issubclass(value, CacheView):
+        return value
+    if isinstance(value, str) and ":" in value:
+        return _imported_view(value, argument)
+    if isinstance(value, str):
+        found = NAMES.get(value.strip().lower().replace("-", "_"))
+        if found is not None:
+            return found
+    names = ", ".join(cls.name for cls in BUILT_IN if cls.name)
+    short = ", ".join(f"{cls.short_name}={cls.name}" for cls in BUILT_IN if cls.short_name)
+    raise ValueError(f"{argument}: unknown layout {value!r}: expected a kvnumba.CacheView subclass, one of {names} "
+                     f"(or short names {short}), or module:Class naming a view class")
+
+
+def _imported_view(path: str, argument: str) -> type[CacheView]:
+    """``module:Class`` naming a ``kv.CacheView`` subclass (a user-defined layout)."""
+    import importlib
+
+    module_name, _, class_name = path.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{argument}: cannot import layout {path!r}: {err}") from None
+    if not (isinstance(found, type) and issubclass(found, CacheView)):
+        raise ValueError(f"{argument}: {path!r} is not a kvnumba.CacheView subclass")
+    return found
 
 
 # --- kv.copy's plan ---------------------------------------------------------------------------------

@@ -119,13 +119,13 @@ def _rerun_on_simulator_without_gpu(argv):
 # --- convert ------------------------------------------------------------------------------------------------
 
 def _convert(args):
-    from ..convert import layout, paged
     from ..convert_files import Interrupted, convert_file
+    from ..whole_cache import layout
     from .progress import progress
 
-    src, dst = layout(args.src), layout(args.dst)
+    src, dst = layout(args.src, "--from"), layout(args.dst, "--to")
     named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
-                         if paged(lay))
+                         if lay.paged)
     if named and args.page_size is None:
         args.error(f"{named} needs --page-size (tokens per page)")
     if not named and args.page_size is not None:
@@ -166,10 +166,12 @@ def _info(args):
 # --- options ------------------------------------------------------------------------------------------------
 
 def _layout_name(value):
-    from ..convert import layout, layout_name
+    """argparse type: a layout (a view's string name, short name or ``module:Class``), as its view's name."""
+    from ..api.views import view_name
+    from ..whole_cache import layout
 
     try:
-        return layout_name(layout(value))
+        return view_name(layout(value))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
