@@ -18,6 +18,11 @@ view                                       one K (or V) buffer
                                            ``[num_blocks, 2, H, P, D]`` (HND)
 =========================================  =============================================================
 
+The view classes are kvnumba's one layout vocabulary: each built-in one has a string name (``name``:
+``"layer_first"``, ``"page_first"``, ...; ``short_name``: ``"lf"``, ``"pf"``, ...), read by ``view_class`` and
+given back by ``view_name`` (``NAMES`` holds them all); ``kv.convert`` and ``kvnumba convert`` take a class or
+its name. The kernels' address arithmetic for a view is its ``parts`` (``kvnumba.kernels.layouts``).
+
 ``item`` is ``(H, D)``, or ``(D,)`` / ``(1, D)`` for MLA. A new layout is a subclass of ``CacheView``
 with its address arithmetic as three plain Python functions (``kvnumba.kernels.layouts``' form),
 its geometry from a buffer's shape, and a NumPy view for the reference (see ``CacheView``).
@@ -287,6 +292,7 @@ class LayerFirst(CacheView):
     """``[L, T, *item]`` (one array), or a list of L ``[T, *item]`` arrays (read through a layer table)."""
 
     name, short_name = "layer_first", "lf"
+    parts = layouts.LAYER_FIRST  # one [L, T, *item] array; a view of per-layer lists reads a table (LAYER_TABLE)
 
     def __init__(self, k: CacheBuffer, v: CacheBuffer | None = None) -> None:
         self.per_layer = isinstance(k, (list, tuple))
