@@ -1,7 +1,8 @@
 """Whole-cache files converted between layouts: ``.npy`` files, ``.npz`` archives and ``.safetensors`` files,
-in chunks (``kv.convert`` given a path, and ``kvnumba convert``). The input is read as its suffix says, the output written in the format its suffix
-names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or ``.safetensors``
-output); the output must not be the input, nor an existing file unless ``overwrite=True``.
+in chunks (``kv.convert`` given a path, and ``kvnumba convert``, which adds the progress bar). Layouts are
+the views' (``kvnumba.whole_cache``). The input is read as its suffix says, the output written in the format
+its suffix names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or
+``.safetensors`` output); the output must not be the input, nor an existing file unless ``overwrite=True``.
 
 - ``.npy``: the input is memory-mapped (``np.load(mmap_mode="r")``), the output is a memory-mapped
   ``.npy`` (``np.lib.format.open_memmap``) under a temporary name in the output's folder, filled chunk

@@ -1,5 +1,5 @@
-"""``.safetensors`` files for ``kvnumba convert``, through the ``safetensors`` package (an optional
-dependency: ``pip install 'kvnumba[safetensors]'``).
+"""``.safetensors`` files for the file converter (``kvnumba.convert_files``: ``kv.convert`` of a path, ``kvnumba
+convert``), through the ``safetensors`` package (an optional dependency: ``pip install 'kvnumba[safetensors]'``).
 
 A file is an 8-byte little-endian header size, a JSON header (each tensor's dtype, shape and byte
 range in the data that follows; free-form ``__metadata__`` strings), then the data. The header is
