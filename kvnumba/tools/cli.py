@@ -240,7 +240,7 @@ def build_parser():
                    help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "
                         "suffix names; not IN, and not an existing file unless --force")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN (required): layer_first, page_first, page_first_direct, page_head (or lf, pf, "
+                   help="layout of IN (required): a cache view's name, layer_first, page_first, page_first_direct, page_head (or lf, pf, "
                         "pfd, ph), or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of OUT (required), named as for --from")
