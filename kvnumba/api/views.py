@@ -331,7 +331,6 @@ class PageFirst(CacheView):
     """``[T, L, *item]``: every layer of a token side by side (SGLang's host pool)."""
 
     name, short_name = "page_first", "pf"
-
     parts = layouts.PAGE_FIRST
 
     def shape(self, buffer: Any) -> Geometry:
@@ -371,7 +370,6 @@ class PageFirstDirect(_Paged):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
     name, short_name = "page_first_direct", "pfd"
-
     parts = layouts.PAGE_FIRST_DIRECT
 
     def shape(self, buffer: Any) -> Geometry:
@@ -394,7 +392,6 @@ class PageHead(_Paged):
     """``[T/P, H, P, L, D]``: a page split by head, each head's block holding every layer."""
 
     name, short_name = "page_head", "ph"
-
     parts = layouts.PAGE_HEAD
     head_split = True
 
@@ -454,7 +451,6 @@ class VllmFlashAttn(_Blocks):
     """vLLM's flash-attention cache: per layer ``[2, num_blocks, block_size, H, D]``, K at 0, V at 1."""
 
     name = "vllm_flash_attn"
-
     parts = layouts.BLOCKS
 
     def shape(self, caches: Any) -> Geometry:
