@@ -32,7 +32,7 @@ from .errors import (
 _SETUP_ERROR = None  # the SettingError or NoGpuError that stopped the imports below, if any
 try:
     _target.require()
-    from .convert import CacheLayout, convert
+    from .convert import convert
     from .api.direct import (
         batch_copy_available,
         last_path,
@@ -55,7 +55,6 @@ try:
         VllmFlashInfer,
     )
     from .checks.guard import check_errors
-    from .kernels.layouts import Layout
     from .api.entry_points import (
         transfer_kv_all_layer,
         transfer_kv_all_layer_lf_pf,
@@ -96,7 +95,6 @@ __all__ = [
     "VllmFlashAttn",
     "VllmFlashInfer",
     "copy",
-    "CacheLayout",
     "CopyError",
     "CudaError",
     "DeviceMismatchError",
@@ -104,7 +102,6 @@ __all__ = [
     "IndexOutOfRangeError",
     "Interrupted",
     "NoGpuError",
-    "Layout",
     "OverlapError",
     "PageableMemoryError",
     "RemoteError",

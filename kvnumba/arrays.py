@@ -16,9 +16,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from .driver.pointers import HOST  # ArrayInfo.device of host memory (-1)
 from .driver.target import SIMULATOR
-
-HOST = -1  # ArrayInfo.device of host memory
 
 
 class ArrayInfo(NamedTuple):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba.tools import cli, convert_files
+from kvnumba import convert_files
+from kvnumba.tools import cli, progress
 
 
 def _cache(layers=3, tokens=16, heads=2, head_dim=8, dtype=np.uint16, seed=0):
@@ -23,7 +24,7 @@ def _files(folder):
 def _on_each_chunk(monkeypatch, hook):
     """Call ``hook(nbytes)`` as each chunk is reported to the progress bar (there is one, silent, under
     ``--quiet`` too)."""
-    real = convert_files.progress_reporter
+    real = progress.progress
 
     def reporter(*args, **kwargs):
         bar = real(*args, **kwargs)
@@ -31,7 +32,7 @@ def _on_each_chunk(monkeypatch, hook):
         bar.advance = lambda n=1, note=None: (hook(n), advance(n, note))
         return bar
 
-    monkeypatch.setattr(convert_files, "progress_reporter", reporter)
+    monkeypatch.setattr(progress, "progress", reporter)
 
 
 @pytest.mark.parametrize("dst", ["page_first", "page_first_direct", "page_head"])
@@ -71,6 +72,33 @@ def test_a_user_layout_on_the_command_line(tmp_path, capsys):
                   "view_cases:Missing"])
     assert exited.value.code == 2
     assert "argument --to: cannot import layout 'view_cases:Missing'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["layer_first", "page_first", "page_first_direct", "page_head",
+                                  "lf", "pf", "pfd", "ph", "Page-First", "kvnumba.api.views:PageHead"])
+def test_every_view_name_on_the_command_line(tmp_path, capsys, name):
+    """--to takes each view's string name (and short name, and module:Class): the bytes are kv.convert's with the
+    view class, and the summary line names the layout by the view's name."""
+    from kvnumba.api.views import view_class
+
+    cls = view_class(name)
+    lf = _cache()
+    np.save(tmp_path / "k.npy", lf)
+    pages = ["--page-size", "4"] if cls.paged else []
+    assert cli.main(["convert", str(tmp_path / "k.npy"), str(tmp_path / "out.npy"), "--from", "lf", "--to", name,
+                     "--quiet", *pages]) == 0
+    want = kvnumba.convert(lf, kvnumba.LayerFirst, cls, 4)
+    np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), want)
+    assert f"out.npy: {cls.name} {want.shape}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["vllm_flash_attn", "vllm_flash_infer", "layer_table", "kvnumba:VllmFlashAttn"])
+def test_per_layer_views_are_a_usage_error(tmp_path, capsys, name):
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["convert", "a.npy", "b.npy", "--from", name, "--to", "pf"])
+    assert exited.value.code == 2
+    err = capsys.readouterr().err
+    assert "argument --from: " in err and "keeps a cache in per-layer arrays" in err, err
 
 
 @pytest.mark.parametrize("via", ["option", "env"])
@@ -137,7 +165,7 @@ def test_bad_shape_writes_nothing(tmp_path, capsys):
     assert cli.main(["convert", str(tmp_path / "c.npz"), str(tmp_path / "o.npz"), "--from", "lf", "--to", "pfd",
                      "--page-size", "4"]) == 1
     err = capsys.readouterr().err
-    assert "page_first_direct needs T divisible by page_size=4: got T=10 (dimension 1 of shape (3, 10, 2, 8))" in err
+    assert "page_first_direct needs T divisible by page_size=4: got T=10 (shape (3, 10, 2, 8) in layer_first)" in err
     assert _files(tmp_path) == ["c.npz", "k.npy"]
 
 
@@ -178,7 +206,8 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["convert", "a.npy", "b.npy", "--from", "layer_frist", "--to", "pf"])
     assert exit_info.value.code == 2
-    assert "unknown layout 'layer_frist': expected one of layer_first, page_first" in capsys.readouterr().err
+    assert ("argument --from: unknown layout 'layer_frist': expected a kvnumba.CacheView subclass, one of layer_first, "
+            "layer_table, page_first") in capsys.readouterr().err
 
 
 def test_input_kind_is_checked(tmp_path, capsys):
@@ -465,7 +494,7 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
 # takes the output's name.
 _CHILD = """
 import signal, sys, time
-from kvnumba.tools import cli, convert_files, progress
+from kvnumba.tools import cli, progress
 signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell, even if the test runner ignores it
 
 class AdvanceThenWait(progress.Silent):
@@ -479,10 +508,10 @@ def write_then_wait(path, *args, **kwargs):  # .safetensors: the library writes 
     time.sleep(60)
 
 if sys.argv[2].endswith(".safetensors"):
-    from kvnumba.tools import safetensors_file
+    from kvnumba import safetensors_file
     real_write, safetensors_file.write = safetensors_file.write, write_then_wait
 else:
-    convert_files.progress_reporter = lambda *args, **kwargs: AdvanceThenWait()
+    progress.progress = lambda *args, **kwargs: AdvanceThenWait()
 sys.exit(cli.main(sys.argv[1:]))
 """
 

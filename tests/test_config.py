@@ -11,7 +11,7 @@ import pytest
 
 import kvnumba
 from kvnumba import config
-from kvnumba.tools import convert_files
+from kvnumba import convert_files
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted([*ROOT.joinpath("kvnumba").rglob("*.py"), *ROOT.joinpath("scripts").rglob("*.py")])

@@ -6,10 +6,11 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba.convert import CacheLayout, converted_shape
+from kvnumba.api.views import NAMES
+from kvnumba.convert import converted_shape
 from placement import device, to_numpy
 
-LAYOUTS = [m.value for m in CacheLayout]
+LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_head"]
 PAIRS = list(itertools.product(LAYOUTS, LAYOUTS))
 
 
@@ -76,11 +77,48 @@ def test_unpaged_pairs_need_no_page_size():
     np.testing.assert_array_equal(kvnumba.convert(pf, "pf", "lf"), lf)
 
 
-def test_short_names_and_enum_members():
+def test_short_names_and_view_classes():
     lf = _cache(2, 4, MHA, np.uint16)
     a = kvnumba.convert(lf, "lf", "pfd", 2)
-    b = kvnumba.convert(lf, CacheLayout.LAYER_FIRST, "Page-First-Direct", 2)
+    b = kvnumba.convert(lf, kvnumba.LayerFirst, "Page-First-Direct", 2)
     np.testing.assert_array_equal(a, b)
+
+
+# --- one vocabulary: the views and their string names ------------------------------------------------
+
+VIEWS = {"layer_first": kvnumba.LayerFirst, "page_first": kvnumba.PageFirst,
+         "page_first_direct": kvnumba.PageFirstDirect, "page_head": kvnumba.PageHead}
+SHORT = {"lf": "layer_first", "pf": "page_first", "pfd": "page_first_direct", "ph": "page_head"}
+
+
+@pytest.mark.parametrize("name", list(VIEWS) + list(SHORT))
+def test_every_view_name_is_its_class(name):
+    """Each string kv.convert takes names one view class, and converts exactly as the class does."""
+    cls = VIEWS[SHORT.get(name, name)]
+    assert NAMES[name] is cls and cls.name == SHORT.get(name, name)
+    lf = _cache(2, 8, MHA, np.uint16, seed=4)
+    by_class = kvnumba.convert(lf, kvnumba.LayerFirst, cls, 4)
+    by_name = kvnumba.convert(lf, "layer_first", name, 4)
+    np.testing.assert_array_equal(by_name, by_class)
+    np.testing.assert_array_equal(by_class, _expected(lf, cls.name, 4))
+    np.testing.assert_array_equal(kvnumba.convert(by_class, name, cls, 4), by_class)
+
+
+def test_the_old_layout_vocabularies_are_gone():
+    import kvnumba.convert as convert_module
+
+    for gone in ("CacheLayout", "Layout"):
+        assert not hasattr(kvnumba, gone) and gone not in kvnumba.__all__
+    assert not hasattr(convert_module, "CacheLayout")
+
+
+@pytest.mark.parametrize("name,cls", [("vllm_flash_attn", "VllmFlashAttn"), ("vllm_flash_infer", "VllmFlashInfer"),
+                                      ("layer_table", "LayerTable")])
+def test_per_layer_views_are_named_and_refused_by_convert(name, cls):
+    assert NAMES[name] is getattr(kvnumba, cls)
+    for layout in (name, getattr(kvnumba, cls)):
+        with pytest.raises(ValueError, match=rf"^dst: {name} keeps a cache in per-layer arrays"):
+            kvnumba.convert(np.zeros((2, 4, 8), np.uint8), "lf", layout)
 
 
 def test_converted_shape():
@@ -91,21 +129,23 @@ def test_converted_shape():
 
 @pytest.mark.parametrize("args,match", [
     (((100, 32, 8, 128), "page_frist", "layer_first", None),
-     r"src: unknown layout 'page_frist': expected one of layer_first, page_first, page_first_direct, page_head"),
+     r"src: unknown layout 'page_frist': expected a kvnumba.CacheView subclass, one of layer_first, layer_table, "
+     r"page_first, page_first_direct, page_head, vllm_flash_attn, vllm_flash_infer \(or short names lf=layer_first"),
     (((100, 32, 8, 128), "page_first", "lf2", None), r"dst: unknown layout 'lf2'"),
     (((100, 32, 8, 128), "page_first", "page_first_direct", 64),
-     r"page_first_direct needs T divisible by page_size=64: got T=100 \(dimension 0 of shape \(100, 32, 8, 128\)\)"),
+     r"page_first_direct needs T divisible by page_size=64: got T=100 \(shape \(100, 32, 8, 128\) in page_first\)"),
     (((32, 100, 8, 128), "layer_first", "page_head", 64),
-     r"page_head needs T divisible by page_size=64: got T=100 \(dimension 1 of shape \(32, 100, 8, 128\)\)"),
+     r"page_head needs T divisible by page_size=64: got T=100 \(shape \(32, 100, 8, 128\) in layer_first\)"),
     (((100, 32, 8, 128), "page_first", "page_head", None), r"page_head needs page_size"),
     (((2, 32, 64, 8, 128), "page_first_direct", "layer_first", None), r"page_first_direct needs page_size"),
     (((2, 32, 32, 8, 128), "page_first_direct", "layer_first", 64),
-     r"dimension 2 should be page_size=64, got 32 \(shape \(2, 32, 32, 8, 128\)\)"),
-    (((2, 8, 64, 32), "page_head", "layer_first", 64), r"page_head arrays are \(T // page_size, H, page_size, L, D\), "
-                                                       r"5 dimensions: got shape \(2, 8, 64, 32\)"),
-    (((32, 128), "layer_first", "page_first", None), r"layer_first arrays are \(L, T, \*item\), at least 3 dimensions"),
+     r"page_first_direct: its page size is 32 \(shape \(2, 32, 32, 8, 128\)\), page_size=64 was given"),
+    (((2, 8, 64, 32), "page_head", "layer_first", 64), r"PageHead: a buffer is \[T/P, H, P, L, D\], got \(2, 8, 64, 32\)"),
+    (((32, 128), "layer_first", "page_first", None), r"LayerFirst: a buffer is \[L, T, \*item\], got \(32, 128\)"),
+    (((32, 128, 2, 3, 4), "layer_first", "page_first", None), r"LayerFirst: an item is \(H, D\) or \(D,\), got \(2, 3, 4\)"),
     (((32, 128, 576), "layer_first", "page_head", 64),
-     r"page_head needs a per-token item of shape \(H, D\) to find H: got item shape \(576,\)"),
+     r"page_head needs a per-token item of shape \(H, D\) to find H: got item shape \(576,\) "
+     r"\(shape \(32, 128, 576\) in layer_first\)"),
     (((32, 128, 8, 128), "layer_first", "page_head", 0), r"page_size must be >= 1, got 0"),
 ])
 def test_shape_errors(args, match):
@@ -165,7 +205,7 @@ def test_kernels_empty_cache():
 @pytest.mark.parametrize("src,dst", [("lf", "pf"), ("lf", "ph"), ("pf", "pfd")])
 def test_numpy_engine_takes_any_memory_order(src, dst, order):
     lf = _cache(2, 8, MHA, np.uint16)
-    given = _expected(lf, CacheLayout(src).value, 4)
+    given = _expected(lf, NAMES[src].name, 4)
     if order == "fortran":
         odd = np.asfortranarray(given)
     else:  # every other element of a twice-as-long last axis
@@ -195,7 +235,7 @@ def test_user_layout_converts_both_ways(other, engine):
 
 
 def test_user_layout_by_module_path():
-    from kvnumba.convert import layout
+    from kvnumba.whole_cache import layout
 
     assert layout("view_cases:HeadMajorPages").__name__ == "HeadMajorPages"
     with pytest.raises(ValueError, match=r"cannot import layout 'view_cases:Nope'"):
@@ -207,5 +247,37 @@ def test_user_layout_by_module_path():
 def test_page_head_from_a_view_class_without_heads_names_it():
     # A view class as the source of a page_head conversion whose items have no head axis: the error names
     # the class (it used to fail building the message, with AttributeError: no attribute 'value').
-    with pytest.raises(ValueError, match=r"item shape \(16,\) \(shape \(8, 2, 16\) in kvnumba.api.views:PageFirst\)"):
+    with pytest.raises(ValueError, match=r"item shape \(16,\) \(shape \(8, 2, 16\) in page_first\)"):
         converted_shape((8, 2, 16), kvnumba.PageFirst, "page_head", page_size=4)
+
+
+# --- the layering: kv.convert never imports the command line --------------------------------------------
+
+def test_convert_imports_no_tools():
+    """``kvnumba.convert`` (arrays and files) stands below ``kvnumba.tools``: importing it, and converting a file
+    with it, loads nothing of tools; the file converter does not import kv.convert either (no loop)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys, tempfile, os
+import numpy as np
+import kvnumba.convert
+loaded = [m for m in sys.modules if m.startswith("kvnumba.tools")]
+assert not loaded, loaded
+import kvnumba.convert_files, kvnumba.whole_cache
+with tempfile.TemporaryDirectory() as d:
+    np.save(os.path.join(d, "k.npy"), np.zeros((2, 4, 8), np.uint8))
+    kvnumba.convert(os.path.join(d, "k.npy"), "lf", "pf", out=os.path.join(d, "o.npy"))
+loaded = [m for m in sys.modules if m.startswith("kvnumba.tools")]
+assert not loaded, loaded
+"""
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=300)
+    import ast
+    import pathlib
+
+    root = pathlib.Path(kvnumba.__file__).parent
+    for module in ("convert_files.py", "whole_cache.py", "safetensors_file.py", "units.py"):
+        tree = ast.parse((root / module).read_text())
+        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
+        assert not {m for m in imported if m in ("convert", "tools") or m.startswith("tools.")}, (module, imported)

@@ -132,7 +132,7 @@ def test_a_npy_output_holds_one_array(tmp_path, capsys):
 @pytest.mark.parametrize("out_suffix", [".npy", ".npz"])
 def test_bf16_goes_to_safetensors_only(tmp_path, capsys, out_suffix):
     bf16 = LF.view(ml_dtypes.bfloat16)
-    from kvnumba.tools import safetensors_file
+    from kvnumba import safetensors_file
 
     safetensors_file.write(str(tmp_path / "kv.safetensors"), {"k": bf16}, None)
     code, _, err = run_cli(["convert", str(tmp_path / "kv.safetensors"), str(tmp_path / f"out{out_suffix}"), "--from",

@@ -13,7 +13,8 @@ import safetensors  # the test extra installs it (the `safetensors` extra): its 
 import safetensors.numpy
 
 import kvnumba
-from kvnumba.tools import cli, safetensors_file
+from kvnumba import safetensors_file
+from kvnumba.tools import cli
 
 META = {"format": "kv-cache", "model": "test-8b", "layers": "3"}
 
@@ -237,7 +238,7 @@ BAD_FILES = [
     ("nested-65", "in.safetensors", _header_bytes(b'{"a": ' + b"[" * 64 + b"]" * 64 + b"}"),
      r"<IN>: not a readable \.safetensors file: its header nests arrays and objects 65 levels deep .*"),
     ("shape-does-not-fit", "in.safetensors", _file_bytes({"k": ("BF16", _cache()), "v": ("BF16", _cache(tokens=10))}),
-     r"page_first_direct needs T divisible by page_size=4: got T=10 \(dimension 1 of shape \(3, 10, 2, 8\)\)"),
+     r"page_first_direct needs T divisible by page_size=4: got T=10 \(shape \(3, 10, 2, 8\) in layer_first\)"),
 ]
 
 

@@ -186,3 +186,34 @@ def test_pytest_runs_without_the_setting(tmp_path):
     if NO_DRIVER is not None:
         assert "needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: no CUDA driver" in done.stdout
     assert " passed" in done.stdout.splitlines()[-1]
+
+
+def test_host_has_one_meaning_and_one_definition():
+    """``HOST`` is the device number of host memory (-1), assigned once, in the driver layer (the lowest); CUDA's
+    memory-type codes have names of their own (``MEMORY_HOST``, ``MEMORY_DEVICE``). Every module of kvnumba
+    that has a ``HOST`` has that one."""
+    import ast
+    import importlib
+    import pathlib
+
+    import kvnumba
+    from kvnumba.driver import pointers
+
+    root = pathlib.Path(kvnumba.__file__).parent
+    assigned = {}
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+                node, (ast.AnnAssign, ast.AugAssign)) else []
+            for target in targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name) and name.id in ("HOST", "DEVICE"):
+                        assigned.setdefault(name.id, []).append(str(path.relative_to(root)))
+    assert assigned == {"HOST": ["driver/pointers.py"]}, assigned
+    assert pointers.HOST == -1 and (pointers.MEMORY_HOST, pointers.MEMORY_DEVICE) == (1, 2)
+    for path in sorted(root.rglob("*.py")):
+        module = ".".join(("kvnumba", *path.relative_to(root).with_suffix("").parts)).removesuffix(".__init__")
+        if module == "kvnumba.__main__":  # runs the command line
+            continue
+        found = getattr(importlib.import_module(module), "HOST", pointers.HOST)
+        assert found is pointers.HOST, (module, found)

@@ -69,9 +69,13 @@ def test_layer_table_rejects_empty_and_non_sequences():
 
 
 def test_layout_names_fail_early():
-    assert kvnumba.Layout("pf") is kvnumba.Layout.PAGE_FIRST
-    with pytest.raises(ValueError, match=r"unknown layout 'pg'"):
-        kvnumba.Layout("pg")
+    from kvnumba.api.views import view_class
+
+    assert view_class("pf") is view_class("page_first") is view_class(kvnumba.PageFirst) is kvnumba.PageFirst
+    with pytest.raises(ValueError, match=r"^src: unknown layout 'pg'"):
+        view_class("pg", "src")
+    with pytest.raises(ValueError, match=r"^src: unknown layout 3"):
+        view_class(3, "src")
 
 
 def test_unknown_stream_object():

@@ -19,6 +19,11 @@ view                                       one K (or V) buffer
                                            ``[num_blocks, 2, H, P, D]`` (HND)
 =========================================  =============================================================
 
+The view classes are kvnumba's one layout vocabulary: each built-in one has a string name (``name``:
+``"layer_first"``, ``"page_first"``, ...; ``short_name``: ``"lf"``, ``"pf"``, ...), read by ``view_class`` and
+given back by ``view_name`` (``NAMES`` holds them all); ``kv.convert`` and ``kvnumba convert`` take a class or
+its name. The kernels' address arithmetic for a view is its ``parts`` (``kvnumba.kernels.layouts``).
+
 ``item`` is ``(H, D)``, or ``(D,)`` / ``(1, D)`` for MLA. A new layout is a subclass of ``CacheView``
 with its address arithmetic as three plain Python functions (``kvnumba.kernels.layouts``' form),
 its geometry from a buffer's shape, and a NumPy view for the reference (see ``CacheView``).
@@ -26,7 +31,7 @@ its geometry from a buffer's shape, and a NumPy view for the reference (see ``Ca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal, SupportsIndex
+from typing import Any, ClassVar, Literal, SupportsIndex
 
 import numpy as np
 
@@ -67,6 +72,9 @@ class CacheView:
     token, with the heads a copy can use: every byte it can reach must lie in its buffer, K and V each.
     """
 
+    name: ClassVar[str | None] = None  # a kvnumba view's string name ("page_first"): see NAMES and view_class
+    short_name: ClassVar[str | None] = None  # its short name, where it has one ("pf")
+    whole_tensor = True  # one array holds all of a cache's K (or V): kv.convert reads and writes this layout
     head_split = False
     paged = False  # its shapes have a page axis (kv.convert then needs page_size)
     per_layer = False  # k is a list of per-layer arrays (the kernel reads a table of their addresses)
@@ -249,6 +257,9 @@ def item_of(shape: Sequence[int], dtype_bytes: int, where: str) -> tuple[int, in
 class LayerFirst(CacheView):
     """``[L, T, *item]`` (one array), or a list of L ``[T, *item]`` arrays (read through a layer table)."""
 
+    name, short_name = "layer_first", "lf"
+    parts = layouts.LAYER_FIRST  # one [L, T, *item] array; a view of per-layer lists reads a table (LAYER_TABLE)
+
     def __init__(self, k: CacheBuffer, v: CacheBuffer | None = None) -> None:
         self.per_layer = isinstance(k, (list, tuple))
         self.parts = layouts.LAYER_TABLE if self.per_layer else layouts.LAYER_FIRST
@@ -285,6 +296,7 @@ class LayerFirst(CacheView):
 class PageFirst(CacheView):
     """``[T, L, *item]``: every layer of a token side by side (SGLang's host pool)."""
 
+    name, short_name = "page_first", "pf"
     parts = layouts.PAGE_FIRST
 
     def shape(self, buffer: Any) -> Geometry:
@@ -323,6 +335,7 @@ class _Paged(CacheView):
 class PageFirstDirect(_Paged):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
+    name, short_name = "page_first_direct", "pfd"
     parts = layouts.PAGE_FIRST_DIRECT
 
     def shape(self, buffer: Any) -> Geometry:
@@ -344,6 +357,7 @@ class PageFirstDirect(_Paged):
 class PageHead(_Paged):
     """``[T/P, H, P, L, D]``: a page split by head, each head's block holding every layer."""
 
+    name, short_name = "page_head", "ph"
     parts = layouts.PAGE_HEAD
     head_split = True
 
@@ -358,7 +372,7 @@ class PageHead(_Paged):
     @classmethod
     def buffer_shape(cls, layers: int, tokens: int, page_size: int, item: tuple[int, ...]) -> tuple[int, ...]:
         if len(item) != 2:
-            raise ValueError(f"PageHead needs items (H, D), got {item}")
+            raise ValueError(f"page_head needs a per-token item of shape (H, D) to find H: got item shape {item}")
         heads, dim = item
         return (tokens // page_size, heads, page_size, layers, dim)
 
@@ -371,6 +385,7 @@ class _Blocks(CacheView):
 
     per_layer = True
     paged = True
+    whole_tensor = False
 
     def __init__(self, caches: Sequence[ArrayLike]) -> None:
         if not isinstance(caches, (list, tuple)) or not caches:
@@ -401,6 +416,7 @@ class _Blocks(CacheView):
 class VllmFlashAttn(_Blocks):
     """vLLM's flash-attention cache: per layer ``[2, num_blocks, block_size, H, D]``, K at 0, V at 1."""
 
+    name = "vllm_flash_attn"
     parts = layouts.BLOCKS
 
     def shape(self, caches: Any) -> Geometry:
@@ -423,6 +439,8 @@ class VllmFlashAttn(_Blocks):
 class VllmFlashInfer(_Blocks):
     """FlashInfer's paged cache as vLLM keeps it: per layer ``[num_blocks, 2, block_size, H, D]`` ("NHD")
     or ``[num_blocks, 2, H, block_size, D]`` ("HND")."""
+
+    name = "vllm_flash_infer"
 
     def __init__(self, caches: Sequence[ArrayLike], layout: Literal["NHD", "HND"] = "NHD") -> None:
         if layout not in ("NHD", "HND"):
@@ -459,6 +477,8 @@ class LayerTable(CacheView):
     ``[T, item]`` addresses. ``tokens`` and ``item_size`` (bytes) say what each layer holds; the layers'
     sizes are found as for the seed's tables (``kvnumba.checks.tables``)."""
 
+    name = "layer_table"
+    whole_tensor = False
     parts = layouts.LAYER_TABLE
     raw_tables = True
 
@@ -480,3 +500,48 @@ class LayerTable(CacheView):
 
     def logical(self, table: Any) -> Any:
         raise TypeError("LayerTable holds raw addresses: the reference needs the arrays (use LayerFirst)")
+
+
+# --- the one layout vocabulary: view classes and their string names --------------------------------
+
+BUILT_IN: tuple[type[CacheView], ...] = (LayerFirst, LayerTable, PageFirst, PageFirstDirect, PageHead, VllmFlashAttn,
+                                         VllmFlashInfer)
+NAMES: dict[str, type[CacheView]] = {n: cls for cls in BUILT_IN for n in (cls.name, cls.short_name) if n}
+"""Every string name of kvnumba's views (``"page_first"``) and their short names (``"pf"``)."""
+
+
+def view_name(cls: type[CacheView]) -> str:
+    """A view class's string name: kvnumba's own (``"page_first"``), or ``module:Class`` for one of yours."""
+    return cls.name if cls.name is not None and NAMES.get(cls.name) is cls else f"{cls.__module__}:{cls.__qualname__}"
+
+
+def view_class(value: Any, argument: str = "layout") -> type[CacheView]:
+    """The view class ``value`` names: a ``CacheView`` subclass itself, a string name or short name (read in any
+    case, ``-`` for ``_``: ``"Page-First"``), or ``"module:Class"`` naming a subclass (a layout of your own).
+    ``ValueError`` naming ``argument`` otherwise."""
+    if isinstance(value, type) and issubclass(value, CacheView):
+        return value
+    if isinstance(value, str) and ":" in value:
+        return _imported_view(value, argument)
+    if isinstance(value, str):
+        found = NAMES.get(value.strip().lower().replace("-", "_"))
+        if found is not None:
+            return found
+    names = ", ".join(cls.name for cls in BUILT_IN if cls.name)
+    short = ", ".join(f"{cls.short_name}={cls.name}" for cls in BUILT_IN if cls.short_name)
+    raise ValueError(f"{argument}: unknown layout {value!r}: expected a kvnumba.CacheView subclass, one of {names} "
+                     f"(or short names {short}), or module:Class naming a view class")
+
+
+def _imported_view(path: str, argument: str) -> type[CacheView]:
+    """``module:Class`` naming a ``kv.CacheView`` subclass (a user-defined layout)."""
+    import importlib
+
+    module_name, _, class_name = path.partition(":")
+    try:
+        found = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as err:
+        raise ValueError(f"{argument}: cannot import layout {path!r}: {err}") from None
+    if not (isinstance(found, type) and issubclass(found, CacheView)):
+        raise ValueError(f"{argument}: {path!r} is not a kvnumba.CacheView subclass")
+    return found

@@ -1,5 +1,5 @@
 """One call, one GPU: the device that owns a call's buffers, or an error naming two that disagree."""
-from ..arrays import HOST
+from ..driver.pointers import HOST
 from ..driver.devices import current_device
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError

@@ -27,7 +27,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..arrays import HOST, array_info
+from ..arrays import array_info
+from ..driver.pointers import HOST
 from ..driver.target import SIMULATOR
 from ..errors import BadAddressError
 
@@ -127,7 +128,7 @@ def read_addresses(info, num_layers):
 
 
 def _driver_extent(name, address):
-    from ..driver.pointers import DEVICE, allocation, pointer_info
+    from ..driver.pointers import MEMORY_DEVICE, allocation, pointer_info
 
     found = allocation(address)
     if found is None:
@@ -135,4 +136,4 @@ def _driver_extent(name, address):
                               "pinned host memory)")
     start, size, device = found
     kind = pointer_info(address).memory_type
-    return start + size - address, device if kind == DEVICE else HOST
+    return start + size - address, device if kind == MEMORY_DEVICE else HOST

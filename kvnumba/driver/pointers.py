@@ -2,16 +2,21 @@
 
 One ``cuPointerGetAttributes`` call answers all four. Pageable host memory (and anything else the
 driver never saw) comes back as memory type 0.
+
+Two kinds of number, two kinds of name: ``MEMORY_HOST`` and ``MEMORY_DEVICE`` are CUDA's memory-type codes
+(``PointerInfo.memory_type``); ``HOST`` is the device number kvnumba gives host memory (``ArrayInfo.device``,
+a table layer's device), defined here once, the lowest layer, for every module above.
 """
 from typing import NamedTuple
 
 from .bindings import check, cu
 
-HOST, DEVICE = 1, 2  # CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE
+HOST = -1  # the device number of host memory: no GPU owns it
+MEMORY_HOST, MEMORY_DEVICE = 1, 2  # CU_MEMORYTYPE_HOST, CU_MEMORYTYPE_DEVICE
 
 
 class PointerInfo(NamedTuple):
-    memory_type: int  # 0 (unknown to CUDA: pageable host memory), HOST (pinned) or DEVICE
+    memory_type: int  # 0 (unknown to CUDA: pageable host memory), MEMORY_HOST (pinned) or MEMORY_DEVICE
     device: int  # ordinal of the device that owns it (-1 if unknown)
     start: int  # the allocation holding the address (0 if the driver gives no range)
     size: int
@@ -51,7 +56,7 @@ def pointer_info(address):
 
 def is_pinned_host(address):
     """True if ``address`` is page-locked host memory CUDA knows (allocated or registered)."""
-    return pointer_info(address).memory_type == HOST
+    return pointer_info(address).memory_type == MEMORY_HOST
 
 
 def allocation(address):

@@ -7,6 +7,7 @@ for SIGINT, SIGTERM and SIGHUP. ``kvnumba info`` still prints what it found when
 command for bug reports), then the error line.
 """
 import argparse
+import functools
 import json
 import os
 import sys
@@ -118,12 +119,13 @@ def _rerun_on_simulator_without_gpu(argv):
 # --- convert ------------------------------------------------------------------------------------------------
 
 def _convert(args):
-    from ..convert import layout, paged
-    from .convert_files import Interrupted, convert_file
+    from ..convert_files import Interrupted, convert_file
+    from ..whole_cache import layout
+    from .progress import progress
 
-    src, dst = layout(args.src), layout(args.dst)
+    src, dst = layout(args.src, "--from"), layout(args.dst, "--to")
     named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
-                         if paged(lay))
+                         if lay.paged)
     if named and args.page_size is None:
         args.error(f"{named} needs --page-size (tokens per page)")
     if not named and args.page_size is not None:
@@ -131,7 +133,8 @@ def _convert(args):
                    f"of your own); {args.src} -> {args.dst} has no pages: leave it out")
     try:
         shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
-                              progress=None if args.quiet else sys.stderr, overwrite=args.force)
+                              progress=functools.partial(progress, stream=None if args.quiet else sys.stderr),
+                              overwrite=args.force)
     except Interrupted as err:
         return _fail("convert", f"{err}; the partial output was removed", 128 + err.signum)
     except KeyboardInterrupt:
@@ -163,10 +166,12 @@ def _info(args):
 # --- options ------------------------------------------------------------------------------------------------
 
 def _layout_name(value):
-    from ..convert import layout, layout_name
+    """argparse type: a layout (a view's string name, short name or ``module:Class``), as its view's name."""
+    from ..api.views import view_name
+    from ..whole_cache import layout
 
     try:
-        return layout_name(layout(value))
+        return view_name(layout(value))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
@@ -235,7 +240,7 @@ def build_parser():
                    help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "
                         "suffix names; not IN, and not an existing file unless --force")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN (required): layer_first, page_first, page_first_direct, page_head (or lf, pf, "
+                   help="layout of IN (required): a cache view's name, layer_first, page_first, page_first_direct, page_head (or lf, pf, "
                         "pfd, ph), or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of OUT (required), named as for --from")

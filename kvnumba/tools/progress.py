@@ -15,17 +15,9 @@ import importlib
 import sys
 import time
 
+from ..units import format_bytes
+
 PLAIN_INTERVAL_S = 1.0
-
-
-def format_bytes(nbytes):
-    """``1536`` -> ``"1.5 KB"`` (powers of 1000, as disks and links are sold)."""
-    if nbytes < 1000:
-        return f"{nbytes} B"
-    for unit in ("KB", "MB", "GB", "TB"):
-        nbytes /= 1000
-        if nbytes < 1000 or unit == "TB":
-            return f"{nbytes:.1f} {unit}"
 
 
 def _is_terminal(stream):

@@ -20,10 +20,10 @@ pytestmark = pytest.mark.gpu
 if ON_GPU and not nixl_available():
     pytest.skip("NIXL is not installed (../shared/gpu/README.md: the nixl_cu13 bundle)", allow_module_level=True)
 
-DEVICE, HOST = ("device", "numba"), ("host", "numba")
+ON_DEVICE, ON_HOST = ("device", "numba"), ("host", "numba")
 LOCAL_LAYOUTS = ["VllmFlashAttn", "PageFirst", "LayerFirstList", "FlashInferHND"]
 # (the peer's memory, this process's memory)
-MEMORIES = {"vram-vram": ("gpu", DEVICE), "vram-pinned": ("gpu", HOST), "pinned-vram": ("host", DEVICE)}
+MEMORIES = {"vram-vram": ("gpu", ON_DEVICE), "vram-pinned": ("gpu", ON_HOST), "pinned-vram": ("host", ON_DEVICE)}
 
 
 @pytest.fixture(scope="module", params=list(MEMORIES))

@@ -1,7 +1,8 @@
-"""``kvnumba convert``: convert ``.npy`` files, ``.npz`` archives and ``.safetensors`` files between cache
-layouts, in chunks. The input is read as its suffix says, the output written in the format its suffix
-names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or ``.safetensors``
-output); the output must not be the input, nor an existing file unless ``overwrite=True``.
+"""Whole-cache files converted between layouts: ``.npy`` files, ``.npz`` archives and ``.safetensors`` files,
+in chunks (``kv.convert`` given a path, and ``kvnumba convert``, which adds the progress bar). Layouts are
+the views' (``kvnumba.whole_cache``). The input is read as its suffix says, the output written in the format
+its suffix names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or
+``.safetensors`` output); the output must not be the input, nor an existing file unless ``overwrite=True``.
 
 - ``.npy``: the input is memory-mapped (``np.load(mmap_mode="r")``), the output is a memory-mapped
   ``.npy`` (``np.lib.format.open_memmap``) under a temporary name in the output's folder, filled chunk
@@ -29,7 +30,6 @@ import math
 import os
 import shutil
 import signal
-import sys
 import threading
 import uuid
 import zipfile
@@ -39,12 +39,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..checks import validate
-from ..config import env_int
-from ..errors import Interrupted
-from ..convert import CacheLayout, _view_page_size, canonical_view, converted_shape, layout
+from .checks import validate
+from .config import env_int
+from .errors import Interrupted
+from .whole_cache import canonical_view, converted_shape, layout, view_page_size
 from . import safetensors_file
-from .progress import format_bytes, progress as progress_reporter
+from .units import format_bytes
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
@@ -78,7 +78,7 @@ def chunks(shape, itemsize, chunk_bytes):
 
 def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
     """Fill ``out`` (layout ``dst``) from ``array`` (layout ``src``), chunk by chunk; both NumPy (or memmaps)."""
-    p = _view_page_size(src, dst, page_size)
+    p = view_page_size(src, dst, page_size)
     src_view, dst_view = canonical_view(array, src, p), canonical_view(out, dst, p)
     for layers, pages in chunks(src_view.shape, array.itemsize, chunk_bytes):
         block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
@@ -431,7 +431,7 @@ def interrupt_on_signals():
             signal.signal(signum, previous)
 
 
-def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=sys.stderr,
+def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=None,
                  overwrite=False):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
     ``src`` to ``dst``.
@@ -445,17 +445,18 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         file's stem in the others); a ``.safetensors`` output keeps a ``.safetensors`` input's metadata;
         bfloat16 and float8 tensors can only be written to ``.safetensors``. ``out_path`` must not be the
         input (links included) nor, unless ``overwrite``, an existing file.
-    src, dst : str, CacheLayout or CacheView subclass
-        Layouts, as in ``kvnumba.convert``: names, a view class (a user-defined layout), or
+    src, dst : CacheView subclass or str
+        Layouts, as in ``kvnumba.convert``: a view class (a user-defined layout too), its string name, or
         ``"module:Class"`` naming one.
     page_size : int, optional
         Required when either layout pages tokens; unused (but checked) when neither does (the command
         line refuses ``--page-size`` there).
     chunk_bytes : int, optional
         Bytes per chunk (default ``$KVNUMBA_CHUNK_BYTES``, else 64 MiB).
-    progress : text stream or None
-        Where progress goes (stderr by default; None for none): a tqdm bar on a terminal when tqdm is
-        installed, else plain lines (``kvnumba.tools.progress``).
+    progress : callable, optional
+        ``progress(label, nbytes)``: a context manager giving a bar whose ``advance(n)`` is called after
+        each chunk of ``n`` bytes (``kvnumba.tools.progress.progress`` with a stream bound, as ``kvnumba
+        convert`` passes it). None (the default): no progress.
     overwrite : bool
         Replace an existing ``out_path`` (default False: ``FileExistsError``).
 
@@ -505,7 +506,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         def convert(item, out):
             array = item.load()
             label = base if kind == ".npy" else f"{base}[{item.name}]"
-            with progress_reporter(label, array.nbytes, stream=progress) as bar:
+            with (contextlib.nullcontext() if progress is None else progress(label, array.nbytes)) as bar:
                 convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
 
         needed = sum(math.prod(item.shape) * item.dtype.itemsize for item in source.items)
@@ -518,4 +519,4 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     return shapes
 
 
-__all__ = ["CacheLayout", "Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]
+__all__ = ["Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]

@@ -1,5 +1,5 @@
-"""``.safetensors`` files for ``kvnumba convert``, through the ``safetensors`` package (an optional
-dependency: ``pip install 'kvnumba[safetensors]'``).
+"""``.safetensors`` files for the file converter (``kvnumba.convert_files``: ``kv.convert`` of a path, ``kvnumba
+convert``), through the ``safetensors`` package (an optional dependency: ``pip install 'kvnumba[safetensors]'``).
 
 A file is an 8-byte little-endian header size, a JSON header (each tensor's dtype, shape and byte
 range in the data that follows; free-form ``__metadata__`` strings), then the data. The header is
@@ -62,22 +62,22 @@ class Header(NamedTuple):
     metadata: dict  # the __metadata__ strings (empty if none)
 
 
+def _optional(name, needed_by, hint):
+    """The optional module ``name``; ``ModuleNotFoundError`` saying what needs it and which extra to install."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        raise ModuleNotFoundError(f"{needed_by} need the {name} package: {hint}", name=name) from None
+
+
 def library():
     """The ``safetensors`` module; ``ModuleNotFoundError`` saying which extra to install."""
-    try:
-        return importlib.import_module("safetensors")
-    except ImportError:
-        raise ModuleNotFoundError(f".safetensors files need the safetensors package: {INSTALL_HINT}",
-                                  name="safetensors") from None
+    return _optional("safetensors", ".safetensors files", INSTALL_HINT)
 
 
 def ml_dtypes():
     """The ``ml_dtypes`` module (bfloat16, float8); ``ModuleNotFoundError`` saying which extra to install."""
-    try:
-        return importlib.import_module("ml_dtypes")
-    except ImportError:
-        raise ModuleNotFoundError(f"bf16 and fp8 tensors need the ml_dtypes package: {ML_DTYPES_HINT}",
-                                  name="ml_dtypes") from None
+    return _optional("ml_dtypes", "bf16 and fp8 tensors", ML_DTYPES_HINT)
 
 
 def numpy_dtype(code):
