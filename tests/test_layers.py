@@ -35,15 +35,6 @@ LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
 }
 LAYER_NAMES = ["base", "driver", "kernels", "checks", "plan", "api", "public face", "tools"]
 
-# Import loops still in the package, each to be removed by the work named; nothing else may be added here, and
-# test_known_loops_are_still_there says when one is gone (then delete its line).
-KNOWN_LOOPS = {
-    # convert.py hands files to the command line's converter, which imports convert (issue 20's layout
-    # vocabulary work moves convert's file handling so that only tools imports convert)
-    ("kvnumba.convert", "kvnumba.tools.convert_files"),
-}
-
-
 def _modules():
     """``{module name: path}`` of every module of the package."""
     found = {}
@@ -115,8 +106,7 @@ def test_the_layers_cover_every_module():
 def test_no_import_goes_up_a_layer():
     upward = [f"{module}:{line} imports {target} ({LAYER_NAMES[_layer(module)]} -> {LAYER_NAMES[_layer(target)]})"
               for module, targets in GRAPH.items() for target, line in targets if _layer(target) > _layer(module)]
-    allowed = {f for f in upward if any(f.startswith(a) and f" imports {b} " in f for a, b in KNOWN_LOOPS)}
-    assert [f for f in upward if f not in allowed] == []
+    assert upward == []
 
 
 def _loops():
@@ -150,14 +140,8 @@ def _loops():
     return loops
 
 
-def test_known_loops_are_still_there():
-    loops = set(_loops())
-    assert [pair for pair in KNOWN_LOOPS if frozenset(pair) not in loops] == [], "a known loop is gone: delete it"
-
-
 def test_no_import_loops():
-    loops = [sorted(loop) for loop in _loops() if loop not in {frozenset(pair) for pair in KNOWN_LOOPS}]
-    assert loops == []
+    assert [sorted(loop) for loop in _loops()] == []
 
 
 def test_the_rules_catch_what_they_forbid():
