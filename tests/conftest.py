@@ -1,13 +1,11 @@
+"""What every test shares: the report header, fixtures that change how kvnumba runs, and the markers' skips.
+tests/ is a package, so pytest puts the checkout on the path and the helpers import as ``tests.helpers.*``."""
 import contextlib
-import os
-import sys
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
-
-from kvnumba.driver.target import CHOICE, SIMULATOR  # noqa: E402
-from kvnumba.testing import requires_gpu  # noqa: E402
+from kvnumba.driver.target import CHOICE, SIMULATOR
+from kvnumba.testing import requires_gpu
 
 
 def pytest_report_header(config):
@@ -94,7 +92,7 @@ def forced_copy_shape(fresh_plans):
 def pytest_collection_modifyitems(config, items):
     # One place decides what runs where: `gpu` tests need a real GPU, and get kvnumba.testing.requires_gpu,
     # whose condition is asked when each test runs (collecting them never touches CUDA). Markers, not
-    # keywords: the package tests/gpu/ would put "gpu" in every keyword set below it, marked or not.
+    # keywords: `-k gpu` also matches every test whose file or name says gpu (tests/*/test_gpu_*.py), marked or not.
     # `needs_target` tests launch kernels: they need the simulator or a GPU (only NUMBA_ENABLE_CUDASIM=0 on a
     # machine without a GPU has neither).
     for item in items:

@@ -10,7 +10,7 @@ import pytest
 
 import kvnumba
 from kvnumba import reference
-from placement import TORCH_PLACE, to_numpy
+from tests.helpers.placement import TORCH_PLACE, to_numpy
 
 pytestmark = pytest.mark.needs_target
 

@@ -9,7 +9,7 @@ import kvnumba as kv
 from kvnumba import timing
 from kvnumba.driver.streams import stream_handle
 from kvnumba.driver.target import SIMULATOR
-from placement import ON_GPU, device
+from tests.helpers.placement import ON_GPU, device
 
 pytestmark = pytest.mark.needs_target  # events and synchronisation need a GPU, or the simulator's stand-ins
 

@@ -6,7 +6,8 @@ stores are ``st.global.cg`` (cache at L2 only: the destination is not read back 
 16-byte forms (``.v2.u64``) are used when addresses and sizes allow.
 
 On Numba's CUDA simulator the same names are plain Python functions reading and writing through
-ctypes, so the kernel bodies are identical in both worlds.
+ctypes (``kernels.simulator.memory``, chosen here once, at import), so the kernel bodies are identical in
+both worlds.
 
 Names:
     load_u64(addr) -> uint64            store_u64(addr, value)
@@ -16,34 +17,11 @@ Names:
 """
 from ..driver.target import SIMULATOR
 
+__all__ = ["load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
+
+# One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
-    import ctypes
-
-    _u64 = ctypes.c_uint64
-    _i64 = ctypes.c_int64
-
-    # int(): an address computed from a shared-memory slot is a NumPy integer, which ctypes refuses.
-    def load_u64(addr):
-        return _u64.from_address(int(addr)).value
-
-    def store_u64(addr, value):
-        _u64.from_address(int(addr)).value = value
-
-    def load_u128(addr):
-        addr = int(addr)
-        return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
-
-    def store_u128(addr, pair):
-        addr = int(addr)
-        _u64.from_address(addr).value = pair[0]
-        _u64.from_address(addr + 8).value = pair[1]
-
-    def load_i64(addr):
-        return _i64.from_address(int(addr)).value
-
-    def make_loads(qualifier="nc"):
-        return load_u64, load_u128
-
+    from .simulator.memory import load_i64, load_u64, load_u128, make_loads, store_u64, store_u128  # noqa: F401
 else:
     from llvmlite import ir
     from numba import types

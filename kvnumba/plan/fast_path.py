@@ -5,7 +5,7 @@ host time is on the scheduler's critical path. ``make_fast_call(plan)`` returns 
 what ``KernelPlan.run`` does for that common case in as few Python operations as it can: a handful
 of attribute reads per index tensor, one ``struct.pack_into``, one ``cuLaunchKernel`` (the driver
 layer's ``launch_shape`` and ``BoundKernel.launch``, inlined with the kernels' ``launch_values``: a Python
-call costs ~0.1 us on the H200's host; ``tests/test_launch.py`` checks the two launch alike). Anything it
+call costs ~0.1 us on the H200's host; ``tests/kernels/test_launch.py`` checks the two launch alike). Anything it
 does not recognise (another array type, host indices, a pending error flag, ``check=True``, an
 index array overlapping a destination, zero items) goes to ``plan.run``, which checks everything
 and gives the errors; so both paths accept and refuse exactly the same calls.
@@ -41,7 +41,7 @@ def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
     transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call.
 
     ``torch`` (default: the imported torch module) and ``launch`` (default: ``cuLaunchKernel``) are for
-    tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/test_launch.py)."""
+    tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/kernels/test_launch.py)."""
     run = plan.run
     if torch is None:
         torch = sys.modules.get("torch")

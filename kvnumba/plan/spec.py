@@ -3,7 +3,7 @@ order, with their defaults and roles, and the layouts it moves between (``copy``
 views), whether it is MLA and whether it moves one layer.
 
 It is the one table: ``prepare``, the plain entry points, the copy-engine plans, the tests
-(``tests/cases.py``, ``tests/test_ptx.py``) and the benchmark (``scripts/bench.py``) read it.
+(``tests/helpers/cases.py``, ``tests/kernels/test_ptx.py``) and the benchmark (``scripts/bench.py``) read it.
 
 Roles:
 - ``index``: ``src_indices`` / ``dst_indices``, new on almost every call;

@@ -1,0 +1,150 @@
+"""The simulator's twin of ``kernels.tma``: Hopper's bulk-copy unit and its barriers as Python.
+
+Barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of kvnumba's
+own format (``plan.tensor_maps``) row by row. A simulated warp's threads are independent Python threads
+with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``): the stage
+is released only when all of them are done reading it, as on the GPU. The simulator has no warp votes:
+``ballot`` meets the warp's 32 threads at a barrier kept on the simulator's block manager.
+"""
+import ctypes
+import threading
+from typing import Any
+
+__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "bulk_commit",
+           "bulk_store", "bulk_wait", "bulk_wait_read", "first_set", "load_shared_u128", "release", "shared_address",
+           "tensor_load", "try_wait"]
+
+ARRIVALS_PER_WARP = 32
+_MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
+
+_barriers: dict[int, Any] = {}  # shared address -> _Barrier
+_barriers_lock = threading.Lock()
+
+
+class _Barrier:
+    def __init__(self, count):
+        self.count, self.pending, self.bytes, self.phase = count, count, 0, 0
+        self.cond = threading.Condition()
+
+    def _complete_if_done(self):
+        if self.pending == 0 and self.bytes == 0:
+            self.phase += 1
+            self.pending = self.count
+            self.cond.notify_all()
+
+
+def _barrier(address):
+    with _barriers_lock:
+        return _barriers[address]
+
+
+def shared_address(array):
+    return array.ctypes.data
+
+
+def barrier_init(bar, count):
+    with _barriers_lock:
+        _barriers[bar] = _Barrier(count)
+
+
+def barrier_fence():
+    pass
+
+
+def arrive(bar):
+    b = _barrier(bar)
+    with b.cond:
+        b.pending -= 1
+        b._complete_if_done()
+
+
+def arrive_expect_bytes(bar, nbytes):
+    b = _barrier(bar)
+    with b.cond:
+        b.bytes += nbytes
+        b.pending -= 1
+        b._complete_if_done()
+
+
+def try_wait(bar, parity):
+    b = _barrier(bar)
+    with b.cond:
+        if (b.phase & 1) == parity:  # the phase of this parity is still running
+            b.cond.wait(0.01)
+        return 1 if (b.phase & 1) != parity else 0
+
+
+def release(bar, lane):
+    arrive(bar)
+
+
+def _words(address, count):
+    return (ctypes.c_int64 * count).from_address(address)
+
+
+def tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar):
+    words = _words(tensor_map, _MAP_WORDS)
+    base, dims, strides, box = words[0], words[1:6], (8, *words[6:10]), words[10:15]
+    row_bytes = box[0] * 8
+    out = dst
+    for i4 in range(box[4]):
+        for i3 in range(box[3]):
+            for i2 in range(box[2]):
+                for i1 in range(box[1]):
+                    at = (c0, c1 + i1, c2 + i2, c3 + i3, c4 + i4)
+                    if all(0 <= a < d for a, d in zip(at[1:], dims[1:])) and c0 + box[0] <= dims[0]:
+                        src = base + sum(a * s for a, s in zip(at, strides))
+                        ctypes.memmove(out, src, row_bytes)
+                    else:  # outside the tensor: zeros, as the hardware fills
+                        ctypes.memset(out, 0, row_bytes)
+                    out += row_bytes
+    b = _barrier(bar)
+    with b.cond:
+        b.bytes -= out - dst
+        b._complete_if_done()
+
+
+def bulk_store(dst, src, nbytes):
+    ctypes.memmove(int(dst), int(src), int(nbytes))
+
+
+def bulk_commit():
+    pass
+
+
+def bulk_wait_read():
+    pass
+
+
+def bulk_wait():
+    pass
+
+
+def load_shared_u128(addr):
+    addr = int(addr)
+    return (ctypes.c_uint64.from_address(addr).value, ctypes.c_uint64.from_address(addr + 8).value)
+
+
+class _Vote:
+    def __init__(self):
+        self.meet = threading.Barrier(32)
+        self.bits = [0] * 32
+
+
+def ballot(predicate):
+    thread: Any = threading.current_thread()  # the simulator's BlockThread
+    block = thread._manager  # the simulator's BlockManager: one per block while it runs
+    warp, lane = thread.thread_id >> 5, thread.thread_id & 31
+    with _barriers_lock:
+        votes = block.__dict__.setdefault("_kvnumba_votes", {})
+        vote = votes.setdefault(warp, _Vote())
+    vote.bits[lane] = 1 if predicate else 0
+    vote.meet.wait()
+    mask = sum(bit << i for i, bit in enumerate(vote.bits))
+    vote.meet.wait()  # nobody votes again before every lane has read this vote
+    return mask
+
+
+def first_set(mask):
+    mask = int(mask) & 0xFFFFFFFF
+    return (mask & -mask).bit_length()

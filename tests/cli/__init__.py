@@ -1,0 +1,1 @@
+"""The ``kvnumba`` command line: its commands, the demo, info and progress reporting."""

@@ -1,0 +1,1 @@
+"""kvnumba.compat: ``sgl_kernel.kvcacheio`` resolving to kvnumba."""

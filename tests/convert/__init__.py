@@ -1,0 +1,1 @@
+"""Whole-cache layout conversion: kv.convert and ``kvnumba convert`` on arrays and files."""

@@ -1,0 +1,1 @@
+"""The three copy-engine entry points and the cudaMemcpyBatchAsync routes behind them."""

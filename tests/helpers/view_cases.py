@@ -1,0 +1,107 @@
+"""Cache views over random data, for kv.copy's tests: every built-in layout (and a user-defined one),
+with the same buffers in NumPy for ``kvnumba.reference.copy`` and placed for kvnumba (device or
+pinned host memory, Numba or torch arrays)."""
+import numpy as np
+
+import kvnumba as kv
+from tests.helpers.placement import PLACE, TORCH_PLACE, to_numpy
+
+POISON = 0xA5
+
+
+class HeadMajorPages(kv.CacheView):
+    """A layout kvnumba does not have: ``[L, T/P, H, P, D]`` (layer-major, pages split by head)."""
+
+    head_split = True
+    paged = True
+
+    @staticmethod
+    def layer_base(base, layer, layout_dim, item_size, heads, page_size):
+        return base + layer * layout_dim  # layout_dim: the bytes of one layer
+
+    @staticmethod
+    def token_offset(token, layout_dim, item_size, heads, page_size):
+        return token // page_size * page_size * item_size + token % page_size * (item_size // heads)
+
+    @staticmethod
+    def head_stride(layout_dim, item_size, heads, page_size):
+        return page_size * (item_size // heads)
+
+    def shape(self, buffer):
+        (layers, pages, heads, page, dim), itemsize, dtype = self.array(buffer)
+        item = heads * dim * itemsize
+        return kv.Geometry(layers, pages * page, page, heads, item, pages * page * item, dtype)
+
+    def logical(self, buffer):
+        return np.swapaxes(buffer, 2, 3)  # [L, T/P, P, H, D]
+
+    @classmethod
+    def buffer_shape(cls, layers, tokens, page_size, item):
+        heads, dim = item
+        return (layers, tokens // page_size, heads, page_size, dim)
+
+
+# name -> (numpy shape of one K buffer from (L, T, P, H, D)), view from (k, v), per-layer list?, MLA-able?
+LAYOUTS = {
+    "LayerFirst": (lambda L, T, P, H, D: (L, T, H, D), kv.LayerFirst, False, True),
+    "LayerFirstList": (lambda L, T, P, H, D: (L, T, H, D), kv.LayerFirst, True, True),
+    "PageFirst": (lambda L, T, P, H, D: (T, L, H, D), kv.PageFirst, False, True),
+    "PageFirstDirect": (lambda L, T, P, H, D: (T // P, L, P, H, D), kv.PageFirstDirect, False, True),
+    "PageHead": (lambda L, T, P, H, D: (T // P, H, P, L, D), kv.PageHead, False, True),
+    "VllmFlashAttn": (lambda L, T, P, H, D: (L, 2, T // P, P, H, D), kv.VllmFlashAttn, True, False),
+    "FlashInferNHD": (lambda L, T, P, H, D: (L, T // P, 2, P, H, D),
+                      lambda caches: kv.VllmFlashInfer(caches, layout="NHD"), True, False),
+    "FlashInferHND": (lambda L, T, P, H, D: (L, T // P, 2, H, P, D),
+                      lambda caches: kv.VllmFlashInfer(caches, layout="HND"), True, False),
+    "HeadMajorPages": (lambda L, T, P, H, D: (L, T // P, H, P, D), HeadMajorPages, False, True),
+}
+KV_ONLY = {"VllmFlashAttn", "FlashInferNHD", "FlashInferHND"}  # no MLA form
+
+
+def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
+    """``(numpy view, kvnumba view)`` of layout ``name`` over the same random (or poisoned) data."""
+    shape_of, make, per_layer, _ = LAYOUTS[name]
+    shape = shape_of(L, T, P, H if not mla else 1, D)
+
+    def data():
+        if poison:
+            return np.full(shape, POISON * 257, np.uint16)  # every byte 0xA5
+        return rng.integers(0, 2**16, shape, dtype=np.uint16)
+
+    def build(arrays):
+        if name in KV_ONLY:
+            return make(list(arrays[0]))
+        k = arrays[0]
+        v = None if mla else arrays[1]
+        if per_layer:
+            k = list(k)
+            v = None if v is None else list(v)
+        return make(k, v) if v is not None else make(k)
+
+    arrays = [data() for _ in range(1 if (mla or name in KV_ONLY) else 2)]
+    np_view = build(arrays)
+    if place is None:
+        return np_view, np_view
+    placed = [_place(a, place, per_layer or name in KV_ONLY) for a in arrays]
+    return np_view, build(placed)
+
+
+def _place(array, place, per_layer):
+    where, framework = place
+    put = (TORCH_PLACE if framework == "torch" else PLACE)[where]
+    if per_layer:
+        return [put(layer) for layer in array]
+    return put(array)
+
+
+def view_bytes(view):
+    """Every buffer of a (placed) view, as NumPy bytes, in a fixed order."""
+    out = []
+    for which in ("k", "v"):
+        if getattr(view, which) is None:
+            continue
+        for buffer in view.buffers(which):
+            out.append(to_numpy(buffer).view(np.uint8).reshape(-1))
+        if view.per_layer and which == "k" and view.v is view.k:
+            break  # vLLM/FlashInfer: K and V share each layer's array
+    return out

@@ -1,0 +1,105 @@
+"""One launch: the fast path's inlined launch (kvnumba.plan.fast_path) launches as the driver layer's single
+definition says (kvnumba.driver.launch.launch_shape, BoundKernel.launch_values) and writes the parameter
+block as kvnumba.kernels.params names it: same grid, threads, shared bytes, function and parameters.
+
+The fast path is built here with stand-ins for torch and cuLaunchKernel (its ``torch=`` and ``launch=``), so
+its inlined launch runs on the simulator too; on a GPU the same code launches for real.
+"""
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import config
+from kvnumba.driver.launch import MAX_WARPS, WARP_SIZE, launch_shape
+from kvnumba.kernels.params import PER_LAYER_ARGS, KernelArgs, StagedArgs
+from kvnumba.plan.fast_path import make_fast_call
+from tests.helpers.safety_cases import OPS, build
+
+pytestmark = pytest.mark.needs_target
+
+_INT64 = object()  # the stand-in torch's int64
+
+
+class _Tensor:
+    """Just what the fast path reads of a torch index tensor: over a NumPy int64 array."""
+
+    def __init__(self, values, device):
+        self.values = np.ascontiguousarray(values, dtype=np.int64)
+        self.dtype, self.device = _INT64, device
+
+    def data_ptr(self):
+        return self.values.ctypes.data
+
+    def numel(self):
+        return self.values.size
+
+    def stride(self):
+        return (1,)
+
+    def get_device(self):
+        return self.device
+
+
+class _C:
+    @staticmethod
+    def _cuda_getCurrentRawStream(device):
+        return 0
+
+
+class _Torch:
+    Tensor, int64, _C = _Tensor, _INT64, _C
+
+
+def _launches(plan, count, quota, warps, layer_id):
+    """What the fast call launches for ``count`` items: the cuLaunchKernel arguments and the block's values."""
+    launched = []
+
+    def launch(function, gx, gy, gz, bx, by, bz, shared, stream, address, extra):
+        kernel = plan.kernel if count >= plan.staged_from and warps > 1 else plan.register_kernel
+        launched.append((function, (gx, gy, gz), (bx, by, bz), shared, address, tuple(kernel.blocks.values)))
+        return (0,)
+
+    call = make_fast_call(plan, torch=_Torch, launch=launch)
+    if plan.spec.per_layer:
+        plan.window_for(layer_id)  # the layer's limits, as an earlier call leaves them (the fast path reads them)
+    src = _Tensor(np.arange(count), plan.device)
+    dst = _Tensor(np.arange(count)[::-1], plan.device)
+    call(src, dst, layer_id, quota, warps, stream=7)
+    assert len(launched) == 1, "the fast path did not launch: it took plan.run"
+    return launched[0], src, dst
+
+
+def _expected(plan, count, quota, warps, layer_id, src, dst):
+    items_per_warp, blocks, threads = launch_shape(count, quota, warps)
+    kernel = plan.kernel if count >= plan.staged_from and warps > 1 else plan.register_kernel
+    block, function, _, shared = kernel.launch_values
+    window = plan.window_for(layer_id) if plan.spec.per_layer else plan.windows[0]
+    values = list(kernel.blocks.values)
+    values[:PER_LAYER_ARGS] = [src.data_ptr(), dst.data_ptr(), count, items_per_warp, *window.params]
+    return (function, (blocks, 1, 1), (threads, 1, 1), shared, block.address, tuple(values))
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("count, quota, warps", [(1, 2, 32), (6, 1, 1), (6, 2, 2), (7, 3, 2), (8, 2, 32)])
+def test_the_inlined_launch_is_launch_shape(op, count, quota, warps):
+    call = build(op, count=2, pool=8, num_layers=2)
+    bound = {k: v for k, v in call.kwargs.items() if k not in ("src_indices", "dst_indices", "layer_id")}
+    plan = kv.prepare(op, **bound)._plan
+    layer_id = 1 if plan.spec.per_layer else None
+    got, src, dst = _launches(plan, count, quota, warps, layer_id)
+    assert got == _expected(plan, count, quota, warps, layer_id, src, dst)
+    assert got[2][0] == warps * WARP_SIZE and got[1][0] <= quota
+
+
+def test_the_staged_kernel_launches_alike(fresh_plans):
+    """A staged plan: the staged kernel's block (StagedArgs) for enough items and warps, else the register one's."""
+    call = build("transfer_kv_per_layer_pf_lf", item_size=64, count=2, pool=64, num_layers=2)
+    bound = {k: v for k, v in call.kwargs.items() if k not in ("src_indices", "dst_indices", "layer_id")}
+    with config.override(load_path="staged"):
+        plan = kv.prepare("transfer_kv_per_layer_pf_lf", **bound)._plan
+        assert plan.kernel is not plan.register_kernel, "the plan should be staged (KVNUMBA_LOAD_PATH=staged)"
+        assert plan.kernel.blocks.count == len(StagedArgs._fields)
+        assert plan.register_kernel.blocks.count == len(KernelArgs._fields)
+        for count, quota, warps in [(32, 2, 4), (32, 2, 1), (5, 1, MAX_WARPS)]:
+            got, src, dst = _launches(plan, count, quota, warps, 1)
+            assert got == _expected(plan, count, quota, warps, 1, src, dst)

@@ -1,0 +1,73 @@
+"""The kernels' intrinsics and decorators and their simulator twins (``kvnumba.kernels.simulator``): each public
+module chooses its world once, at import, with one ``if SIMULATOR:`` that imports the twin's names (its
+``__all__``), and both worlds define the same names. The GPU's side is read from the source (``ast``), never
+imported, so this runs everywhere."""
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+from kvnumba.driver.target import SIMULATOR
+
+ROOT = Path(__file__).resolve().parents[2]
+TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
+         "kvnumba.kernels.tma": "kvnumba.kernels.simulator.tma",
+         "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit"}
+
+
+def _tree(module):
+    return ast.parse(ROOT.joinpath(*module.split(".")).with_suffix(".py").read_text())
+
+
+def _all(tree):
+    (value,) = [node.value for node in tree.body if isinstance(node, ast.Assign)
+                and [getattr(t, "id", None) for t in node.targets] == ["__all__"]]
+    return ast.literal_eval(value)
+
+
+def _choice(tree):
+    """The module's one top-level ``if SIMULATOR:``."""
+    (choice,) = [node for node in tree.body if isinstance(node, ast.If) and isinstance(node.test, ast.Name)
+                 and node.test.id == "SIMULATOR"]
+    return choice
+
+
+def _public_definitions(statements):
+    """Public names that ``statements`` define (functions, classes, assignments; not imports)."""
+    names = set()
+    for node in statements:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            for target in (node.targets if isinstance(node, ast.Assign) else [node.target]):
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return {name for name in names if not name.startswith("_")}
+
+
+@pytest.mark.parametrize("public, twin", TWINS.items())
+def test_the_world_is_chosen_once_by_importing_the_twin(public, twin):
+    tree = _tree(public)
+    choice = _choice(tree)
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and n.id == "SIMULATOR"]
+    assert uses == [choice.test], f"{public}: SIMULATOR is read once, at import, not inside its helpers"
+    (imported,) = choice.body
+    assert isinstance(imported, ast.ImportFrom) and imported.level == 1
+    assert f"{public.rsplit('.', 1)[0]}.{imported.module}" == twin
+    assert sorted(alias.name for alias in imported.names) == sorted(_all(_tree(twin)))
+
+
+@pytest.mark.parametrize("public, twin", TWINS.items())
+def test_the_gpu_intrinsics_and_their_twins_have_the_same_names(public, twin):
+    tree, twin_tree = _tree(public), _tree(twin)
+    names = sorted(_all(twin_tree))
+    assert sorted(_public_definitions(_choice(tree).orelse)) == names, f"{public}'s GPU intrinsics"
+    assert sorted(_public_definitions(twin_tree.body)) == names, f"{twin}'s definitions"
+    assert set(names) <= set(_all(tree)), f"{public}.__all__"
+
+
+@pytest.mark.parametrize("public, twin", TWINS.items())
+def test_the_public_module_holds_the_twins_on_the_simulator_only(public, twin):
+    module, twin_module = importlib.import_module(public), importlib.import_module(twin)
+    for name in twin_module.__all__:
+        assert (getattr(module, name) is getattr(twin_module, name)) == SIMULATOR, name

@@ -1,0 +1,1 @@
+"""kv.prepare and the plan cache behind the plain calls."""

@@ -1,0 +1,1 @@
+"""kvnumba.remote: copies between NIXL agents, in one process and across two."""

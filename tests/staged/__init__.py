@@ -1,0 +1,1 @@
+"""The staged (bulk-copy) load kernel."""

@@ -1,0 +1,1 @@
+"""kv.copy between cache views."""
