@@ -34,16 +34,17 @@ CASES = {  # name: (entry point, direction, model, indices)
 }
 VARIANTS = {
     "base": S,
+    "warp_stores": S._replace(bulk_stores=False),  # pieces written out by the store warps' registers
     "no_data": S._replace(leave_out="data"),  # the loader, barriers and stores, no bulk loads
     "no_stores": S._replace(leave_out="stores"),  # the loader and the bulk loads, nothing written out
+    "warp_stores_no_data": S._replace(bulk_stores=False, leave_out="data"),
     "side2": S._replace(side_eighths=2),
-    "side3": S._replace(side_eighths=3),
     "side4": S._replace(side_eighths=4),
-    "sw8_side3": S._replace(store_warps=8, side_eighths=3),
     "sw8_side4": S._replace(store_warps=8, side_eighths=4),
     "s6x32": S._replace(stages=6, stage_bytes=32 * K),
     "s6x36": S._replace(stages=6, stage_bytes=36 * K),
-    "s6x36_side3": S._replace(stages=6, stage_bytes=36 * K, side_eighths=3),
+    "direct256": S._replace(direct_batch=256),  # fewer, longer direct posts: less barrier traffic per item
+    "direct512": S._replace(direct_batch=512, slots=32),
 }
 
 

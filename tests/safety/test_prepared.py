@@ -235,10 +235,12 @@ def test_a_known_geometry_at_new_addresses_is_rebound_and_checked():
     pool = np.stack([_source(rows, seed=i) for i in range(layers)])
     dst = np.full((layers, rows, ITEM), POISON, np.uint8)
     idx = np.array([0, 6], np.int64)
+    # Every layer's buffers stay alive, so no two calls can see the same addresses (a GPU allocator reuses
+    # freed memory: a call on reused addresses is a plan-cache hit, not a rebind).
+    placed = [(device(pool[layer]), device(dst[layer]), device(idx), device(idx)) for layer in range(layers)]
     with kernel_plan.watching(lambda plan: plan.rebound and rebinds.append(1)):
-        for layer in range(layers):
-            kv.transfer_kv_per_layer_mla(device(pool[layer]), device(dst[layer]), device(idx), device(idx), ITEM, 1,
-                                         1)
+        for src, dst_layer, src_idx, dst_idx in placed:
+            kv.transfer_kv_per_layer_mla(src, dst_layer, src_idx, dst_idx, ITEM, 1, 1)
     assert len(rebinds) >= layers - 1  # the first builds the geometry; the others are rebound
     backing = np.zeros(rows * ITEM + 8, np.uint8)
     odd = backing[1:1 + rows * ITEM].reshape(rows, ITEM)  # the same geometry, one byte off

@@ -177,7 +177,9 @@ def test_help_and_version_work_whatever_the_settings():
 def test_pytest_runs_without_the_setting(tmp_path):
     """``python -m pytest`` without NUMBA_ENABLE_CUDASIM: kernels run (on the simulator, without a GPU), and a
     GPU-only test is skipped, with the reason, when it runs."""
-    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    # Not the outer run's pytest settings either (an xdist worker's PYTEST_XDIST_* would make the inner
+    # run's plugins think they are under xdist).
+    environ = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM" and not k.startswith("PYTEST_")}
     done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs",
                            "tests/safety/test_bad_calls.py::test_kernel_guard_skips_and_flags",
                            "tests/views/test_copy.py::test_torch_views", "tests/safety/test_validation.py"],
