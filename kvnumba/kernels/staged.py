@@ -413,10 +413,10 @@ def get_staged_kernel(src, dst, mla, ring=None):
     if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
             or not 0 <= ring.side_eighths <= 8 or ring.leave_out not in LEAVE_OUT):
         raise ValueError(f"bad staged ring {ring}")
-    key = (src, dst, bool(mla), ring)
+    shape = copy_shape_for(src, dst, mla)  # the direct items' inner loop: part of the kernel, so of its key
+    key = (src, dst, bool(mla), shape, ring)
     built = _kernels.get(key)
     if built is None:
-        shape = copy_shape_for(src, dst, mla)
         built = _kernels[key] = _build(src, dst, bool(mla), shape, ring)
     return built
 

@@ -284,3 +284,14 @@ def test_map_blocks_of_plans_that_went_away_are_reused(staged_choices):
             gc.collect()
     assert staged_choices == [True] * 8
     assert len(store._slabs) <= 2  # recycled, not one slab per pair of plans
+
+
+def test_a_forced_copy_shape_builds_its_own_staged_kernel():
+    """The direct items' inner loop is compiled into the staged kernel: another copy shape is another kernel."""
+    from kvnumba.kernels.warp_copy import CopyShape
+
+    tuned = staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False)
+    with config.override(copy_shape=CopyShape(words=4, wide=False, paired=False)):
+        forced = staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False)
+    assert forced is not tuned
+    assert staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False) is tuned
