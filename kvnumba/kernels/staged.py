@@ -37,9 +37,10 @@ items are checked by their warp (skipped and flagged, as in the register kernel)
 
 The kernel has the register kernel's 19 parameters (``params.KernelArgs``), so a call writes the
 same prefix, then four more: the device address of the source's tensor maps (``plan.tensor_maps``:
-K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the item is
-split into this many equal chunks of at most 2 KB, one map row each; for page-head, its heads),
-``max_run_log2`` and ``min_run``.
+K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the map rows
+of one item: chunks of at most 2 KB, or page-head's heads; the kernel no longer reads it, since every
+stage now holds whole items token-major, and a later signature change can drop it), ``max_run_log2``
+and ``min_run``.
 """
 from typing import Any, NamedTuple
 
