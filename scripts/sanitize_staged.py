@@ -17,14 +17,13 @@ from numba import cuda  # noqa: E402
 from tests.helpers.cases import Case, run_case  # noqa: E402
 from kvnumba.kernels import staged  # noqa: E402
 
-if not os.environ.get("NUMBA_ENABLE_CUDASIM") and kvnumba.driver.target.SIMULATOR is False:
+if not kvnumba.driver.target.SIMULATOR:
     staged.kernel = lambda fn, **o: cuda.jit(fn, lineinfo=True, **o)
 TINY = staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=4, store_warps=2, direct_batch=8, min_bulk_bytes=2048)
 
 
 def case(op, item, page, heads, pattern, warps, ring, path="staged"):
-    os.environ["KVNUMBA_LOAD_PATH"] = path
-    kvnumba.config.override(staged_shape=ring).__enter__()
+    kvnumba.config.override(load_path=path, staged_shape=ring).__enter__()
     pool = 256
     rng = np.random.default_rng(1)
     if pattern == "pages":
