@@ -23,7 +23,6 @@ TINY = staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=4, store_warps=2
 
 
 def case(op, item, page, heads, pattern, warps, ring, path="staged"):
-    kvnumba.config.override(load_path=path, staged_shape=ring).__enter__()
     pool = 256
     rng = np.random.default_rng(1)
     if pattern == "pages":
@@ -34,10 +33,11 @@ def case(op, item, page, heads, pattern, warps, ring, path="staged"):
     else:
         src = rng.choice(pool, 96, replace=False)
     dst = rng.permutation(pool)[:len(src)]
-    run_case(Case(op, item_size=item, num_layers=2, page_size=page, head_num=heads, pool=pool, count=len(src),
-                  src_place="host", dst_place="device", num_warps_per_block=warps, layer_id=1,
-                  indices=(src, dst), dtype="int8"))
-    cuda.synchronize()
+    with kvnumba.config.override(load_path=path, staged_shape=ring):
+        run_case(Case(op, item_size=item, num_layers=2, page_size=page, head_num=heads, pool=pool, count=len(src),
+                      src_place="host", dst_place="device", num_warps_per_block=warps, layer_id=1,
+                      indices=(src, dst), dtype="int8"))
+        cuda.synchronize()
     print("ok", op, item, page, heads, pattern, warps, path, ring == TINY and "tiny" or "default", flush=True)
 
 

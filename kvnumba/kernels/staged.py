@@ -112,7 +112,7 @@ def run_limits(item_size, mla, shape=None):
 
 
 def _build(src, dst, mla, shape, ring):
-    head_major = src is PAGE_HEAD  # map rows go head by head: the stage holds [head][token][chunk]
+    head_major = src is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
     layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
     copy_tokens = make_item_copy(src, dst, mla, shape)
@@ -287,6 +287,14 @@ def _build(src, dst, mla, shape, ring):
         return dk, dv
 
     @device_function
+    def store_token(lane, stage, count, t, dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size):
+        """The warp writes token ``t`` of a landed piece (K, then V's after all K's) out through its registers."""
+        dk, dv = destinations(dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size)
+        store_chunk(lane, stage + t * item_size, dk, item_size)
+        if not mla:
+            store_chunk(lane, stage + (count + t) * item_size, dv, item_size)
+
+    @device_function
     def write_piece(lane, stage, first, count, dst_indices, layer, dst_k, dst_v, item_size, dst_layout_dim,
                     dst_page_size):
         """One warp writes a landed piece out through the bulk unit, lane ``t`` token ``t``, and waits
@@ -306,11 +314,8 @@ def _build(src, dst, mla, shape, ring):
                 bulk_wait_read()
             return
         for t in range(count):
-            dk, dv = destinations(load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v, item_size,
-                                  dst_layout_dim, dst_page_size)
-            store_chunk(lane, stage + t * item_size, dk, item_size)
-            if not mla:
-                store_chunk(lane, stage + (count + t) * item_size, dv, item_size)
+            store_token(lane, stage, count, t, load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v,
+                        item_size, dst_layout_dim, dst_page_size)
 
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
@@ -381,12 +386,9 @@ def _build(src, dst, mla, shape, ring):
                 j = count
             while j < count:
                 item = first + j
-                if kind == _BULK:
-                    dk, dv = destinations(load_i64(dst_indices + item * 8), first_layer, dst_k, dst_v, item_size, dst_layout_dim,
-                                          dst_page_size)
-                    store_chunk(lane, stage + j * item_size, dk, item_size)
-                    if not mla:
-                        store_chunk(lane, stage + (count + j) * item_size, dv, item_size)
+                if kind == _BULK:  # the store warps' path (bulk_stores=False)
+                    store_token(lane, stage, count, j, load_i64(dst_indices + item * 8), first_layer, dst_k, dst_v,
+                                item_size, dst_layout_dim, dst_page_size)
                 else:  # direct and side items, through registers as the register kernel copies them
                     src_token = load_i64(src_indices + item * 8)  # both indices in flight together
                     dst_token = load_i64(dst_indices + item * 8)
