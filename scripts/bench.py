@@ -17,6 +17,15 @@ included ("wall").
     python scripts/bench.py --reference /path/to/seedref.so
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
 
+A full run can be split over several processes (a machine that kills each command after a few minutes):
+``--json`` rewrites its file (atomically) after every case, and ``--resume`` keeps the rows already in
+it and runs only the cases it lacks (same settings, device and reference, or it refuses). Repeat
+
+    timeout 550 python scripts/bench.py --reference seedref.so --json h200.json --resume
+
+until it says ``nothing left to run`` (a run that finishes exits 0; a killed one loses only the case it
+was measuring). ``meta["runs"]`` lists when each part started and how many rows it added.
+
 On a GPU it needs torch (allocation, the reference's tensors).
 """
 import argparse
@@ -364,18 +373,65 @@ def tuning_setup(reference, repeat):
     return backend, shape, pools, idx, load_reference(reference), rng
 
 
+def _case(op, direction, model, note):
+    """The ``"case"`` string of a planned case (its row's name, and the key ``--resume`` skips by)."""
+    return f"{op} {direction} {model}{note}"
+
+
+def load_previous(path):
+    """``(meta, records)`` of an earlier (maybe partial) run written to ``path``, or ``(None, [])``."""
+    if not path or not os.path.exists(path):
+        return None, []
+    with open(path) as f:
+        data = json.load(f)
+    return data["meta"], data["records"]
+
+
+def _check_resumable(path, old, meta):
+    """Refuse to mix rows measured with other settings, on another device or against another reference."""
+    for key in ("shape", "device", "reference", "simulator"):
+        if old.get(key) != meta[key]:
+            raise SystemExit(f"bench: cannot resume {path}: it was made with {key} {old.get(key)!r}, this run has "
+                             f"{meta[key]!r}; use the same settings or another --json file")
+
+
+def write_json(path, meta, records):
+    """Write ``{"meta", "records"}`` to ``path`` atomically: a temporary file beside it, then os.replace, so
+    that a run killed at any moment leaves the last complete file."""
+    tmp = os.path.join(os.path.dirname(os.path.abspath(path)), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w") as f:
+            json.dump({"meta": meta, "records": records}, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
 def run(args):
     shape = QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
                                            pool_factor=args.pool_factor, block_quota=args.block_quota,
                                            warps=args.warps, repeat=args.repeat)
     backend = SimulatorBackend() if SIMULATOR else TorchBackend()
-    reference = load_reference(args.reference)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
+            "ceilings_gbps": None, "kvnumba": kvnumba.__version__, "reference": args.reference,
+            "simulator": SIMULATOR, "versions": _versions()}
+    resume = getattr(args, "resume", False)
+    old_meta, old_records = load_previous(args.json) if resume else (None, [])
+    if old_meta is not None:
+        _check_resumable(args.json, old_meta, meta)
+    # every run that wrote rows to this file: {"started": date and time, "cases": rows it added}
+    runs = (old_meta.get("runs") or [{"started": old_meta["date"], "cases": len(old_records)}]) if old_meta else []
+    this_run = {"started": started, "cases": 0}
+    meta["runs"] = runs + [this_run]
+    done = {r["case"] for r in old_records}
+
     pools = Pools(backend, shape)
     rng = np.random.default_rng(0)
     idx = (backend.indices(_page_aligned(rng, shape)), backend.indices(_page_aligned(rng, shape)))
-    ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
-    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape) for d in ("h2d", "d2h", "d2d")}
-
     small = Shape(**{**asdict(shape), "tokens": min(SMALL_TOKENS, shape.tokens)})
     small_idx = (backend.indices(_page_aligned(rng, small)), backend.indices(_page_aligned(rng, small)))
     plan = [(c, shape.block_quota, "", shape, idx) for c in CASES]
@@ -385,12 +441,38 @@ def run(args):
     plan += [((name, direction, model), shape.block_quota, " view", shape, idx) for name, _, direction, model in COPY_CASES]
     if args.only:
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
-    records = []
-    # Rows go to stdout; progress to stderr: a tqdm bar on a terminal, else a line per case.
     sglang = not args.only or "sglang" in args.only
-    bar = progress("bench", len(plan) + (sglang_shapes.count() if sglang else 0), stream=None if getattr(args, "quiet", False) else sys.stderr, unit="case", line_per_step=True)
-    for (op, direction, model), block_quota, note, case_shape, case_idx in plan:
-        case = f"{op} {direction} {model}{note}"
+    sglang_todo = [c for c in sglang_shapes.cases(shape) if c not in done] if sglang else []
+    todo = [p for p in plan if _case(*p[0], p[2]) not in done]
+    skipped = len(plan) - len(todo) + ((sglang_shapes.count() - len(sglang_todo)) if sglang else 0)
+    stream = None if getattr(args, "quiet", False) else sys.stderr
+    if skipped and stream is not None:
+        print(f"bench: {skipped} cases already in {args.json}, skipped; {len(todo) + len(sglang_todo)} to run",
+              file=stream, flush=True)
+    if skipped and not todo and not sglang_todo:
+        if stream is not None:
+            print(f"bench: nothing left to run: every case is in {args.json}", file=stream, flush=True)
+        return old_meta, old_records
+
+    reference = load_reference(args.reference)
+    ceiling_bytes = 256 * 2**20 if not SIMULATOR else 2**16
+    ceilings = {d: backend.copy_ceiling(d, ceiling_bytes, shape) for d in ("h2d", "d2h", "d2d")}
+    meta["ceilings_gbps"] = {k: v / 1e9 for k, v in ceilings.items()}
+    records = list(old_records)  # the earlier runs' rows first, in their order
+    # Rows go to stdout; progress to stderr: a tqdm bar on a terminal, else a line per case.
+    bar = progress("bench", len(todo) + len(sglang_todo), stream=stream, unit="case", line_per_step=True)
+
+    def add(record):
+        """Keep a finished row: print it, and rewrite the JSON file with it (a killed run keeps every row)."""
+        records.append(record)
+        this_run["cases"] += 1
+        if args.json:
+            write_json(args.json, meta, records)
+        bar.write(_row(record))
+        bar.advance(1, record["case"])
+
+    for (op, direction, model), block_quota, note, case_shape, case_idx in todo:
+        case = _case(op, direction, model, note)
         record = {"op": op, "case": case, "direction": direction, "model": model, "block_quota": block_quota,
                   "tokens": case_shape.tokens}
         impls = {"kvnumba": kvnumba}
@@ -398,9 +480,7 @@ def run(args):
             impls["reference"] = reference
         if note == " view":  # kv.copy: the mirrored seed entry point is reported beside it by its own row
             record.update(_copy_record(backend, op, direction, model, pools, case_idx, case_shape, block_quota))
-            records.append(record)
-            bar.write(_row(record))
-            bar.advance(1, case)
+            add(record)
             continue
         for name, module in impls.items():
             call, nbytes = build_call(module, op, direction, model, pools, case_idx, case_shape, block_quota)
@@ -431,11 +511,9 @@ def run(args):
                                         if record["reference_gbps"] else None)
         record["host_us"] = record.pop("kvnumba_host_us")
         record["reference_host_us"] = record.pop("reference_host_us", None)
-        records.append(record)
-        bar.write(_row(record))
-        bar.advance(1, case)
-    if sglang:
-        for record in sglang_shapes.rows(backend, shape, reference, shape.block_quota):
+        add(record)
+    if sglang_todo:
+        for record in sglang_shapes.rows(backend, shape, reference, shape.block_quota, skip=done):
             record.update(model="mla" if "mla" in record["case"] else "mha", block_quota=shape.block_quota)
             record["ceiling_gbps"] = ceilings[record["direction"]] / 1e9
             record["ratio_to_ceiling"] = record["kvnumba_gbps"] / record["ceiling_gbps"]
@@ -445,13 +523,10 @@ def run(args):
             record["torch_gbps"] = None
             record["host_us"] = record.pop("kvnumba_host_us")
             record["reference_host_us"] = record.pop("reference_host_us", None)
-            records.append(record)
-            bar.write(_row(record))
-            bar.advance(1, record["case"])
+            add(record)
     bar.close()
-    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
-            "ceilings_gbps": {k: v / 1e9 for k, v in ceilings.items()}, "kvnumba": kvnumba.__version__,
-            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions()}
+    if args.json:  # also when no case ran (an --only that matches nothing): the file is written, as before
+        write_json(args.json, meta, records)
     return meta, records
 
 
@@ -529,7 +604,9 @@ def plot(records, path):
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reference", help="module name or path of a .so exposing the seed's entry points")
-    parser.add_argument("--json", help="write one record per case to this file")
+    parser.add_argument("--json", help="write one record per case to this file (rewritten after every case)")
+    parser.add_argument("--resume", action="store_true",
+                        help="with --json: keep the rows already in that file and run only the cases it lacks")
     parser.add_argument("--plot", help="write a PNG bar chart to this file")
     parser.add_argument("--quick", action="store_true", help="every case at a tiny size (works on the simulator)")
     parser.add_argument("--only", nargs="*", help="run only cases whose name contains one of these words")
@@ -542,11 +619,10 @@ def main(argv=None):
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr (the table still goes to stdout)")
     args = parser.parse_args(argv)
+    if args.resume and not args.json:
+        parser.error("--resume needs --json (the file to resume)")
     print(HEADER)
     meta, records = run(args)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"meta": meta, "records": records}, f, indent=1)
     if args.plot:
         plot(records, args.plot)
     return records

@@ -13,7 +13,8 @@ way SGLang does:
 - ``miss <kernel>``: a per-layer load whose plan is not cached (its entry point's cache emptied first),
   with the staged kernel and with the register kernel (``KVNUMBA_LOAD_PATH``).
 
-``rows(backend, shape, reference)`` returns one record per case, with the keys bench.py prints.
+``rows(backend, shape, reference)`` returns one record per case, with the keys bench.py prints;
+``cases(shape)`` their ``"case"`` strings, in the same order, without measuring anything.
 """
 import dataclasses
 
@@ -122,8 +123,33 @@ def count():
     return len(per_layer_entry_points()) + 2 + 2
 
 
-def rows(backend, shape, reference, block_quota):
-    """Every case of the module docstring, for kvnumba and ``reference`` (or None), one record at a time."""
+def _fresh_view_case(op):
+    return f"sglang fresh-view {op} h2d"
+
+
+def _loop_case(layout, shape):
+    return f"sglang layer loop {layout} h2d ({shape.layers} layers, {min(LOOP_TOKENS, shape.tokens)} tokens)"
+
+
+def _miss_case(op, kernel):
+    return f"sglang miss {op} h2d ({kernel} kernel)"
+
+
+MISS_OP = "transfer_kv_per_layer"
+MISS_KERNELS = ("staged", "register")
+
+
+def cases(shape):
+    """The ``"case"`` string of every record ``rows`` yields at ``shape``, in order."""
+    return ([_fresh_view_case(op) for op in per_layer_entry_points()] + [_loop_case(lo, shape) for lo in ("lf", "pf")]
+            + [_miss_case(MISS_OP, kernel) for kernel in MISS_KERNELS])
+
+
+def rows(backend, shape, reference, block_quota, skip=()):
+    """Every case of the module docstring, for kvnumba and ``reference`` (or None), one record at a time.
+
+    Cases whose ``"case"`` string is in ``skip`` are neither measured nor yielded (``bench.py --resume``).
+    Skipping the ``lf`` layer loop draws other (equally random) pages for the ``pf`` one."""
     roots = Roots(backend, shape)
     rng = np.random.default_rng(1)
     pages = rng.choice(shape.pool // shape.page_size, shape.tokens // shape.page_size, replace=False)
@@ -134,22 +160,27 @@ def rows(backend, shape, reference, block_quota):
     if reference is not None:
         impls["reference"] = reference
     for op in per_layer_entry_points():
-        record = {"op": op, "case": f"sglang fresh-view {op} h2d", "direction": "h2d", "tokens": shape.tokens}
+        if _fresh_view_case(op) in skip:
+            continue
+        record = {"op": op, "case": _fresh_view_case(op), "direction": "h2d", "tokens": shape.tokens}
         for name, module in impls.items():
             call, nbytes = fresh_view_call(module, op, roots, idx, shape, block_quota)
             _measure(record, name, call, nbytes, shape)
         yield record
     loop_shape = dataclasses.replace(shape, repeat=max(shape.groups, shape.repeat // 5))
     for layout in ("lf", "pf"):
-        record = {"op": "layer loop", "case": f"sglang layer loop {layout} h2d ({shape.layers} layers, "
-                                             f"{min(LOOP_TOKENS, shape.tokens)} tokens)", "direction": "h2d",
+        if _loop_case(layout, shape) in skip:
+            continue
+        record = {"op": "layer loop", "case": _loop_case(layout, shape), "direction": "h2d",
                   "tokens": min(LOOP_TOKENS, shape.tokens)}
         for name, module in impls.items():
             call, nbytes = layer_loop(module, layout, roots, rng, shape, block_quota, min(LOOP_TOKENS, shape.tokens))
             _measure(record, name, call, nbytes, loop_shape, calls_per_run=shape.layers)
         yield record
-    op = "transfer_kv_per_layer"
-    for kernel in ("staged", "register"):
+    op = MISS_OP
+    for kernel in MISS_KERNELS:
+        if _miss_case(op, kernel) in skip:
+            continue
         with kvnumba.config.override(load_path="auto" if kernel == "staged" else "register"):
             call, nbytes = fresh_view_call(kvnumba, op, roots, idx, shape, block_quota)
             cache = plain(op)._cache
@@ -158,8 +189,7 @@ def rows(backend, shape, reference, block_quota):
                 cache.clear()
                 call()
 
-            record = {"op": op, "case": f"sglang miss {op} h2d ({kernel} kernel)", "direction": "h2d",
-                      "tokens": shape.tokens}
+            record = {"op": op, "case": _miss_case(op, kernel), "direction": "h2d", "tokens": shape.tokens}
             _measure(record, "kvnumba", miss, nbytes, shape)
             record["plan_kernel"] = _kernel_of(op)
             yield record

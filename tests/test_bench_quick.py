@@ -50,3 +50,57 @@ def test_quiet_run_prints_no_progress(capsys):
     assert records and all("transfer_kv_per_layer_mla_pf_lf" in r["case"] for r in records)
     assert "transfer_kv_per_layer_mla_pf_lf h2d mla" in out
     assert err == ""
+
+
+def test_resume_runs_only_the_missing_cases(tmp_path, capsys, monkeypatch):
+    """A full run split over processes: --json keeps every finished row of a killed run, --resume adds only
+    the cases the file lacks (the sglang block's rows too, one by one), old rows first, no duplicates."""
+    bench = _bench()
+    out = tmp_path / "bench.json"
+
+    def cases():
+        return [r["case"] for r in json.loads(out.read_text())["records"]]
+
+    mla = ["--quick", "--only", "mla_pf_lf", "--json", str(out), "--resume"]
+    write, writes = bench.write_json, []
+
+    def killed_after_two_rows(*args):  # the process is killed while it measures the third case
+        write(*args)
+        writes.append(1)
+        if len(writes) == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "write_json", killed_after_two_rows)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(mla)
+    monkeypatch.setattr(bench, "write_json", write)
+    first = json.loads(out.read_text())["records"]
+    assert len(first) == 2 and os.listdir(tmp_path) == ["bench.json"]  # no temporary file left behind
+
+    capsys.readouterr()
+    bench.main(mla)
+    data = json.loads(out.read_text())
+    assert data["records"][:2] == first and len(data["records"]) == 3
+    assert cases() == ["transfer_kv_per_layer_mla_pf_lf h2d mla", "transfer_kv_per_layer_mla_pf_lf d2d mla",
+                       "transfer_kv_per_layer_mla_pf_lf h2d mla 8tok"]
+    assert "bench: 2 cases already in" in capsys.readouterr().err
+
+    bench.main(mla)  # everything is there: nothing is measured, the file is left as it was
+    assert json.loads(out.read_text()) == data
+    assert "nothing left to run" in capsys.readouterr().err
+
+    bench.main(mla[:3] + ["sglang"] + mla[3:])  # another --only: its new rows come after the old ones
+    data = json.loads(out.read_text())
+    sglang = bench.sglang_shapes.cases(bench.QUICK)
+    assert cases() == cases()[:3] + sglang and len(sglang) == bench.sglang_shapes.count()
+    assert [run["cases"] for run in data["meta"]["runs"]] == [2, 1, len(sglang)]
+
+    lost = {sglang[0], sglang[-2]}  # two sglang rows missing (a file cut short, say): only they are measured again
+    data["records"] = [r for r in data["records"] if r["case"] not in lost]
+    out.write_text(json.dumps(data))
+    bench.main(mla[:3] + ["sglang"] + mla[3:])
+    assert sorted(cases()) == sorted(set(cases())) and set(cases()[-2:]) == lost and len(cases()) == 3 + len(sglang)
+    assert "bench: 10 cases already in" in capsys.readouterr().err
+
+    with pytest.raises(SystemExit, match="cannot resume"):  # rows of another shape are not mixed in
+        bench.main(["--only", "mla_pf_lf", "--json", str(out), "--resume"])
