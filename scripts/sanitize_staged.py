@@ -48,10 +48,9 @@ CASES = {
     "ph_tiny": [("transfer_kv_per_layer_ph_lf", 2048, 16, 8, "pages", 5, TINY)],
     "pf": [("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "runs", 4, S)],
     "pf_tiny": [("transfer_kv_per_layer_pf_lf", 1024, 1, 1, "runs", 5, TINY)],
-    "side": [("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "runs", 5, S._replace(store_warps=2, side_eighths=4)),
-             ("transfer_kv_per_layer_ph_lf", 2048, 16, 8, "pages", 5, S._replace(store_warps=2, side_eighths=4))],
     "mla": [("transfer_kv_per_layer_mla_pf_lf", 1152, 1, 1, "runs", 4, S)],
-    "random": [("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "random", 4, S)],
+    "random": [("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "random", 4, S)],  # blocks of few runs: the register mark
+    "random_ring": [("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "random", 4, S._replace(fallback_runs=0))],
     "register": [("transfer_kv_per_layer_ph_lf", 2048, 16, 8, "pages", 4, S, "register"),
                  ("transfer_kv_per_layer_pf_lf", 2048, 1, 1, "runs", 4, S, "register")],
 }

@@ -2,12 +2,12 @@
 register kernel and a reference, with ring variants (kvnumba.kernels.staged.StagedShape), and with
 variants that leave one stage out, to find what limits it. Needs an sm_90+ GPU and torch.
 
-    python scripts/tune_staged.py --reference /path/to/seedref.so --table --variants base no_data side4
+    python scripts/tune_staged.py --reference /path/to/seedref.so --table --variants base no_data ring_only
     python scripts/tune_staged.py --once pf --variant base        # one warm call, then one more: for ncu
 
 GB/s = bytes moved / device time per call, back to back, as scripts/bench.py measures it (8192 tokens in
 random 64-token pages, 32 layers, 2048-byte items or 1152 for MLA, 32 warps). "random": 8192 random,
-unpaged indices (no runs). Tables go to stdout, last; ``--json`` keeps every figure.
+unpaged indices (no runs); "runs8": random 8-token runs. Tables go to stdout, last; ``--json`` keeps every figure.
 """
 import argparse
 import json
@@ -29,6 +29,7 @@ CASES = {  # name: (entry point, direction, model, indices)
     "ph": ("transfer_kv_per_layer_ph_lf", "h2d", "mha", "pages"),
     "mla": ("transfer_kv_per_layer_mla_pf_lf", "h2d", "mla", "pages"),
     "random": ("transfer_kv_per_layer_pf_lf", "h2d", "mha", "random"),
+    "runs8": ("transfer_kv_per_layer_pf_lf", "h2d", "mha", "runs8"),  # random 8-token runs: short bulk pieces
     "lf": ("transfer_kv_per_layer", "h2d", "mha", "pages"),
     "pf_d2d": ("transfer_kv_per_layer_pf_lf", "d2d", "mha", "pages"),  # the kernel's own limit, without PCIe
 }
@@ -38,9 +39,7 @@ VARIANTS = {
     "no_data": S._replace(leave_out="data"),  # the loader, barriers and stores, no bulk loads
     "no_stores": S._replace(leave_out="stores"),  # the loader and the bulk loads, nothing written out
     "warp_stores_no_data": S._replace(bulk_stores=False, leave_out="data"),
-    "side2": S._replace(side_eighths=2),
-    "side4": S._replace(side_eighths=4),
-    "sw8_side4": S._replace(store_warps=8, side_eighths=4),
+    "ring_only": S._replace(fallback_runs=0),  # no block copies as the register kernel does (issue 21's first kernels)
     "s6x32": S._replace(stages=6, stage_bytes=32 * K),
     "s6x36": S._replace(stages=6, stage_bytes=36 * K),
     "direct256": S._replace(direct_batch=256),  # fewer, longer direct posts: less barrier traffic per item
@@ -74,10 +73,13 @@ def main(argv=None):
     args = parser.parse_args(argv)
     backend, shape, pools, idx, reference, rng = bench.tuning_setup(args.reference, args.repeat)
     scattered = tuple(backend.indices(rng.permutation(shape.pool)[:shape.tokens].astype(np.int64)) for _ in "sd")
+    starts = rng.permutation(shape.pool // 8)[:shape.tokens // 8] * 8
+    runs8 = (backend.indices((starts[:, None] + np.arange(8)).reshape(-1).astype(np.int64)), scattered[1])
+    patterns = {"pages": idx, "random": scattered, "runs8": runs8}
 
     def call(module, case, block_quota):
         op, direction, model, indices = CASES[case]
-        return bench.build_call(module, op, direction, model, pools, idx if indices == "pages" else scattered, shape,
+        return bench.build_call(module, op, direction, model, pools, patterns[indices], shape,
                                 block_quota)
 
     if args.once:

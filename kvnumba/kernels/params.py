@@ -47,9 +47,9 @@ PER_CALL_ARGS = KernelArgs._fields.index("first_layer")  # src_indices .. items_
 PER_LAYER_ARGS = KernelArgs._fields.index("src_k")  # .. dst_token_limit: what a call writes
 pack_call = struct.Struct(f"{PER_LAYER_ARGS}q").pack_into  # pack_call(block view, 0, *the first PER_LAYER_ARGS)
 
-# The staged kernel's four more: its tensor maps' device address (K's maps for box lengths 1, 2, 4, ..
-# 2**max_run_log2, then V's), the chunks an item is split into (one map row each), and its run limits.
-STAGED_EXTRA = ("maps", "map_heads", "max_run_log2", "min_run")
+# The staged kernel's three more: its tensor maps' device address (K's maps for box lengths 1, 2, 4, ..
+# 2**max_run_log2, then V's) and its run limits.
+STAGED_EXTRA = ("maps", "max_run_log2", "min_run")
 StagedArgs = namedtuple("StagedArgs", KernelArgs._fields + STAGED_EXTRA)  # type: ignore[misc]  # fields: computed
 
 

@@ -25,8 +25,15 @@ would take), with the warps in three roles:
   warps' registers instead (``StagedShape.bulk_stores=False``) held each buffer ~3 us longer at one
   SM, and loads and stores then barely overlapped (scripts/RESULTS.md, issue 21);
 - every warp but the loader copies direct items from host memory through registers, as the
-  register kernel does (``kernels.item_copy``, the same body); ``side_eighths`` sends some runs'
-  pieces that way too, to the warps after the store warps (measured slower on the H200: off).
+  register kernel does (``kernels.item_copy``, the same body).
+
+A block whose items hold few runs (random indices) gains nothing from the ring and loses to the
+register kernel (31.2 against 35.2 GB/s at two SMs on the H200), so the loader first samples the
+block's items: 32 evenly spread places, each a run if the ``min_run`` source tokens from there are
+consecutive. With fewer than ``StagedShape.fallback_runs`` runs the block is a register kernel's
+block: the loader posts one *register* mark and every warp, the loader too, copies the items the
+register kernel's warp would copy. The choice is made per call and per block, inside the kernel:
+no host read, no synchronisation.
 
 Items go round the warps that take them (the descriptor says which warp takes a post's first
 item). Each warp releases each post (the slot's ``empty`` barrier); warps with nothing to write in
@@ -36,11 +43,9 @@ Every index is still bounded: the loader puts only in-range items into runs, and
 items are checked by their warp (skipped and flagged, as in the register kernel).
 
 The kernel has the register kernel's 19 parameters (``params.KernelArgs``), so a call writes the
-same prefix, then four more: the device address of the source's tensor maps (``plan.tensor_maps``:
-K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's), ``map_heads`` (the map rows
-of one item: chunks of at most 2 KB, or page-head's heads; the kernel no longer reads it, since every
-stage now holds whole items token-major, and a later signature change can drop it), ``max_run_log2``
-and ``min_run``.
+same prefix, then three more (``params.STAGED_EXTRA``): the device address of the source's tensor maps
+(``plan.tensor_maps``: K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's),
+``max_run_log2`` and ``min_run``.
 """
 from typing import Any, NamedTuple
 
@@ -52,12 +57,11 @@ from .item_copy import in_bounds, make_item_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u128
-from .params import StagedArgs, signature
+from .params import StagedArgs, check_parameters, signature
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
-                  bulk_commit, bulk_store, bulk_wait, bulk_wait_read, first_set, load_shared_u128, release,
-                  shared_address, tensor_load, try_wait)
+                  bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set, load_shared_u128,
+                  release, shared_address, tensor_load, try_wait)
 from .warp_copy import warp_loop
-
 
 
 class StagedShape(NamedTuple):
@@ -69,9 +73,10 @@ class StagedShape(NamedTuple):
     min_bulk_bytes: int = 8 * 1024  # a bulk operation below this (per buffer) is slower than registers
     store_warps: int = 16  # warps writing bulk pieces out (0: every warp but the loader)
     direct_batch: int = 128  # short-run items per direct post (copied by every warp but the loader)
-    # Eighths of the runs' pieces copied through registers by the warps that store no bulk pieces (the
-    # *side* warps), while the bulk unit loads the others: two paths reading host memory at once.
-    side_eighths: int = 0
+    # A block whose 32 samples find fewer runs than this copies its items as the register kernel does
+    # (0: never). On the H200 at two SMs the ring moves runs at ~49 GB/s and lone items at ~31, the
+    # register kernel both at ~35: the ring wins once about 31% of the items go in bulk pieces, so 10.
+    fallback_runs: int = 10
     # A bulk piece is written out by the bulk unit too (one warp, a lane per token), not by the store
     # warps' loads and stores: the data buffer is free again as soon as the unit has read it.
     bulk_stores: bool = True
@@ -92,9 +97,10 @@ MAP_BYTES = 128  # one CUtensorMap
 
 SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
-SIGNATURE = signature(StagedArgs)  # the register kernel's parameters, then four more (kvnumba.kernels.params)
+SIGNATURE = signature(StagedArgs)  # the register kernel's parameters, then three more (kvnumba.kernels.params)
 
-_END, _DIRECT, _BULK, _SIDE = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, a side piece
+_END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, and
+# the register mark (few runs: every warp copies its register-kernel share, and no other post follows)
 LEAVE_OUT = ("", "data", "stores")
 
 
@@ -111,13 +117,39 @@ def run_limits(item_size, mla, shape=None):
     return max_run_log2, shortest
 
 
+def make_few_runs(fallback_runs, head_major):
+    """``few_runs(lane, begin, end, src_indices, src_limit, page, min_run)``, a warp's vote: whether the
+    items ``[begin, end)`` hold too few runs for the ring, i.e. fewer than ``fallback_runs`` of 32
+    samples (never, for 0). Lane ``l`` takes the ``min_run`` items from place ``l`` of 32 spread over
+    them, a run if their source tokens run on, first to last (and, ``head_major``, stay in one page of
+    ``page`` tokens): a guess for the choice only; the loader still checks every item it moves."""
+
+    @device_function
+    def few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
+        if fallback_runs == 0:
+            return False
+        holds = False
+        span = end - begin - min_run + 1  # places a run of min_run items can start
+        if span > 0:
+            j = begin + lane * span // WARP_SIZE
+            first = load_i64(src_indices + j * 8)
+            last = load_i64(src_indices + (j + min_run - 1) * 8)
+            holds = 0 <= first and last < src_limit and last - first == min_run - 1
+            if head_major:
+                holds = holds and first // page == last // page
+        return count_set(ballot(holds)) < fallback_runs
+
+    return few_runs
+
+
 def _build(src, dst, mla, shape, ring):
     head_major = src is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
     layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
     copy_tokens = make_item_copy(src, dst, mla, shape)
     buffers = 1 if mla else 2
-    side_eighths, bulk_stores = ring.side_eighths, ring.bulk_stores
+    bulk_stores = ring.bulk_stores
+    few_runs = make_few_runs(ring.fallback_runs, head_major)
     # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
     # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
     # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
@@ -188,20 +220,22 @@ def _build(src, dst, mla, shape, ring):
     @device_function
     def load(lane, smem, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page, maps,
              max_run_log2, min_run, item_size, stores, consumers):
-        """The loader warp: the block's items as bulk pieces and direct batches, then the end mark.
+        """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or,
+        for a block of few runs, only the register mark (returns True: the loader then copies its share).
 
         Runs are found 32 items at a time: each lane reads one item's indices, and two votes give
         which items are in range and which continue their predecessor's run. All lanes then walk the
         window alike; lane 0 posts the stages."""
+        if few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
+            if lane == 0:
+                post_plain(smem, base, 0, 0, 0, _REGISTER, 0)
+            return True
         longest = 1 << max_run_log2
         k = 0  # posts so far
         pieces = 0  # bulk posts so far (piece p fills data buffer p % stages)
         holder = cuda.local.array(MAX_STAGES, int64)  # the post that last filled each data buffer
         bulk_rot = 0  # the store warp the next bulk item goes to
         direct_rot = 0  # the consumer warp the next direct item goes to
-        sides = consumers - stores  # the warps that store no bulk pieces
-        side_rot = 0  # the side warp the next side item goes to
-        side_share = 0  # eighths of a piece owed to the side warps
         i = begin
         direct_from = begin
         while i < end:
@@ -237,24 +271,17 @@ def _build(src, dst, mla, shape, ring):
                     log2 = 0
                     while (2 << log2) <= n:
                         log2 += 1
-                    side_share += side_eighths
-                    if sides > 0 and side_share >= 8:  # this piece goes through the side warps' registers
-                        side_share -= 8
-                        if lane == 0:
-                            post_plain(smem, base, k, i + p, 1 << log2, _SIDE, side_rot)
-                        side_rot = turn(side_rot, 1 << log2, sides)
-                    else:
-                        buffer = pieces % stages
-                        if lane == 0:
-                            # The buffer's last piece must have been written out; if its slot came round since,
-                            # claiming that slot already waited for it.
-                            if pieces >= stages and k - holder[buffer] < slots:
-                                wait_released(base, holder[buffer])
-                            post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
-                                      layer, page, maps, max_run_log2, item_size)
-                        holder[buffer] = k
-                        bulk_rot = turn(bulk_rot, 1 if bulk_stores else 1 << log2, stores)
-                        pieces += 1
+                    buffer = pieces % stages
+                    if lane == 0:
+                        # The buffer's last piece must have been written out; if its slot came round since,
+                        # claiming that slot already waited for it.
+                        if pieces >= stages and k - holder[buffer] < slots:
+                            wait_released(base, holder[buffer])
+                        post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
+                                  layer, page, maps, max_run_log2, item_size)
+                    holder[buffer] = k
+                    bulk_rot = turn(bulk_rot, 1 if bulk_stores else 1 << log2, stores)
+                    pieces += 1
                     k += 1
                     p += 1 << log2
                     direct_from = i + p
@@ -272,6 +299,7 @@ def _build(src, dst, mla, shape, ring):
                 post_plain(smem, base, k, direct_from, i - direct_from, _DIRECT, direct_rot)
                 k += 1
             post_plain(smem, base, k, 0, 0, _END, 0)
+        return False
 
     # A warp writes a piece's item from shared memory out: two 16-byte words a lane per round.
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
@@ -317,10 +345,25 @@ def _build(src, dst, mla, shape, ring):
             store_token(lane, stage, count, t, load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v,
                         item_size, dst_layout_dim, dst_page_size)
 
+    @device_function
+    def copy_items(lane, first, j, count, step, src_indices, dst_indices, layer, src_token_limit, dst_token_limit,
+                   src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim, src_page_size,
+                   dst_page_size, head_num, error_flag):
+        """The warp copies items ``first + j``, ``first + j + step``, .. below ``first + count`` of one
+        layer through registers, as the register kernel copies its items (the same guard and body)."""
+        while j < count:
+            item = first + j
+            src_token = load_i64(src_indices + item * 8)  # both indices in flight together
+            dst_token = load_i64(dst_indices + item * 8)
+            if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
+                copy_tokens(lane, src_token, dst_token, layer, 1, src_k, dst_k, src_v, dst_v, item_size,
+                            src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
+            j += step
+
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
-                           dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag, maps, map_heads,
-                           max_run_log2, min_run):
+                           dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag, maps, max_run_log2,
+                           min_run):
         smem = cuda.shared.array(0, int64)
         base = shared_address(smem)
         data = (base + HEADER_BYTES + 127) & ~127
@@ -342,63 +385,65 @@ def _build(src, dst, mla, shape, ring):
         begin = cuda.blockIdx.x * items_per_warp * warps
         end = min(begin + items_per_warp * warps, num_items)
         if warp == 0:
-            load(lane, smem, base, data, begin, end, src_indices, dst_indices, first_layer, src_token_limit,
-                 dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, stores, consumers)
-            return
-        me = warp - 1
-        k = 0
-        while True:
-            s = k % slots
-            parity = (k // slots) & 1
-            while try_wait(base + posted_at + s * 8, parity) == 0:
-                pass
-            d = descriptors + _FIELDS * s
-            first = smem[d]
-            count = smem[d + 1]
-            kind = smem[d + 2]
-            if kind == _END:
-                bulk_wait()  # this thread's bulk stores have written global memory
+            if not load(lane, smem, base, data, begin, end, src_indices, dst_indices, first_layer, src_token_limit,
+                        dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, stores, consumers):
                 return
-            # Who takes the post's items: bulk pieces go round the store warps, side pieces round the
-            # warps after them, direct items round every consumer.
-            n = consumers
-            first_warp = 0
-            if kind == _BULK:
-                n = stores
-            elif kind == _SIDE:
-                n = consumers - stores
-                first_warp = stores
-            j = me - first_warp - smem[d + 3]  # items go round the n warps from the post's first warp
-            if j < 0:
-                j += n
-            if me < first_warp or me >= first_warp + n or (kind == _BULK and bulk_stores and j != 0):
-                j = count  # a warp with no items in this post
-            elif kind == _BULK:
-                while try_wait(base + full_at + s * 8, parity) == 0:
+        else:
+            me = warp - 1
+            k = 0
+            while True:
+                s = k % slots
+                parity = (k // slots) & 1
+                while try_wait(base + posted_at + s * 8, parity) == 0:
                     pass
-                if not write_out:
+                d = descriptors + _FIELDS * s
+                first = smem[d]
+                count = smem[d + 1]
+                kind = smem[d + 2]
+                if kind == _END:
+                    bulk_wait()  # this thread's bulk stores have written global memory
+                    return
+                if kind == _REGISTER:
+                    break
+                # Who takes the post's items: bulk pieces go round the store warps, direct items round
+                # every consumer.
+                n = stores if kind == _BULK else consumers
+                j = me - smem[d + 3]  # items go round the n warps from the post's first warp
+                if j < 0:
+                    j += n
+                if me >= n or (kind == _BULK and bulk_stores and j != 0):
+                    j = count  # a warp with no items in this post
+                elif kind == _BULK:
+                    while try_wait(base + full_at + s * 8, parity) == 0:
+                        pass
+                    if not write_out:
+                        j = count
+                # Every source's stage holds the piece token-major: item t at stage + t * item_size (V's
+                # after K's).
+                stage = data + smem[d + 4] * stage_bytes
+                if kind == _BULK and bulk_stores and j < count:
+                    write_piece(lane, stage, first, count, dst_indices, first_layer, dst_k, dst_v, item_size,
+                                dst_layout_dim, dst_page_size)
                     j = count
-            # Every source's stage holds the piece token-major: item t at stage + t * item_size (V's after K's).
-            stage = data + smem[d + 4] * stage_bytes
-            if kind == _BULK and bulk_stores and j < count:
-                write_piece(lane, stage, first, count, dst_indices, first_layer, dst_k, dst_v, item_size,
-                            dst_layout_dim, dst_page_size)
-                j = count
-            while j < count:
-                item = first + j
                 if kind == _BULK:  # the store warps' path (bulk_stores=False)
-                    store_token(lane, stage, count, j, load_i64(dst_indices + item * 8), first_layer, dst_k, dst_v,
-                                item_size, dst_layout_dim, dst_page_size)
-                else:  # direct and side items, through registers as the register kernel copies them
-                    src_token = load_i64(src_indices + item * 8)  # both indices in flight together
-                    dst_token = load_i64(dst_indices + item * 8)
-                    if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
-                        copy_tokens(lane, src_token, dst_token, first_layer, 1, src_k, dst_k, src_v, dst_v, item_size,
-                                    src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
-                j += n
-            release(base + empty_at + s * 8, lane)
-            k += 1
+                    while j < count:
+                        store_token(lane, stage, count, j, load_i64(dst_indices + (first + j) * 8), first_layer,
+                                    dst_k, dst_v, item_size, dst_layout_dim, dst_page_size)
+                        j += n
+                else:  # direct items, through registers
+                    copy_items(lane, first, j, count, n, src_indices, dst_indices, first_layer, src_token_limit,
+                               dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
+                               dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
+                release(base + empty_at + s * 8, lane)
+                k += 1
+        # The register mark: the block is a register kernel's block, each warp copying the items the
+        # register kernel's warp would (kernels.factory's split).
+        share = begin + warp * items_per_warp
+        copy_items(lane, share, 0, min(share + items_per_warp, end) - share, 1, src_indices, dst_indices, first_layer,
+                   src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
+                   dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
 
+    check_parameters(transfer_kv_staged, StagedArgs)  # the parameter block's order (kvnumba.kernels.params)
     transfer_kv_staged.__name__ = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
     transfer_kv_staged.__qualname__ = transfer_kv_staged.__name__
     return kernel(transfer_kv_staged, max_registers=MAX_REGISTERS)
@@ -414,7 +459,7 @@ def get_staged_kernel(src, dst, mla, ring=None):
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
     ring = ring or SHAPE
     if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
-            or not 0 <= ring.side_eighths <= 8 or ring.leave_out not in LEAVE_OUT):
+            or not 0 <= ring.fallback_runs <= WARP_SIZE or ring.leave_out not in LEAVE_OUT):
         raise ValueError(f"bad staged ring {ring}")
     shape = copy_shape_for(src, dst, mla)  # the direct items' inner loop: part of the kernel, so of its key
     key = (src, dst, bool(mla), shape, ring)

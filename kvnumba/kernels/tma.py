@@ -31,14 +31,14 @@ kvnumba's own format (``plan.tensor_maps``) row by row.
 from ..driver.target import SIMULATOR
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "bulk_commit",
-           "bulk_store", "bulk_wait", "bulk_wait_read", "first_set", "load_shared_u128", "release", "shared_address",
+           "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128", "release", "shared_address",
            "tensor_load", "try_wait"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
-                                barrier_init, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, first_set,
-                                load_shared_u128, release, shared_address, tensor_load, try_wait)
+                                barrier_init, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
+                                first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
 else:
     from llvmlite import ir
     from numba import cuda, int64, types, uint32
@@ -170,6 +170,10 @@ else:
     @device_function
     def first_set(mask):
         return int64(cuda.ffs(uint32(mask)))
+
+    @device_function
+    def count_set(mask):
+        return int64(cuda.popc(uint32(mask)))
 
     @device_function
     def release(bar, lane):

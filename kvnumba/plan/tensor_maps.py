@@ -38,9 +38,9 @@ MAP_BYTES = 128  # one CUtensorMap (the simulator's form is 16 int64 words: the 
 
 
 class SourceMaps:
-    """The maps of one source (K and V) and the staged kernel's last four parameters.
+    """The maps of one source (K and V) and the staged kernel's last three parameters.
 
-    ``args``: ``(address, map_heads, max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's
+    ``args``: ``(address, max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's
     map of box length ``2**r`` and V's follow ``(max_run_log2 + 1) * MAP_BYTES`` later (the kernel's
     indexing); only the maps of the box lengths in use are stored, so ``address`` may point before the
     block. The block goes back to its store when this object is gone."""
@@ -157,7 +157,7 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     buffers = (k_ptr,) if mla else (k_ptr, v_ptr)
     if picture is None or any(p % 16 for p in buffers) or item_size * len(buffers) > stage_bytes:
         return None
-    sizes, strides, map_heads, head_major = picture
+    sizes, strides, _, head_major = picture
     if any(s >= MAX_STRIDE for s in strides):
         return None
     max_run_log2, min_run = piece_limits(run_limits, head_major, page_size)
@@ -170,7 +170,7 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
         for r in range(min_log2, max_run_log2 + 1):
             write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
                   _box(sizes, head_major, 1 << r))
-    return SourceMaps(block, (address, map_heads, max_run_log2, min_run), store)
+    return SourceMaps(block, (address, max_run_log2, min_run), store)
 
 
 def piece_limits(run_limits, head_major, page_size):

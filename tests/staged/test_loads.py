@@ -1,6 +1,7 @@
 """The staged (bulk-copy) load kernel: every per-layer load it serves, byte for byte against the
 reference, with the index patterns that decide how it moves them (long runs as bulk pieces, short
-runs and random indices as direct batches, runs cut at page edges), and the fallbacks.
+runs and random indices as direct batches, runs cut at page edges), blocks of few runs copied as the
+register kernel copies them, and the fallbacks.
 
 ``KVNUMBA_LOAD_PATH=staged`` forces the path, so these run on the simulator (the kernel's Python
 twin) and on a GPU (sm_90+: the real TMA kernel). A watch on the plans made (``kernel_plan.watching``)
@@ -8,6 +9,7 @@ asserts the staged kernel was really chosen.
 """
 import numpy as np
 import pytest
+from numba import cuda
 
 import kvnumba as kv
 from kvnumba import config
@@ -61,6 +63,9 @@ def _case(op, pattern, item_size, page_size=1, head_num=1, warps=3):
 
 
 PATTERNS = list(_patterns(16))
+# The tuned ring with every block on it: a block of few runs would otherwise copy through registers
+# (test_blocks_of_few_runs_copy_through_registers), and the ring's direct batches go untested.
+RING = staged.SHAPE._replace(fallback_runs=0)
 LOADS = [  # (entry point, item size, page size, heads): sizes where bulk pieces and direct batches both occur
     ("transfer_kv_per_layer", 1024, 1, 1),
     ("transfer_kv_per_layer", 4096, 1, 1),  # an item of two 2 KB map rows
@@ -74,13 +79,15 @@ LOADS = [  # (entry point, item size, page size, heads): sizes where bulk pieces
 
 @pytest.mark.parametrize("pattern", PATTERNS)
 @pytest.mark.parametrize("op,item_size,page_size,heads", LOADS)
-def test_staged_load_matches_reference(staged_choices, op, item_size, page_size, heads, pattern):
+def test_staged_load_matches_reference(staged_choices, staged_ring, op, item_size, page_size, heads, pattern):
+    staged_ring(RING)
     run_case(_case(op, pattern, item_size, page_size, heads))
     assert staged_choices == [True]
 
 
 @pytest.mark.parametrize("warps", [2, 5])
-def test_staged_load_any_number_of_store_warps(staged_choices, warps):
+def test_staged_load_any_number_of_store_warps(staged_choices, staged_ring, warps):
+    staged_ring(RING)
     run_case(_case("transfer_kv_per_layer_pf_lf", "mixed", 1024, warps=warps))
     assert staged_choices == [True]
 
@@ -90,22 +97,57 @@ def test_small_rings_and_fewer_store_warps(staged_choices, staged_ring, pattern)
     """Two data buffers behind eight posts, two of four consumer warps writing bulk pieces, direct
     posts of eight items: buffers and slots come round many times in one call."""
     staged_ring(staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=8, store_warps=2, direct_batch=8,
-                                   min_bulk_bytes=2048))
+                                   min_bulk_bytes=2048, fallback_runs=0))
     run_case(_case("transfer_kv_per_layer_pf_lf", pattern, 1024, warps=5))
     assert staged_choices == [True]
 
 
-@pytest.mark.parametrize("side_eighths", [3, 8])
-@pytest.mark.parametrize("pattern", ["mixed", "runs"])
-@pytest.mark.parametrize("op,item_size,page_size,heads", [LOADS[2], LOADS[4], LOADS[6]])
-def test_side_pieces_through_registers(staged_choices, staged_ring, side_eighths, pattern, op, item_size, page_size,
-                                       heads):
-    """Some of the runs' pieces go through the side warps' registers beside the bulk pieces (3 in 8 of
-    them, or all): two store warps and two side warps, every byte still where the reference puts it."""
-    staged_ring(staged.StagedShape(stages=2, stage_bytes=8 * 1024, slots=8, store_warps=2, direct_batch=8,
-                                   min_bulk_bytes=512, side_eighths=side_eighths))
-    run_case(_case(op, pattern, item_size, page_size, heads, warps=5))
+@pytest.mark.parametrize("pattern", ["random", "mixed", "pages"])
+@pytest.mark.parametrize("op,item_size,page_size,heads", [LOADS[2], LOADS[3], LOADS[6]])
+def test_blocks_of_few_runs_copy_through_registers(staged_choices, op, item_size, page_size, heads, pattern):
+    """The tuned ring (``fallback_runs`` on): a block whose sample finds few runs posts the register
+    mark and every warp, the loader too, copies its register-kernel share; the others use the ring."""
+    run_case(_case(op, pattern, item_size, page_size, heads, warps=3))
     assert staged_choices == [True]
+
+
+def _few_runs(sources, min_run, fallback_runs, *, page=0, limit=POOL, head_major=False):
+    """One warp's vote of ``staged.make_few_runs`` over ``sources`` (source token indices)."""
+    from kvnumba.arrays import array_info
+    from kvnumba.kernels.jit import kernel
+
+    few_runs = staged.make_few_runs(fallback_runs, head_major)
+
+    def vote(indices, n, out, limit, page, min_run):
+        lane = cuda.threadIdx.x
+        found = few_runs(lane, 0, n, indices, limit, page, min_run)
+        if lane == 0:
+            out[0] = 1 if found else 0
+
+    indices = device(np.asarray(sources, dtype=np.int64))
+    out = device(np.full(1, 7, dtype=np.int64))
+    kernel(vote)[1, 32](array_info(indices, "indices").ptr, len(sources), out, limit, page, min_run)
+    return bool(to_numpy(out)[0])
+
+
+def test_the_sample_tells_few_runs_from_many():
+    """32 samples of ``min_run`` items: random sources hold none, pages of 64 nearly all; the threshold
+    counts them, and fewer items than ``min_run`` can hold no run."""
+    rng = np.random.default_rng(3)
+    pages = (rng.permutation(16)[:, None] * 64 + np.arange(64)).reshape(-1)
+    random = rng.permutation(1024)[:512]
+    assert _few_runs(random, 4, 10, limit=1024)
+    assert not _few_runs(pages, 4, 10, limit=1024)
+    assert not _few_runs(random, 4, 0, limit=1024)  # 0: never
+    assert _few_runs(np.arange(3), 4, 1, limit=1024)  # too few items for one run
+    assert _few_runs(pages, 4, 10, limit=100)  # runs past the source's end are no runs
+    half = np.concatenate([pages[:256], random[:256]])  # about 16 of 32 samples hold
+    assert not _few_runs(half, 4, 10, limit=1024) and _few_runs(half, 4, 24, limit=1024)
+    # page-head: a run never crosses a page (4-token runs in 4-token pages: only those starting a page
+    # hold, about 8 of 32)
+    across = np.arange(2, 2 + 512)
+    assert not _few_runs(across, 4, 16, limit=1024, page=64, head_major=True)
+    assert _few_runs(across, 4, 16, limit=1024, page=4, head_major=True)
 
 
 @pytest.mark.parametrize("pattern", ["mixed", "pages"])
@@ -117,7 +159,7 @@ def test_pieces_written_by_the_store_warps(staged_choices, staged_ring, pattern,
     assert staged_choices == [True]
 
 
-@pytest.mark.parametrize("ring", [dict(side_eighths=9), dict(leave_out="everything"), dict(slots=2)])
+@pytest.mark.parametrize("ring", [dict(fallback_runs=33), dict(leave_out="everything"), dict(slots=2)])
 def test_a_bad_ring_is_refused(ring):
     with pytest.raises(ValueError, match="bad staged ring"):
         staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False, staged.StagedShape(**ring))

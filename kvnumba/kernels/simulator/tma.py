@@ -11,7 +11,7 @@ import threading
 from typing import Any
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "bulk_commit",
-           "bulk_store", "bulk_wait", "bulk_wait_read", "first_set", "load_shared_u128", "release", "shared_address",
+           "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128", "release", "shared_address",
            "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
@@ -148,3 +148,7 @@ def ballot(predicate):
 def first_set(mask):
     mask = int(mask) & 0xFFFFFFFF
     return (mask & -mask).bit_length()
+
+
+def count_set(mask):
+    return bin(int(mask) & 0xFFFFFFFF).count("1")
