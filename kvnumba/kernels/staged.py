@@ -58,7 +58,7 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u128
 from .params import StagedArgs, check_parameters, signature
-from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init,
+from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init, broadcast,
                   bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set, load_shared_u128,
                   release, shared_address, tensor_load, try_wait)
 from .warp_copy import warp_loop
@@ -396,10 +396,16 @@ def _build(src, dst, mla, shape, ring):
                 parity = (k // slots) & 1
                 while try_wait(base + posted_at + s * 8, parity) == 0:
                     pass
+                # Lane 0 alone reads the descriptor and hands it round: the slot's only reader is the
+                # lane that releases it, so the loader's next write there is ordered by the barriers
+                # alone (compute-sanitizer's racecheck flagged the other lanes' reads, which reach the
+                # release through __syncwarp).
                 d = descriptors + _FIELDS * s
-                first = smem[d]
-                count = smem[d + 1]
-                kind = smem[d + 2]
+                first = count = kind = rot = buffer = 0
+                if lane == 0:
+                    first, count, kind, rot, buffer = smem[d], smem[d + 1], smem[d + 2], smem[d + 3], smem[d + 4]
+                first, count, kind = broadcast(first), broadcast(count), broadcast(kind)
+                rot, buffer = broadcast(rot), broadcast(buffer)
                 if kind == _END:
                     bulk_wait()  # this thread's bulk stores have written global memory
                     return
@@ -408,7 +414,7 @@ def _build(src, dst, mla, shape, ring):
                 # Who takes the post's items: bulk pieces go round the store warps, direct items round
                 # every consumer.
                 n = stores if kind == _BULK else consumers
-                j = me - smem[d + 3]  # items go round the n warps from the post's first warp
+                j = me - rot  # items go round the n warps from the post's first warp
                 if j < 0:
                     j += n
                 if me >= n or (kind == _BULK and bulk_stores and j != 0):
@@ -420,7 +426,7 @@ def _build(src, dst, mla, shape, ring):
                         j = count
                 # Every source's stage holds the piece token-major: item t at stage + t * item_size (V's
                 # after K's).
-                stage = data + smem[d + 4] * stage_bytes
+                stage = data + buffer * stage_bytes
                 if kind == _BULK and bulk_stores and j < count:
                     write_piece(lane, stage, first, count, dst_indices, first_layer, dst_k, dst_v, item_size,
                                 dst_layout_dim, dst_page_size)

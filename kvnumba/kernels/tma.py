@@ -22,6 +22,8 @@ On the GPU these are inline PTX (sm_90+):
 - ``release(bar, lane)``: a consumer warp is done with a stage: its lanes agree
   (``__syncwarp``), then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count;
 - ``ballot(predicate)``: the 32 lanes' predicates as the bits of one int (``ballot_sync``, all lanes);
+- ``broadcast(value)``: lane 0's ``value``, in every lane (``shfl_sync``, all lanes);
+- ``count_set(mask)``: the set bits of a 32-bit mask (``popc``);
 - ``first_set(mask)``: 1 + the position of the lowest set bit of a 32-bit mask, 0 if none (``ffs``).
 
 On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``, chosen here once,
@@ -30,14 +32,14 @@ kvnumba's own format (``plan.tensor_maps``) row by row.
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "bulk_commit",
-           "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128", "release", "shared_address",
-           "tensor_load", "try_wait"]
+__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
+           "release", "shared_address", "tensor_load", "try_wait"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
-                                barrier_init, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
+                                barrier_init, broadcast, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
                                 first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
 else:
     from llvmlite import ir
@@ -174,6 +176,10 @@ else:
     @device_function
     def count_set(mask):
         return int64(cuda.popc(uint32(mask)))
+
+    @device_function
+    def broadcast(value):
+        return cuda.shfl_sync(0xFFFFFFFF, int64(value), 0)
 
     @device_function
     def release(bar, lane):

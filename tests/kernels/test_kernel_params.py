@@ -24,7 +24,7 @@ def test_staged_kernels_take_staged_args(src, dst, mla):
 
 def test_signatures_count_the_fields():
     assert factory.SIGNATURE == params.signature(params.KernelArgs) == "void(" + ", ".join(["int64"] * 19) + ")"
-    assert staged.SIGNATURE == params.signature(params.StagedArgs) == "void(" + ", ".join(["int64"] * 23) + ")"
+    assert staged.SIGNATURE == params.signature(params.StagedArgs) == "void(" + ", ".join(["int64"] * 22) + ")"
 
 
 def test_a_call_writes_the_leading_fields():

@@ -130,6 +130,7 @@ def _few_runs(sources, min_run, fallback_runs, *, page=0, limit=POOL, head_major
     return bool(to_numpy(out)[0])
 
 
+@pytest.mark.filterwarnings("ignore:Grid size")  # one warp is the point: Numba's occupancy warning
 def test_the_sample_tells_few_runs_from_many():
     """32 samples of ``min_run`` items: random sources hold none, pages of 64 nearly all; the threshold
     counts them, and fewer items than ``min_run`` can hold no run."""

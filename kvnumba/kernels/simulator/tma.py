@@ -10,9 +10,9 @@ import ctypes
 import threading
 from typing import Any
 
-__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "bulk_commit",
-           "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128", "release", "shared_address",
-           "tensor_load", "try_wait"]
+__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
+           "release", "shared_address", "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -128,21 +128,30 @@ def load_shared_u128(addr):
 class _Vote:
     def __init__(self):
         self.meet = threading.Barrier(32)
-        self.bits = [0] * 32
+        self.values = [0] * 32
 
 
-def ballot(predicate):
+def _exchange(value):
+    """Every lane of the calling thread's warp gives ``value``; each gets the 32 values, by lane."""
     thread: Any = threading.current_thread()  # the simulator's BlockThread
     block = thread._manager  # the simulator's BlockManager: one per block while it runs
     warp, lane = thread.thread_id >> 5, thread.thread_id & 31
     with _barriers_lock:
         votes = block.__dict__.setdefault("_kvnumba_votes", {})
         vote = votes.setdefault(warp, _Vote())
-    vote.bits[lane] = 1 if predicate else 0
+    vote.values[lane] = value
     vote.meet.wait()
-    mask = sum(bit << i for i, bit in enumerate(vote.bits))
+    values = list(vote.values)
     vote.meet.wait()  # nobody votes again before every lane has read this vote
-    return mask
+    return values
+
+
+def ballot(predicate):
+    return sum(1 << i for i, bit in enumerate(_exchange(bool(predicate))) if bit)
+
+
+def broadcast(value):
+    return _exchange(int(value))[0]
 
 
 def first_set(mask):
