@@ -120,9 +120,11 @@ def run_limits(item_size, mla, shape=None):
 def make_few_runs(fallback_runs, head_major):
     """``few_runs(lane, begin, end, src_indices, src_limit, page, min_run)``, a warp's vote: whether the
     items ``[begin, end)`` hold too few runs for the ring, i.e. fewer than ``fallback_runs`` of 32
-    samples (never, for 0). Lane ``l`` takes the ``min_run`` items from place ``l`` of 32 spread over
-    them, a run if their source tokens run on, first to last (and, ``head_major``, stay in one page of
-    ``page`` tokens): a guess for the choice only; the loader still checks every item it moves."""
+    samples (never, for 0). Lane ``l`` takes the ``min_run`` items from place ``l * step``, a run if
+    their source tokens run on, first to last (and, ``head_major``, stay in one page of ``page``
+    tokens): a guess for the choice only; the loader still checks every item it moves. ``step`` is odd,
+    so the places fall at every offset within power-of-two pages: with an even step (4093 items:
+    127.9) they all sat at a page's last token on the H200, and pages of 64 looked like no runs."""
 
     @device_function
     def few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
@@ -131,7 +133,8 @@ def make_few_runs(fallback_runs, head_major):
         holds = False
         span = end - begin - min_run + 1  # places a run of min_run items can start
         if span > 0:
-            j = begin + lane * span // WARP_SIZE
+            step = max(((span >> 5) - 1) | 1, 1)  # the largest odd step that keeps 32 places apart
+            j = begin + lane * step % span
             first = load_i64(src_indices + j * 8)
             last = load_i64(src_indices + (j + min_run - 1) * 8)
             holds = 0 <= first and last < src_limit and last - first == min_run - 1

@@ -130,7 +130,7 @@ def _few_runs(sources, min_run, fallback_runs, *, page=0, limit=POOL, head_major
     return bool(to_numpy(out)[0])
 
 
-@pytest.mark.filterwarnings("ignore:Grid size")  # one warp is the point: Numba's occupancy warning
+@pytest.mark.filterwarnings("ignore:.*Grid size")  # one warp is the point: Numba's occupancy warning
 def test_the_sample_tells_few_runs_from_many():
     """32 samples of ``min_run`` items: random sources hold none, pages of 64 nearly all; the threshold
     counts them, and fewer items than ``min_run`` can hold no run."""
@@ -144,6 +144,11 @@ def test_the_sample_tells_few_runs_from_many():
     assert _few_runs(pages, 4, 10, limit=100)  # runs past the source's end are no runs
     half = np.concatenate([pages[:256], random[:256]])  # about 16 of 32 samples hold
     assert not _few_runs(half, 4, 10, limit=1024) and _few_runs(half, 4, 24, limit=1024)
+    # The bench's shape: a block of 4096 items in 64-token pages (32 places evenly spread would all fall
+    # on a page's last token), and 16-token pages (about 13 of 16 places start a 4-token run).
+    for page in (64, 16):
+        block = (rng.permutation(8192 // page)[:4096 // page, None] * page + np.arange(page)).reshape(-1)
+        assert not _few_runs(block, 4, 24, limit=8192)
     # page-head: a run never crosses a page (4-token runs in 4-token pages: only those starting a page
     # hold, about 8 of 32)
     across = np.arange(2, 2 + 512)
