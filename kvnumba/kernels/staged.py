@@ -29,8 +29,8 @@ would take), with the warps in three roles:
 
 A block whose items hold few runs (random indices) gains nothing from the ring and loses to the
 register kernel (31.2 against 35.2 GB/s at two SMs on the H200), so the loader first samples the
-block's items: 32 evenly spread places, each a run if the ``min_run`` source tokens from there are
-consecutive. With fewer than ``StagedShape.fallback_runs`` runs the block is a register kernel's
+block's items: 32 places an odd stride apart (``make_few_runs``), each a run if the ``min_run``
+source tokens from there are consecutive. With fewer than ``StagedShape.fallback_runs`` runs the block is a register kernel's
 block: the loader posts one *register* mark and every warp, the loader too, copies the items the
 register kernel's warp would copy. The choice is made per call and per block, inside the kernel:
 no host read, no synchronisation.
@@ -133,7 +133,7 @@ def make_few_runs(fallback_runs, head_major):
         holds = False
         span = end - begin - min_run + 1  # places a run of min_run items can start
         if span > 0:
-            step = max(((span >> 5) - 1) | 1, 1)  # the largest odd step that keeps 32 places apart
+            step = max(((span >> 5) - 1) | 1, 1)  # odd, and 32 places fit in span (1 below 32 places)
             j = begin + lane * step % span
             first = load_i64(src_indices + j * 8)
             last = load_i64(src_indices + (j + min_run - 1) * 8)
