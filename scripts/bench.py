@@ -442,9 +442,10 @@ def run(args):
     if args.only:
         plan = [p for p in plan if any(word in p[0][0] + p[2] for word in args.only)]
     sglang = not args.only or "sglang" in args.only
-    sglang_todo = [c for c in sglang_shapes.cases(shape) if c not in done] if sglang else []
+    sglang_cases = sglang_shapes.cases(shape) if sglang else []
+    sglang_todo = [c for c in sglang_cases if c not in done]
     todo = [p for p in plan if _case(*p[0], p[2]) not in done]
-    skipped = len(plan) - len(todo) + ((sglang_shapes.count() - len(sglang_todo)) if sglang else 0)
+    skipped = len(plan) - len(todo) + len(sglang_cases) - len(sglang_todo)
     stream = None if getattr(args, "quiet", False) else sys.stderr
     if skipped and stream is not None:
         print(f"bench: {skipped} cases already in {args.json}, skipped; {len(todo) + len(sglang_todo)} to run",

@@ -30,9 +30,9 @@ would take), with the warps in three roles:
 A block whose items hold few runs (random indices) gains nothing from the ring and loses to the
 register kernel (31.2 against 35.2 GB/s at two SMs on the H200), so the loader first samples the
 block's items: 32 places an odd stride apart (``make_few_runs``), each a run if the ``min_run``
-source tokens from there are consecutive. With fewer than ``StagedShape.fallback_runs`` runs the block is a register kernel's
-block: the loader posts one *register* mark and every warp, the loader too, copies the items the
-register kernel's warp would copy. The choice is made per call and per block, inside the kernel:
+source tokens from there are consecutive. With fewer than ``StagedShape.fallback_runs`` runs the
+block is a register kernel's block: the loader posts one *register* mark and every warp, the loader
+too, copies the items the register kernel's warp would copy. The choice is made per call and per block, inside the kernel:
 no host read, no synchronisation.
 
 Items go round the warps that take them (the descriptor says which warp takes a post's first
