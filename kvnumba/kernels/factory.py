@@ -17,8 +17,7 @@ from .. import config
 from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
-from .item_copy import in_bounds, make_item_copy
-from .memory import load_i64
+from .item_copy import make_items_copy
 from .params import SIGNATURE, KernelArgs, check_parameters
 from .warp_copy import CopyShape
 
@@ -54,7 +53,7 @@ def copy_shape_for(src, dst, mla):
 MAX_REGISTERS = 64
 
 def _build_kernel(src, dst, mla, copy_shape):
-    copy_tokens = make_item_copy(src, dst, mla, copy_shape)
+    copy_items = make_items_copy(src, dst, mla, copy_shape)
 
     def transfer_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                     dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
@@ -62,13 +61,10 @@ def _build_kernel(src, dst, mla, copy_shape):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first_item = warp * items_per_warp
-        end_item = min(first_item + items_per_warp, num_items)
-        for item in range(first_item, end_item):
-            src_token = load_i64(src_indices + item * 8)
-            dst_token = load_i64(dst_indices + item * 8)
-            if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
-                copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
-                            item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
+        count = min(items_per_warp, num_items - first_item)  # negative for warps past the last item
+        copy_items(lane, first_item, 0, count, 1, src_indices, dst_indices, first_layer, num_layers, src_token_limit,
+                   dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
+                   src_page_size, dst_page_size, head_num, error_flag)
 
     check_parameters(transfer_kv, KernelArgs)  # the parameter block's order (kvnumba.kernels.params)
     transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"

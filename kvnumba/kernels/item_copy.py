@@ -1,11 +1,13 @@
-"""One item's copy, the body both kernels run: the bounds guard, then every layer, K and V, head by head.
+"""A warp's copy of items through registers, the loop both kernels run: each item's two indices, the
+bounds guard, then every layer, K and V, head by head.
 
-The register kernel (``kernels.factory``) runs it for each of a warp's items over all its layers; the
-staged kernel (``kernels.staged``) for each item it does not move in bulk, one layer. Written once, so
-a fix to the guard or to the address arithmetic reaches both.
+The register kernel (``kernels.factory``) runs it over a warp's share of items and all its layers;
+the staged kernel (``kernels.staged``) over the items it does not move in bulk (every ``step``-th of a
+piece, one layer) and over a register-marked block's share. Written once, so a fix to the guard, the
+index loads or the address arithmetic reaches both.
 """
 from .jit import device_function
-from .memory import store_u64
+from .memory import load_i64, store_u64
 from .warp_copy import make_copies
 
 
@@ -60,3 +62,26 @@ def make_item_copy(src, dst, mla, copy_shape):
                     copy_item(lane, sv + s_head, dv + d_head, chunk)
 
     return copy_tokens
+
+
+def make_items_copy(src, dst, mla, copy_shape):
+    """``copy_items(lane, first, j, count, step, src_indices, dst_indices, first_layer, num_layers,
+    src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
+    src_page_size, dst_page_size, head_num, error_flag)``: the warp copies items ``first + j``, ``first + j +
+    step``, .. below ``first + count`` (``copy_tokens``'s layers; an item out of bounds is skipped)."""
+    copy_tokens = make_item_copy(src, dst, mla, copy_shape)
+
+    @device_function
+    def copy_items(lane, first, j, count, step, src_indices, dst_indices, first_layer, num_layers, src_token_limit,
+                   dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
+                   src_page_size, dst_page_size, head_num, error_flag):
+        while j < count:
+            item = first + j
+            src_token = load_i64(src_indices + item * 8)  # both indices in flight together
+            dst_token = load_i64(dst_indices + item * 8)
+            if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
+                copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
+                            item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
+            j += step
+
+    return copy_items

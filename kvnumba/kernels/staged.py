@@ -32,8 +32,9 @@ register kernel (31.2 against 35.2 GB/s at two SMs on the H200), so the loader f
 block's items: 32 places an odd stride apart (``make_few_runs``), each a run if the ``min_run``
 source tokens from there are consecutive. With fewer than ``StagedShape.fallback_runs`` runs the
 block is a register kernel's block: the loader posts one *register* mark and every warp, the loader
-too, copies the items the register kernel's warp would copy. The choice is made per call and per block, inside the kernel:
-no host read, no synchronisation.
+too, copies the items the register kernel's warp would copy (``item_copy.make_items_copy``, the
+register kernel's own loop). The choice is made per call and per block, inside the kernel: no host
+read, no synchronisation.
 
 Items go round the warps that take them (the descriptor says which warp takes a post's first
 item). Each warp releases each post (the slot's ``empty`` barrier); warps with nothing to write in
@@ -53,7 +54,7 @@ from numba import cuda, int64
 
 from ..driver.target import SIMULATOR
 from .factory import MAX_REGISTERS, copy_shape_for
-from .item_copy import in_bounds, make_item_copy
+from .item_copy import make_items_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u128
@@ -149,7 +150,7 @@ def _build(src, dst, mla, shape, ring):
     head_major = src is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
     layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
-    copy_tokens = make_item_copy(src, dst, mla, shape)
+    copy_items = make_items_copy(src, dst, mla, shape)
     buffers = 1 if mla else 2
     bulk_stores = ring.bulk_stores
     few_runs = make_few_runs(ring.fallback_runs, head_major)
@@ -348,21 +349,6 @@ def _build(src, dst, mla, shape, ring):
             store_token(lane, stage, count, t, load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v,
                         item_size, dst_layout_dim, dst_page_size)
 
-    @device_function
-    def copy_items(lane, first, j, count, step, src_indices, dst_indices, layer, src_token_limit, dst_token_limit,
-                   src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim, src_page_size,
-                   dst_page_size, head_num, error_flag):
-        """The warp copies items ``first + j``, ``first + j + step``, .. below ``first + count`` of one
-        layer through registers, as the register kernel copies its items (the same guard and body)."""
-        while j < count:
-            item = first + j
-            src_token = load_i64(src_indices + item * 8)  # both indices in flight together
-            dst_token = load_i64(dst_indices + item * 8)
-            if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
-                copy_tokens(lane, src_token, dst_token, layer, 1, src_k, dst_k, src_v, dst_v, item_size,
-                            src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)
-            j += step
-
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
                            dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag, maps, max_run_log2,
@@ -440,7 +426,7 @@ def _build(src, dst, mla, shape, ring):
                                     dst_k, dst_v, item_size, dst_layout_dim, dst_page_size)
                         j += n
                 else:  # direct items, through registers
-                    copy_items(lane, first, j, count, n, src_indices, dst_indices, first_layer, src_token_limit,
+                    copy_items(lane, first, j, count, n, src_indices, dst_indices, first_layer, 1, src_token_limit,
                                dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
                                dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
                 release(base + empty_at + s * 8, lane)
@@ -449,7 +435,7 @@ def _build(src, dst, mla, shape, ring):
         # register kernel's warp would (kernels.factory's split).
         share = begin + warp * items_per_warp
         copy_items(lane, share, 0, min(share + items_per_warp, end) - share, 1, src_indices, dst_indices, first_layer,
-                   src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
+                   1, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
                    dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
 
     check_parameters(transfer_kv_staged, StagedArgs)  # the parameter block's order (kvnumba.kernels.params)
