@@ -83,32 +83,24 @@ class PlanCache:
         """The key of ``objects`` and ``scalars`` (``TypeError`` if a scalar is unhashable)."""
         return self.keyer(objects)(objects, scalars)
 
-    def lookup(self, objects, scalars):
-        """The cached plan for ``objects`` and ``scalars``, or None."""
-        try:
-            entry = self.entries.get(self.key(objects, scalars))
-        except TypeError:  # an unhashable scalar: no plan (validation says what is wrong with it)
-            return None
-        if entry is None or (entry.witness is not None and not entry.witness(objects)):
-            return None
-        return entry.plan
-
     def get(self, objects, scalars, build):
-        plan = self.lookup(objects, scalars)
-        if plan is not None:
-            return plan
+        try:  # the key once: a miss stores the plan under it
+            key = self.key(objects, scalars)
+            entry = self.entries.get(key)
+        except TypeError:  # an unhashable scalar: never cached (validation says what is wrong with it)
+            key = entry = None
+        if entry is not None and (entry.witness is None or entry.witness(objects)):
+            return entry.plan
         self.misses += 1
         plan = build()
-        self.store(objects, scalars, plan)
+        if key is not None:
+            self._store(key, objects, plan)
         return plan
 
-    def store(self, objects, scalars, plan):
-        """Remember ``plan`` for ``objects`` and ``scalars`` (nothing if they cannot be keyed)."""
+    def _store(self, key, objects, plan):
         try:
-            key = self.key(objects, scalars)
-            hash(key)
             witness = make_witness(objects, self.identity)
-        except TypeError:  # unhashable, or an object without weak references: not cached
+        except TypeError:  # an object without weak references: not cached
             return
         with self._lock:
             if len(self.entries) >= self.max_entries:

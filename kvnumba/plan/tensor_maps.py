@@ -15,8 +15,8 @@ than ``2**min_log2`` go through registers), for K then V: the box is part of the
 Where the maps live: in *pinned host memory* (``MapStore``), which the bulk-copy unit reads through
 unified addressing as fast as device memory (H200, 2026-12-01: a staged pf->lf load at 48.9 GB/s with
 host maps, 48.4 with device maps). So a new plan's maps cost no device allocation and no copy: each is
-encoded by the driver (``cuTensorMapEncodeTiled``, its arguments prepared once per geometry) and its
-128 bytes written into a block of the store. On the simulator the maps are kvnumba's own 16-word form
+written into a block of the store, encoded by the driver once per geometry (``cuTensorMapEncodeTiled``)
+and for later addresses copied with the address replaced (``cuTensorMapReplaceAddress``). On the simulator the maps are kvnumba's own 16-word form
 that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box sizes), in the
 same store. ``source_maps`` returns None when a layout or size cannot be described (the register
 kernel then does the load).
@@ -24,6 +24,7 @@ kernel then does the load).
 import ctypes
 import threading
 import weakref
+from typing import Any
 
 import numpy as np
 
@@ -141,7 +142,8 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     return sizes, strides, rows, False
 
 
-def _box(sizes, head_major, run):
+def box(sizes, head_major, run):
+    """The box of a piece of ``run`` tokens in a map of ``sizes`` (``geometry``'s)."""
     if head_major:
         return (sizes[0], 1, sizes[2], run, 1)
     return (sizes[0], sizes[1], 1, run, 1)
@@ -166,10 +168,11 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     block = store.take()
     address = block - min_log2 * MAP_BYTES  # the kernel adds r * MAP_BYTES (and V's offset)
     write = _write_simulated if SIMULATOR else _write_encoded
+    promotion = config.tuning("l2_promotion") or L2_PROMOTION
     for b, base in enumerate(buffers):
         for r in range(min_log2, max_run_log2 + 1):
             write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
-                  _box(sizes, head_major, 1 << r))
+                  box(sizes, head_major, 1 << r), promotion)
     return SourceMaps(block, (address, max_run_log2, min_run), store)
 
 
@@ -184,33 +187,42 @@ def piece_limits(run_limits, head_major, page_size):
     return max_run_log2, min_run
 
 
-def _write_simulated(at, base, sizes, strides, box):
+def _write_simulated(at, base, sizes, strides, box, promotion):  # the simulator has no L2 promotion
     words = (ctypes.c_int64 * 16).from_address(at)
     words[:15] = [base, *sizes, *strides, *box]
     words[15] = 0
 
 
-_encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box) -> the driver call's prepared arguments
-
-
-def _write_encoded(at, base, sizes, strides, box):
+def encode(base, sizes, strides, box, promotion):
+    """The driver's ``CUtensorMap`` of 8-byte words at ``base`` (``cuTensorMapEncodeTiled``, which checks
+    every size and stride), boxes of ``box`` elements, L2 promotion ``promotion`` (e.g. ``"L2_256B"``)."""
     from ..driver.bindings import check, cu
 
-    promotion = config.tuning("l2_promotion") or L2_PROMOTION
+    return check(cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base, [cu.cuuint64_t(n) for n in sizes],
+        [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box], [cu.cuuint32_t(1)] * 5,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+        getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
+
+
+_encoded: dict[tuple, Any] = {}  # (sizes, strides, box, promotion) -> that map, encoded once (at some address)
+
+
+def _write_encoded(at, base, sizes, strides, box, promotion):
+    """One map written at ``at``: the first of its geometry encoded in full (``encode``), later ones copied
+    from it with the address replaced (``cuTensorMapReplaceAddress``, which checks only the address's
+    alignment): the same 128 bytes (tests/staged/test_gpu_tensor_maps.py), for fewer arguments to convert."""
+    from ..driver.bindings import check, cu
+
     key = (sizes, strides, box, promotion)
-    args = _encode_args.get(key)
-    if args is None:
-        if len(_encode_args) > 4096:
-            _encode_args.clear()
-        args = _encode_args[key] = (
-            [cu.cuuint64_t(n) for n in sizes], [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box],
-            [cu.cuuint32_t(1)] * 5, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
-    tensor_map = check(cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base,
-                                                 *args), "cuTensorMapEncodeTiled")
-    ctypes.memmove(at, tensor_map.getPtr(), MAP_BYTES)
+    encoded = _encoded.get(key)
+    if encoded is None:
+        if len(_encoded) > 4096:
+            _encoded.clear()
+        encoded = _encoded[key] = encode(base, sizes, strides, box, promotion)
+    ctypes.memmove(at, encoded.getPtr(), MAP_BYTES)
+    check(cu.cuTensorMapReplaceAddress(cu.CUtensorMap(_ptr=at), base), "cuTensorMapReplaceAddress")
 
 
 def compute_capability(device):
