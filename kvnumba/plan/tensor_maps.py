@@ -15,8 +15,8 @@ than ``2**min_log2`` go through registers), for K then V: the box is part of the
 Where the maps live: in *pinned host memory* (``MapStore``), which the bulk-copy unit reads through
 unified addressing as fast as device memory (H200, 2026-12-01: a staged pf->lf load at 48.9 GB/s with
 host maps, 48.4 with device maps). So a new plan's maps cost no device allocation and no copy: each is
-written into a block of the store, encoded by the driver once per geometry (``cuTensorMapEncodeTiled``)
-and for later addresses copied with the address replaced (``cuTensorMapReplaceAddress``). On the simulator the maps are kvnumba's own 16-word form
+encoded by the driver (``cuTensorMapEncodeTiled``, its arguments prepared once per geometry) and its
+128 bytes written into a block of the store. On the simulator the maps are kvnumba's own 16-word form
 that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box sizes), in the
 same store. ``source_maps`` returns None when a layout or size cannot be described (the register
 kernel then does the load).
@@ -24,7 +24,6 @@ kernel then does the load).
 import ctypes
 import threading
 import weakref
-from typing import Any
 
 import numpy as np
 
@@ -193,36 +192,26 @@ def _write_simulated(at, base, sizes, strides, box, promotion):  # the simulator
     words[15] = 0
 
 
-def encode(base, sizes, strides, box, promotion):
-    """The driver's ``CUtensorMap`` of 8-byte words at ``base`` (``cuTensorMapEncodeTiled``, which checks
-    every size and stride), boxes of ``box`` elements, L2 promotion ``promotion`` (e.g. ``"L2_256B"``)."""
-    from ..driver.bindings import check, cu
-
-    return check(cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base, [cu.cuuint64_t(n) for n in sizes],
-        [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box], [cu.cuuint32_t(1)] * 5,
-        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
-        getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
-        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE), "cuTensorMapEncodeTiled")
-
-
-_encoded: dict[tuple, Any] = {}  # (sizes, strides, box, promotion) -> that map, encoded once (at some address)
+_encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box, promotion) -> the driver call's prepared arguments
 
 
 def _write_encoded(at, base, sizes, strides, box, promotion):
-    """One map written at ``at``: the first of its geometry encoded in full (``encode``), later ones copied
-    from it with the address replaced (``cuTensorMapReplaceAddress``, which checks only the address's
-    alignment): the same 128 bytes (tests/staged/test_gpu_tensor_maps.py), for fewer arguments to convert."""
     from ..driver.bindings import check, cu
 
     key = (sizes, strides, box, promotion)
-    encoded = _encoded.get(key)
-    if encoded is None:
-        if len(_encoded) > 4096:
-            _encoded.clear()
-        encoded = _encoded[key] = encode(base, sizes, strides, box, promotion)
-    ctypes.memmove(at, encoded.getPtr(), MAP_BYTES)
-    check(cu.cuTensorMapReplaceAddress(cu.CUtensorMap(_ptr=at), base), "cuTensorMapReplaceAddress")
+    args = _encode_args.get(key)
+    if args is None:
+        if len(_encode_args) > 4096:
+            _encode_args.clear()
+        args = _encode_args[key] = (
+            [cu.cuuint64_t(n) for n in sizes], [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box],
+            [cu.cuuint32_t(1)] * 5, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+            cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+            getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    tensor_map = check(cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base,
+                                                 *args), "cuTensorMapEncodeTiled")
+    ctypes.memmove(at, tensor_map.getPtr(), MAP_BYTES)
 
 
 def compute_capability(device):
