@@ -5,8 +5,8 @@ it launches take. kvnumba's kernels take only int64 scalars, so a launch here is
 
 - ``Kernel``: a Numba kernel compiled once for its signature and loaded on each device it runs on,
   kept as the driver's function handle for that device's context;
-- ``ParamBlocks``: the kernel's parameters as the driver takes them (an array of pointers to int64
-  values), one block per thread, each starting as a copy of a template. The caller writes the
+- ``ParamBlocks`` (``driver.param_blocks``): the kernel's parameters as the driver takes them (an array
+  of pointers to int64 values), one block per thread, each starting as a copy of a template. The caller writes the
   values that change into its thread's block (``struct.pack_into`` on ``.view``) and launches;
   the driver copies the values during ``cuLaunchKernel``, so the block is free again when it
   returns. Blocks are per thread because cuda-bindings releases the GIL during the call;
@@ -19,17 +19,18 @@ it launches take. kvnumba's kernels take only int64 scalars, so a launch here is
 
 That is the one place the grid is computed and a kernel launched.
 
-On the simulator the dispatcher is the launcher, and simulated launches are serialised: Numba's
-simulator keeps a kernel's launch shape on the shared dispatcher, and runs one grid at a time.
+On the simulator the dispatcher is the launcher: ``BoundKernel`` is then its twin in
+``driver.simulated_launch``, chosen once, at import.
 """
 import threading
 
-import numpy as np
-
 from .bindings import check, cu, failure
 from .devices import context, on_device
+from .param_blocks import ParamBlocks
 from .target import SIMULATOR
 
+__all__ = ["MAX_QUOTA", "MAX_THREADS_PER_BLOCK", "MAX_WARPS", "STREAM_OBJECTS", "WARP_SIZE", "BoundKernel", "Kernel",
+           "ParamBlocks", "launch_shape", "launchable", "stream_object"]
 
 WARP_SIZE = 32
 MAX_THREADS_PER_BLOCK = 1024
@@ -47,32 +48,6 @@ def launch_shape(num_items, block_quota, num_warps_per_block):
     items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact
     blocks = -(-num_items // (items_per_warp * num_warps_per_block))
     return items_per_warp, blocks, num_warps_per_block * WARP_SIZE
-
-
-class ParamBlocks(threading.local):
-    """One parameter block per thread, each starting as a copy of ``template`` (int64 values): the
-    values, then the pointers to them that ``cuLaunchKernel`` takes, in one NumPy buffer (cheaper to
-    make than ctypes arrays: a plan is built on every miss of the plan cache)."""
-
-    def __init__(self, template):
-        count = len(template)
-        block = np.empty(2 * count, np.int64)
-        block[:count] = template
-        base = block.__array_interface__["data"][0]
-        np.add(_OFFSETS[:count], base, out=block[count:])
-        self.block = block  # keeps the memory alive
-        self.count = count
-        self.address = base + 8 * count  # the void** cuLaunchKernel takes
-        self.view = memoryview(block.data).cast("B")  # for struct.pack_into
-        self.pair = (self.view, self.address)  # both in one thread-local read
-
-    @property
-    def values(self):
-        """The parameter values, as Python ints."""
-        return self.block[:self.count].tolist()
-
-
-_OFFSETS = np.arange(0, 8 * 64, 8, dtype=np.int64)
 
 
 class Kernel:
@@ -135,32 +110,12 @@ def stream_object(handle):
     return stream
 
 
+# One world, chosen once: the simulator's twin (its dispatcher launches), else the driver's launch below.
 if SIMULATOR:
-    _simulator_lock = threading.Lock()
-
-    class BoundKernel:
-        """A kernel and a parameter template, launched through the simulator's dispatcher."""
-
-        __slots__ = ("dispatcher", "blocks", "shared")
-
-        def __init__(self, kernel, device, template):
-            self.dispatcher = kernel.dispatcher
-            self.blocks = ParamBlocks(template)
-            self.shared = kernel.shared_bytes
-
-        @property
-        def launch_values(self):
-            """``(blocks, function, retry, shared bytes)``: the simulator launches through the dispatcher."""
-            return self.blocks, self.dispatcher, None, self.shared
-
-        def launch(self, grid, threads, stream, address):
-            values = self.blocks.values  # this thread's block
-            with _simulator_lock:
-                self.dispatcher[grid, threads, 0, self.shared](*values)
-
+    from .simulated_launch import BoundKernel  # noqa: F401
 else:
 
-    class BoundKernel:  # type: ignore[no-redef]  # the GPU's; the simulator's is above
+    class BoundKernel:  # type: ignore[no-redef]  # the GPU's
         """A kernel loaded on one device and a parameter template: what a prepared transfer launches.
 
         The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,

@@ -1,4 +1,5 @@
-"""The kernels' intrinsics and decorators and their simulator twins (``kvnumba.kernels.simulator``): each public
+"""The kernels' intrinsics and decorators and their simulator twins (``kvnumba.kernels.simulator``), and the
+driver's launch and its twin (``kvnumba.driver.simulated_launch``): each public
 module chooses its world once, at import, with one ``if SIMULATOR:`` that imports the twin's names (its
 ``__all__``), and both worlds define the same names. The GPU's side is read from the source (``ast``), never
 imported, so this runs everywhere."""
@@ -13,7 +14,8 @@ from kvnumba.driver.target import SIMULATOR
 ROOT = Path(__file__).resolve().parents[2]
 TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
          "kvnumba.kernels.tma": "kvnumba.kernels.simulator.tma",
-         "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit"}
+         "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit",
+         "kvnumba.driver.launch": "kvnumba.driver.simulated_launch"}
 
 
 def _tree(module):
