@@ -37,32 +37,32 @@ def agents():
 
 def _read(agents, s, d, route, mla=False, layers=None, seed=0):
     """decode READs from prefill's ``s`` view into its own poisoned ``d`` view; returns the copy."""
-    prefill, decode = agents
-    src_idx, dst_idx = indices(seed)
-    _, src = views(s, 10 + seed, False, mla, PLACE)
-    _, dst = views(d, 20 + seed, True, mla, PLACE)
-    remote = decode.connect(prefill.export(src))
-    done = decode.copy(remote, dst, src_idx, dst_idx, layers, route=route, **LAUNCH).wait(60)
-    want = expected(s, 10 + seed, d, 20 + seed, src_idx, dst_idx, layers, mla)
-    assert same_bytes(view_bytes(dst), want), f"{s} -> {d} READ {done!r}"
-    planned = plan_copy(remote, dst, src_idx, dst_idx, layers, route=route)  # what plan_copy says is what was posted
-    assert (planned.route, planned.descriptors, planned.bytes) == (done.route, done.descriptors, done.bytes), \
-        f"{planned!r} vs {done!r}"
-    prefill.unexport(src)
-    return done
+    return _copy(agents, s, d, route, mla, layers, seed, read=True)
 
 
 def _write(agents, s, d, route, mla=False, layers=None, seed=0):
     """prefill WRITEs its ``s`` view into decode's poisoned ``d`` view."""
+    return _copy(agents, s, d, route, mla, layers, seed, read=False)
+
+
+def _copy(agents, s, d, route, mla, layers, seed, read):
+    """One copy from an ``s`` view into a poisoned ``d`` view, the remote side exported by its owner and
+    connected by the agent that copies; every byte compared, and a READ's plan against what it posted."""
     prefill, decode = agents
     src_idx, dst_idx = indices(seed)
     _, src = views(s, 10 + seed, False, mla, PLACE)
     _, dst = views(d, 20 + seed, True, mla, PLACE)
-    remote = prefill.connect(decode.export(dst))
-    done = prefill.copy(src, remote, src_idx, dst_idx, layers, route=route, **LAUNCH).wait(60)
+    owner, exported, copier = (prefill, src, decode) if read else (decode, dst, prefill)
+    remote = copier.connect(owner.export(exported))
+    ends = (remote, dst) if read else (src, remote)
+    done = copier.copy(*ends, src_idx, dst_idx, layers, route=route, **LAUNCH).wait(60)
     want = expected(s, 10 + seed, d, 20 + seed, src_idx, dst_idx, layers, mla)
-    assert same_bytes(view_bytes(dst), want), f"{s} -> {d} WRITE {done!r}"
-    decode.unexport(dst)
+    assert same_bytes(view_bytes(dst), want), f"{s} -> {d} {'READ' if read else 'WRITE'} {done!r}"
+    if read:  # what plan_copy says is what was posted
+        planned = plan_copy(remote, dst, src_idx, dst_idx, layers, route=route)
+        assert (planned.route, planned.descriptors, planned.bytes) == (done.route, done.descriptors, done.bytes), \
+            f"{planned!r} vs {done!r}"
+    owner.unexport(exported)
     return done
 
 

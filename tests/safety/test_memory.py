@@ -143,6 +143,15 @@ def test_destination_overlapping_an_index_array_is_refused(op, side, device_path
 
 # --- threads: simulated launches are serialised; GPU launches are per thread ---------------------
 
+def _in_threads(worker, count):
+    """``worker(0)`` .. ``worker(count - 1)``, each in its own thread, all started before any is joined."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def test_threads_with_different_launch_shapes_copy_the_right_items():
     """Threads calling at once, each with its own launch shape and buffers: every result exact."""
     errors = []
@@ -159,11 +168,7 @@ def test_threads_with_different_launch_shapes_copy_the_right_items():
         except Exception as error:  # noqa: BLE001 - reported below
             errors.append(f"thread {seed}: {type(error).__name__}: {error}")
 
-    threads = [threading.Thread(target=worker, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 4)
     assert not errors, errors
 
 
@@ -183,11 +188,7 @@ def test_threads_share_one_prepared_transfer():
         except Exception as error:  # noqa: BLE001
             errors.append(repr(error))
 
-    threads = [threading.Thread(target=worker, args=(part,)) for part in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    _in_threads(worker, 4)
     assert not errors, errors
     np.testing.assert_array_equal(to_numpy(dst), np.arange(64 * 8, dtype=np.uint8).reshape(64, 8))
 

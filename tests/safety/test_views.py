@@ -309,10 +309,9 @@ def test_class4_check_unchanged_is_one_call_the_prepared_path_can_use():
 
 # --- a user layout's arithmetic, checked where the kernel reaches ---------------------------------
 
-class HeadsAdjacent(kv.CacheView):
-    """``[L, bytes]``: tokens of ``item`` bytes back to back, heads adjacent (head_split False), with a
-    short last token: room for one head of it only. Its head_stride is 0 (a bug the old check, which
-    looked at ``item / heads`` bytes from each head's start, let through)."""
+class TokensInRows(kv.CacheView):
+    """A user layout whose layers hold tokens back to back, ``item`` bytes each, heads ``item / heads`` bytes
+    apart; the layouts below break one part of it on purpose."""
 
     @staticmethod
     def layer_base(base, layer, layout_dim, item_size, heads, page_size):
@@ -321,6 +320,16 @@ class HeadsAdjacent(kv.CacheView):
     @staticmethod
     def token_offset(token, layout_dim, item_size, heads, page_size):
         return token * item_size
+
+    @staticmethod
+    def head_stride(layout_dim, item_size, heads, page_size):
+        return item_size // heads
+
+
+class HeadsAdjacent(TokensInRows):
+    """``[L, bytes]``: tokens of ``item`` bytes back to back, heads adjacent (head_split False), with a
+    short last token: room for one head of it only. Its head_stride is 0 (a bug the old check, which
+    looked at ``item / heads`` bytes from each head's start, let through)."""
 
     @staticmethod
     def head_stride(layout_dim, item_size, heads, page_size):
@@ -408,18 +417,10 @@ def test_class6_user_layouts_are_checked_where_the_kernel_reaches(case):
     assert k.untouched() and v.untouched() and all_intact([k, v] + src_guards)
 
 
-class OneHeadPages(kv.CacheView):
+class OneHeadPages(TokensInRows):
     """``[L, T, 2 * D]`` items of two heads kept together (not split): paired with a view that splits its
     2 heads, a copy goes head by head and this layout's head_stride is used, with heads=2. Its
     head_stride is wrong (a whole item), which only that copy reaches: checked when the copy is planned."""
-
-    @staticmethod
-    def layer_base(base, layer, layout_dim, item_size, heads, page_size):
-        return base + layer * layout_dim
-
-    @staticmethod
-    def token_offset(token, layout_dim, item_size, heads, page_size):
-        return token * item_size
 
     @staticmethod
     def head_stride(layout_dim, item_size, heads, page_size):
@@ -464,22 +465,10 @@ def test_class6_a_per_layer_user_layout_must_use_tables():
 
 # --- geometries and layouts that cannot be used: clear errors, not ZeroDivisionError/NotImplementedError
 
-class Flat(kv.CacheView):
+class Flat(TokensInRows):
     """``[L, T, D]`` items; ``shape`` reports the geometry given to the class (to break one field)."""
 
     fields: dict = {}
-
-    @staticmethod
-    def layer_base(base, layer, layout_dim, item_size, heads, page_size):
-        return base + layer * layout_dim
-
-    @staticmethod
-    def token_offset(token, layout_dim, item_size, heads, page_size):
-        return token * item_size
-
-    @staticmethod
-    def head_stride(layout_dim, item_size, heads, page_size):
-        return item_size // heads
 
     def shape(self, buffer):
         (layers, tokens, dim), itemsize, dtype = self.array(buffer)
