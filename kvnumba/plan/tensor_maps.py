@@ -141,7 +141,7 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     return sizes, strides, rows, False
 
 
-def box(sizes, head_major, run):
+def _box(sizes, head_major, run):
     """The box of a piece of ``run`` tokens in a map of ``sizes`` (``geometry``'s)."""
     if head_major:
         return (sizes[0], 1, sizes[2], run, 1)
@@ -171,7 +171,7 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     for b, base in enumerate(buffers):
         for r in range(min_log2, max_run_log2 + 1):
             write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
-                  box(sizes, head_major, 1 << r), promotion)
+                  _box(sizes, head_major, 1 << r), promotion)
     return SourceMaps(block, (address, max_run_log2, min_run), store)
 
 
