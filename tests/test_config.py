@@ -145,8 +145,9 @@ print(issubclass(kv.SettingError, ValueError), kv.NoGpuError.__name__)
 
 # --- read in one place, documented ---------------------------------------------------------------------
 
-# Reads the environment only to hand it on to the Jupyter kernel it starts (JUPYTER_PATH, PYTHONPATH).
-CHILD_ENVIRONMENT = {"scripts/render_notebooks.py"}
+# Read the environment only to hand it on to the processes they start: the Jupyter kernel (JUPYTER_PATH,
+# PYTHONPATH), the two checkouts' workers (PYTHONPATH, the checkout first).
+CHILD_ENVIRONMENT = {"scripts/render_notebooks.py", "scripts/ab_host_cost.py"}
 
 
 def test_only_config_reads_the_environment():
