@@ -51,6 +51,8 @@ def worker(quick):
 
     backend = bench.SimulatorBackend() if SIMULATOR else bench.TorchBackend()
     shape = bench.QUICK if SIMULATOR or quick else bench.Shape()
+    # The indices as sglang_shapes.rows draws them, written out here: a worker may run an older checkout,
+    # whose scripts have only Roots and fresh_view_call in common with this one.
     rng = np.random.default_rng(1)
     pages = rng.choice(shape.pool // shape.page_size, shape.tokens // shape.page_size, replace=False)
     src = (pages[:, None] * shape.page_size + np.arange(shape.page_size)).reshape(-1).astype(np.int64)

@@ -118,11 +118,6 @@ def _new(indices):
     return indices.clone() if hasattr(indices, "clone") else indices.copy()
 
 
-def count():
-    """How many records ``rows`` yields."""
-    return len(per_layer_entry_points()) + 2 + 2
-
-
 def _fresh_view_case(op):
     return f"sglang fresh-view {op} h2d"
 

@@ -92,7 +92,8 @@ def test_resume_runs_only_the_missing_cases(tmp_path, capsys, monkeypatch):
     bench.main(mla[:3] + ["sglang"] + mla[3:])  # another --only: its new rows come after the old ones
     data = json.loads(out.read_text())
     sglang = bench.sglang_shapes.cases(bench.QUICK)
-    assert cases() == cases()[:3] + sglang and len(sglang) == bench.sglang_shapes.count()
+    # one fresh-view row per per-layer entry point, two layer loops, two misses
+    assert cases() == cases()[:3] + sglang and len(sglang) == len(bench.sglang_shapes.per_layer_entry_points()) + 2 + 2
     assert [run["cases"] for run in data["meta"]["runs"]] == [2, 1, len(sglang)]
 
     lost = {sglang[0], sglang[-2]}  # two sglang rows missing (a file cut short, say): only they are measured again
