@@ -51,8 +51,13 @@ def copy_shape_for(src, dst, mla):
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
+# A one-warp block is built to fit beside a model's GEMM: the H200's cuBLAS GEMMs hold 12 warps of 168
+# registers per SM (64,512 of 65,536), which leaves one warp of 32 registers; a block that fits runs while
+# the GEMM runs, one that does not waits for a gap between GEMMs (scripts/RESULTS.md, loads under compute).
+NARROW_REGISTERS = 32
 
-def _build_kernel(src, dst, mla, copy_shape):
+
+def _build_kernel(src, dst, mla, copy_shape, narrow=False):
     copy_items = make_items_copy(src, dst, mla, copy_shape)
 
     def transfer_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
@@ -70,19 +75,23 @@ def _build_kernel(src, dst, mla, copy_shape):
     transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"
     transfer_kv.__qualname__ = transfer_kv.__name__
     # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
-    # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM).
-    return kernel(transfer_kv, max_registers=MAX_REGISTERS)
+    # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM); a narrow
+    # build, for one-warp blocks, fits beside a GEMM's blocks.
+    if narrow:
+        transfer_kv.__name__ = transfer_kv.__qualname__ = transfer_kv.__name__ + "_narrow"
+    return kernel(transfer_kv, max_registers=NARROW_REGISTERS if narrow else MAX_REGISTERS)
 
 
 _kernels: dict[tuple, object] = {}
 
 
-def get_kernel(src_layout, dst_layout, mla):
+def get_kernel(src_layout, dst_layout, mla, narrow=False):
     """The kernel for one layout pair, built on first request and memoised. A layout is a
-    ``LayoutParts`` or one of the seed's names (``Layout`` or its value, e.g. ``"pf"``)."""
+    ``LayoutParts`` or one of the seed's names (``Layout`` or its value, e.g. ``"pf"``). ``narrow``: the
+    build for one-warp blocks, capped at ``NARROW_REGISTERS`` so that it runs beside a GEMM."""
     src, dst = _parts(src_layout), _parts(dst_layout)
     shape = copy_shape_for(src, dst, mla)
-    key = (src, dst, bool(mla), shape)
+    key = (src, dst, bool(mla), shape, bool(narrow))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)

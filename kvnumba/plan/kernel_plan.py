@@ -25,6 +25,7 @@ from ..checks import bounds, guard, pinned, validate
 from ..checks.devices import one_device
 from ..checks.overlap import check_disjoint, hull
 from ..checks.tables import table_layers
+from ..driver import batch_copy, capture
 from ..driver.devices import on_device
 from ..driver.launch import MAX_QUOTA, MAX_WARPS, BoundKernel, launch_shape, launchable
 from ..driver.streams import stream_handle
@@ -34,6 +35,7 @@ from ..kernels.factory import get_kernel
 from ..kernels.params import NO_LIMIT, SIGNATURE, KernelArgs, pack_call
 from ..kernels.layouts import PARTS, Layout
 from .copy_plan import read_copy
+from . import routes
 from .fast_path import make_fast_call
 from .spec import buffer_names
 from .staged_plan import bind_staged
@@ -103,6 +105,8 @@ class KernelPlan:
     fast: Callable[..., Any]  # the per-call path for the common case (fast_call()), made with the plan
 
     rebound = False  # made by rebind (the checks of an earlier plan of its geometry reused)
+    engine = None  # kv.copy's copy-engine form (plan.routes.EnginePlan); None: kernels only
+    no_engine = "SGLang's kernel entry points always launch a kernel"  # why there is no copy-engine form
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec
@@ -175,6 +179,7 @@ class KernelPlan:
         self.head_num = self.heads = copy.heads
         self.page_size = 1
         self.raw_tables, self.device, self.uses_torch = copy.raw_tables, copy.device, copy.uses_torch
+        self.engine, self.no_engine = copy.engine, copy.no_engine
         self.src, self.dst = copy.src, copy.dst
         self.destinations, self.guides = copy.destinations, copy.guides
         return copy.kernel_sides
@@ -213,6 +218,7 @@ class KernelPlan:
         """The kernels with this plan's parameter values: the register kernel, and for per-layer loads
         from pinned host memory the staged (bulk-copy) kernel, where it applies."""
         self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
+        self.narrow_kernel = None  # one-warp blocks' build, bound on first use (kernel_for)
         staged = None
         if self.spec.name != "copy":
             src_parts, dst_parts, mla, src_geometry = self.staged_args
@@ -225,6 +231,20 @@ class KernelPlan:
         self.fast = make_fast_call(self)
         for watch in _watchers:
             watch(self)
+
+    def kernel_for(self, count, warps):
+        """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches: the staged kernel
+        for calls of two warps or more and at least ``staged_from`` items, else the register kernel; for
+        one-warp blocks its narrow build (``kernels.factory.NARROW_REGISTERS``: such a block runs beside a
+        GEMM's blocks), compiled and bound on first use. ``fast_path`` inlines this choice."""
+        if warps > 1:
+            return self.kernel if count >= self.staged_from else self.register_kernel
+        narrow = self.narrow_kernel
+        if narrow is None:
+            src_parts, dst_parts, mla, _ = self.staged_args
+            kernel = launchable(get_kernel(src_parts, dst_parts, mla, narrow=True), SIGNATURE)
+            narrow = self.narrow_kernel = BoundKernel(kernel, self.device, self.template)
+        return narrow
 
     def fast_call(self, snapshot=None):
         """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
@@ -300,9 +320,12 @@ class KernelPlan:
     # --- the per-call path ----------------------------------------------------------------------
 
     def run(self, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_per_block=32, stream=None,
-            check=False):
+            check=False, route="kernel"):
         """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
-        raise if the kernel skipped items). Nothing is written when a check fails."""
+        raise if the kernel skipped items), or for ``kv.copy`` by copy engine (``route``: see
+        ``plan.routes``). Nothing is written when a check fails."""
+        if route != "kernel":
+            route = routes.check_route(route)
         warps = num_warps_per_block
         window: LayerWindow | None
         if self.flag[0]:
@@ -330,9 +353,20 @@ class KernelPlan:
         handle = stream_handle(stream, self.device if uses_torch else None)
         if count == 0:
             return handle
+        if host_side and not SIMULATOR:
+            capture.refuse(handle, "a call with indices in host memory",
+                           "pass GPU index arrays (a replay reads their contents then)")
+        if check:
+            capture.refuse(handle, "check=True (it waits for the stream)",
+                           "call kv.check_errors() after the replay instead")
+        if route != "kernel" and self._by_copy_engine(route, src, dst, src_indices, dst_indices, window, handle,
+                                                      check):
+            return handle
         items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
         # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
-        kernel = self.kernel if warps > 1 and count >= self.staged_from else self.register_kernel
+        kernel = self.kernel_for(count, warps)
+        if self.spec.name == "copy":
+            routes.log.record("kernel")
         if host_side and not SIMULATOR:
             return self._run_host_indices(kernel, src, dst, count, items_per_warp, grid, threads, window, handle,
                                           check)
@@ -342,6 +376,34 @@ class KernelPlan:
         if check:
             self._wait_and_check(handle, src_indices, dst_indices, window)
         return handle
+
+    def _by_copy_engine(self, route, src, dst, src_indices, dst_indices, window, handle, check):
+        """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way (``route="auto"``
+        decides by where the indices are, the stream and the runs they make), False for the kernel."""
+        engine = self.engine
+        if engine is None:
+            if route == "copy_engine":
+                raise ValueError(f"route='copy_engine' cannot copy these views: {self.no_engine}; use route='kernel'")
+            return False
+        if route == "auto" and (not (src[3] and dst[3]) or not routes.engine_available(handle)):
+            return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
+        capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
+        with on_device(self.device):
+            s_idx = src[2]() if src[3] else bounds.host_indices(array_info(src_indices, "src_indices"))
+            d_idx = dst[2]() if dst[3] else bounds.host_indices(array_info(dst_indices, "dst_indices"))
+            s_idx, d_idx = (np.ascontiguousarray(i, dtype=np.int64) for i in (s_idx, d_idx))
+            for values, name, limit, side in ((s_idx, "src_indices", window.src_limit, "src"),
+                                              (d_idx, "dst_indices", window.dst_limit, "dst")):
+                bounds.check_indices(name, values, limit, lambda side=side: window.what(self, side))
+            copies = engine.copies(s_idx, d_idx, window.first_layer, self.window)
+            if route == "auto" and copies.total < routes.COPY_ENGINE_MIN_BYTES * len(copies.sizes):
+                return False
+            batch_copy.copy_many(copies.dsts, copies.srcs, copies.sizes, handle, src_device=engine.src.device,
+                                 dst_device=engine.dst.device)
+            routes.log.record("copy_engine")
+            if check:
+                guard.synchronize(handle)
+        return True
 
     def _clear_of_destinations(self, src, dst):
         """Index arrays must not overlap a destination (the kernel would overwrite them mid-transfer)."""

@@ -53,9 +53,9 @@ class _Torch:
 def _launches(plan, count, quota, warps, layer_id):
     """What the fast call launches for ``count`` items: the cuLaunchKernel arguments and the block's values."""
     launched = []
+    kernel = plan.kernel_for(count, warps)  # binds the narrow build of one-warp blocks, as a first call does
 
     def launch(function, gx, gy, gz, bx, by, bz, shared, stream, address, extra):
-        kernel = plan.kernel if count >= plan.staged_from and warps > 1 else plan.register_kernel
         launched.append((function, (gx, gy, gz), (bx, by, bz), shared, address, tuple(kernel.blocks.values)))
         return (0,)
 
@@ -71,7 +71,8 @@ def _launches(plan, count, quota, warps, layer_id):
 
 def _expected(plan, count, quota, warps, layer_id, src, dst):
     items_per_warp, blocks, threads = launch_shape(count, quota, warps)
-    kernel = plan.kernel if count >= plan.staged_from and warps > 1 else plan.register_kernel
+    kernel = plan.kernel_for(count, warps)
+    assert (kernel is plan.narrow_kernel) == (warps == 1)
     block, function, _, shared = kernel.launch_values
     window = plan.window_for(layer_id) if plan.spec.per_layer else plan.windows[0]
     values = list(kernel.blocks.values)
