@@ -73,6 +73,13 @@ class CopyError(CudaError):
         self.index = index
 
 
+class CaptureError(RuntimeError):
+    """A call that a CUDA graph capture cannot hold, made while its stream is being captured: indices the
+    host must read, ``check=True`` (it waits for the stream), the copy-engine route, a copy-engine entry
+    point, or a first call with new buffers (building a plan allocates and copies). Nothing was recorded
+    or written, and the capture is still valid. The message says what to do instead."""
+
+
 class ExportError(ValueError):
     """Bytes given to ``kvnumba.remote.Agent.connect`` that are not a kvnumba export, are damaged, come
     from another format version, or describe a cache that does not fit the call."""
