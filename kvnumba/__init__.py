@@ -15,6 +15,7 @@ from .driver import target as _target  # first: picks the GPU or the simulator b
 from .errors import (
     BadAddressError,
     BufferMovedError,
+    CaptureError,
     CopyError,
     CudaError,
     DeviceMismatchError,
@@ -41,6 +42,8 @@ try:
         transfer_kv_per_layer_direct_pf_lf,
     )
     from .api.copy import copy
+    from .plan.routes import last_route
+    from .driver.lanes import LaneStream, SmLanes, sm_count
     from .api.prepare_types import prepare
     from .api.transfer import Transfer, clear_plan_caches
     from .api.views import (
@@ -87,14 +90,17 @@ __all__ = [
     "BufferMovedError",
     "CacheView",
     "Geometry",
+    "LaneStream",
     "LayerFirst",
     "LayerTable",
     "PageFirst",
     "PageFirstDirect",
     "PageHead",
+    "SmLanes",
     "VllmFlashAttn",
     "VllmFlashInfer",
     "copy",
+    "CaptureError",
     "CopyError",
     "CudaError",
     "DeviceMismatchError",
@@ -113,8 +119,10 @@ __all__ = [
     "clear_plan_caches",
     "convert",
     "last_path",
+    "last_route",
     "layer_table",
     "prepare",
+    "sm_count",
     "transfer_kv_all_layer",
     "transfer_kv_all_layer_direct_lf_pf",
     "transfer_kv_all_layer_lf_pf",

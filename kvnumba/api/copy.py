@@ -1,7 +1,7 @@
 """``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers."""
 from __future__ import annotations
 
-from typing import SupportsIndex
+from typing import Literal, SupportsIndex
 
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
@@ -10,7 +10,8 @@ from .views import CacheView
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
          layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
-         num_warps_per_block: SupportsIndex = 32, stream: StreamLike | None = None, check: bool = False) -> None:
+         num_warps_per_block: SupportsIndex = 32, route: Literal["auto", "kernel", "copy_engine"] = "auto", stream: StreamLike | None = None,
+         check: bool = False) -> None:
     """Copy token ``src_indices[i]`` of ``src_view`` to token ``dst_indices[i]`` of ``dst_view``, K and V.
 
     One kernel of the factory serves any pair of layouts, built-in or user-defined; views that split
@@ -30,7 +31,16 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
         The layers to copy: all (None), one, or a range with step 1 (layer ``l`` of the source goes to
         layer ``l`` of the destination).
     block_quota, num_warps_per_block : int
-        Launch shape, keyword only: at most ``block_quota`` blocks of ``num_warps_per_block`` warps.
+        Launch shape, keyword only: at most ``block_quota`` blocks of ``num_warps_per_block`` warps. One-warp
+        blocks run a build of at most 32 registers, which fits on an SM beside a model's GEMM: with
+        ``block_quota`` at the GPU's SM count, loads keep their speed while the model computes.
+    route : {"auto", "kernel", "copy_engine"}
+        Keyword only. ``"kernel"``: the kernel. ``"copy_engine"``: one copy per run of tokens that follow
+        each other in both views, per layer, K/V and head, submitted as one ``cudaMemcpyBatchAsync``: no SM
+        used (indices in GPU memory are copied to the host first, synchronously). ``"auto"``: the copy
+        engine when the indices are on the host (NumPy, CPU tensors), the stream is not the legacy default
+        stream and the copies average 64 KiB or more (pages of a layer-first pool, vLLM blocks), else the
+        kernel. ``kv.last_route()`` says which route ran (``kvnumba.plan.routes``).
     stream, check
         As for every entry point (``kvnumba.transfer_kv_per_layer``).
 
@@ -39,7 +49,10 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     TypeError, ValueError
         For a bad argument or views that do not fit together (named in the message), or a view whose
         buffer was given new memory in place since it was made (``CacheView.check_unchanged``);
-        nothing is written.
+        nothing is written. ``route="copy_engine"`` for views it cannot serve (a layout of your own).
+    CaptureError
+        While the stream is being captured into a CUDA graph, for what a graph cannot hold (host
+        indices, ``check=True``, the copy-engine route, a first call with new views).
 
     Example
     -------
@@ -51,7 +64,7 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     if isinstance(dst_view, CacheView):
         dst_view.check_unchanged("dst_view", layers)
     _copy((src_view, dst_view), (layers,), src_indices, dst_indices, None, block_quota, num_warps_per_block,
-          stream, check)
+          stream, check, route)
 
 
 _copy = plain_caller("copy")

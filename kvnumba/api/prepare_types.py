@@ -109,12 +109,12 @@ if TYPE_CHECKING:
 
 
 class _Copy(Protocol):
-    def __call__(self, src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike, layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, stream: StreamLike | None = None, check: bool = False) -> None: ...
+    def __call__(self, src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike, layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, route: Literal['auto', 'kernel', 'copy_engine'] = 'auto', stream: StreamLike | None = None, check: bool = False) -> None: ...
 
 
 if TYPE_CHECKING:
     class CopyTransfer(Transfer):
-        def __call__(self, *args: Any, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
+        def __call__(self, *args: Any, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., route: Literal['auto', 'kernel', 'copy_engine'] = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
 
 class _TransferKvDirect(Protocol):
@@ -185,7 +185,7 @@ def prepare(entry_point: _TransferKvAllLayerMlaLfPf | Literal["transfer_kv_all_l
 
 
 @overload
-def prepare(entry_point: _Copy | Literal["copy"], /, *, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> CopyTransfer: ...
+def prepare(entry_point: _Copy | Literal["copy"], /, *, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., route: Literal['auto', 'kernel', 'copy_engine'] = ..., stream: StreamLike | None = None, check: bool = False) -> CopyTransfer: ...
 
 
 @overload

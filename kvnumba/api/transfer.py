@@ -19,16 +19,17 @@ from typing import Any, Union
 
 from .. import config
 from ..checks import guard, validate
+from ..driver import capture
 from ..driver.streams import stream_handle
 from ..types import StreamLike
-from ..plan import staged_plan
+from ..plan import routes, staged_plan
 from ..plan.cache import PlanCache
-from ..plan.direct_plan import DirectPlan
+from ..plan.direct_plan import DirectPlan, refuse_in_capture
 from ..plan.kernel_plan import KernelPlan, build_plan, clear_shapes
 from ..plan.spec import SPECS, TBL, Spec
 from .snapshot import Snapshot
 
-_KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
+_KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block", "route")
 _DIRECT_CALL = ("src_indices", "dst_indices")
 
 Plan = Union[KernelPlan, DirectPlan]  # which one follows the spec's kind ("kernel" or "direct")
@@ -78,10 +79,10 @@ class Transfer:
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
-            self._plan = self._build(self._pick_geometry(placeholders), False)
+            self._plan = self._build(self._pick_geometry(placeholders), False, stream)
         elif all(n in bound or n in spec.defaults for n in self._geometry):  # kv.copy without layers=: checked now
             values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
-            self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
+            self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False, stream))
         self._validate_bound_call_arguments()
 
     def _fast_call(self) -> Callable[..., Any] | None:
@@ -97,11 +98,11 @@ class Transfer:
         fast = plan.fast_call(self._snapshot)
         if spec.per_layer:
             call = fast
-        elif spec.keyword_only:  # kv.copy: its launch shape by keyword only, as in the plain call
+        elif spec.keyword_only:  # kv.copy: its launch shape and route by keyword only, as in the plain call
             def call(src_indices: Any, dst_indices: Any, *, block_quota: Any = 2, num_warps_per_block: Any = 32,
-                     stream: StreamLike | None = None, check: bool = False) -> Any:
+                     route: Any = "auto", stream: StreamLike | None = None, check: bool = False) -> Any:
                 return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
-                            check=check)
+                            check=check, route=route)
         else:
             def call(src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32, *,
                      stream: StreamLike | None = None, check: bool = False) -> Any:
@@ -122,6 +123,8 @@ class Transfer:
                     validate.index_info(name, b[name])
         if "block_quota" in b or "num_warps_per_block" in b:
             validate.launch_config(b.get("block_quota", 2), b.get("num_warps_per_block", 32))
+        if "route" in b:
+            routes.check_route(b["route"])
         if "layer_id" in b and self.spec.per_layer:
             if isinstance(self._plan, KernelPlan):  # per-layer: a kernel entry point's plan, if built
                 self._plan.window_for(b["layer_id"])
@@ -149,21 +152,25 @@ class Transfer:
                             f"{', '.join(missing)}")
         return tuple(values[n] if n in values else self.spec.defaults[n] for n in self._free)
 
-    def _build(self, geometry_values: tuple[Any, ...], strict: bool) -> Plan:
+    def _build(self, geometry_values: tuple[Any, ...], strict: bool, stream: StreamLike | None = None) -> Plan:
+        capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
+                       "layer tables read again with checks on: it allocates and copies)",
+                       "make one call with the same buffers before the capture, or kv.prepare it there")
         geometry = dict(zip(self._geometry, geometry_values))
         if self.spec.kind == "kernel":
             return build_plan(self.spec, geometry, strict)
         return DirectPlan(self.spec, geometry, strict)
 
-    def _plan_for(self, everything: tuple[Any, ...], strict: bool) -> Plan:
-        return self._plan_for_geometry(self._pick_geometry(everything), strict)
+    def _plan_for(self, everything: tuple[Any, ...], strict: bool, stream: StreamLike | None) -> Plan:
+        return self._plan_for_geometry(self._pick_geometry(everything), strict, stream)
 
-    def _plan_for_geometry(self, values: tuple[Any, ...], strict: bool) -> Plan:
-        """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order)."""
+    def _plan_for_geometry(self, values: tuple[Any, ...], strict: bool, stream: StreamLike | None = None) -> Plan:
+        """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order); ``stream``: the
+        call's (a plan is not built while it is being captured)."""
         plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
-                                             lambda: self._build(values, False))
+                                             lambda: self._build(values, False, stream))
         if strict and plan.raw_tables:  # checks on: the contents of raw tables are read again
-            return self._build(values, True)
+            return self._build(values, True, stream)
         return plan
 
     # --- calling ---------------------------------------------------------------------------------
@@ -180,30 +187,35 @@ class Transfer:
         self._snapshot.verify()
         everything = args + self._bound_values
         strict = check or self.check or guard.ALWAYS_CHECK
-        plan = self._plan
-        if plan is None or (strict and plan.raw_tables):
-            plan = self._plan_for(everything, strict)
         if stream is None:
             stream = self.stream
+        plan = self._plan
+        if plan is None or (strict and plan.raw_tables):
+            plan = self._plan_for(everything, strict, stream)
         call = self._pick_call(everything)
         if self.spec.kind == "kernel":
+            route = "auto"
             if self.spec.per_layer:
                 src_indices, dst_indices, layer_id, block_quota, warps = call
+            elif len(call) == 5:  # kv.copy: and its route
+                src_indices, dst_indices, block_quota, warps, route = call
+                layer_id = None
             else:
                 src_indices, dst_indices, block_quota, warps = call
                 layer_id = None
             plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,  # type: ignore[union-attr]
-                      check=strict)  # kind "kernel": a KernelPlan
+                      check=strict, route=route)  # kind "kernel": a KernelPlan
         else:
             plan.run(call[0], call[1], stream, strict)
 
     def plain_miss(self, objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any,
-                   layer_id: Any, block_quota: Any, warps: Any, stream: StreamLike | None, check: bool) -> Any:
+                   layer_id: Any, block_quota: Any, warps: Any, stream: StreamLike | None, check: bool,
+                   route: Any = "auto") -> Any:
         """A plain call whose plan is not cached (or with checks on): found or built, then run."""
         strict = check or guard.ALWAYS_CHECK
-        plan = self._plan_for_geometry(objects + scalars, strict)
+        plan = self._plan_for_geometry(objects + scalars, strict, stream)
         return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps,  # type: ignore[union-attr]
-                         stream=stream, check=strict)  # plain_caller: kernel entry points only
+                         stream=stream, check=strict, route=route)  # plain_caller: kernel entry points only
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -313,7 +325,7 @@ def plain_caller(name: str) -> Callable[..., Any]:
     entries, keyers, miss = cache.entries, cache.keyers, transfer.plain_miss
 
     def call(objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any, layer_id: Any,
-             block_quota: Any, warps: Any, stream: StreamLike | None, check: bool) -> Any:
+             block_quota: Any, warps: Any, stream: StreamLike | None, check: bool, route: Any = "auto") -> Any:
         if not check and not guard.ALWAYS_CHECK:
             keyer = keyers.get(tuple(map(type, objects)))
             if keyer is not None:
@@ -324,8 +336,8 @@ def plain_caller(name: str) -> Callable[..., Any]:
                     entry = entries.get(keyer(objects, scalars))  # the cache's key (plan.cache.make_keyer)
                     if entry is not None and (entry.witness is None or entry.witness(objects)):
                         return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,
-                                               check=check)
-        return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)
+                                               check=check, route=route)
+        return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
 
     return call
 
@@ -338,8 +350,9 @@ def plain_direct_caller(name: str) -> Callable:
 
     def call(objects: tuple, scalars: tuple, src_indices: Any, dst_indices: Any, stream: StreamLike | None,
              check: bool) -> None:
+        refuse_in_capture(name, capture.current_handle(stream))
         strict = check or guard.ALWAYS_CHECK
-        transfer._plan_for_geometry(objects + scalars, strict).run(src_indices, dst_indices, stream, strict)
+        transfer._plan_for_geometry(objects + scalars, strict, stream).run(src_indices, dst_indices, stream, strict)
 
     return call
 

@@ -12,11 +12,12 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..arrays import ArrayInfo, array_info
+from ..arrays import HOST, ArrayInfo, array_info
 from ..checks import pinned, validate
 from ..checks.devices import one_device
 from ..checks.tables import table_layers
 from ..kernels import layouts
+from . import routes
 from .device_tables import device_table
 
 
@@ -59,6 +60,8 @@ class CopyLayout(NamedTuple):
     destinations: list  # (name, start, end) of every byte range a call may write
     guides: list  # (name, start, end) of the tables the kernel reads
     kernel_sides: tuple  # what KernelPlan._finish takes: parts, MLA, pointers, (layout_dim, page_size) per side
+    engine: routes.EnginePlan | None  # the copy-engine route's arithmetic (plan.routes), or None
+    no_engine: str  # why there is none ("" when there is one)
 
 
 def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = "layers") -> tuple[int, int]:
@@ -112,17 +115,37 @@ def read_copy(geometry: dict[str, Any], strict: bool) -> CopyLayout:
     raw = False
     sides = []
     for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
-        ptrs, extents, side_raw = _resolve(name, view, destination, placed, destinations, guides, first_layer,
-                                           window, strict)
-        raw = raw or side_raw
-        sides.append((ptrs, ViewSide(name, view, extents)))
+        resolved = _resolve(name, view, destination, placed, destinations, guides, first_layer, window, strict)
+        raw = raw or resolved.raw
+        sides.append((resolved, ViewSide(name, view, resolved.extents)))
     uses_torch = any(type(b).__module__.startswith("torch") for v in (src, dst) for which in ("k", "v")
                      if getattr(v, which) is not None for b in v.buffers(which))
-    (src_ptrs, src_side), (dst_ptrs, dst_side) = sides
-    kernel_sides = (_parts(src, window), _parts(dst, window), src.mla, src_ptrs, dst_ptrs,
+    (src_resolved, src_side), (dst_resolved, dst_side) = sides
+    kernel_sides = (_parts(src, window), _parts(dst, window), src.mla, src_resolved.ptrs, dst_resolved.ptrs,
                     (gs.layout_dim, gs.page_size), (gd.layout_dim, gd.page_size))
+    engine, no_engine = _engine(src, dst, src_resolved, dst_resolved, heads)
     return CopyLayout(first_layer, window, min(gs.layers, gd.layers), gs.item_bytes, heads, raw, one_device(placed),
-                      uses_torch, src_side, dst_side, destinations, guides, kernel_sides)
+                      uses_torch, src_side, dst_side, destinations, guides, kernel_sides, engine, no_engine)
+
+
+def _engine(src: Any, dst: Any, src_resolved: Resolved, dst_resolved: Resolved,
+            heads: int) -> tuple[routes.EnginePlan | None, str]:
+    """The copy-engine form of the copy (``plan.routes``), or None and why not."""
+    sides = []
+    for view, resolved in ((src, src_resolved), (dst, dst_resolved)):
+        if view.user_layout:
+            return None, f"{type(view).__name__} is a layout of your own (its arithmetic runs on the GPU only)"
+        if resolved.devices is None:
+            return None, f"{view!r} holds layers whose memory kvnumba does not know"
+        places = set(resolved.devices)
+        if len(places) != 1:
+            return None, f"{view!r} holds layers in both host and GPU memory"
+        device = places.pop()
+        g = view.geometry
+        sides.append(routes.engine_side(view.parts, g.layout_dim, g.page_size, g.item_bytes, heads,
+                                        resolved.ptrs[:1] if view.mla else resolved.ptrs,
+                                        resolved.layer_addresses, g.layers, None if device == HOST else device))
+    return routes.EnginePlan(sides[0], sides[1], src.geometry.item_bytes, heads), ""
 
 
 def _parts(view: Any, window: int) -> layouts.LayoutParts:
@@ -167,15 +190,28 @@ def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_vi
     return hs if src.head_split or dst.head_split else 1
 
 
+class Resolved(NamedTuple):
+    """One view as a copy uses it (``_resolve``)."""
+
+    ptrs: tuple[int, int]  # the kernel's K and V addresses (buffers, tables, or one layer's)
+    extents: tuple[int | None, ...] | None  # per layer, the smaller of K and V's bytes (None: from shapes)
+    raw: bool  # it holds raw tables (read again with checks on)
+    layer_addresses: list[list[int]] | None  # per kind, each layer's address (per-layer views, raw tables)
+    devices: list[int] | None  # the devices (or HOST) of its memory; None where unknown
+
+
 def _resolve(name: str, view: Any, destination: bool, placed: list[tuple[str, int]],
              destinations: list[tuple[str, int, int]], guides: list[tuple[str, int, int]], first_layer: int,
-             window: int, strict: bool) -> tuple[tuple[int, int], tuple[int | None, ...] | None, bool]:
-    """A view's kernel-side addresses ``(k, v)``, per-layer extents (None: known from shapes) and
-    whether it holds raw tables; records devices, destination ranges and table ranges."""
+             window: int, strict: bool) -> Resolved:
+    """A view's kernel-side addresses, per-layer extents and whether it holds raw tables, and what the
+    copy-engine route needs (each layer's address, the memory's devices); records devices, destination
+    ranges and table ranges."""
     extents, raw = None, False
     kinds = ("k",) if view.mla else ("k", "v")
     if view.raw_tables:
         ptrs, all_extents = [], []
+        table_addresses: list[list[int]] | None = []
+        table_devices: list[int] | None = []
         for which in kinds:
             table_name = f"{name}.{which}"
             info = validate.layer_table(table_name, getattr(view, which), view.geometry.layers)
@@ -193,10 +229,18 @@ def _resolve(name: str, view: Any, destination: bool, placed: list[tuple[str, in
                         destinations.append((f"{table_name}[{i}]", address, address + extent))
             ptrs.append(info.ptr)
             all_extents.append(layers.extents)
+            if table_addresses is not None and table_devices is not None and None not in layers.addresses \
+                    and None not in layers.devices:
+                table_addresses.append(list(layers.addresses))
+                table_devices.extend(layers.devices)
+            else:
+                table_addresses = table_devices = None
         extents = tuple(None if any(e[i] is None for e in all_extents) else min(e[i] for e in all_extents)
                         for i in range(view.geometry.layers))
-        return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), extents, raw
+        return Resolved((ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), extents, raw, table_addresses, table_devices)
     ptrs = []
+    layer_addresses: list[list[int]] | None = [] if view.per_layer else None
+    devices: list[int] = []
     for which in kinds:
         infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
         for i, info in enumerate(infos):
@@ -205,11 +249,14 @@ def _resolve(name: str, view: Any, destination: bool, placed: list[tuple[str, in
                 validate.aligned(label, info)
             pinned.require(label, info)
             placed.append((label, info.device))
+            devices.append(info.device)
             if destination:
                 validate.writable(label, info)
                 destinations.append((label, info.ptr, info.ptr + info.nbytes))
         if view.per_layer:
             addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+            if layer_addresses is not None:
+                layer_addresses.append(list(addresses))
             if window == 1:  # one layer: its address goes in directly, no table to read per item
                 ptrs.append(addresses[first_layer])
                 continue
@@ -219,7 +266,7 @@ def _resolve(name: str, view: Any, destination: bool, placed: list[tuple[str, in
             ptrs.append(info.ptr)
         else:
             ptrs.append(infos[0].ptr)
-    return (ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), None, False
+    return Resolved((ptrs[0], ptrs[1] if len(ptrs) > 1 else 0), None, False, layer_addresses, devices)
 
 
 def _address_table(addresses: list[int], infos: list[ArrayInfo], view: Any) -> Any:

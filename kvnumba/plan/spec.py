@@ -8,7 +8,7 @@ It is the one table: ``prepare``, the plain entry points, the copy-engine plans,
 Roles:
 - ``index``: ``src_indices`` / ``dst_indices``, new on almost every call;
 - ``layer``: ``layer_id`` of a per-layer kernel entry point (it picks token limits, not buffers);
-- ``launch``: ``block_quota`` / ``num_warps_per_block``;
+- ``launch``: ``block_quota`` / ``num_warps_per_block``, and ``kv.copy``'s ``route`` (``kvnumba.plan.routes``);
 - ``geometry``: everything else (buffers, tables, sizes): validated once per prepared transfer, or
   once per set of objects for plain calls. ``Spec.buffers`` names the ones that are arrays.
 
@@ -28,7 +28,8 @@ PAGE_FIRST_DIRECT = "pfd"
 _SIZES = frozenset(("item_size", "num_layers", "src_layout_dim", "dst_layout_dim", "page_size", "head_num",
                     "layer_id", "layers"))
 
-_ROLES = {"src_indices": "index", "dst_indices": "index", "block_quota": "launch", "num_warps_per_block": "launch"}
+_ROLES = {"src_indices": "index", "dst_indices": "index", "block_quota": "launch", "num_warps_per_block": "launch",
+          "route": "launch"}
 
 
 class Spec(NamedTuple):
@@ -100,8 +101,8 @@ SPECS = {spec.name: spec for spec in [
             TBL, TBL, True),
     _kernel("transfer_kv_all_layer_mla_lf_pf",
             ("src_layers", "dst") + _IDX + ("item_size", "dst_layout_dim", "num_layers"), TBL, PF, True),
-    Spec("copy", ("src_view", "dst_view") + _IDX + ("layers",) + _LAUNCH, dict(_LAUNCH_DEFAULTS, layers=None),
-         "kernel", keyword_only=_LAUNCH),
+    Spec("copy", ("src_view", "dst_view") + _IDX + ("layers",) + _LAUNCH + ("route",),
+         dict(_LAUNCH_DEFAULTS, layers=None, route="auto"), "kernel", keyword_only=_LAUNCH + ("route",)),
     Spec("transfer_kv_direct", ("src_layers", "dst_layers") + _IDX + ("page_size",), {}, "direct", LF, LF),
     Spec("transfer_kv_per_layer_direct_pf_lf", ("src_ptrs", "dst_ptrs") + _IDX + ("layer_id", "page_size"), {},
          "direct", PAGE_FIRST_DIRECT, LF),

@@ -21,7 +21,7 @@ def test_the_table_holds_the_seeds_thirteen_and_copy():
     assert sorted(KERNEL_ENTRY_POINTS + DIRECT_ENTRY_POINTS + ["copy"]) == sorted(NAMES)
 
 
-LAUNCH = ("block_quota", "num_warps_per_block")
+LAUNCH = ("block_quota", "num_warps_per_block", "route")
 
 
 def _parameters(fn):
@@ -37,7 +37,7 @@ def test_public_function_has_the_tables_arguments_and_defaults(name):
     assert {p.name: p.default for p in params if p.default is not p.empty} == spec.defaults
     keyword_only = [p.name for p in inspect.signature(getattr(kvnumba, name)).parameters.values()
                     if p.kind is p.KEYWORD_ONLY]
-    assert keyword_only == (["block_quota", "num_warps_per_block"] if name == "copy" else []) + ["stream", "check"]
+    assert keyword_only == (["block_quota", "num_warps_per_block", "route"] if name == "copy" else []) + ["stream", "check"]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -1,0 +1,140 @@
+"""``kv.copy``'s two routes: a kernel, or the GPU's copy engines.
+
+A kernel moves tokens with the SMs: any indices, any layouts, indices read on the GPU, but it needs SMs,
+and while a model computes the SMs are the model's (a GEMM holds every SM's registers and shared memory;
+a transfer block runs in the gaps between GEMMs). The copy engines need no SM and keep their speed under
+compute, but each copy has a fixed cost (~0.6 us of host time to submit, about as much on the engine), so
+they pay only for long *runs*: tokens whose bytes follow each other in both the source and the destination,
+e.g. a page of a layer-first or page-first-direct pool, or a vLLM block.
+
+``route="copy_engine"`` finds the runs of the call's indices on the host (NumPy, vectorised), and submits
+one copy per run per layer, K/V and head as one ``cudaMemcpyBatchAsync`` (``kvnumba.driver.batch_copy``;
+page by page where the batch call is unavailable). Indices in GPU memory are brought to the host first
+(a synchronous copy, as SGLang's copy-engine entry points do). ``route="kernel"`` always launches the
+kernel. ``route="auto"`` (the default) takes the copy engine when the indices are on the host, the batch
+call is available on the stream (not the legacy default stream) and the copies average at least
+``COPY_ENGINE_MIN_BYTES``; the kernel otherwise (indices on the GPU never cost a synchronisation).
+
+Only kvnumba's own layouts have their address arithmetic evaluated on the host (a layout of your own
+goes by kernel). ``last_route()`` says which route the last ``kv.copy`` took.
+"""
+from typing import Any, Callable, NamedTuple
+
+import numpy as np
+
+from ..driver.batch_copy import batch_copy_available
+from ..driver.target import SIMULATOR
+
+ROUTES = ("auto", "kernel", "copy_engine")
+# Auto takes the copy engine for copies of at least this many bytes on average. Measured on the H200
+# (scripts/RESULTS.md, "Loads under compute"): runs of 128 KiB moved 54.5 GB/s idle and 54.2 under
+# back-to-back GEMMs (the staged kernel: 50 and 21); runs of 8 KiB moved 8.6 GB/s (fixed cost per copy).
+COPY_ENGINE_MIN_BYTES = 64 * 1024
+
+
+def engine_available(handle: int) -> bool:
+    """Whether ``auto`` may take the copy engine on stream ``handle``: the batch call is used there (not on
+    the legacy default stream). On the simulator, whose copies stand in for the engines, always."""
+    return SIMULATOR or batch_copy_available(handle)
+
+
+class RouteLog:
+    """Which route the last non-empty ``kv.copy`` took (``"kernel"`` or ``"copy_engine"``), and counts."""
+
+    def __init__(self) -> None:
+        self.last: str | None = None
+        self.counts = {"kernel": 0, "copy_engine": 0}
+
+    def record(self, route: str) -> None:
+        self.last = route
+        self.counts[route] += 1
+
+
+log = RouteLog()
+
+
+def last_route() -> str | None:
+    """The route the last non-empty ``kv.copy`` took: ``"kernel"`` or ``"copy_engine"`` (None before any)."""
+    return log.last
+
+
+def check_route(route: Any) -> str:
+    """``route`` validated: one of ``ROUTES``, else ``ValueError`` (``TypeError`` for a non-string)."""
+    if type(route) is str and route in ROUTES:
+        return route
+    if not isinstance(route, str):
+        raise TypeError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {type(route).__name__}")
+    raise ValueError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}")
+
+
+class EngineSide(NamedTuple):
+    """One side of a copy as the host computes its addresses: ``bases[kind, layer]`` + ``head * head_stride``
+    + ``token_offset(token, layout_dim, item_size, heads, page_size)``."""
+
+    token_offset: Callable[..., Any]  # the layout's Python token part (works on NumPy arrays)
+    layout_dim: int
+    page_size: int
+    head_stride: int
+    bases: np.ndarray  # int64 [kinds, layers]: each layer's base address
+    device: int | None  # the copies' location hint: a device ordinal, or None for host memory
+
+
+def engine_side(parts: Any, layout_dim: int, page_size: int, item_size: int, heads: int, pointers: Any,
+                layer_addresses: Any, layers: int, device: int | None) -> EngineSide:
+    """An ``EngineSide`` for a layout (``LayoutParts``): from its buffers' ``pointers`` (K, V; one-buffer
+    layouts), or for table layouts (per-layer lists, raw tables) each kind's ``layer_addresses``."""
+    layer_base, token_offset, head_stride = parts.py
+    if parts.table or layer_addresses is not None:
+        bases = np.array(layer_addresses, dtype=np.int64).reshape(len(layer_addresses), -1)
+    else:
+        numbers = np.arange(layers, dtype=np.int64)
+        bases = np.stack([np.asarray(layer_base(p, numbers, layout_dim, item_size, heads, page_size), np.int64)
+                          for p in pointers])
+    return EngineSide(token_offset, layout_dim, page_size, head_stride(layout_dim, item_size, heads, page_size),
+                      bases, device)
+
+
+class EngineCopies(NamedTuple):
+    dsts: np.ndarray
+    srcs: np.ndarray
+    sizes: np.ndarray
+    total: int  # bytes
+
+
+class EnginePlan:
+    """A copy's copy-engine form: the two sides' host arithmetic (``EngineSide``), item bytes and heads."""
+
+    def __init__(self, src: EngineSide, dst: EngineSide, item_size: int, heads: int) -> None:
+        self.src, self.dst, self.item_size, self.heads = src, dst, item_size, heads
+        self.chunk = item_size // heads  # bytes one token moves per layer, K/V and head
+
+    def runs(self, s_idx: np.ndarray, d_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(starts, lengths, source offsets, destination offsets)`` of the runs in the indices: an item
+        continues a run where both its source and destination bytes follow its predecessor's."""
+        src, dst, chunk, heads = self.src, self.dst, self.chunk, self.heads
+        s_off = np.asarray(src.token_offset(s_idx, src.layout_dim, self.item_size, heads, src.page_size), np.int64)
+        d_off = np.asarray(dst.token_offset(d_idx, dst.layout_dim, self.item_size, heads, dst.page_size), np.int64)
+        breaks = np.flatnonzero((np.diff(s_off) != chunk) | (np.diff(d_off) != chunk)) + 1
+        starts = np.concatenate((np.zeros(1, np.int64), breaks))
+        lengths = np.diff(np.append(starts, len(s_idx)))
+        return starts, lengths, s_off, d_off
+
+    def mean_copy(self, s_idx: np.ndarray, d_idx: np.ndarray) -> float:
+        """Bytes per copy the call would make (what ``auto`` decides by)."""
+        starts = self.runs(s_idx, d_idx)[0]
+        return len(s_idx) * self.chunk / len(starts)
+
+    def copies(self, s_idx: np.ndarray, d_idx: np.ndarray, first_layer: int, window: int) -> EngineCopies:
+        """One copy per run, per K/V, layer of ``[first_layer, first_layer + window)`` and head."""
+        starts, lengths, s_off, d_off = self.runs(s_idx, d_idx)
+        heads = np.arange(self.heads, dtype=np.int64)
+        layers = slice(first_layer, first_layer + window)
+
+        def addresses(side: EngineSide, offsets: np.ndarray) -> np.ndarray:
+            base = side.bases[:, layers][:, :, None, None] + (heads * side.head_stride)[None, None, :, None]
+            return (base + offsets[starts][None, None, None, :]).reshape(-1)
+
+        srcs, dsts = addresses(self.src, s_off), addresses(self.dst, d_off)
+        sizes = np.broadcast_to(lengths * self.chunk, (len(srcs) // len(starts), len(starts))).reshape(-1)
+        total = int(lengths.sum()) * self.chunk * (len(srcs) // len(starts))
+        return EngineCopies(dsts, srcs, np.ascontiguousarray(sizes), total)

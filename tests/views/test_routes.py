@@ -1,0 +1,209 @@
+"""kv.copy's routes (kvnumba.plan.routes): the copy engine moves exactly the kernel's bytes for every built-in
+view pair, K/V and MLA, host and device indices, runs and scattered tokens, against kvnumba.reference.copy
+with poisoned destinations; ``auto`` chooses by where the indices are and how long their runs are; what
+the copy-engine route refuses. The same tests run on the simulator (whose copies stand in for the engines)
+and on a GPU (one cudaMemcpyBatchAsync)."""
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import reference
+from kvnumba.plan import routes
+from tests.helpers.placement import PLACE, on_gpu, synchronize, to_numpy
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, POISON, make_view, view_bytes
+
+pytestmark = pytest.mark.needs_target
+
+BUILT_IN = [name for name in LAYOUTS if name != "HeadMajorPages"]
+L, T, P, H, D = 3, 16, 4, 2, 8  # items of 2 heads x 8 uint16 = 32 bytes
+
+
+def _indices(kind, rng, count, tokens=T, page=P):
+    """``(src, dst)`` int64 indices: ``runs`` (whole pages, so layer-first and paged sides make runs),
+    ``scattered`` (random tokens), ``one`` (one token), ``same`` (the same tokens on both sides)."""
+    if kind == "runs":
+        pages = count // page
+        src = (rng.choice(tokens // page, pages, replace=False)[:, None] * page + np.arange(page)).reshape(-1)
+        dst = (rng.choice(tokens // page, pages, replace=False)[:, None] * page + np.arange(page)).reshape(-1)
+    elif kind == "scattered":
+        src, dst = (rng.choice(tokens, count, replace=False) for _ in range(2))
+    elif kind == "one":
+        src, dst = np.array([tokens - 1]), np.array([0])
+    else:
+        src = dst = np.arange(count)
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def run_route(src_name, dst_name, *, route="copy_engine", mla=False, kind="runs", count=8, layers=None,
+              where="host", places=("device", "device"), seed=0):
+    """kv.copy by ``route`` on placed views, reference.copy on NumPy ones: every destination byte agrees."""
+    rng = np.random.default_rng(seed)
+    src_np, src = make_view(src_name, L, T, P, H, D, rng, poison=False, mla=mla, place=(places[0], "numba"))
+    dst_np, dst = make_view(dst_name, L, T, P, H, D, rng, poison=True, mla=mla, place=(places[1], "numba"))
+    si, di = _indices(kind, rng, count)
+    put = PLACE["device"] if where == "device" else (lambda a: a)
+    kv.copy(src, dst, put(si), put(di), layers, route=route)
+    synchronize()
+    reference.copy(src_np, dst_np, si, di, layers)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want, err_msg=f"{src_name} -> {dst_name} by {route}")
+    return kv.last_route()
+
+
+PAIRS = [(s, d) for s in BUILT_IN for d in BUILT_IN]
+
+
+@pytest.mark.parametrize("src_name,dst_name", PAIRS, ids=[f"{s}-{d}" for s, d in PAIRS])
+def test_the_copy_engine_moves_every_pair_as_the_reference(src_name, dst_name):
+    assert run_route(src_name, dst_name) == "copy_engine"
+
+
+MLA_PAIRS = [(s, d) for s, d in PAIRS if s not in KV_ONLY and d not in KV_ONLY]
+
+
+@pytest.mark.parametrize("src_name,dst_name", MLA_PAIRS, ids=[f"{s}-{d}" for s, d in MLA_PAIRS])
+def test_the_copy_engine_moves_every_mla_pair(src_name, dst_name):
+    assert run_route(src_name, dst_name, mla=True, kind="scattered") == "copy_engine"
+
+
+@pytest.mark.parametrize("kind", ["runs", "scattered", "one", "same"])
+@pytest.mark.parametrize("where", ["host", "device"])
+@pytest.mark.parametrize("pair", [("LayerFirst", "LayerFirstList"), ("PageFirstDirect", "VllmFlashAttn"),
+                                  ("PageHead", "FlashInferHND"), ("PageFirst", "LayerFirst")])
+def test_indices_of_every_kind_and_place(pair, kind, where):
+    run_route(*pair, kind=kind, where=where, count=16 if kind == "same" else 8)
+
+
+@pytest.mark.parametrize("layers", [None, 0, 2, range(1, 3)])
+@pytest.mark.parametrize("pair", [("LayerFirstList", "VllmFlashAttn"), ("PageHead", "PageFirst")])
+def test_layers(pair, layers):
+    run_route(*pair, layers=layers)
+
+
+@pytest.mark.parametrize("places", [("host", "device"), ("device", "host")], ids=["h2d", "d2h"])
+def test_host_and_device_memory(places):
+    run_route("LayerFirstList", "PageFirstDirect", places=places)
+    run_route("PageFirstDirect", "LayerFirst", places=places, kind="scattered")
+
+
+def test_runs_are_found_where_both_sides_follow_on():
+    """Tokens whose bytes follow each other in both views are one copy; a break on either side ends it."""
+    rng = np.random.default_rng(0)
+    _, src = make_view("LayerFirst", 2, 64, 8, 1, 4, rng, poison=False, mla=True)  # items of 8 bytes
+    _, dst = make_view("PageFirstDirect", 2, 64, 8, 1, 4, rng, poison=True, mla=True)  # pages of 8 per layer
+    plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)._plan
+    si = np.array([0, 1, 2, 3, 10, 11, 20, 21, 22], np.int64)
+    di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
+    starts, lengths, _, _ = plan.engine.runs(si, di)
+    assert starts.tolist() == [0, 2, 4, 6, 8] and lengths.tolist() == [2, 2, 2, 2, 1]
+    copies = plan.engine.copies(si, di, 0, 1)
+    assert copies.sizes.tolist() == [16, 16, 16, 16, 8] and copies.total == 9 * 8
+
+
+# --- auto -------------------------------------------------------------------------------------------------
+
+def _big_views(rng, tokens=128):
+    """Layer-first views of items of 2 KiB (8 heads x 128 bf16): 32 tokens are a 64 KiB run."""
+    k, v = (rng.integers(0, 2**16, (1, tokens, 8, 128), dtype=np.uint16) for _ in range(2))
+    src = kv.LayerFirst(PLACE["host"](k), PLACE["host"](v))
+    dst = kv.LayerFirst(PLACE["device"](np.zeros_like(k)), PLACE["device"](np.zeros_like(v)))
+    return src, dst, k, v
+
+
+def test_auto_takes_the_copy_engine_for_long_runs_of_host_indices():
+    rng = np.random.default_rng(1)
+    src, dst, k, v = _big_views(rng)
+    runs = np.arange(64, dtype=np.int64)  # two 64 KiB runs per K and V
+    stream = None
+    if on_gpu():  # the batch call needs a stream other than the legacy default stream
+        from numba import cuda
+
+        stream = cuda.stream()
+    kv.copy(src, dst, runs, runs, stream=stream)
+    assert kv.last_route() == "copy_engine"
+    kv.copy(src, dst, runs[::2].copy(), runs[::2].copy(), stream=stream)  # 2 KiB copies: the kernel
+    assert kv.last_route() == "kernel"
+    if on_gpu():  # indices in GPU memory (on the simulator every array is host memory)
+        kv.copy(src, dst, PLACE["device"](runs), PLACE["device"](runs), stream=stream)
+        assert kv.last_route() == "kernel"
+    synchronize()
+    np.testing.assert_array_equal(to_numpy(dst.k)[0, :64], k[0, :64])
+    np.testing.assert_array_equal(to_numpy(dst.v)[0, :64], v[0, :64])
+
+
+@pytest.mark.gpu  # the legacy default stream exists only on a GPU
+def test_auto_stays_on_the_kernel_on_the_legacy_default_stream():
+    rng = np.random.default_rng(2)
+    src, dst, k, _ = _big_views(rng)
+    runs = np.arange(64, dtype=np.int64)
+    kv.copy(src, dst, runs, runs, stream=0)
+    assert kv.last_route() == "kernel"
+    kv.copy(src, dst, runs, runs, stream=0, route="copy_engine")  # asked for: page by page there
+    assert kv.last_route() == "copy_engine" and kv.last_path() == "page"
+    synchronize()
+    np.testing.assert_array_equal(to_numpy(dst.k)[0, :64], k[0, :64])
+
+
+def test_a_prepared_copy_takes_its_route_bound_or_per_call():
+    rng = np.random.default_rng(3)
+    src_np, src = make_view("PageFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    dst_np, dst = make_view("LayerFirstList", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = _indices("runs", rng, 8)
+    bound = kv.prepare(kv.copy, src_view=src, dst_view=dst, route="copy_engine")
+    bound(si, di)
+    assert kv.last_route() == "copy_engine"
+    free = kv.prepare(kv.copy, src_view=src, dst_view=dst)
+    free(si, di, route="kernel")
+    assert kv.last_route() == "kernel"
+    free(si, di, route="copy_engine")
+    assert kv.last_route() == "copy_engine"
+    synchronize()
+    reference.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+# --- refusals ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("route, error, match", [("engine", ValueError, "route must be one of"),
+                                                 (1, TypeError, "route must be one of"),
+                                                 (None, TypeError, "route must be one of")])
+def test_a_bad_route_is_refused_by_name(route, error, match):
+    rng = np.random.default_rng(4)
+    _, src = make_view("PageFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_view("LayerFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    with pytest.raises(error, match=match):
+        kv.copy(src, dst, np.arange(4), np.arange(4), route=route)
+    with pytest.raises(error, match=match):
+        kv.prepare(kv.copy, src_view=src, dst_view=dst, route=route)
+    assert all((b == POISON).all() for b in view_bytes(dst))
+
+
+def test_a_layout_of_your_own_goes_by_kernel_only():
+    rng = np.random.default_rng(5)
+    _, src = make_view("HeadMajorPages", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_view("LayerFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    with pytest.raises(ValueError, match="route='copy_engine' cannot copy these views: HeadMajorPages is a layout"):
+        kv.copy(src, dst, np.arange(4), np.arange(4), route="copy_engine")
+    assert all((b == POISON).all() for b in view_bytes(dst))
+    kv.copy(src, dst, np.arange(4), np.arange(4))  # auto: the kernel
+    assert kv.last_route() == "kernel"
+
+
+@pytest.mark.parametrize("where", ["host", "device"])
+def test_indices_out_of_range_are_refused_before_any_copy(where, device_path):
+    """The copy engine has no guard in the kernel: its indices are checked on the host, always."""
+    rng = np.random.default_rng(6)
+    _, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_view("PageFirstDirect", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    put = PLACE["device"] if where == "device" else (lambda a: a)
+    with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[2\] = 16 is out of range"):
+        kv.copy(src, dst, put(np.arange(3)), put(np.array([0, 1, T])), route="copy_engine")
+    assert all((b == POISON).all() for b in view_bytes(dst))
+
+
+def test_the_route_log():
+    log = routes.RouteLog()
+    log.record("kernel")
+    log.record("copy_engine")
+    assert log.last == "copy_engine" and log.counts == {"kernel": 1, "copy_engine": 1}
