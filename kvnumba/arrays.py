@@ -71,8 +71,16 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
+_dtype_names: dict[Any, str] = {}  # dtype -> its name (numpy builds dtype.name anew on each read: ~3 us)
+
+
 def _dtype_name(dtype):
-    return dtype.name if dtype.isnative or dtype.itemsize == 1 else f"{dtype.byteorder}{dtype.name}"
+    name = _dtype_names.get(dtype)
+    if name is None:
+        name = dtype.name if dtype.isnative or dtype.itemsize == 1 else f"{dtype.byteorder}{dtype.name}"
+        if len(_dtype_names) < 256:
+            _dtype_names[dtype] = name
+    return name
 
 
 def _cai_info(obj, name):

@@ -1,7 +1,8 @@
 """The seed's three copy-engine entry points (memcpy paths, no kernels): each hands its arguments to
 its plain caller, the path ``kvnumba.prepare`` uses (``kvnumba.plan.direct_plan`` does the work).
 
-- ``transfer_kv_direct``: layer-first to layer-first, runs of indices merged into one copy each.
+- ``transfer_kv_direct``: layer-first to layer-first, runs of indices merged into one copy each, submitted
+  as one ``cudaMemcpyBatchAsync`` where the stream allows it.
 - ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between layer-first
   buffers and page-first-direct buffers, one ``cudaMemcpyBatchAsync`` (``kvnumba.driver.batch_copy``).
 
@@ -27,24 +28,26 @@ __all__ = [
 
 
 def last_path() -> str | None:
-    """How the last non-empty call copied (None before any): ``"batch"`` (one cudaMemcpyBatchAsync),
-    ``"page"`` (page by page), or ``"runs"`` (``transfer_kv_direct``)."""
+    """How the last non-empty copy-engine call (or ``kv.copy`` by copy engine) submitted its copies (None before
+    any): ``"batch"`` (one cudaMemcpyBatchAsync) or ``"page"`` (one cudaMemcpyAsync per copy)."""
     return log.last
 
 
 def path_counts() -> dict[str, int]:
-    """``{"batch": n, "page": m, "runs": k}``: non-empty calls per path since import."""
+    """``{"batch": n, "page": m}``: non-empty calls per path since import."""
     return dict(log.counts)
 
 
 def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike,
                        dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None,
                        check: bool = False) -> None:
-    """Copy tokens between per-layer buffers with ``cudaMemcpyAsync``, merging runs of indices.
+    """Copy tokens between per-layer buffers with the copy engines, merging runs of indices.
 
     ``dst_layers[j][dst_indices[i]] = src_layers[j][src_indices[i]]`` for every layer j and index i.
     Rows of dim 0 are tokens; a run of indices where source and destination both advance by one is
-    one copy of ``run_length * row_bytes`` bytes per layer (``row_bytes = nbytes / shape[0]``).
+    one copy of ``run_length * row_bytes`` bytes per layer (``row_bytes = nbytes / shape[0]``). The
+    copies go as one ``cudaMemcpyBatchAsync`` where it is available (not on the legacy default stream:
+    see ``kvnumba.driver.batch_copy``), else one ``cudaMemcpyAsync`` each.
 
     Parameters
     ----------

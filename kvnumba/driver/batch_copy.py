@@ -52,11 +52,11 @@ _REQUIRES_NEWER_DRIVER = 36  # cudaErrorCallRequiresNewerDriver
 
 class PathLog:
     """Which path the last copy submission took, and counts per path: ``"batch"`` (one
-    cudaMemcpyBatchAsync), ``"page"`` (page by page), ``"runs"`` (``transfer_kv_direct``'s merged runs)."""
+    cudaMemcpyBatchAsync) or ``"page"`` (one cudaMemcpyAsync per copy)."""
 
     def __init__(self):
         self.last = None
-        self.counts = {"batch": 0, "page": 0, "runs": 0}
+        self.counts = {"batch": 0, "page": 0}
 
     def record(self, path):
         self.last = path
@@ -260,7 +260,7 @@ def batch_copy_available(stream: int | None = None) -> bool:
 
 
 def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None, src_device=None,
-              dst_device=None, addresses=None):
+              dst_device=None, addresses=None, batch=True):
     """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` for every i, on ``stream``.
 
     Parameters
@@ -278,6 +278,8 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     addresses : (int, int, int) or None
         The data addresses of ``dsts``, ``srcs`` and ``sizes`` when they are C-contiguous int64 arrays
         the caller keeps (saves looking them up on every call).
+    batch : bool
+        False: never the batch call (a side mixing host and GPU memory has no one location hint).
 
     Returns
     -------
@@ -295,7 +297,7 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
         return None
     rt = runtime()
     dst_list = src_list = size_list = None
-    if batch_copy_available(stream):
+    if batch and batch_copy_available(stream):
         if src_device is None and src_device_ptr is not None:
             src_device = rt.device_of(src_device_ptr)
         if dst_device is None and dst_device_ptr is not None:

@@ -1,7 +1,8 @@
 """A copy-engine entry point's plan (validated once) and its per-call path: no kernels, copies.
 
 - ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination
-  both advance by one are merged, one ``cudaMemcpyAsync`` per run per layer.
+  both advance by one are merged, one copy per run per layer, all submitted as one
+  ``cudaMemcpyBatchAsync`` where the stream allows it (else one ``cudaMemcpyAsync`` each).
 - ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between
   layer-first buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``;
   one copy per (page, layer, K/V), all submitted as one ``cudaMemcpyBatchAsync`` where the driver,
@@ -17,11 +18,11 @@ import numpy as np
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
 from ..checks.devices import one_device
-from ..driver import batch_copy
+from ..driver import batch_copy, capture
 from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
-from ..errors import CopyError, DeviceMismatchError
+from ..errors import DeviceMismatchError
 from .spec import PAGE_FIRST_DIRECT
 
 
@@ -64,6 +65,8 @@ class DirectPlan:
         self.dst_base = np.array([i.ptr for i in dst], dtype=np.int64)
         self.src_tokens = min((i.shape[0] for i in src), default=0)
         self.dst_tokens = min((i.shape[0] for i in dst), default=0)
+        # The batch call's location hints: one per side, so a side's layers must share a kind of memory.
+        self.src_device, self.dst_device = _side_device(src), _side_device(dst)
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
@@ -73,18 +76,13 @@ class DirectPlan:
         starts = np.concatenate(([0], breaks))
         lengths = np.diff(np.concatenate((starts, [count])))
         rows = self.rows
-        # (run, layer), runs outer as in the seed.
-        srcs = self.src_base[None, :] + s_idx[starts, None] * rows[None, :]
-        dsts = self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]
-        sizes = lengths[:, None] * rows[None, :]
-        rt = batch_copy.runtime()
-        for index, (d, s, n) in enumerate(zip(dsts.ravel().tolist(), srcs.ravel().tolist(),
-                                              sizes.ravel().tolist())):
-            try:
-                rt.memcpy(d, s, n, handle)
-            except CopyError as error:
-                raise CopyError(f"run copy {index} of {dsts.size}: {error}", error.code, error.call, index) from None
-        batch_copy.log.record("runs")
+        # (run, layer), runs outer as in the seed; one batch where the stream allows it.
+        srcs = (self.src_base[None, :] + s_idx[starts, None] * rows[None, :]).reshape(-1)
+        dsts = (self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]).reshape(-1)
+        sizes = (lengths[:, None] * rows[None, :]).reshape(-1)
+        mixed = MIXED in (self.src_device, self.dst_device)
+        batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=None if mixed else self.src_device,
+                             dst_device=None if mixed else self.dst_device, batch=not mixed)
 
     # --- the page-first-direct pair --------------------------------------------------------------
 
@@ -181,6 +179,7 @@ class DirectPlan:
         validate.page_size(self.page_size, count)
         uses_torch = self.uses_torch or src_info.is_torch or dst_info.is_torch
         handle = stream_handle(stream, self.device if uses_torch else None)
+        refuse_in_capture(self.spec.name, handle)
         for name, info in (("src_indices", src_info), ("dst_indices", dst_info)):
             if info.device != HOST and not SIMULATOR and info.device != self.device:
                 raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
@@ -198,6 +197,13 @@ class DirectPlan:
                 self._run_pages(d_idx, s_idx, handle)
             if check or guard.ALWAYS_CHECK:
                 guard.synchronize(handle)
+
+
+def refuse_in_capture(name, handle):
+    """``CaptureError`` if stream ``handle`` is being captured: a copy-engine entry point reads its indices on the
+    host and submits copies with their addresses, which a graph cannot replay with new indices."""
+    capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
+                   "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
 
 
 class _Scratch:
@@ -240,6 +246,18 @@ def _page_first(name, obj):
     if len(infos) == 2 and (infos[0].shape != infos[1].shape):
         raise ValueError(f"{name}[0] and {name}[1] must have the same shape, got {infos[0].shape} and {infos[1].shape}")
     return infos
+
+
+def _side_device(infos):
+    """The batch call's location hint for a list of layers: their device, or None for host memory;
+    ``MIXED`` for a list that mixes kinds of memory (one hint serves every copy of a side)."""
+    places = {info.device for info in infos}
+    if len(places) > 1:
+        return MIXED
+    return None if not places or places == {HOST} else places.pop()
+
+
+MIXED = "mixed"  # a side of host and GPU layers: its copies go one by one (cudaMemcpyDefault finds each kind)
 
 
 def _device(info):

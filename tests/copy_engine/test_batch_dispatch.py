@@ -237,17 +237,19 @@ def test_empty_transfer_submits_nothing(use):
     assert not stand_in.batches and not stand_in.copies
 
 
-def test_direct_merges_runs_one_copy_per_run_per_layer(use):
+def test_direct_merges_runs_one_copy_per_run_per_layer_in_one_batch(use):
     stand_in = use(13)
     src = [np.arange(32 * 8, dtype=np.uint8).reshape(32, 8) + k for k in range(2)]
     dst = [np.zeros((32, 8), np.uint8) for _ in range(2)]
     s = np.array([0, 1, 2, 3, 10, 11, 5], np.int64)
     d = np.array([4, 5, 6, 7, 8, 9, 20], np.int64)
     kvnumba.transfer_kv_direct(src, dst, s, d, 1, stream=STREAM)
-    # runs [0..3]->[4..7], [10,11]->[8,9], [5]->[20]; runs outer, layers inner, as in the seed
-    expected = [(dst[j].ctypes.data + dt * 8, src[j].ctypes.data + st * 8, n * 8, STREAM)
+    # runs [0..3]->[4..7], [10,11]->[8,9], [5]->[20]; runs outer, layers inner, as in the seed; one batch
+    expected = [(dst[j].ctypes.data + dt * 8, src[j].ctypes.data + st * 8, n * 8)
                 for st, dt, n in ((0, 4, 4), (10, 8, 2), (5, 20, 1)) for j in range(2)]
-    assert stand_in.copies == expected and not stand_in.batches
+    (batch,) = stand_in.batches
+    assert list(zip(batch.dsts, batch.srcs, batch.sizes)) == expected and batch.stream == STREAM
+    assert not stand_in.copies and direct.last_path() == "batch"
     want = [np.zeros_like(a) for a in dst]
     reference.transfer_kv_direct(src, want, s, d, 1)
     assert all(np.array_equal(a, b) for a, b in zip(dst, want))

@@ -60,7 +60,8 @@ def _direct_case(src_idx, dst_idx, *, num_layers=3, rows=40, token_shape=(2, 4),
     rng = np.random.default_rng(seed)
     src = [_random(rng, (rows, *token_shape), dtype) for _ in range(num_layers)]
     dst = [_poisoned((rows, *token_shape), dtype) for _ in range(num_layers)]
-    src_placed = [PLACE[src_place](a) for a in src]
+    src_places = src_place if isinstance(src_place, tuple) else (src_place,)  # a tuple: layer by layer, in turn
+    src_placed = [PLACE[src_places[i % len(src_places)]](a) for i, a in enumerate(src)]
     dst_placed = [PLACE[dst_place](a) for a in dst]
     s, d = np.asarray(src_idx, np.int64), np.asarray(dst_idx, np.int64)
     kvnumba.transfer_kv_direct(src_placed, dst_placed, PLACE[index_place](s), PLACE[index_place](d), page_size,
@@ -92,8 +93,13 @@ def test_direct_dtypes_and_rows(dtype, token_shape):
 
 
 def test_direct_records_its_path():
-    _direct_case([3, 4], [5, 6])
-    assert direct.last_path() == "runs"
+    _direct_case([3, 4], [5, 6], stream="default")
+    assert direct.last_path() == "page"  # legacy default stream: never the batch call
+
+
+def test_direct_mixing_host_and_gpu_layers_goes_copy_by_copy():
+    """One location hint serves a side's copies: a side of host and GPU layers is copied one by one."""
+    _direct_case([3, 4], [5, 6], src_place=("host", "device"))
 
 
 def test_direct_no_tokens_and_no_layers():
@@ -196,7 +202,7 @@ def test_last_path_is_recorded():
     _pf_case("transfer_kv_all_layer_direct_lf_pf", stream="default")
     assert direct.last_path() == "page"  # legacy default stream: never the batch call
     counts = direct.path_counts()
-    assert counts["page"] >= 1 and set(counts) == {"batch", "page", "runs"}
+    assert counts["page"] >= 1 and set(counts) == {"batch", "page"}
 
 
 # ---------------------------------------------------------------- validation
