@@ -1,0 +1,169 @@
+"""SM lanes: a GPU's SMs split in two with CUDA green contexts, a set for transfers and the rest for compute.
+
+Why: while a model computes, its kernels hold every SM, and a transfer kernel's blocks run only in the
+gaps between them (per-layer loads fell from ~48 to ~21 GB/s under back-to-back GEMMs on the H200).
+Work on a green context's stream runs only on that context's SMs, so transfers launched on one set keep
+their speed whatever runs on the other. The price is the compute's: it has fewer SMs. Measured on the
+H200 (scripts/RESULTS.md, "Loads under compute"), with 8 SMs set aside, 8192-token page-first and
+page-head loads kept 48 GB/s under GEMMs and under a decode-like stream, while those took 1.09x and 1.22x
+as long on the other 124 SMs as on all 132. Measure your model's own price before you adopt them.
+
+How (CUDA driver API, through cuda-bindings, as the CUDA programming guide's green-context section
+describes): ``cuDeviceGetDevResource`` (the device's SMs), ``cuDevSmResourceSplitByCount`` (one group of
+at least the SMs asked for, rounded up to the device's granularity, and the remainder, disjoint),
+``cuDevResourceGenerateDesc`` and ``cuGreenCtxCreate`` for each part, and a non-blocking stream in each
+(``cuGreenCtxStreamCreate``). The two green contexts share the device's memory with its primary context:
+buffers made by torch, CuPy or Numba work on both streams.
+
+On the simulator there are no SMs to split: ``SmLanes`` there gives two stand-in streams (handle 0; the
+simulator runs everything in order) and says ``simulated=True``, so code written for lanes runs unchanged.
+"""
+import threading
+import weakref
+
+from .bindings import check, cu
+from .target import SIMULATOR
+
+
+class LaneStream:
+    """One lane's stream. Pass it as ``stream=`` to kvnumba, or wrap its ``handle`` for a framework:
+    ``torch.cuda.ExternalStream(lane.handle)``, ``cupy.cuda.ExternalStream(lane.handle)``,
+    ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol."""
+
+    __slots__ = ("handle", "sms", "name")
+
+    def __init__(self, handle: int, sms: int | None, name: str) -> None:
+        self.handle, self.sms, self.name = handle, sms, name
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)
+
+    def __int__(self) -> int:
+        return self.handle
+
+    def __repr__(self) -> str:
+        return f"<LaneStream {self.name}: {self.sms} SMs, handle 0x{self.handle:x}>"
+
+
+def sm_count(device: int = 0) -> int:
+    """The number of SMs of GPU ``device`` (the simulator's stand-in GPU has 1)."""
+    if SIMULATOR:
+        return 1
+    from .devices import context
+
+    context(device)  # CUDA initialised, as kvnumba's other calls find it
+    dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
+    return int(check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
+                     "cuDeviceGetAttribute"))
+
+
+class SmLanes:
+    """A GPU split into a transfer lane and a compute lane (green contexts: see the module docstring).
+
+    Parameters
+    ----------
+    transfer_sms : int
+        SMs to set aside for transfers: at least 1, leaving at least one for compute. The driver rounds
+        it up to its granularity (8 on Hopper); ``transfer_sms`` on the object is the count it gave.
+    device : int
+        The GPU (default 0).
+
+    Attributes
+    ----------
+    transfer, compute : LaneStream
+        A non-blocking stream on each set of SMs.
+    transfer_sms, compute_sms : int
+        The SMs each set holds (None for ``compute_sms`` on the simulator).
+    simulated : bool
+        True on the simulator, where both streams are stand-ins.
+
+    ``close()`` (or leaving a ``with`` block) destroys the streams and green contexts; wait for their work
+    first. A lanes object that is garbage collected is closed then.
+
+    Example
+    -------
+    >>> lanes = kv.SmLanes(8)                                            # doctest: +SKIP
+    >>> compute = torch.cuda.ExternalStream(lanes.compute.handle)        # the model computes here
+    >>> kv.transfer_kv_per_layer_pf_lf(..., block_quota=lanes.transfer_sms, stream=lanes.transfer)  # doctest: +SKIP
+    """
+
+    def __init__(self, transfer_sms: int, *, device: int = 0) -> None:
+        if isinstance(transfer_sms, bool) or not isinstance(transfer_sms, int):
+            raise TypeError(f"transfer_sms must be an int, got {type(transfer_sms).__name__}")
+        if isinstance(device, bool) or not isinstance(device, int):
+            raise TypeError(f"device must be an int, got {type(device).__name__}")
+        self.device = device
+        self.simulated = SIMULATOR
+        if SIMULATOR:
+            if transfer_sms < 1:
+                raise ValueError(f"transfer_sms must be at least 1, got {transfer_sms}")
+            self.transfer_sms, self.compute_sms = transfer_sms, None
+            self.transfer, self.compute = LaneStream(0, transfer_sms, "transfer"), LaneStream(0, None, "compute")
+            self._closer = weakref.finalize(self, _destroy, [], [])
+            return
+        total = sm_count(device)
+        if not 1 <= transfer_sms < total:
+            raise ValueError(f"transfer_sms must be between 1 and {total - 1} (cuda:{device} has {total} SMs and "
+                             f"compute needs some), got {transfer_sms}")
+        contexts, streams, counts = _split(device, transfer_sms)
+        self._closer = weakref.finalize(self, _destroy, contexts, streams)
+        self.transfer_sms, self.compute_sms = counts
+        self.transfer = LaneStream(streams[0], counts[0], "transfer")
+        self.compute = LaneStream(streams[1], counts[1], "compute")
+
+    def close(self) -> None:
+        """Destroy the two streams and green contexts (idempotent). Work still queued on them is the
+        caller's to wait for first."""
+        self._closer()
+
+    @property
+    def closed(self) -> bool:
+        return not self._closer.alive
+
+    def __enter__(self) -> "SmLanes":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        where = "simulated" if self.simulated else f"cuda:{self.device}"
+        return f"<SmLanes {where}: transfer {self.transfer_sms} SMs, compute {self.compute_sms} SMs>"
+
+
+_lock = threading.Lock()
+
+
+def _split(device, transfer_sms):
+    """``([green contexts], [stream handles], (transfer SMs, compute SMs))``: the device's SMs split into
+    a group of at least ``transfer_sms`` and the rest, a green context and a stream on each."""
+    from .devices import context
+
+    context(device)  # the primary context, active: green contexts retain it (cheaper than a new one)
+    with _lock:
+        dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
+        everything = check(cu.cuDeviceGetDevResource(dev, cu.CUdevResourceType.CU_DEV_RESOURCE_TYPE_SM),
+                           "cuDeviceGetDevResource")
+        groups, _, rest = check(cu.cuDevSmResourceSplitByCount(1, everything, 0, transfer_sms),
+                                "cuDevSmResourceSplitByCount")
+        contexts, streams = [], []
+        try:
+            for part in (groups[0], rest):
+                desc = check(cu.cuDevResourceGenerateDesc([part], 1), "cuDevResourceGenerateDesc")
+                green = check(cu.cuGreenCtxCreate(desc, dev, cu.CUgreenCtxCreate_flags.CU_GREEN_CTX_DEFAULT_STREAM),
+                              "cuGreenCtxCreate")
+                contexts.append(green)
+                stream = check(cu.cuGreenCtxStreamCreate(green, cu.CUstream_flags.CU_STREAM_NON_BLOCKING, 0),
+                               "cuGreenCtxStreamCreate")
+                streams.append(int(stream))
+        except BaseException:
+            _destroy(contexts, streams)
+            raise
+    return contexts, streams, (int(groups[0].sm.smCount), int(rest.sm.smCount))
+
+
+def _destroy(contexts, streams):
+    for handle in streams:
+        cu.cuStreamDestroy(cu.CUstream(handle))
+    for green in contexts:
+        cu.cuGreenCtxDestroy(green)
