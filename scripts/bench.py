@@ -15,7 +15,11 @@ included ("wall").
 
     python scripts/bench.py --reference sgl_kernel.kvcacheio --json out.json --plot out.png
     python scripts/bench.py --reference /path/to/seedref.so
+    python scripts/bench.py --only overlap --reference seedref.so --json overlap.json   # loads under compute
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
+
+``--only overlap`` measures HiCache's per-layer loads while a model computes, one row per route
+(``scripts/overlap.py`` says how).
 
 A full run can be split over several processes (a machine that kills each command after a few minutes):
 ``--json`` rewrites its file (atomically) after every case, and ``--resume`` keeps the rows already in
@@ -48,6 +52,7 @@ from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 from kvnumba.tools.progress import progress  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import overlap  # noqa: E402
 import sglang_shapes  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
@@ -410,7 +415,43 @@ def write_json(path, meta, records):
             os.unlink(tmp)
 
 
+def run_overlap(args):
+    """``--only overlap``: loads under compute (``scripts/overlap.py``), one row per route; ``(meta, records)``."""
+    backend = SimulatorBackend() if SIMULATOR else TorchBackend()
+    meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "kvnumba": kvnumba.__version__,
+            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": "overlap"}
+    reference = load_reference(args.reference)
+    records = []
+    stream = None if getattr(args, "quiet", False) else sys.stderr
+    print(OVERLAP_HEADER)
+    for record in overlap.run(reference, quick=args.quick):
+        records.append(record)
+        if args.json:
+            write_json(args.json, meta, records)
+        print(_overlap_row(record), flush=True)
+        if stream is not None:
+            print(f"bench: {record['case']}", file=stream, flush=True)
+    if args.json:
+        write_json(args.json, meta, records)
+    return meta, records
+
+
+OVERLAP_HEADER = (f"{'route':64} {'idle':>6} {'prefill':>7} {'x':>5} {'wall':>5} {'decode':>6} {'x':>5} {'wall':>5} "
+                  f"{'host us':>8}   (GB/s; x: compute time with the loads / alone; wall: all / compute alone)")
+
+
+def _overlap_row(r):
+    def f(key, spec):
+        return _fmt(r.get(key), spec)
+
+    return (f"{r['case']:64} {f('idle_gbps', '6.1f'):>6} {f('prefill_gbps', '7.1f'):>7} {f('prefill_x', '5.2f'):>5} "
+            f"{f('prefill_wall_x', '5.2f'):>5} {f('decode_gbps', '6.1f'):>6} {f('decode_x', '5.2f'):>5} "
+            f"{f('decode_wall_x', '5.2f'):>5} {f('host_us', '8.1f'):>8}")
+
+
 def run(args):
+    if args.only and "overlap" in args.only:
+        return run_overlap(args)
     shape = QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
                                            pool_factor=args.pool_factor, block_quota=args.block_quota,
                                            warps=args.warps, repeat=args.repeat)
@@ -622,9 +663,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.resume and not args.json:
         parser.error("--resume needs --json (the file to resume)")
-    print(HEADER)
+    if not (args.only and "overlap" in args.only):
+        print(HEADER)
     meta, records = run(args)
-    if args.plot:
+    if args.plot and not (args.only and "overlap" in args.only):
         plot(records, args.plot)
     return records
 

@@ -105,3 +105,18 @@ def test_resume_runs_only_the_missing_cases(tmp_path, capsys, monkeypatch):
 
     with pytest.raises(SystemExit, match="cannot resume"):  # rows of another shape are not mixed in
         bench.main(["--only", "mla_pf_lf", "--json", str(out), "--resume"])
+
+
+def test_quick_overlap_runs_every_route(tmp_path, capsys):
+    """``--only overlap --quick``: every route of every layout once, idle (the simulator has no compute)."""
+    bench = _bench()
+    out = tmp_path / "overlap.json"
+    bench.main(["--only", "overlap", "--quick", "--json", str(out), "--quiet"])
+    data = json.loads(out.read_text())
+    routes = [r["route"] for r in data["records"]]
+    assert data["meta"]["section"] == "overlap" and len(routes) == len(set(routes)) == 15
+    for layout in ("layer-first", "page-first", "page-head", "mla page-first"):
+        assert {f"{layout} kernel", f"{layout} kernel beside compute (one warp per SM)"} <= set(routes)
+    assert {"layer-first direct (copy engine)", "page-first-direct direct (copy engine)"} <= set(routes)
+    assert all(r["idle_seconds"] > 0 and r["bytes"] > 0 for r in data["records"])
+    assert "overlap page-head kernel on SM lanes (8 SMs) 8tok" in capsys.readouterr().out

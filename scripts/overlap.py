@@ -1,0 +1,304 @@
+"""Loads under compute, for ``scripts/bench.py --only overlap``: HiCache's per-layer loads while a model computes.
+
+HiCache loads layer ``l + 1`` on a side stream while the model computes layer ``l``; a figure taken on an idle
+GPU says little about that. Each row here is one *route* (an entry point, a ``kv.copy`` route, a launch shape,
+SM lanes) for one host layout: 32 per-layer host->device loads of ``tokens`` tokens (8-KV-head bf16 items of
+2048 bytes, MLA 1152; page-aligned random indices, pages of 64), measured three ways:
+
+- ``idle``: the 32 loads alone; GB/s = bytes / event time from the first load to the last;
+- ``prefill``: while a compute stream runs 32 back-to-back 8192x8192x8192 bf16 GEMMs (like a prefill), and
+- ``decode``: while it runs 256 decode-like layers (a 256-token batch of an 8B model: QKV, output and MLP GEMMs,
+  an RMS norm, SiLU and adds).
+
+The compute is queued first, then the loads on their own stream; the compute's time is taken by events on its
+stream. For each kind, three rounds alternate the compute alone and the compute with the loads (the GPU's clock
+drifts over seconds): ``*_x`` is the median ratio of the two compute times (the price the compute pays),
+``*_wall_x`` the median ratio of the whole (first start to last end) to the compute alone, ``*_gbps`` the loads'
+GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
+with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
+
+The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
+``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
+the GEMMs: where the copy engine starts to win (``kvnumba.plan.routes.COPY_ENGINE_MIN_BYTES``).
+Needs torch on a GPU; on the simulator (``--quick``) the routes run once each, idle, on tiny buffers.
+"""
+import statistics
+import time
+
+import numpy as np
+
+import kvnumba as kv
+from kvnumba.driver.target import SIMULATOR
+
+ITEM = {"mha": 2048, "mla": 1152}
+HEADS = {"mha": 8, "mla": 1}
+LAYERS, PAGE = 32, 64
+LANE_SMS = 8  # the SM lanes rows' transfer SMs
+
+
+class Buffers:
+    """Pinned host pools (page-first, with layer-first, page-head and page-first-direct views of the same
+    bytes) and the GPU's per-layer caches, for ``tokens`` tokens out of a pool twice as large. torch tensors on
+    a GPU; NumPy arrays on the simulator (``torch=None``)."""
+
+    def __init__(self, torch, tokens, layers=LAYERS, page=PAGE):
+        self.tokens, self.layers, self.page = tokens, layers, page
+        self.pool = pool = max(2 * tokens, 2 * page)
+        n = pool * layers * ITEM["mha"]
+        rng = np.random.default_rng(0)
+        if torch is None:
+            self.host = [rng.integers(0, 256, n, dtype=np.uint8) for _ in range(2)]
+            self.gpu = [np.zeros(n, np.uint8) for _ in range(2)]
+        else:
+            self.host = [torch.empty(n, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
+            for h in self.host:
+                h.view(torch.int64).random_()
+            self.gpu = [torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(2)]
+        self.src, self.dst = self._pages(rng), self._pages(rng)
+        if torch is None:
+            self.src_gpu, self.dst_gpu, self.src_cpu, self.dst_cpu = self.src, self.dst, self.src, self.dst
+        else:
+            self.src_gpu, self.dst_gpu = (torch.from_numpy(i).cuda() for i in (self.src, self.dst))
+            self.src_cpu, self.dst_cpu = (torch.from_numpy(i).pin_memory() for i in (self.src, self.dst))
+
+    def _pages(self, rng):
+        pages = rng.choice(self.pool // self.page, self.tokens // self.page, replace=False)
+        return (pages[:, None] * self.page + np.arange(self.page)).reshape(-1).astype(np.int64)
+
+    def host_as(self, layout, model="mha"):
+        """K and V host pools in ``layout``: ``pf`` [T, L, item], ``lf`` [L, T, item], ``ph`` [T/P, H, P, L, D],
+        ``pfd`` [T/P, L, P, item]."""
+        item, heads, T, L, P = ITEM[model], HEADS[model], self.pool, self.layers, self.page
+        shapes = {"pf": (T, L, item), "lf": (L, T, item), "ph": (T // P, heads, P, L, item // heads),
+                  "pfd": (T // P, L, P, item)}
+        return [h[:T * L * item].reshape(shapes[layout]) for h in self.host]
+
+    def gpu_layers(self, model="mha"):
+        item, T, L = ITEM[model], self.pool, self.layers
+        return [g[:L * T * item].reshape(L, T, item) for g in self.gpu]
+
+    def bytes_per_load(self, model="mha"):
+        return self.tokens * ITEM[model] * (1 if model == "mla" else 2)
+
+
+def routes(b, sms, reference):
+    """``{name: (load(layer), model, on SM lanes?, implementation)}``: every route of every layout, kvnumba's
+    and (with ``reference``) the seed's on the same buffers."""
+    gk, gv = b.gpu_layers()
+    si, di, si_cpu, di_cpu = b.src_gpu, b.dst_gpu, b.src_cpu, b.dst_cpu
+    item, L, P = ITEM["mha"], b.layers, b.page
+    lf_k, lf_v = b.host_as("lf")
+    pf_k, pf_v = b.host_as("pf")
+    ph_k, ph_v = b.host_as("ph")
+    pfd_k, pfd_v = b.host_as("pfd")
+    mla_pf = b.host_as("pf", "mla")[0]
+    mla_gpu = b.gpu_layers("mla")[0]
+    lf_views = (kv.LayerFirst(lf_k, lf_v), kv.LayerFirst(gk, gv))
+    out = {}
+
+    def add(name, load, model="mha", lanes=False, impl="kvnumba"):
+        out[f"{name}  [seed]" if impl == "seed" else name] = (load, model, lanes, impl)
+
+    def kernels(module, impl, bq=2, warps=32, lanes=False, suffix=""):
+        add(f"layer-first kernel{suffix}", lambda l: module.transfer_kv_per_layer(
+            lf_k[l], gk[l], lf_v[l], gv[l], si, di, item, bq, warps), lanes=lanes, impl=impl)
+        add(f"page-first kernel{suffix}", lambda l: module.transfer_kv_per_layer_pf_lf(
+            pf_k, gk[l], pf_v, gv[l], si, di, l, item, L * item, bq, warps), lanes=lanes, impl=impl)
+        add(f"page-head kernel{suffix}", lambda l: module.transfer_kv_per_layer_ph_lf(
+            ph_k, gk[l], ph_v, gv[l], si, di, l, item, L * item, P, HEADS["mha"], bq, warps), lanes=lanes, impl=impl)
+        add(f"mla page-first kernel{suffix}", lambda l: module.transfer_kv_per_layer_mla_pf_lf(
+            mla_pf, mla_gpu[l], si, di, l, ITEM["mla"], L * ITEM["mla"], bq, warps), "mla", lanes=lanes, impl=impl)
+
+    def copy_engines(module, impl):
+        add("layer-first direct (copy engine)", lambda l: module.transfer_kv_direct(
+            [lf_k[l], lf_v[l]], [gk[l], gv[l]], si_cpu, di_cpu, P), impl=impl)
+        add("page-first-direct direct (copy engine)", lambda l: module.transfer_kv_per_layer_direct_pf_lf(
+            [pfd_k, pfd_v], [gk[l], gv[l]], si_cpu, di_cpu, l, P), impl=impl)
+
+    kernels(kv, "kvnumba")
+    kernels(kv, "kvnumba", bq=sms, warps=1, suffix=" beside compute (one warp per SM)")
+    kernels(kv, "kvnumba", bq=LANE_SMS, lanes=True, suffix=f" on SM lanes ({LANE_SMS} SMs)")
+    copy_engines(kv, "kvnumba")
+    add("layer-first kv.copy auto (host indices)", lambda l: kv.copy(*lf_views, si_cpu, di_cpu, l))
+    if reference is not None:
+        kernels(reference, "seed")
+        copy_engines(reference, "seed")
+    return out
+
+
+class Compute:
+    """The compute streams: ``prefill`` (32 GEMMs of 8192^3 bf16) and ``decode`` (256 decode-like layers)."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        t, dev, bf16 = torch, "cuda", torch.bfloat16
+        self.a, self.b = (t.randn(8192, 8192, dtype=bf16, device=dev) for _ in range(2))
+        self.c = t.empty(8192, 8192, dtype=bf16, device=dev)
+        hid, inter = 4096, 14336
+        self.x = t.randn(256, hid, dtype=bf16, device=dev)
+        self.w = [t.randn(*s, dtype=bf16, device=dev) * 0.01
+                  for s in ((hid, hid + 2048), (hid, hid), (hid, 2 * inter), (inter, hid))]
+        self.hid, self.inter = hid, inter
+        self.kinds = {"prefill": (self.prefill, 32), "decode": (self.decode, 256)}
+
+    def prefill(self):
+        self.torch.matmul(self.a, self.b, out=self.c)
+
+    def decode(self):
+        t, (wqkv, wo, wup, wdn), hid, inter = self.torch, self.w, self.hid, self.inter
+        h = self.x
+        h = h + (h @ wqkv)[:, :hid] @ wo
+        h = h * t.rsqrt(h.float().pow(2).mean(-1, keepdim=True) + 1e-6).to(h.dtype)
+        gu = h @ wup
+        h + (t.nn.functional.silu(gu[:, :inter]) * gu[:, inter:]) @ wdn
+
+
+def _events(torch):
+    return torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+
+def _loads(torch, load, stream, layers):
+    start, end = _events(torch)
+    with torch.cuda.stream(stream):
+        start.record()
+        for layer in range(layers):
+            load(layer)
+        end.record()
+    return start, end
+
+
+def _compute(torch, fn, n, stream):
+    start, end = _events(torch)
+    with torch.cuda.stream(stream):
+        start.record()
+        for _ in range(n):
+            fn()
+        end.record()
+    return start, end
+
+
+def measure(torch, compute, load, nbytes, layers, lanes=None, rounds=3):
+    """One route's figures (see the module docstring)."""
+    load_stream = torch.cuda.Stream() if lanes is None else torch.cuda.ExternalStream(lanes.transfer.handle)
+    work_stream = torch.cuda.Stream() if lanes is None else torch.cuda.ExternalStream(lanes.compute.handle)
+    alone_stream = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    _loads(torch, load, load_stream, 2)  # warm-up: plans, kernels
+    torch.cuda.synchronize()
+    idle = []
+    for _ in range(3):
+        s, e = _loads(torch, load, load_stream, layers)
+        torch.cuda.synchronize()
+        idle.append(s.elapsed_time(e))
+    row = {"idle_gbps": nbytes * layers / statistics.median(idle) / 1e6}
+    for kind, (fn, n) in compute.kinds.items():
+        ratios, walls, gbps, alone_ms = [], [], [], []
+        for _ in range(rounds):
+            s, e = _compute(torch, fn, n, alone_stream)
+            torch.cuda.synchronize()
+            alone = s.elapsed_time(e)
+            cs, ce = _compute(torch, fn, n, work_stream)
+            ls, le = _loads(torch, load, load_stream, layers)
+            torch.cuda.synchronize()
+            ratios.append(cs.elapsed_time(ce) / alone)
+            walls.append(max(cs.elapsed_time(ce), cs.elapsed_time(le)) / alone)
+            gbps.append(nbytes * layers / ls.elapsed_time(le) / 1e6)
+            alone_ms.append(alone)
+        row.update({f"{kind}_gbps": statistics.median(gbps), f"{kind}_x": statistics.median(ratios),
+                    f"{kind}_wall_x": statistics.median(walls), f"{kind}_compute_ms": statistics.median(alone_ms)})
+    return row
+
+
+def host_us(torch, load, stream, calls=20, groups=5):
+    """Host microseconds per load call, ``calls`` back to back on ``stream``, median of ``groups``."""
+    times = []
+    with torch.cuda.stream(stream):
+        for _ in range(groups):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            for layer in range(calls):
+                load(layer % LAYERS)
+            times.append((time.perf_counter() - start) / calls * 1e6)
+    torch.cuda.synchronize()
+    return statistics.median(times)
+
+
+def crossover(torch, compute, b):
+    """One 32-layer load as runs of 2 KiB to 256 KiB, through kv.copy by each route, idle and under GEMMs."""
+    rows = []
+    lf_k, lf_v = b.host_as("lf")
+    gk, gv = b.gpu_layers()
+    views = (kv.LayerFirst(lf_k, lf_v), kv.LayerFirst(gk, gv))
+    item = ITEM["mha"]
+    prefill = {"prefill": compute.kinds["prefill"]}
+    for run_tokens in (1, 2, 4, 8, 16, 32, 64, 128):
+        rng = np.random.default_rng(run_tokens)
+        pages = b.tokens // run_tokens
+
+        def runs():
+            starts = rng.choice(b.pool // run_tokens, pages, replace=False) * run_tokens
+            return (starts[:, None] + np.arange(run_tokens)).reshape(-1).astype(np.int64)
+
+        si, di = torch.from_numpy(runs()), torch.from_numpy(runs())
+        si_gpu, di_gpu = si.cuda(), di.cuda()
+        for route, (s, d) in (("copy_engine", (si, di)), ("kernel", (si_gpu, di_gpu))):
+            def load(layer, route=route, s=s, d=d):
+                kv.copy(*views, s, d, layer, route=route)
+
+            saved, compute.kinds = compute.kinds, prefill
+            try:
+                row = measure(torch, compute, load, b.bytes_per_load(), LAYERS, rounds=1)
+            finally:
+                compute.kinds = saved
+            rows.append({"case": f"crossover {run_tokens * item // 1024} KiB runs {route}", "route": route,
+                         "run_bytes": run_tokens * item, **row})
+    return rows
+
+
+def run(reference, tokens_list=(8192, 512), quick=False):
+    """Every overlap row: a list of records (see the module docstring)."""
+    if SIMULATOR:
+        yield from _run_simulated()
+        return
+    import torch
+
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    compute = Compute(torch)
+    for kind, (fn, n) in compute.kinds.items():  # warm the GPU to its working clock
+        for _ in range(2):
+            fn()
+    records = []
+    lanes = kv.SmLanes(LANE_SMS)
+    side = torch.cuda.Stream()
+    try:
+        for tokens in tokens_list:
+            b = Buffers(torch, tokens)
+            for name, (load, model, on_lanes, impl) in routes(b, sms, reference).items():
+                row = measure(torch, compute, load, b.bytes_per_load(model), LAYERS, lanes if on_lanes else None)
+                row["host_us"] = host_us(torch, load, side if not on_lanes else
+                                         torch.cuda.ExternalStream(lanes.transfer.handle))
+                row.update(case=f"overlap {name} {tokens}tok", route=name, impl=impl, model=model, tokens=tokens,
+                           bytes=b.bytes_per_load(model) * LAYERS)
+                records.append(row)
+                yield row
+            if tokens == tokens_list[0]:
+                for row in crossover(torch, compute, b):
+                    row.update(tokens=tokens, impl="kvnumba", model="mha")
+                    records.append(row)
+                    yield row
+            del b
+            torch.cuda.empty_cache()
+    finally:
+        torch.cuda.synchronize()
+        lanes.close()
+
+
+def _run_simulated():
+    """Every route once, idle, on tiny NumPy buffers (the simulator has no compute to overlap)."""
+    b = Buffers(None, 8, layers=2, page=4)
+    for name, (load, model, _, impl) in routes(b, 1, None).items():
+        start = time.perf_counter()
+        for layer in range(b.layers):
+            load(layer)
+        yield {"case": f"overlap {name} {b.tokens}tok", "route": name, "impl": impl, "model": model, "tokens": b.tokens,
+               "bytes": b.bytes_per_load(model) * b.layers, "idle_seconds": time.perf_counter() - start}
