@@ -51,11 +51,14 @@ def always_check(fresh_plans):
 @pytest.fixture
 def batch_runtime(monkeypatch):
     """``batch_runtime(rt)`` makes every copy-engine call of the test use ``rt`` (a
-    ``kvnumba.driver.batch_copy`` runtime, e.g. over a stand-in binding); returns ``rt``."""
-    from kvnumba.driver import batch_copy
+    ``kvnumba.driver.batch_copy`` runtime, e.g. over a stand-in binding); returns ``rt``. The tests' stream
+    handles are made up, so the driver is not asked whether they are being captured either (it would
+    follow the handle)."""
+    from kvnumba.driver import batch_copy, capture
 
     def install(runtime):
         monkeypatch.setattr(batch_copy, "runtime", lambda: runtime)
+        monkeypatch.setattr(capture, "capturing", lambda handle: False)
         return runtime
 
     return install

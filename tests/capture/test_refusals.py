@@ -84,6 +84,7 @@ def test_refused_inside_a_real_capture_which_stays_valid(what):
     dst = torch.full((64, 32), POISON, dtype=torch.uint8, device="cuda")
     other = torch.full((64, 32), POISON, dtype=torch.uint8, device="cuda")
     idx = torch.arange(8, device="cuda")
+    host_idx = idx.cpu().pin_memory()
     kv.transfer_kv_per_layer_mla(k, dst, idx, idx, 32)  # planned outside the capture
     torch.cuda.synchronize()
     dst.fill_(POISON)
@@ -92,11 +93,11 @@ def test_refused_inside_a_real_capture_which_stays_valid(what):
     torch.cuda.synchronize()
     dst.fill_(POISON)
     calls = {
-        "host indices": lambda: kv.transfer_kv_per_layer_mla(k, dst, idx.cpu(), idx.cpu(), 32),
+        "host indices": lambda: kv.transfer_kv_per_layer_mla(k, dst, host_idx, host_idx, 32),
         "check=True": lambda: kv.transfer_kv_per_layer_mla(k, dst, idx, idx, 32, check=True),
         "route='copy_engine'": lambda: kv.copy(src_view, dst_view, idx, idx, route="copy_engine"),
         "first call": lambda: kv.transfer_kv_per_layer_mla(k, other, idx, idx, 32),
-        "transfer_kv_direct": lambda: kv.transfer_kv_direct([k], [dst], idx, idx, 1),
+        "transfer_kv_direct": lambda: kv.transfer_kv_direct([k], [dst], host_idx, host_idx, 1),
     }
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):

@@ -89,8 +89,9 @@ def test_host_and_device_memory(places):
 def test_runs_are_found_where_both_sides_follow_on():
     """Tokens whose bytes follow each other in both views are one copy; a break on either side ends it."""
     rng = np.random.default_rng(0)
-    _, src = make_view("LayerFirst", 2, 64, 8, 1, 4, rng, poison=False, mla=True)  # items of 8 bytes
-    _, dst = make_view("PageFirstDirect", 2, 64, 8, 1, 4, rng, poison=True, mla=True)  # pages of 8 per layer
+    place = ("device", "numba")
+    _, src = make_view("LayerFirst", 2, 64, 8, 1, 4, rng, poison=False, mla=True, place=place)  # items of 8 bytes
+    _, dst = make_view("PageFirstDirect", 2, 64, 8, 1, 4, rng, poison=True, mla=True, place=place)  # pages of 8
     plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)._plan
     si = np.array([0, 1, 2, 3, 10, 11, 20, 21, 22], np.int64)
     di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
