@@ -24,7 +24,7 @@ from ..driver.streams import stream_handle
 from ..types import StreamLike
 from ..plan import routes, staged_plan
 from ..plan.cache import PlanCache
-from ..plan.direct_plan import DirectPlan, refuse_in_capture
+from ..plan.direct_plan import DirectPlan
 from ..plan.kernel_plan import KernelPlan, build_plan, clear_shapes
 from ..plan.spec import SPECS, TBL, Spec
 from .snapshot import Snapshot
@@ -350,7 +350,6 @@ def plain_direct_caller(name: str) -> Callable:
 
     def call(objects: tuple, scalars: tuple, src_indices: Any, dst_indices: Any, stream: StreamLike | None,
              check: bool) -> None:
-        refuse_in_capture(name, capture.current_handle(stream))
         strict = check or guard.ALWAYS_CHECK
         transfer._plan_for_geometry(objects + scalars, strict, stream).run(src_indices, dst_indices, stream, strict)
 

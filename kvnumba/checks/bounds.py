@@ -22,6 +22,7 @@ import functools
 
 import numpy as np
 
+from ..driver.pointers import HOST
 from ..errors import IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
@@ -87,6 +88,8 @@ def host_indices(info):
     a device-to-host copy (synchronous) for indices in GPU memory."""
     obj = info.obj
     if info.is_torch:
+        if info.device == HOST and not obj.requires_grad:
+            return obj.numpy()  # a CPU tensor's own memory: no copy, ~2 us less than .detach().cpu()
         return obj.detach().cpu().numpy()
     if isinstance(obj, np.ndarray):
         return obj

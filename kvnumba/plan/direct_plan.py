@@ -135,8 +135,8 @@ class DirectPlan:
         scratch = self._scratch(count // page_size)
         first = scratch.firsts
         lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
-        tokens = lf_idx[first]  # first token of each page on the layer-first side
-        pages_raw = pf_idx[first]
+        tokens = lf_idx[::page_size]  # first token of each page on the layer-first side (a view: no copy)
+        pages_raw = pf_idx[::page_size]
         bounds.check_indices(lf_idx_name, tokens, max(self.lf_tokens - page_size + 1, 0),
                              f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
         bounds.check_indices(pf_idx_name, pages_raw, self.pages_total * page_size,

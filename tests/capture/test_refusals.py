@@ -53,11 +53,13 @@ def test_a_first_call_and_a_copy_engine_entry_point_are_refused_in_a_simulated_c
     src, dst, _ = _views()
     idx = np.arange(8, dtype=np.int64)
     kv.clear_plan_caches()
+    kv.transfer_kv_direct([src.k[0]], [dst.v[0]], idx, idx, 1)  # its plan, outside the capture
+    dst.v[...] = POISON
     with capture.simulated_capture(0):
         with pytest.raises(kv.CaptureError, match="building a plan"):
             kv.copy(src, dst, idx, idx)
         with pytest.raises(kv.CaptureError, match="transfer_kv_direct"):
-            kv.transfer_kv_direct([src.k[0]], [dst.k[0]], idx, idx, 1)
+            kv.transfer_kv_direct([src.k[0]], [dst.v[0]], idx, idx, 1)
     assert _untouched(dst)
     kv.copy(src, dst, idx, idx)  # outside the capture: fine
     assert not _untouched(dst)
