@@ -26,9 +26,11 @@ except ImportError:  # the test extra installs both: missing in CI (the simulato
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_BYTES = 300_000  # what a reader downloads to see one on GitHub
-FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_layout", "05_disaggregated_handoff"}
+FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_layout", "05_disaggregated_handoff",
+                      "06_transfers_under_load"}
+FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json"}
 PICTURES = {"01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2, "04_prototype_a_layout": 0,
-            "05_disaggregated_handoff": 0}
+            "05_disaggregated_handoff": 0, "06_transfers_under_load": 2}
 NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: the README's install line brings NIXL
 
 
@@ -55,7 +57,8 @@ def _kinds(notebook):
 
 def test_notebooks_found():
     assert [p.name for p in NOTEBOOKS] == ["01_layouts.ipynb", "02_hicache_round_trip.ipynb", "03_performance.ipynb",
-                                           "04_prototype_a_layout.ipynb", "05_disaggregated_handoff.ipynb"]
+                                           "04_prototype_a_layout.ipynb", "05_disaggregated_handoff.ipynb",
+                                           "06_transfers_under_load.ipynb"]
     assert set(PICTURES) == {p.stem for p in NOTEBOOKS}
 
 
@@ -74,8 +77,8 @@ def test_stored_executed_with_outputs(path):
     text = "".join(o.get("text", "") for o in outputs if o.output_type == "stream")
     if path.stem in FROM_THE_SIMULATOR:
         assert "executed on Numba's CUDA simulator" in text
-    else:  # 03 plots the saved H200 run
-        assert "records from scripts/results/h200.json" in text and "device: NVIDIA H200" in text
+    if path.stem in FROM_SAVED_RUNS:  # 03 and 06 plot saved H200 runs
+        assert f"records from scripts/results/{FROM_SAVED_RUNS[path.stem]}" in text and "device: NVIDIA H200" in text
     assert notebook.metadata == render.STORED_METADATA
     assert not [c for c in notebook.cells if "execution" in c.metadata]
 
