@@ -94,7 +94,9 @@ def facts():
     ``packages`` maps each distribution to its version (None: not installed); ``cuda_runtime`` and
     ``cuda_driver`` are CUDA versions (the driver's: the newest CUDA it supports); ``target`` is
     ``"gpu"``, ``"simulator"`` or ``"none"``; ``gpu`` holds the current device's name, compute capability and
-    SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used. A None value has its reason
+    SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used; ``copy_engine_min_bytes`` the
+    copies' average size from which ``kv.copy(route="auto")`` takes the copy engine, and
+    ``copy_engine_crossover`` where that was measured. A None value has its reason
     in ``unavailable``. ``target_reason`` says why kvnumba runs where it does (``NUMBA_ENABLE_CUDASIM=1``,
     ``no CUDA driver (...)``, ``a CUDA driver``); ``settings`` holds the variables kvnumba reads that are
     set, and ``setting_errors`` the message for each one it cannot use.
@@ -106,6 +108,8 @@ def facts():
     where, gpu, gpu_note = _gpu()
     batch, batch_why = _batch_copy()
     unavailable = {"cuda_runtime": runtime_why, "cuda_driver": driver_why, "gpu": gpu_note, "batch_copy": batch_why}
+    from ..plan import routes
+
     return {
         "kvnumba": __version__,
         "python": platform.python_version(),
@@ -116,6 +120,8 @@ def facts():
         "target_reason": target.CHOICE.reason,
         "gpu": gpu,
         "batch_copy": batch,
+        "copy_engine_min_bytes": routes.COPY_ENGINE_MIN_BYTES,
+        "copy_engine_crossover": routes.CROSSOVER,
         "unavailable": {key: why for key, why in unavailable.items() if why is not None},
         "settings": config.settings(),
         "setting_errors": config.problems(),
@@ -141,6 +147,8 @@ def report(found=None):
          else f"unavailable ({why['cuda_driver']})"),
         ("GPU", gpu_text),
         ("cudaMemcpyBatchAsync", f"unknown ({why['batch_copy']})" if batch is None else ("yes" if batch else "no")),
+        ("kv.copy route='auto'", f"the copy engine for copies of {found['copy_engine_min_bytes'] // 1024} KiB or "
+         f"more on average, else the kernel ({found['copy_engine_crossover']})"),
         ("settings", ", ".join(f"{name}={value}" + (" (cannot be used)" if name in found.get("setting_errors", {})
                                                      else "") for name, value in found.get("settings", {}).items())
          or "none set"),

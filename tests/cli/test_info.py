@@ -39,7 +39,9 @@ def test_text_reports_versions_and_target(capsys):
 def test_json_parses_and_holds_the_same_facts(capsys):
     found = _json(capsys)
     assert set(found) == {"kvnumba", "python", "packages", "cuda_runtime", "cuda_driver", "target", "target_reason",
-                          "gpu", "batch_copy", "unavailable", "settings", "setting_errors"}
+                          "gpu", "batch_copy", "copy_engine_min_bytes", "copy_engine_crossover", "unavailable",
+                          "settings", "setting_errors"}
+    assert found["copy_engine_min_bytes"] == 64 * 1024 and "measured on" in found["copy_engine_crossover"]
     assert found["kvnumba"] == kvnumba.__version__
     assert found["python"] == platform.python_version()
     assert set(found["packages"]) == {"numpy", "numba", "numba-cuda", "cuda-bindings"}
@@ -85,12 +87,15 @@ def test_report_writes_each_fact(capsys):
     made_up = {"kvnumba": "9.9", "python": "3.99.0", "packages": {"numpy": "3.0", "numba": None},
                "cuda_runtime": None, "cuda_driver": "13.0", "target": "gpu",
                "gpu": {"name": "NVIDIA H200", "compute_capability": "9.0", "sms": 132}, "batch_copy": True,
+               "copy_engine_min_bytes": 32768, "copy_engine_crossover": "measured here",
                "unavailable": {"cuda_runtime": "cudaErrorInsufficientDriver"}}
     assert info.report(made_up) == [
         ("kvnumba", "9.9"), ("python", "3.99.0"), ("numpy", "3.0"), ("numba", "not installed"),
         ("CUDA runtime", "unavailable (cudaErrorInsufficientDriver)"),
         ("CUDA driver", "13.0 (supports CUDA up to this version)"),
         ("GPU", "NVIDIA H200 (compute capability 9.0, 132 SMs)"), ("cudaMemcpyBatchAsync", "yes"),
+        ("kv.copy route='auto'", "the copy engine for copies of 32 KiB or more on average, else the kernel "
+                                 "(measured here)"),
         ("settings", "none set")]
     made_up.update(settings={"KVNUMBA_CHECK": "1", "KVNUMBA_LOAD_PATH": "tma"},
                    setting_errors={"KVNUMBA_LOAD_PATH": "KVNUMBA_LOAD_PATH must be one of ..."})
