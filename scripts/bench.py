@@ -424,7 +424,8 @@ def run_overlap(args):
     records = []
     stream = None if getattr(args, "quiet", False) else sys.stderr
     print(OVERLAP_HEADER)
-    for record in overlap.run(reference, quick=args.quick):
+    words = [w for w in args.only if w != "overlap"]  # --only overlap direct: the routes named so, no crossover
+    for record in overlap.run(reference, quick=args.quick, words=words):
         records.append(record)
         if args.json:
             write_json(args.json, meta, records)

@@ -255,10 +255,11 @@ def crossover(torch, compute, b):
     return rows
 
 
-def run(reference, tokens_list=(8192, 512), quick=False):
-    """Every overlap row: a list of records (see the module docstring)."""
+def run(reference, tokens_list=(8192, 512), quick=False, words=()):
+    """Every overlap row, one record at a time (see the module docstring); ``words``: only the routes whose
+    name holds one of them, and no crossover rows."""
     if SIMULATOR:
-        yield from _run_simulated()
+        yield from (r for r in _run_simulated() if not words or any(w in r["route"] for w in words))
         return
     import torch
 
@@ -274,6 +275,8 @@ def run(reference, tokens_list=(8192, 512), quick=False):
         for tokens in tokens_list:
             b = Buffers(torch, tokens)
             for name, (load, model, on_lanes, impl) in routes(b, sms, reference).items():
+                if words and not any(w in name for w in words):
+                    continue
                 row = measure(torch, compute, load, b.bytes_per_load(model), LAYERS, lanes if on_lanes else None)
                 row["host_us"] = host_us(torch, load, side if not on_lanes else
                                          torch.cuda.ExternalStream(lanes.transfer.handle))
@@ -281,7 +284,7 @@ def run(reference, tokens_list=(8192, 512), quick=False):
                            bytes=b.bytes_per_load(model) * LAYERS)
                 records.append(row)
                 yield row
-            if tokens == tokens_list[0]:
+            if tokens == tokens_list[0] and not words:
                 for row in crossover(torch, compute, b):
                     row.update(tokens=tokens, impl="kvnumba", model="mha")
                     records.append(row)

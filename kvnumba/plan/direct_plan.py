@@ -70,16 +70,21 @@ class DirectPlan:
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        # Runs: a new run starts wherever either side does not advance by exactly one.
+        # Runs: a new run starts wherever either side does not advance by exactly one (slices, not np.diff:
+        # a few microseconds less per call, which is the whole cost of a small load).
         count = len(s_idx)
-        breaks = np.flatnonzero((np.diff(s_idx) != 1) | (np.diff(d_idx) != 1)) + 1
-        starts = np.concatenate(([0], breaks))
-        lengths = np.diff(np.concatenate((starts, [count])))
+        breaks = np.flatnonzero((s_idx[1:] != s_idx[:-1] + 1) | (d_idx[1:] != d_idx[:-1] + 1))
+        starts = np.empty(len(breaks) + 1, np.int64)
+        starts[0] = 0
+        np.add(breaks, 1, out=starts[1:])
+        lengths = np.empty_like(starts)
+        np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
+        lengths[-1] = count - starts[-1]
         rows = self.rows
         # (run, layer), runs outer as in the seed; one batch where the stream allows it.
-        srcs = (self.src_base[None, :] + s_idx[starts, None] * rows[None, :]).reshape(-1)
-        dsts = (self.dst_base[None, :] + d_idx[starts, None] * rows[None, :]).reshape(-1)
-        sizes = (lengths[:, None] * rows[None, :]).reshape(-1)
+        srcs = (np.multiply.outer(s_idx[starts], rows) + self.src_base).reshape(-1)
+        dsts = (np.multiply.outer(d_idx[starts], rows) + self.dst_base).reshape(-1)
+        sizes = np.multiply.outer(lengths, rows).reshape(-1)
         mixed = MIXED in (self.src_device, self.dst_device)
         batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=None if mixed else self.src_device,
                              dst_device=None if mixed else self.dst_device, batch=not mixed)
