@@ -41,8 +41,8 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
         buffer was given new memory in place since it was made (``CacheView.check_unchanged``);
         nothing is written.
 
-    Example
-    -------
+    Examples
+    --------
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
     # The views' buffers, as the layers copied use them: unchanged since the views were made.
