@@ -230,10 +230,10 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         For a file: ``out`` exists and ``overwrite`` is not set.
     OSError, ModuleNotFoundError
         For a file: one that cannot be read or written; ``.safetensors`` without the ``safetensors``
-        package (``pip install 'kvnumba[safetensors]'``).
+        package (``pip install -e ".[safetensors]"``).
 
-    Example
-    -------
+    Examples
+    --------
     >>> k_pf = kvnumba.convert(k_lf, "layer_first", "page_first")          # doctest: +SKIP
     >>> k_ph = kvnumba.convert(k_lf, "lf", "page_head", page_size=64)      # doctest: +SKIP
     >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP

@@ -478,7 +478,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         For an existing ``out_path`` without ``overwrite=True``.
     ModuleNotFoundError
         For a ``.safetensors`` file when the ``safetensors`` package is not installed (the message
-        names the extra: ``pip install 'kvnumba[safetensors]'``).
+        names the extra: ``pip install -e ".[safetensors]"``).
     OSError
         For a file that cannot be read or written, or a full disk (the ``.npy`` output's space is
         reserved before any data is written).

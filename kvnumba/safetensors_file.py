@@ -1,5 +1,6 @@
 """``.safetensors`` files for the file converter (``kvnumba.convert_files``: ``kv.convert`` of a path, ``kvnumba
-convert``), through the ``safetensors`` package (an optional dependency: ``pip install 'kvnumba[safetensors]'``).
+convert``), through the ``safetensors`` package (an optional dependency: ``pip install -e ".[safetensors]"``
+from the checkout).
 
 A file is an 8-byte little-endian header size, a JSON header (each tensor's dtype, shape and byte
 range in the data that follows; free-form ``__metadata__`` strings), then the data. The header is
@@ -24,7 +25,7 @@ from typing import NamedTuple
 import numpy as np
 
 SUFFIX = ".safetensors"
-INSTALL_HINT = "pip install 'kvnumba[safetensors]'"
+INSTALL_HINT = 'pip install -e ".[safetensors]" (from kvnumba\'s checkout)'
 HEADER_LIMIT = 100_000_000  # the library refuses larger headers (safetensors' MAX_HEADER_SIZE)
 DEPTH_LIMIT = 64  # arrays and objects nested deeper are refused (a header needs 3; Python's parser recurses)
 _JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
@@ -43,7 +44,7 @@ ML_DTYPES = {  # no NumPy dtype: (an unsigned integer of its width, its ml_dtype
     "F8_E8M0": ("u1", "float8_e8m0fnu"),
 }
 DTYPES = {**NUMPY_DTYPES, **ML_DTYPES}
-ML_DTYPES_HINT = "pip install 'kvnumba[safetensors]' (it brings ml_dtypes)"
+ML_DTYPES_HINT = 'pip install -e ".[safetensors]" (from kvnumba\'s checkout; it brings ml_dtypes)'
 
 
 class Tensor(NamedTuple):

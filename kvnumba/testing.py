@@ -8,8 +8,8 @@ stand for either there. ``to_numpy(x)`` brings any of them back (waiting for the
 real GPU: it is skipped, with the reason, where there is none. The check runs when the test runs, not when
 it is collected, so collecting never touches CUDA. pytest is needed only for ``requires_gpu``.
 
-Example
--------
+Examples
+--------
 >>> from kvnumba.testing import device_array, to_numpy           # doctest: +SKIP
 >>> dst = device_array(np.zeros((16, 64), np.uint8))              # doctest: +SKIP
 >>> kv.transfer_kv_per_layer_mla(src, dst, idx, idx, item_size=64)  # doctest: +SKIP

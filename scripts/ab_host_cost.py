@@ -4,10 +4,10 @@ slow swings cannot tilt.
     python scripts/ab_host_cost.py --before PATH [--after PATH] [--rounds 60] [--burst 25] [--quick]
 
 On the H200 host, a process's host times drift by up to 2x from one minute (or one process) to the next,
-so two benchmark runs one after the other can show a 10% "regression" that is not there (issue 20). Here
-each checkout runs in its own worker process (``--worker``: its own kvnumba, and its own
-``scripts/bench.py`` and ``scripts/sglang_shapes.py`` for the buffers), both alive together, taking turns
-in short bursts (before-after, then after-before), so that a swing falls on both alike.
+so two benchmark runs one after the other can show a 10% "regression" that is not there (scripts/RESULTS.md,
+the H200 runs of 2026-12-01). Here each checkout runs in its own worker process (``--worker``: its own
+kvnumba, and its own ``scripts/bench.py`` and ``scripts/sglang_shapes.py`` for the buffers), both alive
+together, taking turns in short bursts (before-after, then after-before), so that a swing falls on both alike.
 
 The case is SGLang's per-layer load (``transfer_kv_per_layer``, a fresh ``pool[0]`` view of 8192 tokens
 every call) in three forms: ``miss-staged`` and ``miss-register`` (the plan cache emptied first, with

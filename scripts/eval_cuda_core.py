@@ -1,6 +1,6 @@
 """Host cost of describing an array and of timing with events: kvnumba's own code against cuda.core's.
 
-Issue 19 asks whether cuda.core's ``StridedMemoryView`` could replace ``kvnumba.arrays.array_info`` (what an
+Whether cuda.core's ``StridedMemoryView`` could replace ``kvnumba.arrays.array_info`` (what an
 entry point reads off every buffer, table and index array on every call) and cuda.core's ``Event`` the
 events of ``kvnumba.timing`` (Numba's), where they are not slower on the host path. This measures:
 

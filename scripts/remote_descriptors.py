@@ -149,7 +149,7 @@ def main(argv=None):
           f"{size(N * item)} | {L * 2 * pages} x {size(P * item)} |")
     print(f"| SGLang NIXL, another TP (`send_kvcache_slice`): one per (layer, K/V, token) | {L * 2 * N} x "
           f"{size(item)} (all heads; fewer bytes per head slice) | same |")
-    print(f"| per page per layer (the issue's yardstick) | {L * 2 * pages} | {L * 2 * pages} |\n")
+    print(f"| per page per layer (the yardstick) | {L * 2 * pages} | {L * 2 * pages} |\n")
     views = {name: view(name, L, pool, P, H, D) for name in LAYOUTS}
     cases = placements(N, pool, P)
     print("What kvnumba.remote plans, `route=auto` (the descriptors, their bytes, the route), and what the direct "

@@ -1,4 +1,4 @@
-"""SGLang's own call shapes, for ``scripts/bench.py``: the rows of issue 17.
+"""SGLang's own call shapes, for ``scripts/bench.py``: its ``sglang`` rows.
 
 SGLang does not pass the same objects twice. Its layer-first host pool is one tensor ``[L, T, ...]``
 and ``load_to_device_per_layer`` passes ``host_pool[layer_id]``, a fresh view, on every call; every

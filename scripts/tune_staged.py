@@ -39,7 +39,7 @@ VARIANTS = {
     "no_data": S._replace(leave_out="data"),  # the loader, barriers and stores, no bulk loads
     "no_stores": S._replace(leave_out="stores"),  # the loader and the bulk loads, nothing written out
     "warp_stores_no_data": S._replace(bulk_stores=False, leave_out="data"),
-    "ring_only": S._replace(fallback_runs=0),  # no block copies as the register kernel does (issue 21's first kernels)
+    "ring_only": S._replace(fallback_runs=0),  # no block copies as the register kernel does (as before aec6417)
     "s6x32": S._replace(stages=6, stage_bytes=32 * K),
     "s6x36": S._replace(stages=6, stage_bytes=36 * K),
     "direct256": S._replace(direct_batch=256),  # fewer, longer direct posts: less barrier traffic per item

@@ -97,12 +97,66 @@ def pytest_collection_modifyitems(config, items):
     # whose condition is asked when each test runs (collecting them never touches CUDA). Markers, not
     # keywords: `-k gpu` also matches every test whose file or name says gpu (tests/*/test_gpu_*.py), marked or not.
     # `needs_target` tests launch kernels: they need the simulator or a GPU (only NUMBA_ENABLE_CUDASIM=0 on a
-    # machine without a GPU has neither).
+    # machine without a GPU has neither). `nixl` tests need NIXL's Python API (kvnumba.remote).
     for item in items:
         if item.get_closest_marker("gpu"):
             item.add_marker(requires_gpu)
         elif item.get_closest_marker("needs_target"):
             item.add_marker(_needs_target)
+    _without_nixl(items)
+
+
+# --- NIXL: optional, and its absence is one line per test -------------------------------------------
+
+NIXL_MISSING = ("kvnumba.remote's tests need NIXL: pip install --no-deps \"nixl-cu13>=1.5.1,<2\" "
+                "(\"nixl-cu12>=1.5.1,<2\" with a CUDA 12 driver)")
+
+
+class _NixlMissing(pytest.Item):
+    """Stands in for a `nixl` test where NIXL is missing on the simulator (CI, where the README's install line
+    brings it; a laptop without it): it fails with one line, and the test's fixtures (agents, peers) are never
+    set up."""
+
+    def runtest(self):
+        pytest.fail(NIXL_MISSING, pytrace=False)
+
+    def reportinfo(self):
+        return self.path, None, self.name
+
+
+def _without_nixl(items):
+    needs = [i for i, item in enumerate(items)
+             if item.get_closest_marker("nixl") and not item.get_closest_marker("gpu")]
+    if not needs:
+        return
+    from kvnumba.remote import nixl_available
+
+    if nixl_available():
+        return
+    for i in needs:
+        item = items[i]
+        if SIMULATOR:
+            stand_in = _NixlMissing.from_parent(item.parent, name=item.name)
+            stand_in.own_markers = list(item.own_markers)
+            stand_in.keywords.update(item.keywords)
+            items[i] = stand_in
+        else:  # a GPU machine may lack the NIXL bundle: its GPU suite runs without it
+            item.add_marker(pytest.mark.skip(reason="NIXL is not installed on this GPU machine"))
+
+
+# --- the GPU tests' skips: one summary line, not one per test file --------------------------------
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    report = yield
+    if report.skipped and call.when == "setup" and item.get_closest_marker("gpu") \
+            and isinstance(report.longrepr, tuple):
+        from kvnumba.testing import gpu_skip_reason
+
+        reason = gpu_skip_reason()
+        if reason is not None:  # no GPU here: one reason and one place, which -ra folds into one line
+            report.longrepr = (__file__, None, reason)  # "SKIPPED [N] tests/conftest.py: needs a real CUDA GPU ..."
+    return report
 
 
 class _NoTarget:

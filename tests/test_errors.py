@@ -10,6 +10,8 @@ import kvnumba
 from kvnumba import errors
 from kvnumba.driver.bindings import check, failure
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
+
 ERROR_CLASSES = [cls for _, cls in inspect.getmembers(errors, inspect.isclass)
                  if issubclass(cls, BaseException) and cls.__module__ == errors.__name__]
 

@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
+
 PACKAGE = Path(__file__).resolve().parent.parent / "kvnumba"
 
 LAYERS = {  # module name (or package prefix) -> layer; the longest match wins

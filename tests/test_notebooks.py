@@ -31,7 +31,8 @@ FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_lay
 FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json"}
 PICTURES = {"01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2, "04_prototype_a_layout": 0,
             "05_disaggregated_handoff": 0, "06_transfers_under_load": 2}
-NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: the README's install line brings NIXL
+NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: marked nixl (the README's install line brings NIXL)
+RUNS = [pytest.param(p, id=p.stem, marks=[pytest.mark.nixl] if p.stem in NEEDS_NIXL else []) for p in NOTEBOOKS]
 
 
 def _render_script():
@@ -83,15 +84,10 @@ def test_stored_executed_with_outputs(path):
     assert not [c for c in notebook.cells if "execution" in c.metadata]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", RUNS)
 def test_notebook_runs(path):
     before = path.read_bytes()
     on_simulator = SIMULATOR or not _gpu()
-    if path.stem in NEEDS_NIXL and not on_simulator:
-        from kvnumba.remote import nixl_available
-
-        if not nixl_available():  # CI (the simulator) has it: there a missing NIXL fails the notebook
-            pytest.skip("NIXL is not installed on this GPU machine (../shared/gpu/README.md: the nixl_cu13 bundle)")
     fresh = render.execute(path, simulator=on_simulator)  # a cell that raises raises CellExecutionError here
     assert not [o for o in _outputs(fresh) if o.output_type == "error"]
     assert path.read_bytes() == before  # executed in memory: the committed file is untouched

@@ -54,8 +54,8 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
         While the stream is being captured into a CUDA graph, for what a graph cannot hold (host
         indices, ``check=True``, the copy-engine route, a first call with new views).
 
-    Example
-    -------
+    Examples
+    --------
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
     # The views' buffers, as the layers copied use them: unchanged since the views were made.

@@ -73,8 +73,8 @@ def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[Arr
     CopyError
         If a ``cudaMemcpyAsync`` fails.
 
-    Example
-    -------
+    Examples
+    --------
     >>> kvnumba.transfer_kv_direct(host_layers, gpu_layers, src_idx, dst_idx, page_size=64)  # doctest: +SKIP
     """
     _transfer_kv_direct((src_layers, dst_layers), (page_size,), src_indices, dst_indices, stream, check)
@@ -128,8 +128,8 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
     page-by-page fallback costs a few microseconds per copy.
 
-    Example
-    -------
+    Examples
+    --------
     >>> kvnumba.transfer_kv_per_layer_direct_pf_lf([k_host, v_host], [k_gpu, v_gpu], src_idx, dst_idx,
     ...                                            layer_id=3, page_size=64, stream=side)  # doctest: +SKIP
     """
@@ -177,8 +177,8 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
     page-by-page fallback costs a few microseconds per copy.
 
-    Example
-    -------
+    Examples
+    --------
     >>> kvnumba.transfer_kv_all_layer_direct_lf_pf(k_layers + v_layers, [k_host, v_host], src_idx, dst_idx,
     ...                                            page_size=64, stream=side)  # doctest: +SKIP
     """

@@ -58,8 +58,8 @@ def transfer_kv_per_layer(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, 
         kernel skips out-of-range items and copies the others; ``IndexOutOfRangeError`` follows
         as described under ``check``.
 
-    Example
-    -------
+    Examples
+    --------
     >>> kvnumba.transfer_kv_per_layer(k_host, k_gpu, v_host, v_gpu, src_idx, dst_idx, 2048)  # doctest: +SKIP
     """
     _transfer_kv_per_layer(

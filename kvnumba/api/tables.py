@@ -48,8 +48,8 @@ def layer_table(layers: Sequence[ArrayLike]) -> Any:
         If it is empty, a layer is not 8-byte aligned, or (on a GPU) a layer is pageable host
         memory (``kvnumba.errors.PageableMemoryError``).
 
-    Example
-    -------
+    Examples
+    --------
     >>> table = kvnumba.layer_table(k_buffers)          # doctest: +SKIP
     >>> kvnumba.transfer_kv_all_layer(table, ..., num_layers=len(k_buffers))  # doctest: +SKIP
     """

@@ -272,8 +272,8 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
     ValueError
         For a bound argument with a bad value (named in the message).
 
-    Example
-    -------
+    Examples
+    --------
     >>> loads = [kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=hk, dst_k=dk[l], src_v=hv, dst_v=dv[l],
     ...                     item_size=item, src_layout_dim=L * item) for l in range(L)]  # doctest: +SKIP
     >>> for l in range(L):

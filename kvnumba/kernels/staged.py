@@ -23,7 +23,7 @@ would take), with the warps in three roles:
   store warp writes it out through the bulk unit too, lane ``t`` token ``t``'s K and V
   (``cp.async.bulk``), and frees the buffer as soon as the unit has read it. Writing through the
   warps' registers instead (``StagedShape.bulk_stores=False``) held each buffer ~3 us longer at one
-  SM, and loads and stores then barely overlapped (scripts/RESULTS.md, issue 21);
+  SM, and loads and stores then barely overlapped (scripts/RESULTS.md, the H200 run at ``736f7ff``);
 - every warp but the loader copies direct items from host memory through registers, as the
   register kernel does (``kernels.item_copy``, the same body).
 

@@ -9,8 +9,8 @@ two layouts ``kv.copy`` supports.
   through a staging buffer and ``kv.copy`` (the route is in the returned ``RemoteCopy``'s ``repr``);
 - ``plan_copy(src, dst, src_indices, dst_indices, layers)``: the descriptors a copy would post, without NIXL.
 
-It needs NIXL's Python API (``pip install "kvnumba[nixl]"``, or ``pip install --no-deps nixl-cu13``);
-importing ``kvnumba.remote`` does not.
+It needs NIXL's Python API (``pip install --no-deps nixl-cu13``, or ``nixl-cu12`` with a CUDA 12 driver;
+``pip install -e ".[nixl]"`` from the checkout also pulls torch); importing ``kvnumba.remote`` does not.
 """
 from ._nixl import available as nixl_available
 from .agent import Agent

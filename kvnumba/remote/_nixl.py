@@ -3,7 +3,7 @@
 NIXL ships as ``nixl-cu13`` (import name ``nixl_cu13``), ``nixl-cu12`` (``nixl_cu12``) and a ``nixl``
 meta package (``nixl``) that re-exports one of them. Each wheel declares torch as a dependency, but its
 Python API imports torch only when given torch tensors; kvnumba hands it address lists, so
-``pip install --no-deps nixl-cu13`` (plus numpy, which kvnumba has) is enough.
+``pip install --no-deps nixl-cu13`` (or ``nixl-cu12``; plus numpy, which kvnumba has) is enough.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import importlib
 from typing import Any
 
 CANDIDATES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
-INSTALL = ('pip install "kvnumba[nixl]" (pulls torch), or pip install --no-deps "nixl-cu13>=1.5.1,<2" '
-           "(NIXL's Python API needs only numpy)")
+INSTALL = ('pip install --no-deps "nixl-cu13>=1.5.1,<2" ("nixl-cu12>=1.5.1,<2" with a CUDA 12 driver; NIXL\'s '
+           'Python API needs only numpy), or pip install -e ".[nixl]" from kvnumba\'s checkout (pulls torch)')
 
 _module: Any = None
 

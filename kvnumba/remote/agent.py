@@ -43,12 +43,14 @@ class Agent:
         NIXL backends to start (``("UCX",)``). On machines whose only transport is TCP, UCX needs
         ``tcp`` in ``UCX_TLS`` (the default, all transports, includes it).
 
+    Notes
+    -----
     Use ``export`` on the side that owns a cache, ``connect`` on the other with the bytes it returned
     (they travel however you like: a file, a socket, a key-value store), then ``copy``. ``close()``
     (or leaving ``with Agent(...) as agent:``) deregisters everything. One thread at a time.
 
-    Example
-    -------
+    Examples
+    --------
     >>> with Agent("decode") as agent:                                        # doctest: +SKIP
     ...     pool = agent.connect(exported_bytes)                              # the prefill's PageFirst pool
     ...     agent.copy(pool, kv.VllmFlashAttn(caches), src_tokens, dst_tokens).wait()

@@ -234,7 +234,7 @@ def build_parser():
                     "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D). "
                     "OUT is written in the format its name says (.npy, .npz or .safetensors), in chunks with NumPy; "
                     "it appears complete or not at all. A .safetensors file keeps its metadata, and its bf16/fp8 "
-                    "tensors their dtype (needs: pip install 'kvnumba[safetensors]').")
+                    "tensors their dtype (needs: pip install -e \".[safetensors]\").")
     c.add_argument("input", metavar="IN", help="input .npy file, .npz archive or .safetensors file (required)")
     c.add_argument("output", metavar="OUT",
                    help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "

@@ -3,7 +3,7 @@
 What is drawn depends on where it goes:
 
 - ``stream=None``: nothing (``--quiet``);
-- with tqdm installed (``pip install 'kvnumba[progress]'``): tqdm's bar, redrawn in place, which tqdm itself
+- with tqdm installed (``pip install -e ".[progress]"``): tqdm's bar, redrawn in place, which tqdm itself
   turns off where the stream is not a terminal (``disable=None``); then, as below, one summary line;
 - a terminal without tqdm: a plain line at most every ``PLAIN_INTERVAL_S`` seconds, then a summary;
 - anything else (a pipe, a log file, CI): no bar, one summary line at the end.

@@ -9,6 +9,7 @@ from kvnumba import __version__
 from tests.helpers.cli_run import run_cli
 from kvnumba.tools import cli
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
 
 
 

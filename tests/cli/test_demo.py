@@ -5,7 +5,7 @@ import pytest
 
 from kvnumba.tools import cli, demo
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 
 def test_demo_command_reports_bytes_time_and_bandwidth(capsys):

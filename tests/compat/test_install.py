@@ -16,6 +16,8 @@ import kvnumba
 from kvnumba import compat, reference
 from tests.helpers.placement import device, host, to_numpy
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
+
 POISON = 0xA5
 
 # SGLang's sgl_kernel/kvcacheio.py, read from its source: each function's required parameters in

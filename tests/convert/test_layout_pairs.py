@@ -10,6 +10,8 @@ from kvnumba.api.views import NAMES
 from kvnumba.convert import converted_shape
 from tests.helpers.placement import device, to_numpy
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
+
 LAYOUTS = ["layer_first", "page_first", "page_first_direct", "page_head"]
 PAIRS = list(itertools.product(LAYOUTS, LAYOUTS))
 

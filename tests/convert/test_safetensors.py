@@ -290,8 +290,8 @@ def test_safetensors_not_installed(tmp_path, capsys, monkeypatch):
                             capsys)
     assert code == 1
     assert err == ["kvnumba convert: error: .safetensors files need the safetensors package: "
-                   "pip install 'kvnumba[safetensors]'"]
-    with pytest.raises(ModuleNotFoundError, match=r"pip install 'kvnumba\[safetensors\]'"):
+                   "pip install -e \".[safetensors]\" (from kvnumba's checkout)"]
+    with pytest.raises(ModuleNotFoundError, match=r'pip install -e "\.\[safetensors\]"'):
         kvnumba.convert(tmp_path / "in.safetensors", "lf", "pf", out=tmp_path / "out.safetensors")
     assert _files(tmp_path) == ["in.safetensors"]
     # .npy and .npz files do not need it

@@ -13,7 +13,7 @@ from kvnumba.api import direct
 from kvnumba.driver.target import SIMULATOR
 from tests.helpers.placement import PLACE, device, host, to_numpy
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 POISON = 0xA5
 

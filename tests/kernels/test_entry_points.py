@@ -6,7 +6,7 @@ import pytest
 
 from tests.helpers.cases import ENTRY_POINTS, Case, run_case
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 OPS = list(ENTRY_POINTS)
 HEADED = [op for op in OPS if "ph" in op]

@@ -18,7 +18,7 @@ from kvnumba.api.transfer import plain
 from tests.helpers.placement import device, host, to_numpy
 from tests.helpers.safety_cases import OPS, build
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 CALL_TIME = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block")
 

@@ -11,14 +11,11 @@ import numpy as np
 import pytest
 
 from kvnumba import reference
-from kvnumba.remote import Agent, nixl_available
-from tests.helpers.placement import ON_GPU
+from kvnumba.remote import Agent
 from tests.helpers.remote_support import Peer, expected, indices, same_bytes, views
 from tests.helpers.view_cases import LAYOUTS, view_bytes
 
-pytestmark = pytest.mark.gpu
-if ON_GPU and not nixl_available():
-    pytest.skip("NIXL is not installed (../shared/gpu/README.md: the nixl_cu13 bundle)", allow_module_level=True)
+pytestmark = [pytest.mark.gpu, pytest.mark.nixl]  # without NIXL on a GPU: skipped (tests/conftest.py)
 
 ON_DEVICE, ON_HOST = ("device", "numba"), ("host", "numba")
 LOCAL_LAYOUTS = ["VllmFlashAttn", "PageFirst", "LayerFirstList", "FlashInferHND"]

@@ -10,6 +10,8 @@ from kvnumba.remote.sides import Side
 from tests.helpers.remote_support import SHAPE, views
 from tests.helpers.view_cases import LAYOUTS, KV_ONLY
 
+pytestmark = pytest.mark.smoke  # in the one-minute subset
+
 L, T, P, H, D = 4, 64, 8, 2, 4
 ITEM = H * D * 2  # uint16
 

@@ -10,16 +10,12 @@ import pytest
 
 import kvnumba as kv
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.remote import Agent, nixl_available
+from kvnumba.remote import Agent
 from tests.helpers.remote_support import Peer, expected, indices, same_bytes, views
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
-if not nixl_available():  # the README's install line installs it: missing in CI (the simulator) is a failure
-    if SIMULATOR:
-        raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
-    pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
-
-pytestmark = pytest.mark.needs_target
+# nixl: without NIXL each test fails (on the simulator) or is skipped (on a GPU) in one line (tests/conftest.py)
+pytestmark = [pytest.mark.needs_target, pytest.mark.nixl]
 PLACE = None if SIMULATOR else ("device", "numba")
 LAUNCH = dict(block_quota=1, num_warps_per_block=2)
 NAMES = list(LAYOUTS)

@@ -17,7 +17,7 @@ from kvnumba.errors import IndexOutOfRangeError, PageableMemoryError
 from tests.helpers.placement import device, host, to_numpy
 from tests.helpers.safety_cases import OPS, build
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 PER_LAYER_DIM = [op for op in OPS if op.endswith("pf_lf") or op.endswith("ph_lf")]  # src_layout_dim + layer_id
 ALL_LAYER_DIM = [op for op in OPS if op.endswith("lf_pf") or op.endswith("lf_ph")]  # dst_layout_dim

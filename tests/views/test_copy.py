@@ -13,7 +13,7 @@ from kvnumba import reference
 from tests.helpers.placement import PLACE, host, to_numpy
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, POISON, HeadMajorPages, make_view, view_bytes
 
-pytestmark = pytest.mark.needs_target
+pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
 NAMES = list(LAYOUTS)
 L, T, P, H, D = 3, 16, 4, 2, 8  # 16 tokens in pages of 4; items of 2 heads x 8 uint16 = 32 bytes
@@ -237,7 +237,7 @@ def test_raw_layer_tables_as_a_view():
         kv.copy(src, dst, np.array([16], np.int64), np.array([0], np.int64))
 
 
-# --- layer counts and heads: what the README says ---------------------------------------------------------
+# --- layer counts and heads: what the docs say (docs/guides/layouts.md) ------------------------------------
 
 def test_layer_counts_that_differ_need_layers():
     """layers=None means every layer: views of 4 and 2 layers are refused (nothing written), unless layers= says
