@@ -204,7 +204,37 @@ def loads_table():
     return "\n".join(rows) + f"\n\n*{caption}*"
 
 
-TABLES = {"loads": loads_table}
+OVERLAP = "h200-2026-12-01-overlap.json"
+
+
+def _overlap_rows(data):
+    return [r for r in data["records"] if r["case"].startswith("overlap") and r["tokens"] == 8192]
+
+
+def _overlap():
+    data, caption = saved(OVERLAP)
+    rows = sorted(_overlap_rows(data), key=lambda r: (r["impl"] != "kvnumba", -r["prefill_gbps"]))
+    fig, ax = _grouped_bars(rows, [("idle_gbps", "idle"), ("prefill_gbps", "beside GEMMs"),
+                                   ("decode_gbps", "beside decode")],
+                            "32 per-layer loads of 8192 tokens, host -> GPU", "GB/s", 0.34)
+    ax.set_yticks(range(len(rows)), [r["route"] for r in rows], fontsize=7)
+    ax.legend(loc="lower right", fontsize=8)
+    return _svg(fig), caption
+
+
+def overlap_table():
+    """The overlap run's best kvnumba route per layout, and SGLang's kernels', as a Markdown table."""
+    data, caption = saved(OVERLAP)
+    rows = ["| route | idle GB/s | beside GEMMs GB/s | compute x | beside decode GB/s | compute x | host us |",
+            "|---|---|---|---|---|---|---|"]
+    for r in sorted(_overlap_rows(data), key=lambda r: (r["impl"] != "kvnumba", -r["prefill_gbps"])):
+        rows.append(f"| {r['route']} | {r['idle_gbps']:.1f} | {r['prefill_gbps']:.1f} | {r['prefill_x']:.2f} | "
+                    f"{r['decode_gbps']:.1f} | {r['decode_x']:.2f} | {r['host_us']:.0f} |")
+    return ("\n".join(rows) + "\n\n*compute x: the compute's time beside the loads over its time alone (SM lanes: "
+            "over its time alone on every SM). " + caption + "*")
+
+
+TABLES = {"loads": loads_table, "overlap": overlap_table}
 
 # name: (alt text, drawing function)
 FIGURES = {
@@ -212,6 +242,7 @@ FIGURES = {
     "against_sglang": ("Every benchmark case, kvnumba's GB/s over SGLang's kernels'", _against_sglang),
     "host_time": ("Host time per call: plain, prepared, SGLang's kernels", _host_time),
     "block_quota": ("Page-first load GB/s by block_quota", _block_quota),
+    "overlap": ("Per-layer loads idle, beside GEMMs and beside a decode stream, by route", _overlap),
 }
 _drawn = {}
 
