@@ -419,7 +419,8 @@ def run_overlap(args):
     """``--only overlap``: loads under compute (``scripts/overlap.py``), one row per route; ``(meta, records)``."""
     backend = SimulatorBackend() if SIMULATOR else TorchBackend()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "kvnumba": kvnumba.__version__,
-            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": "overlap"}
+            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": "overlap",
+            **_provenance(args)}
     reference = load_reference(args.reference)
     records = []
     stream = None if getattr(args, "quiet", False) else sys.stderr
@@ -460,7 +461,7 @@ def run(args):
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
             "ceilings_gbps": None, "kvnumba": kvnumba.__version__, "reference": args.reference,
-            "simulator": SIMULATOR, "versions": _versions()}
+            "simulator": SIMULATOR, "versions": _versions(), **_provenance(args)}
     resume = getattr(args, "resume", False)
     old_meta, old_records = load_previous(args.json) if resume else (None, [])
     if old_meta is not None:
@@ -598,6 +599,11 @@ def _on_side_stream(backend, call):
     return run
 
 
+def _provenance(args):
+    """``commit`` and ``machine`` for the meta, where given (the docs' captions name them)."""
+    return {key: getattr(args, key) for key in ("commit", "machine") if getattr(args, key, None)}
+
+
 def _versions():
     out = {}
     for name in ("numba", "numba_cuda", "numpy", "torch", "cuda.bindings"):
@@ -661,6 +667,9 @@ def main(argv=None):
     parser.add_argument("--warps", type=int, default=32)
     parser.add_argument("--repeat", type=int, default=20)
     parser.add_argument("--quiet", action="store_true", help="no progress on stderr (the table still goes to stdout)")
+    parser.add_argument("--commit", help="the commit of the code measured, recorded in --json's meta (the GPU "
+                                         "machine's copy of a checkout may have no .git)")
+    parser.add_argument("--machine", help="words for the machine, recorded in --json's meta")
     args = parser.parse_args(argv)
     if args.resume and not args.json:
         parser.error("--resume needs --json (the file to resume)")
