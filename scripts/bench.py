@@ -52,7 +52,6 @@ from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
 from kvnumba.tools.progress import progress  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import overlap  # noqa: E402
 import sglang_shapes  # noqa: E402
 
 MODELS = {"mha": {"item_size": 2048, "head_num": 8, "kv": True}, "mla": {"item_size": 1152, "head_num": 1, "kv": False}}
@@ -417,6 +416,8 @@ def write_json(path, meta, records):
 
 def run_overlap(args):
     """``--only overlap``: loads under compute (``scripts/overlap.py``), one row per route; ``(meta, records)``."""
+    import overlap  # here: scripts/ab_host_cost.py loads bench.py from checkouts that may not have it
+
     backend = SimulatorBackend() if SIMULATOR else TorchBackend()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "kvnumba": kvnumba.__version__,
             "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": "overlap",
