@@ -95,6 +95,8 @@ class Transfer:
         if plan.raw_tables:  # check=True must read raw tables again: the general __call__ does
             return None
         fast = plan.fast_call(self._snapshot)
+        if plan.tables:  # checks on (check=True, KVNUMBA_CHECK): the tables are read again by the general __call__
+            fast = _checked_by(self, fast)
         if spec.per_layer:
             call = fast
         elif spec.keyword_only:  # kv.copy: its launch shape by keyword only, as in the plain call
@@ -162,7 +164,7 @@ class Transfer:
         """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order)."""
         plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
                                              lambda: self._build(values, False))
-        if strict and plan.raw_tables:  # checks on: the contents of raw tables are read again
+        if strict and plan.tables:  # checks on: the contents of the tables are read again
             return self._build(values, True)
         return plan
 
@@ -181,7 +183,7 @@ class Transfer:
         everything = args + self._bound_values
         strict = check or self.check or guard.ALWAYS_CHECK
         plan = self._plan
-        if plan is None or (strict and plan.raw_tables):
+        if plan is None or (strict and plan.tables):
             plan = self._plan_for(everything, strict)
         if stream is None:
             stream = self.stream
@@ -218,6 +220,21 @@ class Transfer:
     def __repr__(self) -> str:
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
+
+
+def _checked_by(transfer: Transfer, fast: Callable[..., Any]) -> Callable[..., Any]:
+    """``fast`` (a plan's fast call, taking ``layer_id`` and the launch shape positionally), except with
+    checks on: then ``transfer``'s general ``__call__``, which reads its layer tables again."""
+    general, guard_module = Transfer.__call__, guard
+
+    def call(src_indices: Any, dst_indices: Any, layer_id: Any, block_quota: Any = 2, num_warps_per_block: Any = 32,
+             *, stream: StreamLike | None = None, check: bool = False) -> Any:
+        if check or guard_module.ALWAYS_CHECK:
+            launch = {"block_quota": block_quota, "num_warps_per_block": num_warps_per_block}
+            return general(transfer, src_indices, dst_indices, **launch, stream=stream, check=check)
+        return fast(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream=stream, check=check)
+
+    return call
 
 
 def _short(value: Any) -> str:

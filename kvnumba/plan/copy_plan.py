@@ -52,6 +52,7 @@ class CopyLayout(NamedTuple):
     item_size: int
     heads: int  # the heads the copy goes by
     raw_tables: bool
+    tables: bool  # a view is a LayerTable: with checks on, every call reads its tables again
     device: int
     uses_torch: bool
     src: ViewSide
@@ -121,8 +122,8 @@ def read_copy(geometry: dict[str, Any], strict: bool) -> CopyLayout:
     (src_ptrs, src_side), (dst_ptrs, dst_side) = sides
     kernel_sides = (_parts(src, window), _parts(dst, window), src.mla, src_ptrs, dst_ptrs,
                     (gs.layout_dim, gs.page_size), (gd.layout_dim, gd.page_size))
-    return CopyLayout(first_layer, window, min(gs.layers, gd.layers), gs.item_bytes, heads, raw, one_device(placed),
-                      uses_torch, src_side, dst_side, destinations, guides, kernel_sides)
+    return CopyLayout(first_layer, window, min(gs.layers, gd.layers), gs.item_bytes, heads, raw,
+                      src.raw_tables or dst.raw_tables, one_device(placed), uses_torch, src_side, dst_side, destinations, guides, kernel_sides)
 
 
 def _parts(view: Any, window: int) -> layouts.LayoutParts:
