@@ -78,7 +78,11 @@ class Transfer:
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
-            self._plan = self._build(self._pick_geometry(placeholders), False)
+            geometry = self._pick_geometry(placeholders)
+            self._plan = self._build(geometry, False)
+            # A destination that turns read-only later is refused as the plain call refuses it: its plan
+            # checked again. (Plans found per call go by the flags: kvnumba.plan.cache.)
+            self._snapshot.watch_destinations(_destinations(spec), lambda: self._build(geometry, True))
         elif all(n in bound or n in spec.defaults for n in self._geometry):  # kv.copy without layers=: checked now
             values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
             self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False))
@@ -220,6 +224,11 @@ class Transfer:
     def __repr__(self) -> str:
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
+
+
+def _destinations(spec: Spec) -> tuple[str, ...]:
+    """The arguments of ``spec`` that are written: destination buffers, tables, lists or views."""
+    return tuple(n for n in spec.buffers if n.startswith("dst"))
 
 
 def _checked_by(transfer: Transfer, fast: Callable[..., Any]) -> Callable[..., Any]:

@@ -10,7 +10,9 @@ on object identity would validate every call again. Here a plan is keyed on, per
 - a list of arrays: the same, element by element;
 - a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
   size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
-  at the same address is not the same table;
+  at the same address is not the same table; and the writable flags of the NumPy arrays behind it (a
+  view's buffers, a ``kv.layer_table`` table's layers: ``flagged``), so that one made read-only is
+  another key;
 
 plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
 Two calls with the same key touch the same bytes in the same way, so every check that depends on them
@@ -43,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import is_torch
+from ..arrays import WRITEABLE, is_torch
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
@@ -141,11 +143,18 @@ _call = getattr(operator, "call", lambda function, obj: function(obj))  # operat
 
 
 def _identity_key_function(obj):
-    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key."""
+    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key,
+    and its layers' writable flags (those ``kv.layer_table`` recorded)."""
     if hasattr(obj, "__cuda_array_interface__") or _is_array(obj):
         value = _value_key_function(obj)
-        return lambda o: (id(o), value(o))
+        return lambda o: (id(o), value(o), all(map(WRITEABLE, getattr(o, "flagged_layers", ()))))
     return id
+
+
+def _view_key(view):
+    """A cache view's key: its identity, and whether its NumPy buffers (if it has any) are all writable."""
+    arrays = view.flagged
+    return (id(view), all(map(WRITEABLE, arrays))) if arrays else id(view)
 
 
 def _is_array(obj):
@@ -165,7 +174,9 @@ def _value_key_function(obj):
         return _numpy_key
     if hasattr(obj, "__cuda_array_interface__"):
         return _cai_key
-    return id  # a cache view, or something validation will refuse: identity (the witness holds it)
+    if isinstance(getattr(obj, "flagged", None), tuple):  # a cache view
+        return _view_key
+    return id  # something validation will refuse: identity (the witness holds it)
 
 
 def _torch_key(t):
