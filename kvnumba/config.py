@@ -110,17 +110,17 @@ def load_path(environ=None):
     return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto", environ)
 
 
-def require_gpu():
+def require_gpu(environ=None):
     """``KVNUMBA_REQUIRE_GPU``: without a CUDA driver, refuse to run instead of falling back to Numba's
     simulator (``kvnumba.driver.target`` reads it at ``import kvnumba``)."""
-    return env_flag("KVNUMBA_REQUIRE_GPU")
+    return env_flag("KVNUMBA_REQUIRE_GPU", environ)
 
 
-def simulator_setting():
+def simulator_setting(environ=None):
     """``NUMBA_ENABLE_CUDASIM`` as Numba reads it: None when unset or empty (kvnumba then chooses), else
     whether it asks for the simulator (an integer, nonzero: yes). ``ValueError`` for a value Numba cannot
     parse (Numba would warn and run on the GPU target)."""
-    text = os.environ.get(SIMULATOR_VARIABLE, "").strip()
+    text = _get(SIMULATOR_VARIABLE, environ).strip()
     if not text:
         return None
     try:
@@ -130,9 +130,9 @@ def simulator_setting():
                          f"got {text!r}") from None
 
 
-def results_dir():
+def results_dir(environ=None):
     """``KVNUMBA_RESULTS``: a folder of saved benchmark results (``scripts/results`` of a checkout), or None."""
-    text = os.environ.get("KVNUMBA_RESULTS", "").strip()
+    text = _get("KVNUMBA_RESULTS", environ).strip()
     if text and not os.path.isdir(text):
         raise SettingError(f"KVNUMBA_RESULTS must be a folder, got {text!r}")
     return text or None
@@ -151,10 +151,14 @@ def use_simulator():
         numba_config.reload_config()
 
 
+def _chunk_bytes(environ=None):
+    return env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1, environ=environ)
+
+
 _READERS = {
     "KVNUMBA_CHECK": always_check,
     "KVNUMBA_BATCH_COPY": batch_copy_route,
-    "KVNUMBA_CHUNK_BYTES": lambda environ=None: env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1, environ=environ),
+    "KVNUMBA_CHUNK_BYTES": _chunk_bytes,
     "KVNUMBA_LOAD_PATH": load_path,
     "KVNUMBA_REQUIRE_GPU": require_gpu,
     "KVNUMBA_RESULTS": results_dir,

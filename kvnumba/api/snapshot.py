@@ -134,7 +134,9 @@ class Snapshot:
         for name, view in self._views:
             view.check_unchanged(name, self._layers)
         if not all(map(WRITEABLE, self._flagged)):
-            self._refuse()  # raises: the plain call's checks, on the bound buffers as they are now
+            refuse = self._refuse
+            if refuse is not None:
+                refuse()  # raises: the plain call's checks, on the bound buffers as they are now
             raise ValueError("a destination of this prepared transfer is read-only; a destination must be "
                              "writable")  # pragma: no cover - refuse raised
 
