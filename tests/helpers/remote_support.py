@@ -37,6 +37,25 @@ def views(layout, seed, poison, mla=False, place=None, shape=SHAPE):
                      np.random.default_rng(seed), poison, mla, place)
 
 
+def read_only(view, how):
+    """``view`` over read-only memory: its NumPy buffers flagged read-only (``"flag"``, the same view), or a
+    view of the same class over arrays on immutable ``bytes`` holding the same bytes (``"bytes"``)."""
+    def freeze(array):
+        if how == "flag":
+            array.setflags(write=False)
+            return array
+        return np.frombuffer(array.tobytes(), array.dtype).reshape(array.shape)
+
+    def each(buffers):
+        return [freeze(b) for b in buffers] if isinstance(buffers, (list, tuple)) else freeze(buffers)
+
+    k = each(view.k)
+    v = None if view.v is None or view.v is view.k else each(view.v)
+    if how == "flag":
+        return view
+    return view.like(k) if v is None else view.like(k, v)
+
+
 def expected(src_layout, src_seed, dst_layout, dst_seed, src_idx, dst_idx, layers=None, mla=False):
     """The destination's bytes after the copy, by ``kvnumba.reference.copy`` on fresh NumPy views."""
     src, _ = views(src_layout, src_seed, False, mla)
@@ -79,10 +98,11 @@ class Peer:
             raise RuntimeError(f"peer {self.name!r} failed: {answer['error']}\n{self.stderr()}")
         return answer
 
-    def export(self, key, layout, seed, poison=False, mla=False):
-        """Make a view there and return its export (bytes)."""
-        self.request("make", key=key, layout=layout, seed=seed, poison=poison, mla=mla)
-        return base64.b64decode(self.request("export", key=key)["exported"])
+    def export(self, key, layout, seed, poison=False, mla=False, read_only=None, writable=None):
+        """Make a view there (over read-only memory: ``read_only``, see ``read_only``) and return its export
+        (bytes; ``writable``: ``Agent.export``'s)."""
+        self.request("make", key=key, layout=layout, seed=seed, poison=poison, mla=mla, read_only=read_only)
+        return base64.b64decode(self.request("export", key=key, writable=writable)["exported"])
 
     def view_bytes(self, key):
         return [np.frombuffer(base64.b64decode(b), np.uint8) for b in self.request("bytes", key=key)["bytes"]]

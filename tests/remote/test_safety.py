@@ -1,0 +1,449 @@
+"""kvnumba.remote as a hostile peer and a careless user would use it, two agents in this process: one table
+per class of failure, each refused with an error naming what is wrong, before anything moves, changing
+nothing (tests/remote/test_processes.py has the cases that are about processes across two).
+
+- forged exports: framing or a header field wrong (``ExportError`` naming it, at ``connect``); and
+  consistent forgeries (another view's addresses, ``writable`` claimed), refused by the exporter's token;
+- exports that no longer stand: unexported, the view collected, the agent closed or replaced;
+- read-only exports, and read-only local destinations;
+- layers the two sides do not both have;
+- copies nobody waits for: finished anyway, their staging views given back, the pool shrunk again.
+"""
+import copy
+import gc
+import hashlib
+import struct
+import time
+
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba.driver.target import SIMULATOR
+from kvnumba.remote import Agent, export, nixl_available, plan_copy, staging
+from tests.helpers.remote_support import SHAPE, expected, read_only, same_bytes, views
+from tests.helpers.view_cases import POISON, view_bytes
+
+if not nixl_available():  # the README's install line installs it: missing in CI (the simulator) is a failure
+    if SIMULATOR:
+        raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
+    pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
+
+pytestmark = pytest.mark.needs_target
+PLACE = None if SIMULATOR else ("device", "numba")
+LAUNCH = dict(block_quota=1, num_warps_per_block=2)
+IDX = np.arange(4, 12, dtype=np.int64)
+
+
+@pytest.fixture(scope="module")
+def agents():
+    with Agent("exporter") as exporter, Agent("importer") as importer:
+        yield exporter, importer
+
+
+def state(agent):
+    """What an agent knows of others: the agents connected, and the exports loaded into NIXL."""
+    return dict(agent._remotes), {name: set(loaded) for name, loaded in agent._loaded.items()}
+
+
+def reseal(body):
+    """Export bytes (without their checksum) sealed with a fresh one, as anyone can."""
+    return body + hashlib.sha256(body).digest()
+
+
+def forge(exported, edit=None, blobs=None, digests=True):
+    """``exported`` with ``edit(header)`` applied to its header (a dict, in place) and ``blobs`` for its
+    blobs; the blobs' digests (``digests``) and the checksum recomputed."""
+    decoded = export.decode(exported)
+    header = copy.deepcopy(decoded.header)
+    blobs = decoded.blobs if blobs is None else blobs
+    if digests:
+        header["blobs"] = [hashlib.sha256(b).hexdigest() for b in blobs]
+    if edit is not None:
+        edit(header)
+    return export.encode(export.header_text(header), blobs)
+
+
+def put(*path, value=None, remove=False):
+    """An edit: set (or remove) the header field at ``path``."""
+    def edit(header):
+        where = header
+        for key in path[:-1]:
+            where = where[key]
+        if remove:
+            del where[path[-1]]
+        else:
+            where[path[-1]] = value
+    return edit
+
+
+def frame(exported, mutate):
+    """The raw parts ``(header text, blobs)`` of ``exported`` re-framed by ``mutate(parts) -> bytes`` (the
+    body before the checksum), then resealed."""
+    decoded = export.decode(exported)
+    return reseal(mutate(decoded.text, decoded.blobs))
+
+
+def _body(text, blobs, count=None, lengths=None, tail=b""):
+    out = [export.MAGIC, struct.pack("<HI", export.VERSION, len(text)), text,
+           struct.pack("<H", len(blobs) if count is None else count)]
+    for i, blob in enumerate(blobs):
+        out += [struct.pack("<I", len(blob) if lengths is None else lengths[i]), blob]
+    return b"".join(out) + tail
+
+
+GEOMETRY = ("layers", "tokens", "page_size", "heads", "item_bytes", "layout_dim", "dtype")
+SIDE = ("class", "options", "parts", "mla", "geometry", "bases", "buffer_of", "buffers", "mem", "device")
+TOP = ("agent", "instance", "export", "token", "writable", "regions", "side", "blobs", "nixl")
+BIG = 2**64
+
+# (case, forgery of a genuine export of the exporter's PageFirst [T=32, L=3, H=2, D=4] uint16 view, error match)
+FIELD_CASES = [
+    ("a blob count past the end", lambda e: frame(e, lambda t, b: _body(t, b, count=len(b) + 1)),
+     r"blob 3's length \(of 4 blobs\) runs past its end"),
+    ("a blob length past the end", lambda e: frame(e, lambda t, b: _body(t, b, lengths=[len(x) for x in b[:-1]]
+                                                                          + [len(b[-1]) + 9])),
+     r"blob 2 \(\d+ bytes, of 3 blobs\) runs past its end"),
+    ("bytes after the blobs", lambda e: frame(e, lambda t, b: _body(t, b, tail=b"\0")), "1 bytes after its 3 blobs"),
+    ("a header length past the end", lambda e: reseal(export.MAGIC + struct.pack("<HI", export.VERSION, 10**6) + b"{}"),
+     "the header runs past its end"),
+    ("a header that is not JSON", lambda e: frame(e, lambda t, b: _body(b"{" + t, b)), "unreadable header"),
+    ("a header that is a list", lambda e: frame(e, lambda t, b: _body(b"[" + t + b"]", b)),
+     "its header must be a JSON object, got list"),
+    ("a header {}", lambda e: forge(e, lambda h: h.clear()), "its header has no agent"),
+    *[(f"no {key}", lambda e, key=key: forge(e, put(key, remove=True)), f"its header has no {key}$") for key in TOP],
+    *[(f"no side.{key}", lambda e, key=key: forge(e, put("side", key, remove=True)), f"its header has no side.{key}$")
+      for key in SIDE],
+    *[(f"no side.geometry.{key}", lambda e, key=key: forge(e, put("side", "geometry", key, remove=True)),
+       f"its header has no side.geometry.{key}$") for key in GEOMETRY],
+    ("instance a string", lambda e: forge(e, put("instance", value="7")), "instance must be an integer, got str"),
+    ("writable 1", lambda e: forge(e, put("writable", value=1)), "writable must be true or false, got int 1"),
+    ("options a list", lambda e: forge(e, put("side", "options", value=["layout"])),
+     r"side.options must be a JSON object, got list"),
+    ("an option a list", lambda e: forge(e, put("side", "options", value={"layout": []})),
+     r"side.options\['layout'\] must be an integer, a string, a boolean or null, got list"),
+    ("mla 'no'", lambda e: forge(e, put("side", "mla", value="no")), "side.mla must be true or false, got str"),
+    ("page_size 2**64", lambda e: forge(e, put("side", "geometry", "page_size", value=BIG)),
+     rf"side.geometry.page_size = {BIG} is out of range"),
+    ("layout_dim 2**64", lambda e: forge(e, put("side", "geometry", "layout_dim", value=BIG)),
+     rf"side.geometry.layout_dim = {BIG} is out of range"),
+    ("token 2**64", lambda e: forge(e, put("token", value=BIG)), rf"token = {BIG} is out of range"),
+    ("bases 2**64", lambda e: forge(e, lambda h: h["side"]["bases"][0].__setitem__(0, BIG)),
+     rf"side.bases\[0\]\[0\] = {BIG} is out of range"),
+    ("a region's address 2**64", lambda e: forge(e, lambda h: h["regions"][0].__setitem__(2, BIG)),
+     r"regions\[0\]\[2\] \(address\) = \d+ is out of range"),
+    ("a buffer's size 2**64", lambda e: forge(e, lambda h: h["side"]["buffers"][0].__setitem__(1, BIG)),
+     rf"side.buffers\[0\]\[1\] = {BIG} is out of range"),
+    ("instance 0", lambda e: forge(e, put("instance", value=0)), r"instance = 0 is out of range"),
+    ("layers=0", lambda e: forge(e, put("side", "geometry", "layers", value=0)),
+     r"side.geometry.layers = 0 is out of range"),
+    ("bases shorter than the layers", lambda e: forge(e, lambda h: h["side"]["bases"][0].pop()),
+     r"side.bases\[0\] must hold 3 entries, got 2"),
+    ("bases of K only", lambda e: forge(e, lambda h: h["side"]["bases"].pop()), r"side.bases must hold 2 entries"),
+    ("buffer_of past the buffers", lambda e: forge(e, lambda h: h["side"]["buffer_of"][1].__setitem__(2, 2)),
+     r"side.buffer_of\[1\]\[2\] = 2 is out of range"),
+    ("heads that split an item unevenly", lambda e: forge(e, put("side", "geometry", "heads", value=3)),
+     "item_bytes = 16 is not a multiple of 8 bytes split into side.geometry.heads = 3 heads"),
+    ("a page longer than the view", lambda e: forge(e, put("side", "geometry", "page_size", value=2**22)),
+     r"side.geometry.page_size = 4194304 is out of range: expected 1 <= side.geometry.page_size < 33"),
+    ("more tokens than the buffers hold", lambda e: forge(e, put("side", "geometry", "tokens", value=33)),
+     r"side.geometry says 3 layers x 33 tokens x 16 bytes = 1584 bytes of K, but its buffers .* hold 1536"),
+    ("a buffer outside what was registered", lambda e: forge(e, lambda h: h["side"]["buffers"][0].__setitem__(
+        0, h["side"]["buffers"][0][0] + 8)), r"side.buffers\[0\] .* is not in memory the export registered"),
+    ("bases past the end of their buffer", lambda e: forge(e, lambda h: h["side"]["bases"].__setitem__(
+        0, [b + 8 for b in h["side"]["bases"][0]])), r"token 31 of layer 2 \(K\) would lie outside side.buffers\[0\]"),
+    ("a token outside what was registered", lambda e: forge(e, put("token", value=8)),
+     "token = 0x8 is not in memory the export registered"),
+    ("a token not 8-byte aligned", lambda e: forge(e, lambda h: h.__setitem__("token", h["token"] + 4)),
+     "is not 8-byte aligned"),
+    ("no NIXL metadata", lambda e: forge(e, blobs=[]), "it has 0 blobs of NIXL metadata for 3 registered regions"),
+    ("a blob less", lambda e: forge(e, blobs=export.decode(e).blobs[:2]), "it has 2 blobs of NIXL metadata for 3"),
+    ("a blob that is not the exporter's", lambda e: forge(e, blobs=[b"nixl"] + export.decode(e).blobs[1:],
+                                                          digests=False), r"blob 0 does not match its digest"),
+    ("memory 'HBM'", lambda e: forge(e, put("side", "mem", value="HBM")), "side.mem must be one of DRAM, VRAM"),
+    ("a region in 'HBM'", lambda e: forge(e, lambda h: h["regions"][1].__setitem__(0, "HBM")),
+     r"regions\[1\]\[0\] \(memory\) must be one of DRAM, VRAM"),
+    ("a region of 4 fields", lambda e: forge(e, lambda h: h["regions"][1].pop()), r"regions\[1\] must hold 5 entries"),
+    ("an empty dtype", lambda e: forge(e, put("side", "geometry", "dtype", value="")),
+     "side.geometry.dtype must be a non-empty string"),
+    ("a layout unknown here", lambda e: forge(e, put("side", "parts", value="mymodule.Nope")),
+     "the export's layout 'mymodule.Nope' is not known here"),
+]
+
+
+@pytest.fixture
+def genuine(agents):
+    """The exporter's pool (exported), and a check that the importer still copies from it correctly."""
+    exporter, importer = agents
+    pool = views("PageFirst", 1, False, False, PLACE)[1]
+    exported = exporter.export(pool)
+
+    def still_works():
+        remote = importer.connect(exported)
+        cache = views("VllmFlashAttn", 2, True, False, PLACE)[1]
+        importer.copy(remote, cache, IDX, IDX, **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(cache), expected("PageFirst", 1, "VllmFlashAttn", 2, IDX, IDX))
+
+    yield exported, still_works
+    exporter.unexport(pool)
+
+
+@pytest.mark.parametrize("connected", [False, True], ids=["first contact", "exporter already connected"])
+@pytest.mark.parametrize("case,forgery,match", FIELD_CASES, ids=[c[0] for c in FIELD_CASES])
+def test_a_forged_field_is_named_at_connect_and_changes_nothing(agents, genuine, case, forgery, match, connected):
+    exporter, importer = agents
+    exported, still_works = genuine
+    if connected:
+        still_works()
+    else:
+        importer._forget(exporter.name) if exporter.name in importer._remotes else None
+    before = state(importer)
+    with pytest.raises(kv.ExportError, match=match) as error:
+        importer.connect(forgery(exported))
+    assert not isinstance(error.value, kv.StaleExportError)
+    assert state(importer) == before
+    still_works()
+
+
+def _other_view(exporter, writable):
+    """Another view of the exporter, the same layout and geometry, exported (``writable``)."""
+    other = views("PageFirst", 5, True, False, PLACE)[1]
+    return other, exporter.export(other, writable=writable)
+
+
+def _swap_memory(other_export):
+    """An edit giving a header the other export's memory (addresses, regions, metadata), keeping its own
+    token and id: consistent, but not what the exporter wrote."""
+    theirs = export.decode(other_export).header
+
+    def edit(header):
+        for key in ("regions", "blobs"):
+            header[key] = theirs[key]
+        header["side"] = theirs["side"]
+    return edit
+
+
+CONSISTENT = {
+    "bases at another exported view": lambda e, other: forge(e, _swap_memory(other), blobs=export.decode(other).blobs,
+                                                             digests=False),
+    "writable claimed for a read-only export": lambda e, other: forge(other, put("writable", value=True)),
+    "another page size": lambda e, other: forge(e, put("side", "geometry", "page_size", value=4)),
+    "fewer tokens": lambda e, other: forge(e, put("side", "geometry", "tokens", value=16)),
+    "another export id": lambda e, other: forge(e, lambda h: h.__setitem__("export", h["export"] + 1)),
+    "another token slot": lambda e, other: forge(e, lambda h: h.__setitem__("token", h["token"] + 8)),
+}
+
+
+@pytest.mark.parametrize("case", list(CONSISTENT))
+def test_a_consistent_forgery_is_refused_by_the_exporters_token(agents, genuine, case):
+    """Everything checks out but the header is not the one the exporter wrote: its token says so."""
+    exporter, importer = agents
+    exported, still_works = genuine
+    other, other_export = _other_view(exporter, writable=False)
+    before_other = view_bytes(other)
+    still_works()
+    before = state(importer)
+    with pytest.raises(kv.StaleExportError, match="the export was altered"):
+        importer.connect(CONSISTENT[case](exported, other_export))
+    assert state(importer) == before
+    still_works()
+    assert same_bytes(view_bytes(other), before_other)
+    exporter.unexport(other)
+
+
+# --- exports that no longer stand -------------------------------------------------------------------
+
+def _unexport(exporter, pool, keep):
+    exporter.unexport(pool)
+
+
+def _drop(exporter, pool, keep):
+    keep.clear()  # the only references: the exporter drops its view (no unexport)
+    gc.collect()
+
+
+def _close(exporter, pool, keep):
+    exporter.close()
+
+
+ENDINGS = {"unexported": _unexport, "the view collected": _drop, "the agent closed": _close}
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+def test_an_export_that_no_longer_stands_is_refused(agents, ending, op):
+    """The exporter's view ends (three ways); the importer's copies through its export are refused, and
+    memory the exporter allocates afterwards (at the same addresses, as like as not) is never written."""
+    _, importer = agents
+    exporter = Agent("shortlived")
+    try:
+        keep = [views("PageFirst", 1, True, False, PLACE)[1]]
+        remote = importer.connect(exporter.export(keep[0]))
+        mine = views("PageFirst", 3, op == "READ", False, PLACE)[1]
+        importer.copy(*((mine, remote) if op == "WRITE" else (remote, mine)), IDX, IDX, **LAUNCH).wait(60)
+        ENDINGS[ending](exporter, keep[0], keep)
+        later = [views("PageFirst", 4, True, False, PLACE)[1] for _ in range(8)]  # what the exporter makes next
+        before = [view_bytes(v) for v in later] + [view_bytes(mine)]
+        with pytest.raises(kv.StaleExportError, match="is stale"):
+            importer.copy(*((mine, remote) if op == "WRITE" else (remote, mine)), IDX, IDX, **LAUNCH).wait(60)
+        assert all(same_bytes(view_bytes(v), b) for v, b in zip([*later, mine], before)), "a refused copy wrote"
+    finally:
+        exporter.close()
+
+
+def test_an_old_export_of_a_replaced_agent_is_refused_and_the_live_agent_kept(agents):
+    """An agent closed and another took its name: connecting the first one's export is refused, and the
+    importer keeps the live agent (its views go on copying)."""
+    _, importer = agents
+    pool = views("PageFirst", 1, False, False, PLACE)[1]
+    with Agent("reborn") as first:
+        old = first.export(pool)
+        importer.connect(old)
+    with Agent("reborn") as second:
+        live = importer.connect(second.export(pool))
+        cache = views("VllmFlashAttn", 2, True, False, PLACE)[1]
+        before = state(importer)
+        with pytest.raises(kv.StaleExportError, match="is connected here as another agent of that name"):
+            importer.connect(old)
+        assert state(importer) == before
+        importer.copy(live, cache, IDX, IDX, **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(cache), expected("PageFirst", 1, "VllmFlashAttn", 2, IDX, IDX))
+
+
+def test_the_export_of_a_closed_agent_is_stale_at_connect(agents):
+    _, importer = agents
+    pool = views("PageFirst", 1, False, False, PLACE)[1]
+    gone = Agent("gone-before-connect")
+    exported = gone.export(pool)
+    gone.close()
+    with pytest.raises(kv.StaleExportError, match="is stale"):
+        importer.connect(exported)
+    assert "gone-before-connect" not in state(importer)[0]
+
+
+# --- read-only exports, and read-only local destinations -----------------------------------------------
+# NumPy memory (host memory, pageable on a GPU: the direct route, no kernel).
+
+@pytest.mark.parametrize("how", ["flag", "bytes", "writable=False"])
+def test_a_read_only_export_is_never_written(agents, how):
+    exporter, importer = agents
+    pool = views("PageFirst", 1, False, False)[1]
+    pool = read_only(pool, how) if how != "writable=False" else pool
+    exported = exporter.export(pool, **({"writable": False} if how == "writable=False" else {}))
+    remote = importer.connect(exported)
+    assert remote.writable is False and repr(remote).endswith(", read-only)")
+    before = view_bytes(pool)
+    mine = views("PageFirst", 3, False, False)[1]
+    with pytest.raises(ValueError, match=r"^dst is a read-only export \(agent 'exporter' .*nothing was moved"):
+        importer.copy(mine, remote, IDX, IDX, route="direct")
+    assert same_bytes(view_bytes(pool), before)
+    cache = views("VllmFlashAttn", 2, True, False)[1]  # reading it is fine
+    importer.copy(remote, cache, IDX, IDX, route="direct").wait(60)
+    assert same_bytes(view_bytes(cache), expected("PageFirst", 1, "VllmFlashAttn", 2, IDX, IDX))
+    if how != "writable=False":
+        with pytest.raises(ValueError, match=r"writable=True, but the view's memory is read-only \(view.k is a "
+                                             "read-only NumPy array"):
+            exporter.export(pool, writable=True)
+    exporter.unexport(pool)
+
+
+def test_writable_and_read_only_exports_of_one_view_are_two_exports(agents):
+    exporter, importer = agents
+    pool = views("PageFirst", 1, True, False)[1]
+    read = importer.connect(exporter.export(pool, writable=False))
+    write = importer.connect(exporter.export(pool))
+    assert (read.writable, write.writable) == (False, True)
+    mine = views("PageFirst", 3, False, False)[1]
+    importer.copy(mine, write, IDX, IDX, route="direct").wait(60)
+    with pytest.raises(ValueError, match="dst is a read-only export"):
+        importer.copy(mine, read, IDX, IDX, route="direct")
+    with pytest.raises(TypeError, match="writable must be True, False or None, got str"):
+        exporter.export(pool, writable="yes")
+    exporter.unexport(pool)
+
+
+@pytest.mark.parametrize("how", ["flag", "bytes"])
+def test_a_read_into_a_read_only_local_view_is_refused(agents, how):
+    exporter, importer = agents
+    pool = views("PageFirst", 1, False, False)[1]
+    remote = importer.connect(exporter.export(pool))
+    cache = read_only(views("VllmFlashAttn", 2, True, False)[1], how)
+    before = view_bytes(cache)
+    for route in ("direct", "staged"):
+        with pytest.raises(ValueError, match=r"^dst.k\[0\] is a read-only NumPy array; a destination must be writable"):
+            importer.copy(remote, cache, IDX, IDX, route=route)
+    assert same_bytes(view_bytes(cache), before)
+    exporter.unexport(pool)
+
+
+# --- layers the two sides do not both have ---------------------------------------------------------------
+
+@pytest.mark.parametrize("layers,match", [
+    (None, r"the views' layer counts differ: (src|dst) has (3|2), (dst|src) (2|3); pass layers="),
+    (2, r"layers=2 is out of range for views of 2 layers"),
+    (range(1, 3), r"layers=range\(1, 3\) is out of range for views of 2 layers"),
+])
+@pytest.mark.parametrize("op", ["READ", "WRITE"])
+def test_layers_the_sides_do_not_both_have_are_refused_as_kv_copy_refuses_them(agents, op, layers, match):
+    exporter, importer = agents
+    pool = views("PageFirst", 1, op == "WRITE", False, PLACE)[1]  # 3 layers
+    remote = importer.connect(exporter.export(pool))
+    fewer = views("PageFirst", 2, op == "READ", False, PLACE, shape=dict(SHAPE, L=2))[1]
+    src, dst = (remote, fewer) if op == "READ" else (fewer, remote)
+    before = view_bytes(pool), view_bytes(fewer)
+    with pytest.raises(ValueError, match=match):
+        importer.copy(src, dst, IDX, IDX, layers)
+    with pytest.raises(ValueError, match=match):
+        plan_copy(src, dst, IDX, IDX, layers)
+    assert same_bytes(view_bytes(pool), before[0]) and same_bytes(view_bytes(fewer), before[1])
+    if layers is None:
+        with pytest.raises(ValueError, match=r"the views' layer counts differ: src_view has"):
+            kv.copy(*((pool, fewer) if op == "READ" else (fewer, pool)), IDX, IDX)  # the same rule
+    exporter.unexport(pool)
+
+
+# --- copies nobody waits for ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op", ["READ", "WRITE"])
+def test_copies_dropped_without_wait_finish_and_give_their_staging_back(agents, op):
+    """Many staged copies in flight, none waited for: every one lands (READs are relayouted too), their
+    NIXL handles are released, the staging views go back to a pool of at most Pool.KEEP views, and the
+    registrations of the others end."""
+    exporter, importer = agents
+    count = 24
+    pool = views("PageFirst", 1, op == "WRITE", False, PLACE)[1]
+    remote = importer.connect(exporter.export(pool))
+    gc.collect()
+    registered = len(importer._registered)
+    caches = [views("VllmFlashAttn", 10 + i, op == "READ", False, PLACE)[1] for i in range(count)]
+    for i, cache in enumerate(caches):  # one token each: the pages differ, so each copy takes its own view
+        token = np.array([i], np.int64)
+        ends = (remote, cache) if op == "READ" else (cache, remote)
+        importer.copy(*ends, token, token, route="staged", **LAUNCH)  # dropped: never waited for
+    deadline = time.monotonic() + 120
+    while importer._inflight and time.monotonic() < deadline:
+        importer._reap()
+        time.sleep(0.01)
+    assert not importer._inflight
+    assert importer._pool.size() <= staging.Pool.KEEP
+    for i, cache in enumerate(caches):
+        token = np.array([i], np.int64)
+        if op == "READ":  # relayouted, though nobody waited
+            assert same_bytes(view_bytes(cache), expected("PageFirst", 1, "VllmFlashAttn", 10 + i, token, token))
+    if op == "WRITE":
+        want = views("PageFirst", 1, True, False)[0]
+        from kvnumba import reference
+
+        for i in range(count):
+            reference.copy(views("VllmFlashAttn", 10 + i, False, False)[0], want, np.array([i]), np.array([i]))
+        assert same_bytes(view_bytes(pool), view_bytes(want))
+    del caches, cache, ends
+    gc.collect()
+    staged_registrations = sum(len(held.keys) for _, _, held in
+                               (entry for entries in importer._pool.free.values() for entry in entries))
+    assert len(importer._registered) <= registered + staged_registrations
+    exporter.unexport(pool)
+
+
+def test_poison_is_the_view_cases_poison():
+    assert POISON == 0xA5
