@@ -11,6 +11,7 @@ import pytest
 import kvnumba as kv
 from kvnumba.driver.target import SIMULATOR
 from kvnumba.remote import Agent, nixl_available
+from tests.helpers.forged_exports import CONSISTENT
 from tests.helpers.remote_support import Peer, expected, indices, same_bytes, views
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
@@ -181,19 +182,9 @@ def test_an_old_export_of_a_peer_whose_name_was_reused_is_refused(agent):
 def test_a_forgery_pointing_at_another_view_of_the_peer_is_refused(agent, peer):
     """A consistent forgery: the header of one export of the peer with the memory (addresses, regions,
     NIXL metadata) of another, writable where that one was exported read-only."""
-    import copy as copying
-    import hashlib
-
-    from kvnumba.remote import export
-
-    writable = export.decode(peer.export("forged-writable", "PageFirst", seed=24, poison=True))
+    writable = peer.export("forged-writable", "PageFirst", seed=24, poison=True)
     protected_bytes = peer.export("forged-protected", "PageFirst", seed=25, writable=False)
-    protected = export.decode(protected_bytes)
-    header = copying.deepcopy(writable.header)
-    for field in ("regions", "side"):
-        header[field] = protected.header[field]
-    header["blobs"] = [hashlib.sha256(b).hexdigest() for b in protected.blobs]
-    forged = export.encode(export.header_text(header), protected.blobs)
+    forged = CONSISTENT["bases at another exported view"](writable, protected_bytes)
     before = peer.view_bytes("forged-protected")
     with pytest.raises(kv.StaleExportError, match="the export was altered"):
         agent.connect(forged)
