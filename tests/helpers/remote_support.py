@@ -12,10 +12,28 @@ from pathlib import Path
 import numpy as np
 
 from kvnumba import reference
+from kvnumba.driver.target import SIMULATOR
 from tests.helpers.view_cases import make_view, view_bytes
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests.helpers imports from there
 SHAPE = dict(L=3, T=32, P=4, H=2, D=4)  # items of 16 bytes (2 heads of 8), pages of 4 tokens
+PLACE = None if SIMULATOR else ("device", "numba")  # this process's views: GPU memory on a GPU
+LAUNCH = dict(block_quota=1, num_warps_per_block=2)  # small simulated grids for the staged route's kv.copy
+# How a peer's exported view ends (Peer.end): each makes its exports stale.
+ENDINGS = ("unexported", "the view collected", "the agent closed", "the process killed")
+
+
+def require_nixl():
+    """At a test module's import: NIXL must be there on the simulator (CI: the README's install line brings
+    it; missing is a failure); on a GPU machine without it, the module is skipped."""
+    from kvnumba.remote import nixl_available
+
+    if not nixl_available():
+        if SIMULATOR:
+            raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
+        import pytest
+
+        pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
 
 
 def indices(seed, count=12, tokens=SHAPE["T"]):
@@ -110,6 +128,18 @@ class Peer:
     def stderr(self):
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-4000:]
+
+    def end(self, how, key="pool"):
+        """End view ``key``'s export one of the ``ENDINGS`` ways: unexport it, drop the view (collected, no
+        unexport), close the peer's agent, or kill the peer's process."""
+        if how == "unexported":
+            self.request("unexport", key=key)
+        elif how == "the view collected":
+            self.request("drop", key=key)
+        elif how == "the agent closed":
+            self.request("close")
+        else:
+            self.kill()
 
     def kill(self):
         self.process.kill()

@@ -8,19 +8,13 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba.driver.target import SIMULATOR
-from kvnumba.remote import Agent, RemoteView, nixl_available, plan_copy
-from tests.helpers.remote_support import SHAPE, expected, indices, same_bytes, views
+from kvnumba.remote import Agent, RemoteView, plan_copy
+from tests.helpers.remote_support import LAUNCH, PLACE, SHAPE, expected, indices, require_nixl, same_bytes, views
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
-if not nixl_available():  # the README's install line installs it: missing in CI (the simulator) is a failure
-    if SIMULATOR:
-        raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
-    pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
+require_nixl()
 
 pytestmark = pytest.mark.needs_target  # the staged route relayouts with kv.copy
-PLACE = None if SIMULATOR else ("device", "numba")
-LAUNCH = dict(block_quota=1, num_warps_per_block=2)  # small simulated grids for the staged route's kv.copy
 PAIRS = [(s, d) for s in LAYOUTS for d in LAYOUTS]
 MLA_LAYOUTS = [name for name in LAYOUTS if name not in KV_ONLY]
 

@@ -16,7 +16,7 @@ import kvnumba as kv
 from kvnumba.remote import Agent, nixl_available, staging
 from tests.helpers.forged_exports import CONSISTENT, FIELD_CASES
 from tests.helpers.placement import ON_GPU
-from tests.helpers.remote_support import Peer, expected, same_bytes, views
+from tests.helpers.remote_support import ENDINGS, Peer, expected, same_bytes, views
 from tests.helpers.view_cases import view_bytes
 
 pytestmark = pytest.mark.gpu
@@ -65,19 +65,8 @@ def test_a_consistent_forgery_of_a_vram_export_is_refused(agent, peer, case):
     assert same_bytes(peer.view_bytes("forge-other"), before)
 
 
-def _end(peer, ending):
-    if ending == "unexported":
-        peer.request("unexport", key="pool")
-    elif ending == "the view collected":
-        peer.request("drop", key="pool")
-    elif ending == "the agent closed":
-        peer.request("close")
-    else:
-        peer.kill()
-
-
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
-@pytest.mark.parametrize("ending", ["unexported", "the view collected", "the agent closed", "the process killed"])
+@pytest.mark.parametrize("ending", ENDINGS)
 def test_a_vram_export_that_no_longer_stands_is_refused(ending, op):
     name = f"gpu-{ending}-{op}".replace(" ", "-")
     with Agent(f"survivor-{name}") as agent, Peer(f"doomed-{name}", gpu=True) as doomed:
@@ -85,7 +74,7 @@ def test_a_vram_export_that_no_longer_stands_is_refused(ending, op):
         _, cache = views("PageFirst", 6, op == "READ", False, ON_DEVICE)
         ends = (pool, cache) if op == "READ" else (cache, pool)
         agent.copy(*ends, IDX, IDX).wait(120)
-        _end(doomed, ending)
+        doomed.end(ending)
         later = []
         if ending in ("unexported", "the view collected"):  # the peer's next VRAM, likely at the same address
             for i in range(6):

@@ -9,20 +9,15 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba.driver.target import SIMULATOR
-from kvnumba.remote import Agent, nixl_available
+from kvnumba.remote import Agent
 from tests.helpers.forged_exports import CONSISTENT
-from tests.helpers.remote_support import Peer, expected, indices, same_bytes, views
+from tests.helpers.remote_support import (ENDINGS, LAUNCH, PLACE, Peer, expected, indices, require_nixl, same_bytes,
+                                          views)
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
-if not nixl_available():  # the README's install line installs it: missing in CI (the simulator) is a failure
-    if SIMULATOR:
-        raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
-    pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
+require_nixl()
 
 pytestmark = pytest.mark.needs_target
-PLACE = None if SIMULATOR else ("device", "numba")
-LAUNCH = dict(block_quota=1, num_warps_per_block=2)
 NAMES = list(LAYOUTS)
 
 
@@ -110,19 +105,8 @@ def test_notification_reaches_the_other_process(agent, peer):
 
 # --- exports that no longer stand, read-only exports, forgeries: across processes ---------------------
 
-def _end(peer, ending):
-    if ending == "unexported":
-        peer.request("unexport", key="pool")
-    elif ending == "the view collected":
-        peer.request("drop", key="pool")
-    elif ending == "the agent closed":
-        peer.request("close")
-    else:
-        peer.kill()
-
-
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
-@pytest.mark.parametrize("ending", ["unexported", "the view collected", "the agent closed", "the process killed"])
+@pytest.mark.parametrize("ending", ENDINGS)
 def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op):
     """The peer's view ends (four ways); copies through its export are refused with StaleExportError, and
     the views the peer makes afterwards (at the same addresses, as like as not) are never written."""
@@ -132,7 +116,7 @@ def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op)
         _, cache = views("PageFirst", 16, op == "READ", False, PLACE)
         ends = (pool, cache) if op == "READ" else (cache, pool)
         agent.copy(*ends, np.arange(4), np.arange(4), **LAUNCH).wait(60)
-        _end(doomed, ending)
+        doomed.end(ending)
         later = []
         if ending in ("unexported", "the view collected"):
             for i in range(6):

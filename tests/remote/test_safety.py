@@ -16,20 +16,15 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba.driver.target import SIMULATOR
-from kvnumba.remote import Agent, nixl_available, plan_copy, staging
+from kvnumba.remote import Agent, plan_copy, staging
 from tests.helpers.forged_exports import CONSISTENT, FIELD_CASES
-from tests.helpers.remote_support import SHAPE, expected, read_only, same_bytes, views
+from tests.helpers.remote_support import (LAUNCH, PLACE, SHAPE, expected, read_only, require_nixl, same_bytes,
+                                          views)
 from tests.helpers.view_cases import POISON, view_bytes
 
-if not nixl_available():  # the README's install line installs it: missing in CI (the simulator) is a failure
-    if SIMULATOR:
-        raise ImportError("kvnumba.remote's tests need NIXL: pip install --no-deps 'nixl-cu13>=1.5.1,<2'")
-    pytest.skip("NIXL is not installed on this GPU machine", allow_module_level=True)
+require_nixl()
 
 pytestmark = pytest.mark.needs_target
-PLACE = None if SIMULATOR else ("device", "numba")
-LAUNCH = dict(block_quota=1, num_warps_per_block=2)
 IDX = np.arange(4, 12, dtype=np.int64)
 
 
