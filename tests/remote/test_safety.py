@@ -96,6 +96,20 @@ def test_a_consistent_forgery_is_refused_by_the_exporters_token(agents, genuine,
     exporter.unexport(other)
 
 
+def test_every_descriptor_is_checked_against_the_exports_buffers(agents, genuine):
+    """The last line of defence, past connect's checks: a remote view whose addresses no longer agree with
+    its buffers (here changed by hand) posts nothing."""
+    exporter, importer = agents
+    exported, still_works = genuine
+    remote = importer.connect(exported)
+    remote.side.bases = remote.side.bases + 8  # every item 8 bytes further: the last ones past the buffer
+    mine = views("PageFirst", 3, False, False, PLACE)[1]
+    for route in ("direct", "staged"):
+        with pytest.raises(kv.ExportError, match=r"the copy would reach .* outside side.buffers\[\d\] of its export"):
+            importer.copy(mine, remote, np.array([31]), np.array([31]), route=route, **LAUNCH)
+    still_works()
+
+
 # --- exports that no longer stand -------------------------------------------------------------------
 
 def _unexport(exporter, pool, keep):
