@@ -187,6 +187,9 @@ def settings():
 
 _OVERRIDABLE = {"check": "KVNUMBA_CHECK", "batch_copy": "KVNUMBA_BATCH_COPY", "chunk_bytes": "KVNUMBA_CHUNK_BYTES",
                 "load_path": "KVNUMBA_LOAD_PATH"}
+_TUNING_TYPES = {  # the class each takes, by name (l2_promotion takes a name, host_index_checks a bool)
+    "copy_shape": "kvnumba.kernels.warp_copy.CopyShape", "staged_shape": "kvnumba.kernels.staged.StagedShape",
+    "map_store": "kvnumba.plan.tensor_maps.MapStore"}
 _TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None}
 _tuning = dict(_TUNING)  # the values in force (None: kvnumba's own choice)
 L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
@@ -286,31 +289,15 @@ def _check_tuning(name, value):
         if not isinstance(value, bool):
             raise TypeError(f"host_index_checks must be True, False or None, got {type(value).__name__}")
         return
-    kind = _tuning_type(name)
-    if not isinstance(value, kind):
-        raise TypeError(f"{name} must be a {kind.__module__}.{kind.__qualname__} or None, got "
-                        f"{type(value).__name__} {value!r}")
-    defaults = getattr(kind, "_field_defaults", {})
+    expected = _TUNING_TYPES[name]  # by name: config imports nothing of kvnumba's higher layers
+    if expected not in {f"{c.__module__}.{c.__qualname__}" for c in type(value).__mro__}:
+        raise TypeError(f"{name} must be a {expected} or None, got {type(value).__name__} {value!r}")
+    defaults = getattr(type(value), "_field_defaults", {})
     for field, default in defaults.items():  # a NamedTuple's fields: each of its default's type
         got = getattr(value, field)
         if type(got) is not type(default):
             raise TypeError(f"{name}.{field} must be {type(default).__name__} (like its default {default!r}), "
                             f"got {type(got).__name__} {got!r}")
-
-
-def _tuning_type(name):
-    """The class a tuning setting takes (imported on first use: config imports nothing of kvnumba)."""
-    if name == "copy_shape":
-        from .kernels.warp_copy import CopyShape
-
-        return CopyShape
-    if name == "staged_shape":
-        from .kernels.staged import StagedShape
-
-        return StagedShape
-    from .plan.tensor_maps import MapStore
-
-    return MapStore
 
 
 def _text(value):

@@ -566,8 +566,8 @@ def _check_inside(view: RemoteView, descriptors: plan.Descriptors) -> None:
     if outside.any():
         i = int(np.flatnonzero(outside)[0])
         raise errors.ExportError(f"{view!r}: the copy would reach {int(descriptors.length[i])} bytes at "
-                                 f"0x{int(descriptors.remote[i]):x}, outside side.buffers[{int(which[i])}] of its export; "
-                                 "nothing was moved")
+                                 f"0x{int(descriptors.remote[i]):x}, outside side.buffers[{int(which[i])}] of its "
+                                 "export; nothing was moved")
 
 
 def _conflict(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:
