@@ -74,7 +74,8 @@ class Transfer:
         # Layer tables are found by identity (their contents were read), every other buffer by value.
         table_positions = tuple(i for i, n in enumerate(spec.buffers)
                                 if spec.kind == "kernel" and spec.layout_of(n) is TBL)
-        self._cache = PlanCache(identity=table_positions)
+        self._cache = PlanCache(identity=table_positions,
+                                destinations=[i for i, n in enumerate(spec.buffers) if n in _destinations(spec)])
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
