@@ -34,6 +34,7 @@ tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
 import contextlib
 import os
 import sys
+import threading
 
 from .errors import SettingError
 
@@ -45,10 +46,16 @@ _ON = ("1", "true", "yes", "on")
 _OFF = ("0", "false", "no", "off", "")
 
 
-def env_flag(name):
+def _get(name, environ=None):
+    """The variable's text (empty when unset), from ``environ`` (a mapping) or the process's environment."""
+    return (os.environ if environ is None else environ).get(name, "")
+
+
+def env_flag(name, environ=None):
     """A boolean variable: ``1``, ``true``, ``yes``, ``on`` (any case) mean on; unset, empty, ``0``,
-    ``false``, ``no``, ``off`` mean off; anything else is a ``ValueError`` naming it."""
-    text = os.environ.get(name, "")
+    ``false``, ``no``, ``off`` mean off; anything else is a ``ValueError`` naming it. ``environ``: read
+    there instead of the process's environment (``override`` checks values before setting them)."""
+    text = _get(name, environ)
     value = text.strip().lower()
     if value in _ON:
         return True
@@ -57,9 +64,9 @@ def env_flag(name):
     raise SettingError(f"{name} must be one of {', '.join(_ON)} (on) or {', '.join(_OFF[:-1])} (off), got {text!r}")
 
 
-def env_int(name, default, minimum):
+def env_int(name, default, minimum, environ=None):
     """An integer variable (unset or empty: ``default``); ``ValueError`` naming it if malformed or below ``minimum``."""
-    text = os.environ.get(name, "").strip()
+    text = _get(name, environ).strip()
     if not text:
         return default
     try:
@@ -71,49 +78,49 @@ def env_int(name, default, minimum):
     return value
 
 
-def env_choice(name, choices, default):
+def env_choice(name, choices, default, environ=None):
     """One of ``choices`` (any case; unset or empty: ``default``); ``ValueError`` naming the variable otherwise."""
-    value = os.environ.get(name, "").strip().lower() or default
+    value = _get(name, environ).strip().lower() or default
     if value not in choices:
         raise SettingError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
     return value
 
 
-def always_check():
+def always_check(environ=None):
     """``KVNUMBA_CHECK``: every call behaves as if given ``check=True`` (``kvnumba.checks.guard`` reads it at import)."""
-    return env_flag("KVNUMBA_CHECK")
+    return env_flag("KVNUMBA_CHECK", environ)
 
 
 BATCH_COPY_ROUTES = ("auto", "cudart", "bindings", "page")
 
 
-def batch_copy_route():
+def batch_copy_route(environ=None):
     """``KVNUMBA_BATCH_COPY``: how the page-first-direct copies are submitted (``kvnumba.driver.batch_copy``):
     ``auto`` (default), ``cudart``, ``bindings`` or ``page``."""
-    return env_choice("KVNUMBA_BATCH_COPY", BATCH_COPY_ROUTES, "auto")
+    return env_choice("KVNUMBA_BATCH_COPY", BATCH_COPY_ROUTES, "auto", environ)
 
 
 LOAD_PATHS = ("auto", "staged", "register")
 
 
-def load_path():
+def load_path(environ=None):
     """``KVNUMBA_LOAD_PATH``: ``auto`` (default: the staged bulk-copy kernel for pinned-host -> GPU
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
     ``register``. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
-    return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto")
+    return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto", environ)
 
 
-def require_gpu():
+def require_gpu(environ=None):
     """``KVNUMBA_REQUIRE_GPU``: without a CUDA driver, refuse to run instead of falling back to Numba's
     simulator (``kvnumba.driver.target`` reads it at ``import kvnumba``)."""
-    return env_flag("KVNUMBA_REQUIRE_GPU")
+    return env_flag("KVNUMBA_REQUIRE_GPU", environ)
 
 
-def simulator_setting():
+def simulator_setting(environ=None):
     """``NUMBA_ENABLE_CUDASIM`` as Numba reads it: None when unset or empty (kvnumba then chooses), else
     whether it asks for the simulator (an integer, nonzero: yes). ``ValueError`` for a value Numba cannot
     parse (Numba would warn and run on the GPU target)."""
-    text = os.environ.get(SIMULATOR_VARIABLE, "").strip()
+    text = _get(SIMULATOR_VARIABLE, environ).strip()
     if not text:
         return None
     try:
@@ -123,9 +130,9 @@ def simulator_setting():
                          f"got {text!r}") from None
 
 
-def results_dir():
+def results_dir(environ=None):
     """``KVNUMBA_RESULTS``: a folder of saved benchmark results (``scripts/results`` of a checkout), or None."""
-    text = os.environ.get("KVNUMBA_RESULTS", "").strip()
+    text = _get("KVNUMBA_RESULTS", environ).strip()
     if text and not os.path.isdir(text):
         raise SettingError(f"KVNUMBA_RESULTS must be a folder, got {text!r}")
     return text or None
@@ -144,10 +151,14 @@ def use_simulator():
         numba_config.reload_config()
 
 
+def _chunk_bytes(environ=None):
+    return env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1, environ=environ)
+
+
 _READERS = {
     "KVNUMBA_CHECK": always_check,
     "KVNUMBA_BATCH_COPY": batch_copy_route,
-    "KVNUMBA_CHUNK_BYTES": lambda: env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1),
+    "KVNUMBA_CHUNK_BYTES": _chunk_bytes,
     "KVNUMBA_LOAD_PATH": load_path,
     "KVNUMBA_REQUIRE_GPU": require_gpu,
     "KVNUMBA_RESULTS": results_dir,
@@ -176,6 +187,9 @@ def settings():
 
 _OVERRIDABLE = {"check": "KVNUMBA_CHECK", "batch_copy": "KVNUMBA_BATCH_COPY", "chunk_bytes": "KVNUMBA_CHUNK_BYTES",
                 "load_path": "KVNUMBA_LOAD_PATH"}
+_TUNING_TYPES = {  # the class each takes, by name (l2_promotion takes a name, host_index_checks a bool)
+    "copy_shape": "kvnumba.kernels.warp_copy.CopyShape", "staged_shape": "kvnumba.kernels.staged.StagedShape",
+    "map_store": "kvnumba.plan.tensor_maps.MapStore"}
 _TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None}
 _tuning = dict(_TUNING)  # the values in force (None: kvnumba's own choice)
 L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
@@ -199,46 +213,97 @@ def override(**values):
     ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
     (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``; see the module
     docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
-    A bad value raises ``SettingError`` before anything changes."""
+
+    A bad value raises before anything changes: ``SettingError`` for a value a variable cannot take,
+    ``TypeError`` for a tuning value of the wrong type, both naming the setting.
+
+    The settings are the process's (the environment is), so blocks open at once, nested or in several
+    threads, stack: a setting has the value of the most recently entered open block that sets it, and
+    once every block that set it has closed, the value it had before the first of them (a block may
+    close before one entered after it)."""
     unknown = sorted(set(values) - set(_OVERRIDABLE) - set(_TUNING))
     if unknown:
         raise TypeError(f"override() got unknown settings {', '.join(unknown)} "
                         f"(known: {', '.join([*_OVERRIDABLE, *_TUNING])})")
     tuned = {k: v for k, v in values.items() if k in _TUNING}
-    if tuned.get("l2_promotion") not in (None, *L2_PROMOTIONS):
-        raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {tuned['l2_promotion']!r}")
+    for name, value in tuned.items():
+        _check_tuning(name, value)
     names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items() if k in _OVERRIDABLE}
-    saved = {name: os.environ.get(name) for name in names}
-    try:
-        os.environ.update(names)
-        for name in names:
-            _READERS[name]()  # validated before the block runs
-    except BaseException:
-        _restore(saved)
-        raise
-    saved_tuning = {k: _tuning[k] for k in tuned}
-    _tuning.update(tuned)
-    _notify()
+    for name in names:
+        _READERS[name](names)  # validated before anything changes
+    layer = ({**names}, tuned)
+    with _override_lock:
+        _push(layer)
     try:
         yield
     finally:
-        _restore(saved)
-        _tuning.update(saved_tuning)
-        _notify()
+        with _override_lock:
+            _pop(layer)
+
+
+_override_lock = threading.RLock()
+_open: list = []  # the open override blocks, oldest first: (variables, tuning values)
+_before: dict = {}  # ("env" or "tuning", name) -> its value before the first open block that set it
+
+
+def _push(layer):
+    names, tuned = layer
+    for key in [("env", n) for n in names] + [("tuning", n) for n in tuned]:
+        if not any(key[1] in (open_layer[0] if key[0] == "env" else open_layer[1]) for open_layer in _open):
+            _before[key] = os.environ.get(key[1]) if key[0] == "env" else _tuning[key[1]]
+    _open.append(layer)
+    _settle([*names], [*tuned])
+
+
+def _pop(layer):
+    _open[:] = [open_layer for open_layer in _open if open_layer is not layer]
+    _settle([*layer[0]], [*layer[1]])
+
+
+def _settle(variables, tuning_names):
+    """Give each of these settings the value of the latest open block that sets it, else its value from
+    before the blocks (then forgotten); then tell the listeners."""
+    for name in variables:
+        setters = [open_layer[0][name] for open_layer in _open if name in open_layer[0]]
+        value = setters[-1] if setters else _before.pop(("env", name))
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    for name in tuning_names:
+        setters = [open_layer[1][name] for open_layer in _open if name in open_layer[1]]
+        _tuning[name] = setters[-1] if setters else _before.pop(("tuning", name))
+    _notify()
+
+
+def _check_tuning(name, value):
+    """A tuning value of the right type (None: kvnumba's own choice), else ``TypeError`` naming it;
+    ``SettingError`` for an L2 promotion kvnumba does not know."""
+    if value is None:
+        return
+    if name == "l2_promotion":
+        if value not in L2_PROMOTIONS:
+            raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {value!r}")
+        return
+    if name == "host_index_checks":
+        if not isinstance(value, bool):
+            raise TypeError(f"host_index_checks must be True, False or None, got {type(value).__name__}")
+        return
+    expected = _TUNING_TYPES[name]  # by name: config imports nothing of kvnumba's higher layers
+    if expected not in {f"{c.__module__}.{c.__qualname__}" for c in type(value).__mro__}:
+        raise TypeError(f"{name} must be a {expected} or None, got {type(value).__name__} {value!r}")
+    defaults = getattr(type(value), "_field_defaults", {})
+    for field, default in defaults.items():  # a NamedTuple's fields: each of its default's type
+        got = getattr(value, field)
+        if type(got) is not type(default):
+            raise TypeError(f"{name}.{field} must be {type(default).__name__} (like its default {default!r}), "
+                            f"got {type(got).__name__} {got!r}")
 
 
 def _text(value):
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
-
-
-def _restore(saved):
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
 
 
 def _notify():

@@ -201,3 +201,80 @@ def test_override_refuses_bad_values_and_names_before_changing_anything(monkeypa
     with pytest.raises(TypeError, match="unknown settings load_pth"):
         with config.override(load_pth="register"):
             pass
+
+
+# --- override from several threads, and its tuning values -------------------------------------------
+
+# Two blocks, A then B, entered and left in every order (A and B in two threads: each step waits for the
+# one before it); each sets a variable and a tuning value.
+ORDERS = {"B closes first (nested)": ["A+", "B+", "B-", "A-"], "A closes first (overlapping)": ["A+", "B+", "A-", "B-"]}
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
+@pytest.mark.parametrize("before", [None, "register"])
+def test_overlapping_overrides_from_two_threads_restore_everything(monkeypatch, order, before):
+    import threading
+
+    from kvnumba.kernels.warp_copy import CopyShape
+
+    if before is None:
+        monkeypatch.delenv("KVNUMBA_LOAD_PATH", raising=False)
+    else:
+        monkeypatch.setenv("KVNUMBA_LOAD_PATH", before)
+    values = {"A": ("staged", CopyShape(words=1)), "B": ("auto", CopyShape(words=4))}
+    steps = ORDERS[order]
+    turn = [threading.Event() for _ in steps] + [threading.Event()]
+    turn[0].set()
+    seen = {}
+
+    def block(name):
+        enter, leave = steps.index(f"{name}+"), steps.index(f"{name}-")
+        turn[enter].wait(30)
+        with config.override(load_path=values[name][0], copy_shape=values[name][1]):
+            seen[f"{name}+"] = (os.environ.get("KVNUMBA_LOAD_PATH"), config.tuning("copy_shape"))
+            turn[enter + 1].set()
+            turn[leave].wait(30)
+        seen[f"{name}-"] = (os.environ.get("KVNUMBA_LOAD_PATH"), config.tuning("copy_shape"))
+        turn[leave + 1].set()
+
+    threads = [threading.Thread(target=block, args=(name,)) for name in "AB"]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    # The latest block entered that is still open wins; after the last one, everything is as before.
+    assert seen["A+"] == values["A"] and seen["B+"] == values["B"]
+    first_out, last_out = steps[2][0], steps[3][0]
+    assert seen[f"{first_out}-"] == values[last_out]
+    assert seen[f"{last_out}-"] == (before, None)
+    assert os.environ.get("KVNUMBA_LOAD_PATH") == before and config.tuning("copy_shape") is None
+    assert not config._open and not config._before
+
+
+def _bad_tuning():
+    from kvnumba.kernels.staged import StagedShape
+    from kvnumba.kernels.warp_copy import CopyShape
+
+    return [
+        ({"copy_shape": (2, True, True, "nc")}, TypeError,
+         r"^copy_shape must be a kvnumba\.kernels\.warp_copy\.CopyShape or None, got tuple"),
+        ({"copy_shape": CopyShape(words="2")}, TypeError, r"^copy_shape\.words must be int .*got str '2'"),
+        ({"copy_shape": CopyShape(wide=1)}, TypeError, r"^copy_shape\.wide must be bool .*got int 1"),
+        ({"staged_shape": "large"}, TypeError, r"^staged_shape must be a kvnumba\.kernels\.staged\.StagedShape"),
+        ({"staged_shape": StagedShape(stages=3.0)}, TypeError, r"^staged_shape\.stages must be int"),
+        ({"map_store": object()}, TypeError, r"^map_store must be a kvnumba\.plan\.tensor_maps\.MapStore or None"),
+        ({"l2_promotion": "L2_512B"}, kvnumba.SettingError, r"^l2_promotion must be one of NONE, L2_64B"),
+        ({"host_index_checks": "no"}, TypeError, r"^host_index_checks must be True, False or None, got str"),
+        ({"load_path": "register", "copy_shape": [1]}, TypeError, r"^copy_shape must be"),
+    ]
+
+
+@pytest.mark.parametrize("case", range(len(_bad_tuning())))
+def test_override_refuses_bad_tuning_values_before_changing_anything(monkeypatch, case):
+    values, error, match = _bad_tuning()[case]
+    monkeypatch.delenv("KVNUMBA_LOAD_PATH", raising=False)
+    before = dict(config._tuning)
+    with pytest.raises(error, match=match):
+        with config.override(**values):
+            pass
+    assert config._tuning == before and "KVNUMBA_LOAD_PATH" not in os.environ and not config._open

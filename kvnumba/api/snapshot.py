@@ -10,13 +10,19 @@ the memory must stay where it was. A ``Snapshot``:
 - *checks on every call* that the memory has not moved: a torch storage reallocated (``resize_`` to
   more bytes than it had) gives the alias a new data pointer; a NumPy array resized in place
   (``resize(..., refcheck=False)``) or any other array type gets a new pointer or size. Then the call
-  raises ``BufferMovedError`` (a ``ValueError``) naming the argument, and writes nothing.
+  raises ``BufferMovedError`` (a ``ValueError``) naming the argument, and writes nothing;
+- *checks on every call* that no destination turned read-only: the writable flag of each NumPy array
+  behind a bound destination (the array, the arrays of a list, a view's buffers, the layers
+  ``kv.layer_table`` recorded behind a table; ``kvnumba.arrays.flagged``). One that did is refused with
+  the plain call's error (``refuse``, which the prepared transfer sets: it checks its plan again), and
+  nothing is written. Other arrays cannot turn read-only.
 
-For torch tensors the check is one data-pointer read per buffer (~0.1 us).
+For torch tensors the check is one data-pointer read per buffer (~0.1 us); a NumPy destination adds
+one flag read.
 """
 import sys
 
-from ..arrays import array_info, is_torch
+from ..arrays import WRITEABLE, array_info, flagged, is_torch
 from ..errors import BufferMovedError
 
 
@@ -68,14 +74,37 @@ class Snapshot:
         self.pointers = [t.data_ptr() for t in torch_arrays]
         self._tensor_names = torch_names
         self._others = others
+        self._tables = tables
+        self._flagged = ()  # NumPy arrays behind the destinations (watch_destinations)
+        self._refuse = None
+
+    def watch_destinations(self, names, refuse):
+        """Read the writable flags of the NumPy arrays behind the bound destinations ``names`` on every
+        call; ``refuse()`` raises the plain call's error for one that turned read-only."""
+        arrays = []
+        for name in names:
+            value = self.values.get(name)
+            if value is None:
+                continue
+            if _is_view(value):
+                arrays += value.flagged
+            elif name in self._tables:
+                arrays += getattr(value, "flagged_layers", ())
+            else:
+                arrays += flagged(value if type(value) is tuple else (value,))
+        self._flagged = tuple(arrays)
+        self._refuse = refuse
 
     @property
     def watches_others(self):
-        """Whether bound buffers other than torch tensors are watched (``moved`` checks them)."""
-        return bool(self._others or self._views)
+        """Whether anything but torch tensors' pointers is watched (``changed`` checks it)."""
+        return bool(self._others or self._views or self._flagged)
 
-    def moved(self):
-        """True if any bound memory moved since the snapshot (see the module docstring)."""
+    def changed(self):
+        """True if any bound memory moved, or a destination turned read-only, since the snapshot (see the
+        module docstring)."""
+        if not all(map(WRITEABLE, self._flagged)):
+            return True
         if self.tensors:
             data_ptr = sys.modules["torch"].Tensor.data_ptr
             if list(map(data_ptr, self.tensors)) != self.pointers:
@@ -90,7 +119,8 @@ class Snapshot:
         return False
 
     def verify(self):
-        """Raise ``BufferMovedError`` naming the first bound buffer whose memory moved."""
+        """Raise ``BufferMovedError`` naming the first bound buffer whose memory moved, then the plain call's
+        error if a destination turned read-only."""
         for name, tensor, pointer in zip(self._tensor_names, self.tensors, self.pointers):
             if tensor.data_ptr() != pointer:
                 raise BufferMovedError(f"{name} moved since kv.prepare: its memory was reallocated (a torch "
@@ -103,6 +133,12 @@ class Snapshot:
                                        "transfer again; nothing was written")
         for name, view in self._views:
             view.check_unchanged(name, self._layers)
+        if not all(map(WRITEABLE, self._flagged)):
+            refuse = self._refuse
+            if refuse is not None:
+                refuse()  # raises: the plain call's checks, on the bound buffers as they are now
+            raise ValueError("a destination of this prepared transfer is read-only; a destination must be "
+                             "writable")  # pragma: no cover - refuse raised
 
 
 def _where(x):

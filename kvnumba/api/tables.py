@@ -6,7 +6,7 @@ from typing import Any, TypeVar, overload
 
 import numpy as np
 
-from ..arrays import array_info
+from ..arrays import array_info, flagged
 from ..checks import pinned, validate
 from ..checks.devices import one_device
 from ..checks.tables import register_layers
@@ -71,6 +71,7 @@ def layer_table(layers: Sequence[ArrayLike]) -> Any:
     try:
         table.layers = layers
         table.layer_nbytes = tuple(info.nbytes for info in infos)
+        table.flagged_layers = flagged(layers)  # layers whose writable flag plans read again (arrays.flagged)
     except AttributeError:  # CuPy arrays take no attributes: the caller keeps the layers alive
         pass
     return table

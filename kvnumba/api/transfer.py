@@ -75,11 +75,16 @@ class Transfer:
         # Layer tables are found by identity (their contents were read), every other buffer by value.
         table_positions = tuple(i for i, n in enumerate(spec.buffers)
                                 if spec.kind == "kernel" and spec.layout_of(n) is TBL)
-        self._cache = PlanCache(identity=table_positions)
+        self._cache = PlanCache(identity=table_positions,
+                                destinations=[i for i, n in enumerate(spec.buffers) if n in _destinations(spec)])
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
-            self._plan = self._build(self._pick_geometry(placeholders), False, stream)
+            geometry = self._pick_geometry(placeholders)
+            self._plan = self._build(geometry, False, stream)
+            # A destination that turns read-only later is refused as the plain call refuses it: its plan
+            # checked again. (Plans found per call go by the flags: kvnumba.plan.cache.)
+            self._snapshot.watch_destinations(_destinations(spec), lambda: self._build(geometry, True, stream))
         elif all(n in bound or n in spec.defaults for n in self._geometry):  # kv.copy without layers=: checked now
             values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
             self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False, stream))
@@ -96,6 +101,8 @@ class Transfer:
         if plan.raw_tables:  # check=True must read raw tables again: the general __call__ does
             return None
         fast = plan.fast_call(self._snapshot)
+        if plan.tables:  # checks on (check=True, KVNUMBA_CHECK): the tables are read again by the general __call__
+            fast = _checked_by(self, fast)
         if spec.per_layer:
             call = fast
         elif spec.keyword_only:  # kv.copy: its launch shape and route by keyword only, as in the plain call
@@ -169,7 +176,7 @@ class Transfer:
         call's (a plan is not built while it is being captured)."""
         plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
                                              lambda: self._build(values, False, stream))
-        if strict and plan.raw_tables:  # checks on: the contents of raw tables are read again
+        if strict and plan.tables:  # checks on: the contents of the tables are read again
             return self._build(values, True, stream)
         return plan
 
@@ -190,7 +197,7 @@ class Transfer:
         if stream is None:
             stream = self.stream
         plan = self._plan
-        if plan is None or (strict and plan.raw_tables):
+        if plan is None or (strict and plan.tables):
             plan = self._plan_for(everything, strict, stream)
         call = self._pick_call(everything)
         if self.spec.kind == "kernel":
@@ -230,6 +237,31 @@ class Transfer:
     def __repr__(self) -> str:
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
+
+
+def _destinations(spec: Spec) -> tuple[str, ...]:
+    """The arguments of ``spec`` that are written: destination buffers, tables, lists or views."""
+    return tuple(n for n in spec.buffers if n.startswith("dst"))
+
+
+def _checked_by(transfer: Transfer, fast: Callable[..., Any]) -> Callable[..., Any]:
+    """``fast`` (a plan's fast call, taking ``layer_id`` and the launch shape positionally), except with
+    checks on: then ``transfer``'s general ``__call__``, which reads its layer tables again."""
+    general, guard_module = Transfer.__call__, guard
+
+    routed = "route" in transfer._free  # kv.copy's route, when it is not bound
+
+    def call(src_indices: Any, dst_indices: Any, layer_id: Any, block_quota: Any = 2, num_warps_per_block: Any = 32,
+             *, stream: StreamLike | None = None, check: bool = False, route: Any = "auto") -> Any:
+        if check or guard_module.ALWAYS_CHECK:
+            launch = {"block_quota": block_quota, "num_warps_per_block": num_warps_per_block}
+            if routed:
+                launch["route"] = route
+            return general(transfer, src_indices, dst_indices, **launch, stream=stream, check=check)
+        return fast(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream=stream, check=check,
+                    route=route)
+
+    return call
 
 
 def _short(value: Any) -> str:

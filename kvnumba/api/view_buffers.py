@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import array_info, is_torch, shape_of
+from ..arrays import array_info, flagged, is_torch, shape_of
 from ..driver.target import SIMULATOR
 
 if TYPE_CHECKING:
@@ -177,10 +177,12 @@ class Held:
         return out
 
 
-def hold(view: CacheView) -> tuple[Held | None, list[Any]]:
+def hold(view: CacheView) -> tuple[Held | None, list[Any], tuple[np.ndarray, ...]]:
     """What ``view`` holds of its K (and V) buffers, by layer for a per-layer view (K and V of a
     vLLM/FlashInfer layer share one array): ``(Held, or None if nothing needs comparing per call;
-    what keeps the other buffers' memory from moving)``."""
+    what keeps the other buffers' memory from moving; the NumPy arrays whose writable flag a copy into
+    the view reads again, arrays.flagged: its buffers, or for raw tables the layers kv.layer_table
+    recorded behind them)``."""
     kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None or view.v is view.k else [("v", view.v)])
     if not view.per_layer:
         held = Held([[(which, buffer) for which, buffer in kinds]])
@@ -188,7 +190,11 @@ def hold(view: CacheView) -> tuple[Held | None, list[Any]]:
         label = "caches" if getattr(view, "caches", None) is view.k else None
         held = Held([[(f"{label or which}[{i}]", buffer[i]) for which, buffer in kinds]
                      for i in range(view.geometry.layers)])
-    return (held if held.watched else None), held.kept
+    if view.raw_tables:
+        flags = tuple(a for _, table in kinds for a in getattr(table, "flagged_layers", ()))
+    else:
+        flags = flagged(buffer for _, buffers in kinds for buffer in (buffers if view.per_layer else [buffers]))
+    return (held if held.watched else None), held.kept, flags
 
 
 # --- a user layout's arithmetic ----------------------------------------------------------------------

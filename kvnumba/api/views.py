@@ -84,6 +84,7 @@ class CacheView:
     user_layout = False  # True for a subclass that brings its own address arithmetic
     _held: Held | None  # what kv.copy compares of its buffers per call (kvnumba.api.view_buffers)
     _kept: list[Any]  # what keeps the memory of its other buffers from moving
+    flagged: tuple[Any, ...]  # NumPy arrays whose writable flag a plan of this view reads again (arrays.flagged)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -116,7 +117,7 @@ class CacheView:
                 raise ValueError(f"{name}: v has the geometry {other}, k has {self.geometry}")
         if self.parts is None:
             raise TypeError(f"{name} defines no address arithmetic (layer_base, token_offset, head_stride)")
-        self._held, self._kept = hold(self)
+        self._held, self._kept, self.flagged = hold(self)
         self._check_user_arithmetic()
 
     def check_unchanged(self, name: str | None = None, layers: SupportsIndex | range | None = None) -> None:
@@ -192,7 +193,7 @@ class CacheView:
         """The same view (class and options) over other buffers, e.g. NumPy copies for the reference."""
         other = object.__new__(type(self))
         other.__dict__.update({key: value for key, value in self.__dict__.items()
-                               if key not in ("k", "v", "_held", "_kept", "_heads_checked", "_tables")})
+                               if key not in ("k", "v", "_held", "_kept", "flagged", "_heads_checked", "_tables")})
         type(self).__init__(other, k, v, **self._options())
         return other
 
@@ -396,7 +397,7 @@ class _Blocks(CacheView):
         self.itemsize = shape_of(self.caches[0], "caches[0]")[1]
         self.k = self.caches
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
-        self._held, self._kept = hold(self)
+        self._held, self._kept, self.flagged = hold(self)
         self._check_user_arithmetic()
 
     def like(self, caches: Any, v: Any = None) -> CacheView:

@@ -18,8 +18,9 @@ size and writability. In order of preference:
    ``BadAddressError`` when checks are on, and is left unbounded (only tokens >= 0) when they are off.
 
 A table's contents are read when kvnumba first sees the table object; with checks on, on every
-call. Write new addresses into a table kvnumba has seen and, with checks off, it will not notice:
-build a new table instead (``kv.layer_table``).
+call, tables from ``kv.layer_table`` included: where their contents no longer match the layers they
+recorded, each address is resolved as in a raw table (2. to 4.). Write new addresses into a table
+kvnumba has seen and, with checks off, it will not notice: build a new table instead (``kv.layer_table``).
 """
 import threading
 import weakref
@@ -89,19 +90,26 @@ def table_layers(name, info, num_layers, strict):
     """
     recorded = getattr(info.obj, "layer_nbytes", None)
     layers = getattr(info.obj, "layers", None)
+    addresses = None
     if recorded is not None and layers is not None and len(recorded) == num_layers:
         infos = [array_info(layer, f"{name}[{i}]") for i, layer in enumerate(layers)]
-        return TableLayers(tuple(recorded), tuple(i.writable for i in infos), tuple(i.device for i in infos),
-                           tuple(i.ptr for i in infos), False)
-    addresses = read_addresses(info, num_layers)
+        pointers = tuple(i.ptr for i in infos)
+        if strict:  # checks on: the contents are read, and used if they changed since kv.layer_table
+            addresses = read_addresses(info, num_layers)
+        if addresses is None or tuple(addresses) == pointers:
+            return TableLayers(tuple(recorded), tuple(i.writable for i in infos), tuple(i.device for i in infos),
+                               pointers, False)
+    if addresses is None:
+        addresses = read_addresses(info, num_layers)
     extents, writable, devices = [], [], []
     for layer, address in enumerate(addresses):
         if address % 8:
             raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not 8-byte aligned")
         record = lookup(address)
-        if record is not None:
+        array = None if record is None else record.ref()
+        if record is not None and array is not None:
             extents.append(record.nbytes)
-            writable.append(record.writable)
+            writable.append(array_info(array, f"{name}[{layer}]").writable)  # as it is now (flags change)
             devices.append(record.device)
         elif not SIMULATOR:
             extent, device = _driver_extent(f"{name}[{layer}]", address)

@@ -10,7 +10,9 @@ on object identity would validate every call again. Here a plan is keyed on, per
 - a list of arrays: the same, element by element;
 - a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
   size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
-  at the same address is not the same table;
+  at the same address is not the same table; and, for a destination, whether the NumPy arrays behind
+  it (a view's buffers, a ``kv.layer_table`` table's layers: ``flagged``) are all writable, so that one
+  made read-only is another key;
 
 plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
 Two calls with the same key touch the same bytes in the same way, so every check that depends on them
@@ -43,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import is_torch
+from ..arrays import WRITEABLE, is_torch
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
@@ -61,10 +63,12 @@ class Entry:
 class PlanCache:
     """``get(objects, scalars, build)``: the plan for these buffers and sizes, built by ``build()`` on
     a miss. ``objects``: the arrays, tables, views or lists of arrays, in argument order;
-    ``identity``: the positions of ``objects`` that are layer tables (keyed by identity)."""
+    ``identity``: the positions of ``objects`` that are layer tables (keyed by identity); ``destinations``:
+    the positions of the buffers written (their views' and tables' writable flags are in the key)."""
 
-    def __init__(self, identity=(), max_entries=MAX_ENTRIES):
+    def __init__(self, identity=(), max_entries=MAX_ENTRIES, destinations=()):
         self.identity = frozenset(identity)
+        self.destinations = frozenset(destinations)
         self.max_entries = max_entries
         self.entries: dict[tuple, Entry] = {}
         self.keyers: dict[tuple, Any] = {}  # argument types -> keyer (kvnumba.api.transfer.plain_caller reads it)
@@ -76,7 +80,7 @@ class PlanCache:
         kinds = tuple(map(type, objects))
         keyer = self.keyers.get(kinds)
         if keyer is None:
-            keyer = self.keyers[kinds] = make_keyer(objects, self.identity)
+            keyer = self.keyers[kinds] = make_keyer(objects, self.identity, self.destinations)
         return keyer
 
     def key(self, objects, scalars):
@@ -115,7 +119,7 @@ class PlanCache:
 
 # --- keys ---------------------------------------------------------------------------------------
 
-def make_keyer(objects, identity=frozenset()):
+def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
     """The keyer of arguments of these very types: ``keyer(objects, scalars)`` gives the plan cache's key,
     one flat tuple: the keyer itself (it stands for the argument types), the objects' value keys, then the
     scalars and their types (``True`` is not ``1``)."""
@@ -129,7 +133,9 @@ def make_keyer(objects, identity=frozenset()):
                     *map(type, scalars))
 
         return torch_keys
-    parts = tuple(_identity_key_function(o) if i in identity else _value_key_function(o) for i, o in enumerate(objects))
+    parts = tuple(_identity_key_function(o, i in destinations) if i in identity else
+                  _view_key if i in destinations and _is_view(o) else _value_key_function(o)
+                  for i, o in enumerate(objects))
 
     def keys(objs, scalars):
         return (keys, *map(_call, parts, objs), *scalars, *map(type, scalars))
@@ -140,12 +146,25 @@ def make_keyer(objects, identity=frozenset()):
 _call = getattr(operator, "call", lambda function, obj: function(obj))  # operator.call is Python 3.11+
 
 
-def _identity_key_function(obj):
-    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key."""
+def _identity_key_function(obj, destination=False):
+    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key;
+    for a destination, whether its layers (those ``kv.layer_table`` recorded) are all writable."""
     if hasattr(obj, "__cuda_array_interface__") or _is_array(obj):
         value = _value_key_function(obj)
+        if destination:
+            return lambda o: (id(o), value(o), all(map(WRITEABLE, getattr(o, "flagged_layers", ()))))
         return lambda o: (id(o), value(o))
     return id
+
+
+def _is_view(obj):
+    return isinstance(getattr(obj, "flagged", None), tuple)
+
+
+def _view_key(view):
+    """A cache view's key: its identity, and whether its NumPy buffers (if it has any) are all writable."""
+    arrays = view.flagged
+    return (id(view), all(map(WRITEABLE, arrays))) if arrays else id(view)
 
 
 def _is_array(obj):
@@ -165,7 +184,7 @@ def _value_key_function(obj):
         return _numpy_key
     if hasattr(obj, "__cuda_array_interface__"):
         return _cai_key
-    return id  # a cache view, or something validation will refuse: identity (the witness holds it)
+    return id  # a cache view (a destination's: _view_key), or what validation will refuse: the witness holds it
 
 
 def _torch_key(t):

@@ -53,6 +53,7 @@ class CopyLayout(NamedTuple):
     item_size: int
     heads: int  # the heads the copy goes by
     raw_tables: bool
+    tables: bool  # a view is a LayerTable: with checks on, every call reads its tables again
     device: int
     uses_torch: bool
     src: ViewSide
@@ -73,19 +74,24 @@ def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = 
             raise ValueError(f"{where} must be a non-empty range with step 1, got {layers!r}")
         first, count = layers.start, len(layers)
     else:
-        first, count = validate.integer(where, layers, minimum=0, maximum=validate.MAX_SIZE), 1
+        try:
+            first, count = validate.integer(where, layers, minimum=0, maximum=validate.MAX_SIZE), 1
+        except TypeError:
+            raise TypeError(f"{where} must be None, an int or a range, got {type(layers).__name__}") from None
     if first < 0 or first + count > num_layers:
         raise ValueError(f"{where}={layers!r} is out of range for views of {num_layers} layers")
     return first, count
 
 
-def copy_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tuple[int, int]:
+def copy_window(src: Any, dst: Any, layers: SupportsIndex | range | None,
+                names: tuple[str, str] = ("src_view", "dst_view")) -> tuple[int, int]:
     """``(first_layer, count)`` that ``kv.copy(src, dst, ..., layers)`` copies: every layer for None, which
-    the views must then have the same number of; else the layers named, which both views must have."""
+    the views must then have the same number of; else the layers named, which both views must have.
+    ``src``/``dst``: anything with a view's ``geometry`` (kvnumba.remote's sides too); ``names`` name them."""
     ls, ld = src.geometry.layers, dst.geometry.layers
     if layers is None and ls != ld:
-        raise ValueError(f"the views' layer counts differ: src_view has {ls}, dst_view {ld}; pass layers= to say "
-                         f"which to copy (e.g. layers=range({min(ls, ld)}))")
+        raise ValueError(f"the views' layer counts differ: {names[0]} has {ls}, {names[1]} {ld}; pass layers= to "
+                         f"say which to copy (e.g. layers=range({min(ls, ld)}))")
     return _window(layers, min(ls, ld))
 
 
@@ -124,8 +130,9 @@ def read_copy(geometry: dict[str, Any], strict: bool) -> CopyLayout:
     kernel_sides = (_parts(src, window), _parts(dst, window), src.mla, src_resolved.ptrs, dst_resolved.ptrs,
                     (gs.layout_dim, gs.page_size), (gd.layout_dim, gd.page_size))
     engine, no_engine = _engine(src, dst, src_resolved, dst_resolved, heads)
-    return CopyLayout(first_layer, window, min(gs.layers, gd.layers), gs.item_bytes, heads, raw, one_device(placed),
-                      uses_torch, src_side, dst_side, destinations, guides, kernel_sides, engine, no_engine)
+    return CopyLayout(first_layer, window, min(gs.layers, gd.layers), gs.item_bytes, heads, raw,
+                      src.raw_tables or dst.raw_tables, one_device(placed), uses_torch, src_side, dst_side, destinations,
+                      guides, kernel_sides, engine, no_engine)
 
 
 def _engine(src: Any, dst: Any, src_resolved: Resolved, dst_resolved: Resolved,

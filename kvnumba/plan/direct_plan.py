@@ -30,6 +30,7 @@ class DirectPlan:
     """The validated part of one copy-engine call: buffer lists, their addresses, the device."""
 
     raw_tables = False
+    tables = False
 
     def __init__(self, spec, geometry, strict):
         self.spec = spec

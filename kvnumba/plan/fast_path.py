@@ -72,7 +72,7 @@ def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
     routed, record = plan.spec.name == "copy", routes.log.record  # kv.copy says which route it took
     last = _LAST_INDICES
     data_ptr = tensor.data_ptr
-    # A prepared transfer's torch buffers: their data pointers, read here; any other bound array: moved().
+    # A prepared transfer's torch buffers: their data pointers, read here; anything else: changed().
     watched = expected = None
     others = False
     if snapshot is not None:
@@ -81,7 +81,7 @@ def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
     def call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None, check=False,
              route="auto"):
         warps = num_warps_per_block
-        if watched is not None and (list(map(data_ptr, watched)) != expected or (others and snapshot.moved())):
+        if watched is not None and (list(map(data_ptr, watched)) != expected or (others and snapshot.changed())):
             snapshot.verify()  # raises, naming the buffer that moved
         if (flag[0] or check or type(src_indices) is not tensor or type(dst_indices) is not tensor
                 or type(block_quota) is not int or type(warps) is not int or (route != "auto" and route != "kernel")):

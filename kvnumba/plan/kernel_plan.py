@@ -151,6 +151,7 @@ class KernelPlan:
             elif not infos[name].writable:
                 validate.writable(name, infos[name])
         self.raw_tables = any(t.raw for t in layers.values())
+        self.tables = bool(layers)  # with checks on, every call reads its tables again (a new plan)
         placed = [(name, info.device) for name, info in infos.items()]
         if layers:
             placed += [(f"{name}[{i}]", d) for name in layers for i, d in enumerate(layers[name].devices)
@@ -180,6 +181,7 @@ class KernelPlan:
         self.page_size = 1
         self.raw_tables, self.device, self.uses_torch = copy.raw_tables, copy.device, copy.uses_torch
         self.engine, self.no_engine = copy.engine, copy.no_engine
+        self.tables = copy.tables
         self.src, self.dst = copy.src, copy.dst
         self.destinations, self.guides = copy.destinations, copy.guides
         return copy.kernel_sides

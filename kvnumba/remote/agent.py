@@ -2,6 +2,7 @@
 tokens between a local view and a remote one, in any two layouts ``kv.copy`` supports."""
 from __future__ import annotations
 
+import hashlib
 import secrets
 import time
 import weakref
@@ -16,20 +17,19 @@ from ..api.transfer import prepare
 from ..api.views import CacheView
 from ..checks import bounds, validate
 from ..types import ArrayLike
-from . import _nixl, export, plan, staging
+from . import _nixl, export, plan, sides, staging, tokens
+from . import header as remote_header
 from .handles import RemoteCopy, RemoteView, _call, _size
 from .sides import Side
 
-TOKEN_SLOTS = 512  # export tokens per slab (8 bytes each); more slabs are added as needed
-
 
 class _Held:
-    """The NIXL registrations of one local view (kept while the view lives, or until unexport/close)."""
+    """The NIXL registrations of one local view (kept while the view lives, or until unexport/close), and
+    its exports: ``exports[writable]`` is ``(token slot, export id)`` of its export with that writability."""
 
     def __init__(self, side: Side, keys: list[tuple[str, int, int, int]]) -> None:
         self.side, self.keys = side, keys
-        self.slot: int | None = None
-        self.export_id = 0
+        self.exports: dict[bool, tuple[int, int]] = {}
 
 
 class Agent:
@@ -73,10 +73,9 @@ class Agent:
         self.closed = False
         self._registered: dict[tuple[str, int, int, int], list[Any]] = {}  # key -> [descs, count, serial]
         self._serial = 0  # numbers each registration, so that another agent tells a new one from an old
-        self._loaded: dict[str, dict[int, RemoteView]] = {}  # remote agent -> export id -> the view loaded
+        self._loaded: dict[str, dict[int, RemoteView]] = {}  # remote agent -> token -> the view loaded
         self._held: weakref.WeakKeyDictionary[CacheView, _Held] = weakref.WeakKeyDictionary()
-        self._slabs: list[tuple[np.ndarray, int]] = []  # token slabs and their first slot number
-        self._free_slots: list[int] = []
+        self._tokens = tokens.Tokens(self._register_array)
         self._scratch = np.zeros(1, np.uint64)  # where a copy reads the remote token to
         self._remotes: dict[str, int] = {}  # remote agent name -> the instance connected
         self._pool = staging.Pool()
@@ -110,7 +109,8 @@ class Agent:
         return self._register("DRAM", 0, array.ctypes.data, array.nbytes)
 
     def _hold(self, view: CacheView, name: str) -> _Held:
-        """The view's side, its memory registered with NIXL (once per view)."""
+        """The view's side, its memory registered with NIXL (once per view; released, and its exports made
+        stale, when the view is collected)."""
         held = self._held.get(view) if isinstance(view, CacheView) else None
         if held is None:
             side = Side.of_view(view, name)  # TypeError naming ``name`` for what is not a view
@@ -124,109 +124,172 @@ class Agent:
                     self._deregister(key)
                 raise
             held = self._held[view] = _Held(side, keys)
-            weakref.finalize(view, self._release_keys, keys)
+            weakref.finalize(view, self._drop, held)
         return held
 
-    def _release_keys(self, keys: list[tuple[str, int, int, int]]) -> None:
-        if not self.closed:
-            for key in list(keys):
-                self._deregister(key)
-            keys.clear()
-
-    def _slot(self) -> tuple[int, int]:
-        """A free token slot: ``(slot number, its address)``."""
-        if not self._free_slots:
-            slab = np.zeros(TOKEN_SLOTS, np.uint64)
-            first = len(self._slabs) * TOKEN_SLOTS
-            self._register_array(slab)
-            self._slabs.append((slab, first))
-            self._free_slots = list(range(first + TOKEN_SLOTS - 1, first - 1, -1))
-        slot = self._free_slots.pop()
-        slab, first = self._slabs[slot // TOKEN_SLOTS]
-        return slot, slab.ctypes.data + (slot - first) * 8
-
-    def _token(self, slot: int) -> tuple[np.ndarray, int]:
-        slab, first = self._slabs[slot // TOKEN_SLOTS]
-        return slab, slot - first
+    def _drop(self, held: _Held) -> None:
+        """A view's exports made stale (their token slots zeroed, then free) and its memory deregistered:
+        at ``unexport``, or when the view is collected."""
+        if self.closed:
+            return
+        for slot, _ in held.exports.values():
+            self._tokens.release(slot)
+        held.exports.clear()
+        for key in list(held.keys):
+            self._deregister(key)
+        held.keys.clear()
 
     # --- export, connect -----------------------------------------------------------------------------
 
-    def export(self, view: CacheView) -> bytes:
+    def export(self, view: CacheView, *, writable: bool | None = None) -> bytes:
         """Register ``view``'s memory with NIXL and return what another agent needs to reach it.
 
         Any kvnumba view but ``kv.LayerTable`` (raw addresses): host or device memory, K/V or MLA. The
         bytes hold NIXL's metadata and the view's geometry; pass them to ``Agent.connect`` elsewhere.
-        Exporting the same view again returns an export of the same memory (the earlier one stays valid).
-        ``unexport(view)`` (or ``close()``) makes every export of it stale.
+        ``writable``: whether peers may write the view (``Agent.copy`` with it as ``dst``); None: if its
+        memory is writable (a read-only NumPy array, or one over ``bytes``, is exported read-only), False:
+        read-only, True: writable (``ValueError`` for read-only memory). Exporting the same view again
+        returns an export of the same memory (the earlier one stays valid).
+
+        The export stands while ``view`` lives: keep the view object. ``unexport(view)``, ``close()``, or
+        the view being collected make every export of it stale (copies through it raise
+        ``StaleExportError``).
         """
         self._check_open()
+        if writable is not None and not isinstance(writable, bool):
+            raise TypeError(f"writable must be True, False or None, got {type(writable).__name__}")
         held = self._hold(view, "view")
-        if held.slot is None:
-            held.slot, _ = self._slot()
-            held.export_id = secrets.randbits(62) + 1
-            slab, index = self._token(held.slot)
-            slab[index] = held.export_id
-        slab, index = self._token(held.slot)
-        side = held.side
-        view_descs = [self._registered[key][0] for key in held.keys]
-        token_key = ("DRAM", 0, slab.ctypes.data, slab.nbytes)
-        blobs = [_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata, descs, True,
-                       list(self.backends)) for descs in view_descs]
-        blobs.append(_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
-                           self._registered[token_key][0], not blobs, list(self.backends)))
-        regions = [[*key, self._registered[key][2]] for key in [*held.keys, token_key]]
-        header = {"agent": self.name, "instance": self.instance, "export": held.export_id, "regions": regions,
-                  "token": slab.ctypes.data + index * 8, "nixl": _nixl.name(), "side": side.header()}
-        return export.encode(header, blobs)
+        if writable is None:
+            writable = sides.writable(view)
+        elif writable:
+            try:
+                sides.check_writable(view, "view")
+            except ValueError as error:
+                raise ValueError(f"writable=True, but the view's memory is read-only ({error}); export it with "
+                                 "writable=False") from None
+        if writable not in held.exports:
+            held.exports[writable] = (self._tokens.take(), secrets.randbits(62) + 1)
+        slot, export_id = held.exports[writable]
+        token_key = self._tokens.key(slot)
+        keys = [*held.keys, token_key]
+        # The view's metadata, then the token slab's with this agent's connection information: an importer
+        # loads that first, reads the token, and loads the rest only if the token vouches for the header.
+        blobs = [_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
+                       self._registered[key][0], key is token_key, list(self.backends)) for key in keys]
+        header = {"agent": self.name, "instance": self.instance, "export": export_id,
+                  "regions": [[*key, self._registered[key][2]] for key in keys],
+                  "token": self._tokens.address(slot), "writable": writable, "nixl": _nixl.name(),
+                  "side": held.side.header(), "blobs": [hashlib.sha256(b).hexdigest() for b in blobs]}
+        text = export.header_text(header)
+        self._tokens.write(slot, export.token_of(text))
+        return export.encode(text, blobs)
 
     def unexport(self, view: CacheView) -> None:
         """Make every export of ``view`` stale (copies through it raise ``StaleExportError``) and
         deregister its memory. Nothing happens for a view this agent never registered."""
         self._check_open()
         held = self._held.pop(view, None)
-        if held is None:
-            return
-        if held.slot is not None:
-            slab, index = self._token(held.slot)
-            slab[index] = 0
-            self._free_slots.append(held.slot)
-        self._release_keys(held.keys)
+        if held is not None:
+            self._drop(held)
 
     def connect(self, exported: bytes) -> RemoteView:
         """The view another agent exported (``Agent.export``'s bytes), ready for ``copy``.
+
+        Everything in ``exported`` is checked before it is used: its framing and every header field
+        (``kvnumba.remote.header``), then the exporter's token, read from the exporter (one small READ):
+        the export must stand and its header be the one the exporter wrote. Only then is NIXL given the
+        export's metadata. A refused export changes nothing here.
 
         Raises
         ------
         TypeError, ExportError
             ``exported`` is not bytes, not a kvnumba export, damaged, of another format version, an
             export of this very agent, or of a layout unknown here (a user layout whose module is not
-            imported).
+            imported); or a field of its header is missing, of the wrong type, out of range or
+            inconsistent (the error names it).
+        StaleExportError
+            The export no longer stands (unexported, its view collected, its agent closed or replaced),
+            or its header is not the one its exporter wrote (altered).
         RemoteError
-            NIXL refused the metadata.
+            NIXL refused the metadata or the token read.
         """
         self._check_open()
-        header, blobs = export.decode(exported)
-        if header["agent"] == self.name:
+        decoded = export.decode(exported)
+        header = remote_header.read(decoded.header, decoded.blobs)
+        if header.agent == self.name:
             raise errors.ExportError(f"exported comes from agent {self.name!r}, this agent: within one process, "
                                      "copy with kv.copy")
-        try:
-            side = Side.from_header(header["side"])
-        except (KeyError, TypeError) as error:  # pragma: no cover - the checksum matched: a writer's bug
-            raise errors.ExportError(f"exported has an incomplete header ({error})") from None
-        known = self._remotes.get(header["agent"])
-        if known is not None and known != header["instance"]:  # the agent of that name was replaced
-            self._forget(header["agent"])
-        view = RemoteView(self, header, side)
-        view.blobs = blobs
-        self._load(view)
-        self._remotes[header["agent"]] = header["instance"]
+        side = Side.from_header(header.side)
+        remote_header.check_reach(side)
+        view = RemoteView(self, header, side, decoded.blobs, export.token_of(decoded.text))
+        self._admit(view)
         return view
+
+    def _admit(self, view: RemoteView) -> None:
+        """Vouch for ``view`` by its exporter's token, then give NIXL its metadata; on any error, this
+        agent's picture of the exporter's agent is as it was."""
+        agent = view.agent
+        known = self._remotes.get(agent)
+        if known is not None and known != view.instance:
+            if self._alive(agent):
+                raise errors.StaleExportError(
+                    f"{view!r} is stale: agent {agent!r} is connected here as another agent of that name, which "
+                    "is running: this export is of an earlier agent of that name (closed), or forged; nothing "
+                    "changed")
+            self._forget(agent)  # that agent is gone: its exports are stale; NIXL holds one agent per name
+            known = None
+        was_loaded = view.token in self._loaded.get(agent, {})
+        try:
+            if known is None or not self._has(agent, view.token_address, 8, "DRAM", 0):
+                try:
+                    name = _call("add_remote_agent (the token slab's metadata)", self._nixl.add_remote_agent,
+                                 view.blobs[-1])
+                except errors.RemoteError as error:  # UCX connects as it loads: a closed agent refuses
+                    if type(error.__cause__).__name__ in (*_GONE, "nixlBackendError"):
+                        raise errors.StaleExportError(f"{view!r} is stale: its agent {agent!r} cannot be reached "
+                                                      f"(closed or ended? {error})") from error
+                    raise
+                name = name.decode() if isinstance(name, bytes) else name
+                if name != agent:
+                    raise errors.ExportError(f"exported: its NIXL metadata is agent {name!r}'s, its header says "
+                                             f"{agent!r}")
+            self._remotes[agent] = view.instance
+            self._check_token(view)
+            self._load(view)
+            for i, (address, nbytes) in enumerate(view.side.buffers):
+                if nbytes and not self._has(agent, address, nbytes, view.mem, view.side.device):
+                    raise errors.ExportError(f"exported: NIXL's metadata of agent {agent!r} does not describe "
+                                             f"side.buffers[{i}] ({nbytes} bytes at 0x{address:x})")
+        except BaseException:
+            if known is None:  # nothing of that agent was connected before: nothing of it stays
+                try:
+                    self._forget(agent)
+                except errors.RemoteError:
+                    pass
+            elif not was_loaded:
+                self._loaded.get(agent, {}).pop(view.token, None)
+            raise
+
+    def _has(self, agent: str, address: int, nbytes: int, mem: str, device: int) -> bool:
+        """Whether NIXL's metadata of ``agent`` covers ``nbytes`` at ``address``."""
+        descs = self._nixl.get_xfer_descs(np.array([[address, nbytes, device]], np.uint64), mem)
+        return bool(self._nixl.check_remote_metadata(agent, descs))
+
+    def _alive(self, agent: str) -> bool:
+        """Whether the agent connected under ``agent`` still answers for one of its exports (its token)."""
+        for view in list(self._loaded.get(agent, {}).values()):
+            try:
+                if self._read_token(view) == view.token:
+                    return True
+            except errors.RemoteError:
+                return False
+        return False
 
     def _forget(self, agent: str) -> None:
         """Drop everything NIXL knows of ``agent`` (its connection and the memory it exported)."""
-        _call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
         self._loaded.pop(agent, None)
         self._remotes.pop(agent, None)
+        _call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
 
     def _load(self, view: RemoteView) -> None:
         """NIXL holds ``view``'s metadata. NIXL keeps what it loaded of an agent's memory even after that
@@ -234,9 +297,9 @@ class Agent:
         when the view's regions overlap other registrations loaded for its agent, NIXL's picture of that
         agent is rebuilt: this view's metadata and that of the loaded views that do not overlap it."""
         loaded = self._loaded.setdefault(view.agent, {})
-        if view.export_id in loaded:
+        if view.token in loaded:
             return
-        keep = {eid: other for eid, other in loaded.items() if not _conflict(other.regions, view.regions)}
+        keep = {token: other for token, other in loaded.items() if not _conflict(other.regions, view.regions)}
         if len(keep) < len(loaded):
             instance = self._remotes.get(view.agent)
             self._forget(view.agent)
@@ -244,12 +307,15 @@ class Agent:
                 self._remotes[view.agent] = instance
             loaded = self._loaded.setdefault(view.agent, {})
             for other in keep.values():
-                for blob in other.blobs:
-                    _call("add_remote_agent", self._nixl.add_remote_agent, blob)
-                loaded[other.export_id] = other
-        for blob in view.blobs:
+                self._add(other)
+                loaded[other.token] = other
+        self._add(view)
+        loaded[view.token] = view
+
+    def _add(self, view: RemoteView) -> None:
+        """Give NIXL the view's metadata: the token slab's first (it brings the connection information)."""
+        for blob in (view.blobs[-1], *view.blobs[:-1]):
             _call("add_remote_agent", self._nixl.add_remote_agent, blob)
-        loaded[view.export_id] = view
 
     # --- copy ------------------------------------------------------------------------------------------
 
@@ -287,6 +353,9 @@ class Agent:
         """
         self._check_open()
         remote_view, local_view, op = self._roles(src, dst)
+        if op == "WRITE" and not remote_view.writable:
+            raise ValueError(f"dst is a read-only export (agent {remote_view.agent!r} exported it with writable=False, "
+                             "or its memory is read-only); a destination must be writable; nothing was moved")
         if route not in plan.ROUTES:
             raise ValueError(f"route must be one of {', '.join(plan.ROUTES)}, got {route!r}")
         if notify is not None and not isinstance(notify, bytes):
@@ -295,16 +364,19 @@ class Agent:
                           validate.launch_config(block_quota, num_warps_per_block)))
         local_name = "dst" if op == "READ" else "src"
         held = self._hold(local_view, local_name)
+        if op == "READ":
+            sides.check_writable(local_view, "dst")
         local, remote = held.side, remote_view.side
         src_side, dst_side = (remote, local) if op == "READ" else (local, remote)
         heads = plan.check_pair(src_side, dst_side)
-        layer_numbers = plan.window(layers, min(src_side.geometry.layers, dst_side.geometry.layers))
+        layer_numbers = plan.window(src_side, dst_side, layers)
         src_info, dst_info = validate.indices(src_indices, dst_indices)
         src_tokens = np.asarray(bounds.host_indices(src_info), dtype=np.int64)
         dst_tokens = np.asarray(bounds.host_indices(dst_info), dtype=np.int64)
         plan.check_tokens("src_indices", src_tokens, src_side, "the tokens of src")
         plan.check_tokens("dst_indices", dst_tokens, dst_side, "the tokens of dst")
         self._check_fresh(remote_view)
+        self._reap()
         if src_tokens.size == 0:
             return RemoteCopy(self, op, "direct", 0, 0, "nothing to copy")
         local_tokens, remote_tokens = (dst_tokens, src_tokens) if op == "READ" else (src_tokens, dst_tokens)
@@ -358,12 +430,30 @@ class Agent:
         return remote_view, local_view, op
 
     def _check_fresh(self, view: RemoteView) -> None:
-        """The remote view's export still stands: its agent is the one connected, and its token slot
-        (read from the remote agent, 8 bytes) still holds its export id."""
+        """The remote view's export still stands: its agent is the one connected, and its token slot still
+        holds the digest of its header (``_check_token``)."""
         if self._remotes.get(view.agent) != view.instance:
             raise errors.StaleExportError(f"{view!r} is stale: agent {view.agent!r} was replaced by a new agent of "
                                           "that name since it was exported; connect its new export")
         self._load(view)  # again, if a later export of its agent displaced it
+        self._check_token(view)
+
+    def _check_token(self, view: RemoteView) -> None:
+        """Read the view's token from its exporter (one 8-byte READ): ``StaleExportError`` unless it holds the
+        digest of the view's header, or if the exporter cannot be reached (it closed, or ended)."""
+        try:
+            value = self._read_token(view)
+        except errors.RemoteError as error:
+            if type(error.__cause__).__name__ in _GONE:
+                raise errors.StaleExportError(f"{view!r} is stale: its agent {view.agent!r} closed or ended ({error}); "
+                                              "nothing was moved") from error
+            raise
+        if value != view.token:
+            raise errors.StaleExportError(f"{view!r} is stale: its agent no longer exports that view (unexported, the "
+                                          "view collected, or the agent closed), or the export was altered (its "
+                                          "header is not the one its agent wrote); nothing was moved")
+
+    def _read_token(self, view: RemoteView) -> int:
         local = self._nixl.get_xfer_descs(np.array([[self._scratch.ctypes.data, 8, 0]], np.uint64), "DRAM")
         remote = self._nixl.get_xfer_descs(np.array([[view.token_address, 8, 0]], np.uint64), "DRAM")
         self._scratch[0] = 0
@@ -379,13 +469,22 @@ class Agent:
                                          f"{state!r}): is that agent still running?")
         finally:
             handle.release()
-        if int(self._scratch[0]) != view.export_id:
-            raise errors.StaleExportError(f"{view!r} is stale: its agent no longer exports that view (unexported, "
-                                          "or the agent closed); nothing was moved")
+        return int(self._scratch[0])
+
+    def _reap(self) -> None:
+        """Finish the copies in flight that are done, whether or not anyone waits for them: their NIXL
+        handles are released and their staging views go back to the pool. (A copy's error stays with it:
+        its ``done()`` and ``wait()`` raise it.)"""
+        for pending in list(self._inflight):
+            try:
+                pending.done()
+            except Exception:  # noqa: BLE001 - kept by the copy, raised by its done()/wait()
+                pass
 
     def _post(self, op: str, remote_view: RemoteView, mem: str, device: int, descriptors: plan.Descriptors,
               route: str, detail: str, notify: bytes | None, after: Any = None, release: Any = None) -> RemoteCopy:
         try:
+            _check_inside(remote_view, descriptors)
             local = _call("get_xfer_descs", self._nixl.get_xfer_descs, descriptors.rows("local", device), mem)
             remote = _call("get_xfer_descs", self._nixl.get_xfer_descs,
                            descriptors.rows("remote", remote_view.side.device), remote_view.mem)
@@ -414,6 +513,7 @@ class Agent:
     def notifications(self) -> dict[str, list[bytes]]:
         """Notifications received since the last call (``copy(..., notify=...)`` of other agents), by agent name."""
         self._check_open()
+        self._reap()
         got = _call("get_new_notifs", self._nixl.get_new_notifs)
         return {(k.decode() if isinstance(k, bytes) else k): list(v) for k, v in got.items()}
 
@@ -428,8 +528,7 @@ class Agent:
             return
         for pending in list(self._inflight):
             pending._cancel(f"agent {self.name!r} closed")
-        for slab, _ in self._slabs:
-            slab[:] = 0
+        self._tokens.clear()
         for name in list(self._remotes):
             try:
                 self._nixl.remove_remote_agent(name)
@@ -455,6 +554,22 @@ class Agent:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"{len(self._registered)} registrations, {len(self._remotes)} remote agents"
         return f"Agent({self.name!r}, backends={list(self.backends)}, {state})"
+
+
+_GONE = ("nixlRemoteDisconnectError",)  # NIXL's errors for an agent that closed or ended
+
+
+def _check_inside(view: RemoteView, descriptors: plan.Descriptors) -> None:
+    """Every remote range of ``descriptors`` lies in the buffer of ``view`` it was planned in (those lie in
+    what its exporter registered: ``kvnumba.remote.header``); else ``ExportError``, before anything moves."""
+    starts, ends = view.side.buffer_ranges()
+    which = descriptors.remote_buffer
+    outside = (descriptors.remote < starts[which]) | (descriptors.remote + descriptors.length > ends[which])
+    if outside.any():
+        i = int(np.flatnonzero(outside)[0])
+        raise errors.ExportError(f"{view!r}: the copy would reach {int(descriptors.length[i])} bytes at "
+                                 f"0x{int(descriptors.remote[i]):x}, outside side.buffers[{int(which[i])}] of its "
+                                 "export; nothing was moved")
 
 
 def _conflict(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]]) -> bool:

@@ -50,7 +50,7 @@ def plan_copy(src: CacheView | RemoteView, dst: CacheView | RemoteView, src_indi
         raise ValueError(f"remote must be 'src' or 'dst', got {remote!r}")
     src_side, dst_side = _side(src, "src"), _side(dst, "dst")
     heads = plan.check_pair(src_side, dst_side)
-    layer_numbers = plan.window(layers, min(src_side.geometry.layers, dst_side.geometry.layers))
+    layer_numbers = plan.window(src_side, dst_side, layers)
     src_tokens, dst_tokens = (np.asarray(i, dtype=np.int64) for i in (src_indices, dst_indices))
     if src_tokens.shape != dst_tokens.shape or src_tokens.ndim != 1:
         raise ValueError(f"src_indices and dst_indices must be 1-D of one length, got {src_tokens.shape} and "

@@ -4,27 +4,52 @@
     | blob count (u16) | per blob: length (u32) + NIXL metadata | SHA-256 of everything before (32 B)
 
 The header says who exported (agent name, the agent object's random instance id), which export
-(``export``: a random id, also written in the exporter's token slot at ``token``), and the view (a
-``kvnumba.remote.sides.Side`` header: class, layout, geometry, addresses, buffers, memory). The blobs are
-NIXL's partial metadata for the view's memory and for the token slot. The checksum catches bytes
-damaged or cut in transit; the magic and version, bytes that are not an export of this format.
+(``export``: a random id), where the exporter keeps its token (``token``: an address in the exporter's
+token slab), whether a peer may write the view (``writable``), the memory it registered with NIXL
+(``regions``) and the view (a ``kvnumba.remote.sides.Side`` header: class, layout, geometry, addresses,
+buffers, memory); ``kvnumba.remote.header`` checks every field. The blobs are NIXL's partial metadata
+for the view's memory and, last, for the token slab, with the exporter's connection information.
+
+The checksum catches bytes damaged or cut in transit; the magic and version, bytes that are not an
+export of this format. Neither stops a forgery (anyone can edit a header and recompute the checksum):
+the exporter writes ``token_of(header)``, a digest of the header's exact bytes, into its token slot, and
+an importer reads it back before every copy. A header that was altered does not match it.
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import struct
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..errors import ExportError
 
 MAGIC = b"kvnumba-export\x00\x01"
-VERSION = 1
+VERSION = 2  # 2: writable, token digests of the header, the connection information in the token blob
 _DIGEST = 32
 
 
-def encode(header: dict[str, Any], blobs: list[bytes]) -> bytes:
-    text = json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+class Decoded(NamedTuple):
+    """An export's parts: the header as read (``header``) and as its exact bytes (``text``), and the blobs."""
+
+    header: Any
+    text: bytes
+    blobs: list[bytes]
+
+
+def header_text(header: dict[str, Any]) -> bytes:
+    """The header's bytes in an export (canonical JSON)."""
+    return json.dumps(header, separators=(",", ":"), sort_keys=True).encode()
+
+
+def token_of(text: bytes) -> int:
+    """The 8-byte token an exporter writes for the header ``text`` (a digest of it; never 0, which
+    marks a slot no export holds)."""
+    value = int.from_bytes(hashlib.sha256(b"kvnumba export token\x00" + text).digest()[:8], "little")
+    return value or 1
+
+
+def encode(text: bytes, blobs: list[bytes]) -> bytes:
     body = [MAGIC, struct.pack("<HI", VERSION, len(text)), text, struct.pack("<H", len(blobs))]
     for blob in blobs:
         body += [struct.pack("<I", len(blob)), bytes(blob)]
@@ -32,8 +57,9 @@ def encode(header: dict[str, Any], blobs: list[bytes]) -> bytes:
     return data + hashlib.sha256(data).digest()
 
 
-def decode(exported: Any, name: str = "exported") -> tuple[dict[str, Any], list[bytes]]:
-    """``(header, blobs)`` of an export; ``TypeError`` / ``ExportError`` naming ``name`` otherwise."""
+def decode(exported: Any, name: str = "exported") -> Decoded:
+    """An export's parts; ``TypeError`` / ``ExportError`` naming ``name`` (and the part) otherwise. Only the
+    framing is checked here: the header's fields are ``kvnumba.remote.header``'s."""
     if isinstance(exported, (bytearray, memoryview)):
         exported = bytes(exported)
     if not isinstance(exported, bytes):
@@ -45,23 +71,40 @@ def decode(exported: Any, name: str = "exported") -> tuple[dict[str, Any], list[
     if len(exported) < len(MAGIC) + 6 + _DIGEST or hashlib.sha256(data).digest() != digest:
         raise ExportError(f"{name} is damaged: its checksum does not match ({len(exported)} bytes; cut short or "
                           "altered on the way?)")
-    at = len(MAGIC)
-    version, length = struct.unpack_from("<HI", data, at)
+    reader = _Reader(data, len(MAGIC), name)
+    version, length = reader.unpack("<HI", "the format version and header length")
     if version != VERSION:
         raise ExportError(f"{name} is export format version {version}; this kvnumba reads version {VERSION}: use "
                           "the same kvnumba version on both sides")
-    at += 6
+    text = reader.take(length, "the header")
     try:
-        header = json.loads(data[at:at + length])
-    except ValueError as error:  # pragma: no cover - the checksum matched: only a writer's bug gets here
-        raise ExportError(f"{name} has an unreadable header: {error}") from None
-    at += length
-    (count,) = struct.unpack_from("<H", data, at)
-    at += 2
+        header = json.loads(text)
+    except ValueError as error:
+        raise ExportError(f"{name} has an unreadable header (not JSON: {error})") from None
+    (count,) = reader.unpack("<H", "the blob count")
     blobs = []
-    for _ in range(count):
-        (size,) = struct.unpack_from("<I", data, at)
-        at += 4
-        blobs.append(data[at:at + size])
-        at += size
-    return header, blobs
+    for i in range(count):
+        (size,) = reader.unpack("<I", f"blob {i}'s length (of {count} blobs)")
+        blobs.append(reader.take(size, f"blob {i} ({size} bytes, of {count} blobs)"))
+    if reader.at != len(data):
+        raise ExportError(f"{name} has {len(data) - reader.at} bytes after its {count} blobs: not an export "
+                          "Agent.export wrote")
+    return Decoded(header, text, blobs)
+
+
+class _Reader:
+    """Reads an export's parts in order; one that runs past the end is an ``ExportError`` naming it."""
+
+    def __init__(self, data: bytes, at: int, name: str) -> None:
+        self.data, self.at, self.name = data, at, name
+
+    def take(self, size: int, what: str) -> bytes:
+        if self.at + size > len(self.data):
+            raise ExportError(f"{self.name}: {what} runs past its end ({len(self.data) - self.at} bytes left, "
+                              f"{size} needed)")
+        part = self.data[self.at:self.at + size]
+        self.at += size
+        return part
+
+    def unpack(self, layout: str, what: str) -> tuple[int, ...]:
+        return struct.unpack(layout, self.take(struct.calcsize(layout), what))

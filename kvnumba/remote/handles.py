@@ -12,6 +12,7 @@ from .sides import Side
 
 if TYPE_CHECKING:
     from .agent import Agent
+    from .header import Header
 
 _POLL_S = (0.0, 0.00005, 0.0002, 0.001)  # wait()'s sleeps between polls, growing to the last
 
@@ -29,19 +30,22 @@ class RemoteView:
     """A cache view another agent exported, as this agent connected to it (``Agent.connect``).
 
     It has the view's ``geometry`` (layers, tokens, page size, heads, item bytes, dtype), ``mla``, the
-    ``layout`` (the view class's name), where its memory is (``mem``: ``"DRAM"`` or ``"VRAM"``) and who
-    exported it (``agent``). Use it as ``src`` or ``dst`` of ``Agent.copy``.
+    ``layout`` (the view class's name), where its memory is (``mem``: ``"DRAM"`` or ``"VRAM"``), who
+    exported it (``agent``) and whether it may be written (``writable``: as exported). Use it as ``src``
+    or ``dst`` of ``Agent.copy``.
     """
 
-    def __init__(self, owner: Agent, header: dict[str, Any], side: Side) -> None:
+    def __init__(self, owner: Agent, header: Header, side: Side, blobs: list[bytes], token: int) -> None:
         self._owner = weakref.ref(owner)
-        self.agent: str = header["agent"]
-        self.instance: int = header["instance"]
-        self.export_id: int = header["export"]
-        self.token_address: int = header["token"]
+        self.agent: str = header.agent
+        self.instance: int = header.instance
+        self.export_id: int = header.export
+        self.token_address: int = header.token
+        self.token = token  # what the exporter's token slot holds while the export stands (export.token_of)
+        self.writable: bool = header.writable  # whether its exporter lets peers write it
         self.side = side
-        self.blobs: list[bytes] = []  # NIXL metadata (Agent.connect fills it)
-        self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.get("regions", [])]
+        self.blobs = blobs  # NIXL metadata: the view's regions, then the token slab's (with connection information)
+        self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.regions]
 
     @property
     def geometry(self) -> Geometry:
@@ -63,7 +67,8 @@ class RemoteView:
         g = self.geometry
         where = self.mem if self.mem == "DRAM" else f"VRAM cuda:{self.side.device}"
         return (f"RemoteView({self.layout} of agent {self.agent!r}: L={g.layers}, T={g.tokens}, P={g.page_size}, "
-                f"H={g.heads}, item={g.item_bytes} B{', MLA' if self.mla else ''}, {where})")
+                f"H={g.heads}, item={g.item_bytes} B{', MLA' if self.mla else ''}, {where}"
+                f"{'' if self.writable else ', read-only'})")
 
 
 class RemoteCopy:

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from ..plan.copy_plan import check_fit
+from ..plan.copy_plan import check_fit, copy_window
 from ..checks import bounds
 from .sides import Side
 
@@ -56,20 +56,11 @@ def check_pair(src: Side, dst: Side) -> int:
     return check_fit(src, dst, ("src", "dst"))
 
 
-def window(layers: Any, num_layers: int) -> np.ndarray:
-    """The layer numbers of ``layers``: None (all), an int, or a range with step 1."""
-    if layers is None:
-        return np.arange(num_layers, dtype=np.int64)
-    if isinstance(layers, range):
-        if layers.step != 1 or len(layers) == 0:
-            raise ValueError(f"layers must be a non-empty range with step 1, got {layers!r}")
-        first, count = layers.start, len(layers)
-    elif isinstance(layers, (int, np.integer)) and not isinstance(layers, bool):
-        first, count = int(layers), 1
-    else:
-        raise TypeError(f"layers must be None, an int or a range, got {type(layers).__name__}")
-    if first < 0 or first + count > num_layers:
-        raise ValueError(f"layers={layers!r} is out of range for views of {num_layers} layers")
+def window(src: Side, dst: Side, layers: Any) -> np.ndarray:
+    """The layer numbers a copy of ``layers`` moves, by ``kv.copy``'s rule (``copy_plan.copy_window``): None
+    is every layer, which both sides must then have the same number of; an int, or a range with step 1,
+    that both sides have."""
+    first, count = copy_window(src, dst, layers, ("src", "dst"))
     return np.arange(first, first + count, dtype=np.int64)
 
 

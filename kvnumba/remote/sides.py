@@ -17,6 +17,7 @@ import numpy as np
 
 from ..api import views
 from ..arrays import array_info
+from ..checks import validate
 from ..driver.target import SIMULATOR
 from ..kernels import layouts
 
@@ -107,13 +108,17 @@ class Side:
                 "buffers": [list(b) for b in self.buffers], "mem": self.mem, "device": self.device}
 
     @classmethod
-    def from_header(cls, header: dict[str, Any]) -> Side:
-        g = header["geometry"]
-        geometry = views.Geometry(*(g[a] for a in views.Geometry.__slots__))
-        return cls(view_class=header["class"], options=header["options"], parts_name=header["parts"],
-                   geometry=geometry, mla=header["mla"], bases=header["bases"], buffer_of=header["buffer_of"],
-                   buffers=[(int(a), int(n)) for a, n in header["buffers"]], mem=header["mem"],
-                   device=header["device"])
+    def from_header(cls, side: dict[str, Any]) -> Side:
+        """The side an export describes: ``side`` is its header's ``side``, checked by
+        ``kvnumba.remote.header.read`` (``ExportError`` here only for a user layout unknown in this process)."""
+        return cls(view_class=side["class"], options=side["options"], parts_name=side["parts"],
+                   geometry=side["geometry"], mla=side["mla"], bases=side["bases"], buffer_of=side["buffer_of"],
+                   buffers=[(int(a), int(n)) for a, n in side["buffers"]], mem=side["mem"], device=side["device"])
+
+    def buffer_ranges(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(starts, ends)`` of ``buffers``, int64 arrays indexed like ``buffer_of``'s values."""
+        ranges = np.array(self.buffers, dtype=np.int64).reshape(-1, 2)
+        return ranges[:, 0], ranges[:, 0] + ranges[:, 1]
 
     # --- addresses ---------------------------------------------------------------------------------
 
@@ -139,6 +144,26 @@ class Side:
                    + head_part[None, None, None, :])
         buffer = np.broadcast_to(self.buffer_of[:, layers][:, :, None, None], address.shape)
         return address, buffer
+
+
+def check_writable(view: views.CacheView, name: str) -> None:
+    """Every buffer of ``view`` (a local view a copy writes, or one exported writable) is writable as it is
+    now; else the ``ValueError`` of a read-only destination, naming the buffer (``dst.k[2]``)."""
+    for which in KINDS[:1] if view.mla else KINDS:
+        buffers = view.buffers(which)
+        for i, buffer in enumerate(buffers):
+            info = array_info(buffer, f"{name}.{which}")
+            if not info.writable:
+                validate.writable(f"{name}.{which}" + (f"[{i}]" if view.per_layer else ""), info)
+
+
+def writable(view: views.CacheView) -> bool:
+    """Whether every buffer of ``view`` is writable now (``check_writable`` would pass)."""
+    try:
+        check_writable(view, "view")
+    except ValueError:
+        return False
+    return True
 
 
 def _elementwise(function: Any, tokens: np.ndarray, *args: int) -> np.ndarray:

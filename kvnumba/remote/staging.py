@@ -131,7 +131,11 @@ _BUILDERS: dict[type[views.CacheView], Callable[..., views.CacheView]] = {
 
 class Pool:
     """Staging views kept for reuse, keyed on what shapes them; each with room for ``capacity`` pages
-    (a power of two at least what was asked, so requests of other lengths reuse it)."""
+    (a power of two at least what was asked, so requests of other lengths reuse it). At most ``KEEP`` free
+    views per key are kept (the largest): many copies in flight take many views, and once they are done
+    the others go (with their NIXL registrations, which end with the view)."""
+
+    KEEP = 2
 
     def __init__(self) -> None:
         self.free: dict[tuple[Any, ...], list[tuple[int, views.CacheView, Any]]] = {}
@@ -152,7 +156,15 @@ class Pool:
         return key, capacity, view, register(view)
 
     def give_back(self, key: tuple[Any, ...], capacity: int, view: views.CacheView, registration: Any) -> None:
-        self.free.setdefault(key, []).append((capacity, view, registration))
+        entries = self.free.setdefault(key, [])
+        entries.append((capacity, view, registration))
+        if len(entries) > self.KEEP:
+            entries.sort(key=lambda entry: -entry[0])
+            del entries[self.KEEP:]
+
+    def size(self) -> int:
+        """The free views kept."""
+        return sum(len(entries) for entries in self.free.values())
 
     def drain(self) -> list[Any]:
         """Every pooled registration (the pool is emptied): for the agent to deregister."""

@@ -7,6 +7,7 @@ JSON command per line on stdin, one JSON answer per line on stdout (``tests.help
 machine, pinned host memory). Bytes travel base64-encoded.
 """
 import base64
+import gc
 import json
 import os
 import sys
@@ -18,7 +19,7 @@ os.dup2(2, 1)
 sys.stdout = sys.stderr
 
 from kvnumba.remote import Agent  # noqa: E402
-from tests.helpers.remote_support import views  # noqa: E402
+from tests.helpers.remote_support import read_only, views  # noqa: E402
 from tests.helpers.view_cases import view_bytes  # noqa: E402
 
 
@@ -44,8 +45,8 @@ def main():
             if cmd == "ping":
                 pass
             elif cmd == "make":
-                _, made[request["key"]] = views(request["layout"], request["seed"], request["poison"], request["mla"],
-                                                place)
+                _, view = views(request["layout"], request["seed"], request["poison"], request["mla"], place)
+                made[request["key"]] = read_only(view, request["read_only"]) if request.get("read_only") else view
             elif cmd == "make_large":  # a page-first pool [T, L, H, D] of uint16, K then V drawn from one generator
                 import numpy as np
 
@@ -58,7 +59,12 @@ def main():
                 put = (lambda a: a) if place is None else PLACE[place[0]]
                 made[request["key"]] = kv.PageFirst(put(k), put(v))
             elif cmd == "export":
-                answer["exported"] = base64.b64encode(agent.export(made[request["key"]])).decode()
+                options = {} if request.get("writable") is None else {"writable": request["writable"]}
+                exported = agent.export(made[request["key"]], **options)
+                answer["exported"] = base64.b64encode(exported).decode()
+            elif cmd == "drop":  # the view goes without unexport (collected): its exports go stale
+                del made[request["key"]]
+                gc.collect()
             elif cmd == "bytes":
                 answer["bytes"] = [base64.b64encode(b.tobytes()).decode() for b in view_bytes(made[request["key"]])]
             elif cmd == "unexport":

@@ -12,10 +12,15 @@ from pathlib import Path
 import numpy as np
 
 from kvnumba import reference
+from kvnumba.driver.target import SIMULATOR
 from tests.helpers.view_cases import make_view, view_bytes
 
 ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests.helpers imports from there
 SHAPE = dict(L=3, T=32, P=4, H=2, D=4)  # items of 16 bytes (2 heads of 8), pages of 4 tokens
+PLACE = None if SIMULATOR else ("device", "numba")  # this process's views: GPU memory on a GPU
+LAUNCH = dict(block_quota=1, num_warps_per_block=2)  # small simulated grids for the staged route's kv.copy
+# How a peer's exported view ends (Peer.end): each makes its exports stale.
+ENDINGS = ("unexported", "the view collected", "the agent closed", "the process killed")
 
 
 def indices(seed, count=12, tokens=SHAPE["T"]):
@@ -35,6 +40,25 @@ def views(layout, seed, poison, mla=False, place=None, shape=SHAPE):
     """``(numpy view, placed view)`` of ``layout`` over data from ``seed`` (``view_cases.make_view``)."""
     return make_view(layout, shape["L"], shape["T"], shape["P"], shape["H"], shape["D"],
                      np.random.default_rng(seed), poison, mla, place)
+
+
+def read_only(view, how):
+    """``view`` over read-only memory: its NumPy buffers flagged read-only (``"flag"``, the same view), or a
+    view of the same class over arrays on immutable ``bytes`` holding the same bytes (``"bytes"``)."""
+    def freeze(array):
+        if how == "flag":
+            array.setflags(write=False)
+            return array
+        return np.frombuffer(array.tobytes(), array.dtype).reshape(array.shape)
+
+    def each(buffers):
+        return [freeze(b) for b in buffers] if isinstance(buffers, (list, tuple)) else freeze(buffers)
+
+    k = each(view.k)
+    v = None if view.v is None or view.v is view.k else each(view.v)
+    if how == "flag":
+        return view
+    return view.like(k) if v is None else view.like(k, v)
 
 
 def expected(src_layout, src_seed, dst_layout, dst_seed, src_idx, dst_idx, layers=None, mla=False):
@@ -79,10 +103,11 @@ class Peer:
             raise RuntimeError(f"peer {self.name!r} failed: {answer['error']}\n{self.stderr()}")
         return answer
 
-    def export(self, key, layout, seed, poison=False, mla=False):
-        """Make a view there and return its export (bytes)."""
-        self.request("make", key=key, layout=layout, seed=seed, poison=poison, mla=mla)
-        return base64.b64decode(self.request("export", key=key)["exported"])
+    def export(self, key, layout, seed, poison=False, mla=False, read_only=None, writable=None):
+        """Make a view there (over read-only memory: ``read_only``, see ``read_only``) and return its export
+        (bytes; ``writable``: ``Agent.export``'s)."""
+        self.request("make", key=key, layout=layout, seed=seed, poison=poison, mla=mla, read_only=read_only)
+        return base64.b64decode(self.request("export", key=key, writable=writable)["exported"])
 
     def view_bytes(self, key):
         return [np.frombuffer(base64.b64decode(b), np.uint8) for b in self.request("bytes", key=key)["bytes"]]
@@ -90,6 +115,18 @@ class Peer:
     def stderr(self):
         self.log.seek(0)
         return self.log.read().decode(errors="replace")[-4000:]
+
+    def end(self, how, key="pool"):
+        """End view ``key``'s export one of the ``ENDINGS`` ways: unexport it, drop the view (collected, no
+        unexport), close the peer's agent, or kill the peer's process."""
+        if how == "unexported":
+            self.request("unexport", key=key)
+        elif how == "the view collected":
+            self.request("drop", key=key)
+        elif how == "the agent closed":
+            self.request("close")
+        else:
+            self.kill()
 
     def kill(self):
         self.process.kill()

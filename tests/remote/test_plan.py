@@ -152,8 +152,9 @@ def test_every_layout_pair_plans_each_item_once():
 
 def test_export_round_trip_and_damage():
     header = {"agent": "a", "n": 1}
-    data = export.encode(header, [b"one", b"two"])
-    assert export.decode(data) == (header, [b"one", b"two"])
+    text = export.header_text(header)
+    data = export.encode(text, [b"one", b"two"])
+    assert export.decode(data) == (header, text, [b"one", b"two"])
     with pytest.raises(kv.ExportError, match="exported is damaged: its checksum does not match"):
         export.decode(data[:-1])
     flipped = bytearray(data)
@@ -168,9 +169,9 @@ def test_export_round_trip_and_damage():
     import struct
 
     future = bytearray(data[:-32])
-    struct.pack_into("<H", future, len(export.MAGIC), 2)
+    struct.pack_into("<H", future, len(export.MAGIC), 3)
     future = bytes(future) + hashlib.sha256(bytes(future)).digest()
-    with pytest.raises(kv.ExportError, match="export format version 2; this kvnumba reads version 1"):
+    with pytest.raises(kv.ExportError, match="export format version 3; this kvnumba reads version 2"):
         export.decode(future)
 
 

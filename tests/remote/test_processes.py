@@ -9,15 +9,13 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba.driver.target import SIMULATOR
 from kvnumba.remote import Agent
-from tests.helpers.remote_support import Peer, expected, indices, same_bytes, views
+from tests.helpers.forged_exports import CONSISTENT
+from tests.helpers.remote_support import ENDINGS, LAUNCH, PLACE, Peer, expected, indices, same_bytes, views
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
 # nixl: without NIXL each test fails (on the simulator) or is skipped (on a GPU) in one line (tests/conftest.py)
 pytestmark = [pytest.mark.needs_target, pytest.mark.nixl]
-PLACE = None if SIMULATOR else ("device", "numba")
-LAUNCH = dict(block_quota=1, num_warps_per_block=2)
 NAMES = list(LAYOUTS)
 
 
@@ -103,28 +101,77 @@ def test_notification_reaches_the_other_process(agent, peer):
     assert got == {"decode": ["request-42"]}
 
 
-def test_unexported_view_is_stale_across_processes(agent, peer):
-    pool = agent.connect(peer.export("short", "PageFirst", seed=13))
-    _, cache = views("PageFirst", 14, True, False, PLACE)
-    agent.copy(pool, cache, np.arange(2), np.arange(2)).wait(60)
-    peer.request("unexport", key="short")
-    before = view_bytes(cache)
-    with pytest.raises(kv.StaleExportError, match="is stale"):
-        agent.copy(pool, cache, np.arange(8), np.arange(8))
-    assert same_bytes(view_bytes(cache), before)
+# --- exports that no longer stand, read-only exports, forgeries: across processes ---------------------
 
-
-@pytest.mark.parametrize("ending", ["close", "kill"])
-def test_a_peer_that_closes_or_dies_fails_the_copy(ending):
-    with Agent(f"survivor-{ending}") as agent, Peer(f"doomed-{ending}") as doomed:
-        pool = agent.connect(doomed.export("pool", "PageFirst", seed=15))
-        _, cache = views("VllmFlashAttn", 16, True, False, PLACE)
-        agent.copy(pool, cache, np.arange(4), np.arange(4)).wait(60)
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op):
+    """The peer's view ends (four ways); copies through its export are refused with StaleExportError, and
+    the views the peer makes afterwards (at the same addresses, as like as not) are never written."""
+    name = f"{ending}-{op}".replace(" ", "-")
+    with Agent(f"survivor-{name}") as agent, Peer(f"doomed-{name}") as doomed:
+        pool = agent.connect(doomed.export("pool", "PageFirst", seed=15, poison=op == "WRITE"))
+        _, cache = views("PageFirst", 16, op == "READ", False, PLACE)
+        ends = (pool, cache) if op == "READ" else (cache, pool)
+        agent.copy(*ends, np.arange(4), np.arange(4), **LAUNCH).wait(60)
+        doomed.end(ending)
+        later = []
+        if ending in ("unexported", "the view collected"):
+            for i in range(6):
+                doomed.request("make", key=f"later-{i}", layout="PageFirst", seed=17, poison=True, mla=False)
+                later.append(doomed.view_bytes(f"later-{i}"))
         before = view_bytes(cache)
-        if ending == "close":
-            doomed.request("close")
-        else:
-            doomed.kill()
-        with pytest.raises((kv.RemoteError, kv.StaleExportError)):
-            agent.copy(pool, cache, np.arange(4, 12), np.arange(4, 12)).wait(60)
+        with pytest.raises(kv.StaleExportError, match="is stale"):
+            agent.copy(*ends, np.arange(4, 12), np.arange(4, 12), **LAUNCH).wait(60)
         assert same_bytes(view_bytes(cache), before)
+        for i, bytes_before in enumerate(later):
+            assert same_bytes(doomed.view_bytes(f"later-{i}"), bytes_before), "written into the peer's new memory"
+
+
+@pytest.mark.parametrize("how", ["flag", "bytes", "writable=False"])
+def test_a_read_only_export_is_never_written_across_processes(agent, peer, how):
+    key = f"read-only-{how}"
+    options = {"writable": False} if how == "writable=False" else {"read_only": how}
+    target = agent.connect(peer.export(key, "PageFirst", seed=18, **options))
+    assert target.writable is False
+    before = peer.view_bytes(key)
+    _, cache = views("PageFirst", 19, False, False, PLACE)
+    with pytest.raises(ValueError, match="^dst is a read-only export"):
+        agent.copy(cache, target, np.arange(4), np.arange(4), **LAUNCH)
+    assert same_bytes(peer.view_bytes(key), before)
+    _, mine = views("PageFirst", 20, True, False, PLACE)
+    agent.copy(target, mine, np.arange(4), np.arange(4), **LAUNCH).wait(60)
+    assert same_bytes(view_bytes(mine), expected("PageFirst", 18, "PageFirst", 20, np.arange(4), np.arange(4)))
+    peer.request("unexport", key=key)
+
+
+def test_an_old_export_of_a_peer_whose_name_was_reused_is_refused(agent):
+    """A peer process ended and another took its agent's name: the first one's export is refused at
+    connect, and this agent keeps the running one."""
+    with Peer("reused") as first:
+        old = first.export("pool", "PageFirst", seed=21)
+        agent.connect(old)
+        first.request("close")
+    with Peer("reused") as second:
+        live = agent.connect(second.export("pool", "PageFirst", seed=22))
+        with pytest.raises(kv.StaleExportError, match="is stale"):
+            agent.connect(old)
+        _, cache = views("PageFirst", 23, True, False, PLACE)
+        agent.copy(live, cache, np.arange(4), np.arange(4), **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(cache), expected("PageFirst", 22, "PageFirst", 23, np.arange(4), np.arange(4)))
+
+
+def test_a_forgery_pointing_at_another_view_of_the_peer_is_refused(agent, peer):
+    """A consistent forgery: the header of one export of the peer with the memory (addresses, regions,
+    NIXL metadata) of another, writable where that one was exported read-only."""
+    writable = peer.export("forged-writable", "PageFirst", seed=24, poison=True)
+    protected_bytes = peer.export("forged-protected", "PageFirst", seed=25, writable=False)
+    forged = CONSISTENT["bases at another exported view"](writable, protected_bytes)
+    before = peer.view_bytes("forged-protected")
+    with pytest.raises(kv.StaleExportError, match="the export was altered"):
+        agent.connect(forged)
+    _, cache = views("PageFirst", 26, False, False, PLACE)
+    target = agent.connect(protected_bytes)
+    with pytest.raises(ValueError, match="^dst is a read-only export"):
+        agent.copy(cache, target, np.arange(4), np.arange(4), **LAUNCH)
+    assert same_bytes(peer.view_bytes("forged-protected"), before)

@@ -137,7 +137,7 @@ def test_views_that_do_not_fit_are_refused(build, error, match):
     (range(2, 5), ValueError, r"layers=range\(2, 5\) is out of range"),
     (range(0, 3, 2), ValueError, r"layers must be a non-empty range with step 1"),
     (-1, ValueError, r"layers must be >= 0, got -1"),
-    ("all", TypeError, r"layers must be an integer, got str"),
+    ("all", TypeError, r"layers must be None, an int or a range, got str"),
 ])
 def test_bad_layers(layers, error, match):
     src, dst = _np_views()

@@ -1,0 +1,61 @@
+"""Export tokens: one 8-byte word per export in the exporter's registered host memory, read by importers.
+
+An agent keeps its tokens in slabs of ``TOKEN_SLOTS`` words, each slab registered with NIXL (its
+metadata travels last in every export, with the agent's connection information). A slot holds
+``kvnumba.remote.export.token_of(header)``, a digest of the export's header, while the export stands,
+and 0 once it does not (``unexport``, the view collected, ``close``). An importer reads the slot
+before every copy and compares it with the digest of the header it holds: a stale export (0, or a
+slot reused by a later export) and an altered one (another digest) do not match.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+TOKEN_SLOTS = 512  # tokens per slab (8 bytes each); more slabs are added as needed
+
+Register = Callable[[np.ndarray], Any]  # registers a slab with NIXL, returns its registration key
+
+
+class Tokens:
+    """An agent's token slots. ``take()`` a free slot, ``write(slot, value)``, ``release(slot)`` (zeroed and
+    free again), ``clear()`` every slot (the agent closes)."""
+
+    def __init__(self, register: Register) -> None:
+        self._register = register
+        self._slabs: list[tuple[np.ndarray, Any]] = []  # (slab, its registration key)
+        self._free: list[int] = []
+
+    def take(self) -> int:
+        if not self._free:
+            first = len(self._slabs) * TOKEN_SLOTS
+            slab = np.zeros(TOKEN_SLOTS, np.uint64)
+            self._slabs.append((slab, self._register(slab)))
+            self._free = list(range(first + TOKEN_SLOTS - 1, first - 1, -1))
+        return self._free.pop()
+
+    def _word(self, slot: int) -> tuple[np.ndarray, int]:
+        slab, _ = self._slabs[slot // TOKEN_SLOTS]
+        return slab, slot % TOKEN_SLOTS
+
+    def address(self, slot: int) -> int:
+        slab, index = self._word(slot)
+        return int(slab.ctypes.data) + 8 * index
+
+    def key(self, slot: int) -> Any:
+        """The registration key of the slot's slab."""
+        return self._slabs[slot // TOKEN_SLOTS][1]
+
+    def write(self, slot: int, value: int) -> None:
+        slab, index = self._word(slot)
+        slab[index] = value
+
+    def release(self, slot: int) -> None:
+        self.write(slot, 0)
+        self._free.append(slot)
+
+    def clear(self) -> None:
+        for slab, _ in self._slabs:
+            slab[:] = 0
