@@ -20,7 +20,7 @@ with the compute alone on every SM. ``host_us``: host time per load call (20 bac
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
 the GEMMs: where the copy engine starts to win (``kvnumba.plan.routes.COPY_ENGINE_MIN_BYTES``).
-Needs torch on a GPU; on the simulator (``--quick``) the routes run once each, idle, on tiny buffers.
+Needs torch on a GPU. ``--quick`` (and the simulator, always) runs every route once, idle, on tiny buffers.
 """
 import statistics
 import time
@@ -258,8 +258,8 @@ def crossover(torch, compute, b):
 def run(reference, tokens_list=(8192, 512), quick=False, words=()):
     """Every overlap row, one record at a time (see the module docstring); ``words``: only the routes whose
     name holds one of them, and no crossover rows."""
-    if SIMULATOR:
-        yield from (r for r in _run_simulated() if not words or any(w in r["route"] for w in words))
+    if SIMULATOR or quick:
+        yield from (r for r in _run_quick() if not words or any(w in r["route"] for w in words))
         return
     import torch
 
@@ -296,12 +296,18 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
         lanes.close()
 
 
-def _run_simulated():
-    """Every route once, idle, on tiny NumPy buffers (the simulator has no compute to overlap)."""
-    b = Buffers(None, 8, layers=2, page=4)
+def _run_quick():
+    """Every route once, idle, on tiny buffers: a check that each runs (the simulator has no compute to overlap;
+    on a GPU, ``--quick`` the same), its times meaning nothing. NumPy buffers on the simulator, torch on a GPU."""
+    torch = None
+    if not SIMULATOR:
+        import torch
+    b = Buffers(torch, 8, layers=2, page=4)
     for name, (load, model, _, impl) in routes(b, 1, None).items():
         start = time.perf_counter()
         for layer in range(b.layers):
             load(layer)
+        if torch is not None:
+            torch.cuda.synchronize()
         yield {"case": f"overlap {name} {b.tokens}tok", "route": name, "impl": impl, "model": model, "tokens": b.tokens,
                "bytes": b.bytes_per_load(model) * b.layers, "idle_seconds": time.perf_counter() - start}
