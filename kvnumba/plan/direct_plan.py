@@ -23,6 +23,7 @@ from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
+from . import routes
 from .spec import PAGE_FIRST_DIRECT
 
 
@@ -71,16 +72,8 @@ class DirectPlan:
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        # Runs: a new run starts wherever either side does not advance by exactly one (slices, not np.diff:
-        # a few microseconds less per call, which is the whole cost of a small load).
-        count = len(s_idx)
-        breaks = np.flatnonzero((s_idx[1:] != s_idx[:-1] + 1) | (d_idx[1:] != d_idx[:-1] + 1))
-        starts = np.empty(len(breaks) + 1, np.int64)
-        starts[0] = 0
-        np.add(breaks, 1, out=starts[1:])
-        lengths = np.empty_like(starts)
-        np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
-        lengths[-1] = count - starts[-1]
+        # Runs: a new run starts wherever either side does not advance by exactly one.
+        starts, lengths = routes.runs(s_idx, d_idx, 1)
         rows = self.rows
         # (run, layer), runs outer as in the seed; one batch where the stream allows it.
         srcs = (np.multiply.outer(s_idx[starts], rows) + self.src_base).reshape(-1)

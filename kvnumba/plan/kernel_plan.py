@@ -394,12 +394,14 @@ class KernelPlan:
             s_idx = src[2]() if src[3] else bounds.host_indices(array_info(src_indices, "src_indices"))
             d_idx = dst[2]() if dst[3] else bounds.host_indices(array_info(dst_indices, "dst_indices"))
             s_idx, d_idx = (np.ascontiguousarray(i, dtype=np.int64) for i in (s_idx, d_idx))
-            for values, name, limit, side in ((s_idx, "src_indices", window.src_limit, "src"),
-                                              (d_idx, "dst_indices", window.dst_limit, "dst")):
-                bounds.check_indices(name, values, limit, lambda side=side: window.what(self, side))
-            copies = engine.copies(s_idx, d_idx, window.first_layer, self.window)
-            if route == "auto" and copies.total < routes.COPY_ENGINE_MIN_BYTES * len(copies.sizes):
+            for index, values, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
+                                                     (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
+                if not (index[3] and self.host_index_checks):  # not checked by run already: no kernel guard here
+                    bounds.check_indices(name, values, limit, lambda side=side: window.what(self, side))
+            found = engine.runs(s_idx, d_idx)
+            if route == "auto" and engine.mean_copy(found) < routes.COPY_ENGINE_MIN_BYTES:
                 return False
+            copies = engine.copies(found, window.first_layer, self.window)
             batch_copy.copy_many(copies.dsts, copies.srcs, copies.sizes, handle, src_device=engine.src.device,
                                  dst_device=engine.dst.device)
             routes.log.record("copy_engine")

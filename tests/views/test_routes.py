@@ -95,9 +95,10 @@ def test_runs_are_found_where_both_sides_follow_on():
     plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)._plan
     si = np.array([0, 1, 2, 3, 10, 11, 20, 21, 22], np.int64)
     di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
-    starts, lengths, _, _ = plan.engine.runs(si, di)
-    assert starts.tolist() == [0, 2, 4, 6, 8] and lengths.tolist() == [2, 2, 2, 2, 1]
-    copies = plan.engine.copies(si, di, 0, 1)
+    found = plan.engine.runs(si, di)
+    assert found.starts.tolist() == [0, 2, 4, 6, 8] and found.lengths.tolist() == [2, 2, 2, 2, 1]
+    assert plan.engine.mean_copy(found) == 9 * 8 / 5
+    copies = plan.engine.copies(found, 0, 1)
     assert copies.sizes.tolist() == [16, 16, 16, 16, 8] and copies.total == 9 * 8
 
 
