@@ -25,7 +25,8 @@ from ..types import StreamLike
 from ..plan import routes, staged_plan
 from ..plan.cache import PlanCache
 from ..plan.direct_plan import DirectPlan
-from ..plan.kernel_plan import KernelPlan, build_plan, clear_shapes
+from ..plan.build import build_plan, clear_shapes
+from ..plan.kernel_plan import KernelPlan
 from ..plan.spec import SPECS, TBL, Spec
 from .snapshot import Snapshot
 
@@ -350,28 +351,10 @@ def plain_caller(name: str) -> Callable[..., Any]:
     """The per-call function of plain kernel entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
     ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
-    the cache when buffers of the same value come back (``PlanCache.lookup``, inlined here: this runs
-    on every call), else it is built and every argument checked."""
+    the cache when buffers of the same value come back (``PlanCache.calling``: this runs on every call),
+    else it is built and every argument checked (``Transfer.plain_miss``)."""
     transfer = plain(name)
-    cache = transfer._cache
-    entries, keyers, miss = cache.entries, cache.keyers, transfer.plain_miss
-
-    def call(objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any, layer_id: Any,
-             block_quota: Any, warps: Any, stream: StreamLike | None, check: bool, route: Any = "auto") -> Any:
-        if not check and not guard.ALWAYS_CHECK:
-            keyer = keyers.get(tuple(map(type, objects)))
-            if keyer is not None:
-                for value in scalars:
-                    if type(value) is not int and value is not None:
-                        break
-                else:
-                    entry = entries.get(keyer(objects, scalars))  # the cache's key (plan.cache.make_keyer)
-                    if entry is not None and (entry.witness is None or entry.witness(objects)):
-                        return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream,
-                                               check=check, route=route)
-        return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
-
-    return call
+    return transfer._cache.calling(transfer.plain_miss)
 
 
 def plain_direct_caller(name: str) -> Callable:

@@ -39,7 +39,8 @@ from ..arrays import array_info, dtype_bytes, shape_of
 from ..checks import validate
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
-from .view_buffers import Held, check_arithmetic, hold, layers_alike
+from ..checks.user_layouts import check_user_layout
+from .view_buffers import Held, hold, layers_alike
 
 
 class CacheView:
@@ -82,12 +83,14 @@ class CacheView:
     parts: layouts.LayoutParts | None = None  # LayoutParts, made from the three functions of a subclass
 
     user_layout = False  # True for a subclass that brings its own address arithmetic
+    built_in = True  # one of kvnumba's views (its arithmetic follows its shapes: not checked at run time)
     _held: Held | None  # what kv.copy compares of its buffers per call (kvnumba.api.view_buffers)
     _kept: list[Any]  # what keeps the memory of its other buffers from moving
     flagged: tuple[Any, ...]  # NumPy arrays whose writable flag a plan of this view reads again (arrays.flagged)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        cls.built_in = cls.__module__ == __name__
         names = ("layer_base", "token_offset", "head_stride")
         if any(n in cls.__dict__ for n in names):  # new arithmetic: compile it (missing parts inherited)
             functions = [getattr(cls, n, None) for n in names]
@@ -118,7 +121,7 @@ class CacheView:
         if self.parts is None:
             raise TypeError(f"{name} defines no address arithmetic (layer_base, token_offset, head_stride)")
         self._held, self._kept, self.flagged = hold(self)
-        self._check_user_arithmetic()
+        check_user_layout(self)
 
     def check_unchanged(self, name: str | None = None, layers: SupportsIndex | range | None = None) -> None:
         """Raise ``ValueError`` if a buffer of this view that ``layers`` copies (None: every layer; an
@@ -134,24 +137,6 @@ class CacheView:
                 raise ValueError(f"{name or type(self).__name__} ({self!r}) changed in place since it was made (resize_, "
                                  f"set_, .data =): {'; '.join(changed)}; make a new view over the buffers as they "
                                  "are now")
-
-    def _check_user_arithmetic(self, heads: int | None = None) -> None:
-        """A view class of the user's (its own arithmetic, or its own ``shape``): refuse it if the kernel
-        could touch a byte outside a buffer, in a copy by ``heads`` heads (None: the heads a copy of
-        this view can go by: whole items unless it splits its heads, and its own heads). Memoised."""
-        if type(self).__module__ == __name__ or isinstance(self, LayerTable):
-            return  # kvnumba's own views (their arithmetic follows their shapes); raw tables: their layers'
-        assert self.parts is not None
-        if self.per_layer and not self.parts.table:
-            raise TypeError(f"{type(self).__name__}: a layout with its own address arithmetic takes one buffer "
-                            "for K (and one for V), not per-layer lists")
-        checked = self.__dict__.setdefault("_heads_checked", set())
-        g = self.geometry
-        wanted = {heads} if heads is not None else (
-            ({1} if not self.head_split or g.heads == 1 else set()) | ({g.heads} if g.heads > 1 else set()))
-        for h in sorted(wanted - checked):
-            check_arithmetic(self, h)
-            checked.add(h)
 
     # --- what a subclass provides -------------------------------------------------------------------
 
@@ -193,7 +178,7 @@ class CacheView:
         """The same view (class and options) over other buffers, e.g. NumPy copies for the reference."""
         other = object.__new__(type(self))
         other.__dict__.update({key: value for key, value in self.__dict__.items()
-                               if key not in ("k", "v", "_held", "_kept", "flagged", "_heads_checked", "_tables")})
+                               if key not in ("k", "v", "_held", "_kept", "flagged")})
         type(self).__init__(other, k, v, **self._options())
         return other
 
@@ -398,7 +383,7 @@ class _Blocks(CacheView):
         self.k = self.caches
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
         self._held, self._kept, self.flagged = hold(self)
-        self._check_user_arithmetic()
+        check_user_layout(self)
 
     def like(self, caches: Any, v: Any = None) -> CacheView:
         return type(self)(caches, **self._options())

@@ -8,13 +8,11 @@ the kernel touches for ``t`` (every layer of the call, every head, every byte of
 ``kvnumba.kernels.layouts`` exactly (``item_end`` evaluates those very functions; the closed forms below are
 checked against it by the tests):
 
-- layer-first (``lf``): ``end(t) = last_layer * layout_dim + (t + 1) * item_size``
-  (``layout_dim`` is 0 on the layer-first side of every entry point);
-- layer table (``lf_tbl``): each layer is its own buffer: ``end(t) = (t + 1) * item_size``; pass the
-  smallest layer's size;
-- page-first (``pf``): ``end(t) = t * layout_dim + (last_layer + 1) * item_size``;
-- page-head (``ph``): not linear in ``t`` (pages, then slots within a head's block) but monotonic:
-  a binary search over ``end(t)``.
+- where a layout declares a closed form (``LayoutParts.token_limit``, ``kvnumba.kernels.layouts``), that:
+  layer-first ``end(t) = last_layer * layout_dim + (t + 1) * item_size``, a layer table (pass the
+  smallest layer's size) ``end(t) = (t + 1) * item_size``, page-first ``end(t) = t * layout_dim +
+  (last_layer + 1) * item_size``;
+- else (page-head: pages, then slots within a head's block) a binary search over the monotonic ``end(t)``.
 
 Offsets never go below 0 for ``t >= 0`` (every term is non-negative), so the lower bound is 0.
 """
@@ -44,28 +42,19 @@ def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, p
 
 def token_limit(layout, nbytes, item_size, layout_dim=0, first_layer=0, num_layers=1, page_size=1, heads=1):
     """Exclusive token bound for one side of a transfer (see the module docstring); ``NO_LIMIT`` when
-    every token maps to the same bytes (``layout_dim == 0`` on a page-first side) and they fit."""
-    if type(layout) is not Layout:
-        layout = Layout(layout)
-    last_layer = first_layer + num_layers - 1
-    if layout is Layout.LAYER_FIRST:
-        room = nbytes - last_layer * layout_dim
-        return max(room // item_size, 0)
-    if layout is Layout.LAYER_TABLE:
-        return max(nbytes // item_size, 0)
-    if layout is Layout.PAGE_FIRST:
-        room = nbytes - (last_layer + 1) * item_size
-        if room < 0:
-            return 0
-        return NO_LIMIT if layout_dim == 0 else room // layout_dim + 1
-    return _page_head_limit(nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads)
+    every token maps to the same bytes (``layout_dim == 0`` on a page-first side) and they fit. ``layout``:
+    a ``LayoutParts`` (or a seed layout's name): its closed form where it declares one, else a search."""
+    parts = layout if isinstance(layout, LayoutParts) else PARTS[Layout(layout)]
+    if parts.token_limit is not None:
+        return parts.token_limit(nbytes, item_size, layout_dim, first_layer + num_layers - 1, page_size, heads)
+    return _searched_limit(parts, nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads)
 
 
 @functools.lru_cache(maxsize=4096)
-def _page_head_limit(nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads):
+def _searched_limit(parts, nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """Binary search on the monotonic ``item_end`` (memoised: a call repeats its arguments)."""
     def end(t):
-        return item_end(Layout.PAGE_HEAD, t, item_size=item_size, layout_dim=layout_dim, first_layer=first_layer,
+        return item_end(parts, t, item_size=item_size, layout_dim=layout_dim, first_layer=first_layer,
                         num_layers=num_layers, page_size=page_size, heads=heads)
 
     if end(0) > nbytes:

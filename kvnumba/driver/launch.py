@@ -14,7 +14,7 @@ it launches take. kvnumba's kernels take only int64 scalars, so a launch here is
   call's items and launch shape, within ``MAX_QUOTA`` blocks and ``MAX_WARPS`` warps a block;
 - ``BoundKernel.launch``: ``cuda.bindings.driver.cuLaunchKernel`` with the block's address, in the
   kernel's device context (pushed for the call if another one is current). ``BoundKernel.launch_values``
-  are what it launches with, for a caller that inlines the launch (``kvnumba.plan.fast_path``: a Python
+  are what it launches with, for a caller that inlines the launch (``kvnumba.plan.per_call``: a Python
   call costs ~0.1 us; ``tests/kernels/test_launch.py`` checks that it launches as ``launch_shape`` says).
 
 That is the one place the grid is computed and a kernel launched.
@@ -42,7 +42,7 @@ def launch_shape(num_items, block_quota, num_warps_per_block):
     """The seed's launch geometry: ``(items_per_warp, blocks, threads_per_block)``.
 
     Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)``; ``block_quota`` caps the
-    blocks (and so the SMs) a transfer takes while the model computes. ``kvnumba.plan.fast_path`` inlines
+    blocks (and so the SMs) a transfer takes while the model computes. ``kvnumba.plan.per_call`` inlines
     these two lines (tests/kernels/test_launch.py holds it to them).
     """
     items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact

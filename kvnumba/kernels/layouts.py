@@ -21,6 +21,7 @@ import enum
 
 from .jit import device_function
 from .memory import load_i64
+from .params import NO_LIMIT
 
 
 class Layout(str, enum.Enum):
@@ -41,13 +42,18 @@ class LayoutParts:
     """The three address parts of one layout, compiled as device functions (plain Python on the
     simulator), and what kind of layout it is.
 
-    ``name`` keys the kernel cache and the tuned copy shapes; ``table``: ``base`` is a uint64 table of
-    per-layer addresses (``layer_base`` reads it); ``head_split``: a token's heads are not adjacent
-    (a copy involving this layout goes head by head).
+    ``name`` keys the kernel cache and the tuned copy shapes; ``title`` names it in messages; ``table``:
+    ``base`` is a uint64 table of per-layer addresses (``layer_base`` reads it); ``head_split``: a token's
+    heads are not adjacent (a copy involving this layout goes head by head). ``token_limit``, where the
+    layout has one, is the closed form of its token bound (``kvnumba.checks.bounds``): ``token_limit(nbytes,
+    item_size, layout_dim, last_layer, page_size, heads)``, the tokens whose every byte over layers up to
+    ``last_layer`` lies in ``nbytes``; without one, the bound is searched for over the address arithmetic.
     """
 
-    def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False):
+    def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False,
+                 title=None, token_limit=None):
         self.name, self.table, self.head_split = name, table, head_split
+        self.title, self.token_limit = title or name, token_limit
         self.py = (layer_base, token_offset, head_stride)  # the Python functions (bounds, reference checks)
         self.layer_base = device_function(layer_base)
         self.token_offset = device_function(token_offset)
@@ -60,7 +66,8 @@ class LayoutParts:
         if twin is None:
             layer_base, token_offset, head_stride = self.py
             twin = LayoutParts(f"{self.name}@1", given_layer_base, token_offset, head_stride,
-                               head_split=self.head_split)
+                               head_split=self.head_split, title=self.title,
+                               token_limit=self.token_limit)
             self._one_layer = twin
         return twin
 
@@ -135,16 +142,39 @@ def head_major_head_stride(layout_dim, item_size, heads, page_size):  # a head's
     return item_size // heads * page_size
 
 
-LAYER_FIRST = LayoutParts("lf", layer_first_layer_base, item_token_offset, item_head_stride)
-LAYER_TABLE = LayoutParts("lf_tbl", table_layer_base, item_token_offset, item_head_stride, table=True)
-PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, item_head_stride)
-PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True)
+# --- token bounds in closed form (checked against a search over the arithmetic by the tests) ------------
+
+def layer_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads):
+    return max((nbytes - last_layer * layout_dim) // item_size, 0)  # end(t) = last * dim + (t + 1) * item
+
+
+def table_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads):
+    return max(nbytes // item_size, 0)  # each layer its own buffer: end(t) = (t + 1) * item
+
+
+def page_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads):
+    room = nbytes - (last_layer + 1) * item_size  # end(t) = t * dim + (last + 1) * item
+    if room < 0:
+        return 0
+    return NO_LIMIT if layout_dim == 0 else room // layout_dim + 1
+
+
+# --- the layouts -----------------------------------------------------------------------------------------
+
+LAYER_FIRST = LayoutParts("lf", layer_first_layer_base, item_token_offset, item_head_stride, title="layer-first",
+                          token_limit=layer_first_limit)
+LAYER_TABLE = LayoutParts("lf_tbl", table_layer_base, item_token_offset, item_head_stride, table=True,
+                          title="layer-first", token_limit=table_limit)
+PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, item_head_stride, title="page-first",
+                         token_limit=page_first_limit)
+PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True,
+                        title="page-head")  # not linear in the token: its bound is searched for
 PAGE_FIRST_DIRECT = LayoutParts("pfd", page_first_direct_layer_base, page_first_direct_token_offset,
-                                item_head_stride)
+                                item_head_stride, title="page-first-direct")
 # Per-layer tables of paged blocks: vLLM's flash-attention cache and FlashInfer's NHD/HND caches.
-BLOCKS = LayoutParts("blocks", table_layer_base, block_token_offset, item_head_stride, table=True)
+BLOCKS = LayoutParts("blocks", table_layer_base, block_token_offset, item_head_stride, table=True, title="blocks")
 HEAD_MAJOR_BLOCKS = LayoutParts("hnd_blocks", table_layer_base, head_major_block_token_offset,
-                                head_major_head_stride, table=True, head_split=True)
+                                head_major_head_stride, table=True, head_split=True, title="head-major blocks")
 
 # The seed's layouts by their enum.
 PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,

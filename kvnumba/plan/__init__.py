@@ -1,10 +1,16 @@
 """The planning wing: what kvnumba builds once per geometry, before any call launches.
 
 - ``spec``: the table of entry points (arguments, roles, layouts);
-- ``cache``: plans found by the value of their buffers (one key function);
-- ``kernel_plan``: a kernel entry point's validated plan and its per-call ``run``;
-- ``fast_path``: a kernel plan's fast call (``KernelPlan.fast``);
-- ``copy_plan``: ``kv.copy``'s plan, read from two cache views;
+- ``sides``: the one ``Side`` (one end of a copy as plain numbers) and the checks every buffer and table
+  goes through;
+- ``seed_args``: a seed entry point's arguments read as two sides (sizes validated once per value);
+- ``copy_plan``: ``kv.copy``'s two cache views read as two sides;
+- ``kernel_plan``: a kernel transfer's plan, built from two sides;
+- ``per_call``: what every call of a kernel plan does, ``run`` and its inlined twin (``KernelPlan.fast``);
+- ``build``: building a plan, or rebinding one of a known geometry;
+- ``cache``: plans found by the value of their buffers (one key function; ``get`` and its inlined twin);
+- ``routes``: ``kv.copy``'s kernel and copy-engine routes;
+- ``memo``: the one bounded memo;
 - ``staged_plan`` and ``tensor_maps``: whether loads take the staged (bulk-copy) kernel, and its maps;
 - ``direct_plan``: the copy-engine entry points' plan and per-call path;
 - ``device_tables``: address tables placed where the kernels read them.

@@ -33,9 +33,14 @@ by pageable memory at the same address has the same key. So an entry with host b
 A witness that fails is a miss: the plan is built again, with every check. Memory unregistered by hand
 (``cudaHostUnregister``) while its torch tensor lives is not noticed.
 
-A key is made by one function, the *keyer* of the arguments' types (``make_keyer``): ``PlanCache.key``
-applies it, and the plain entry points' per-call function (``kvnumba.api.transfer.plain_caller``), which
-inlines ``lookup``, calls it directly.
+A key is made by one function, the *keyer* of the arguments' types (``make_keyer``).
+
+The lookup is written twice, side by side in ``PlanCache``: ``get``, the general form (any arguments; it
+builds and stores on a miss), and ``calling``, its twin inlined into a plain entry point's per-call function
+(the hot path: no method call, no tuple of types made twice). The contract they share: the same key, the
+same witness, so for the same arguments both find the same plan or both miss; ``calling`` leaves every
+call it does not recognise (``check=True``, a scalar that is not an int, argument types never seen) to
+``miss``, which goes through ``get``. ``tests/test_twins.py`` holds the pair to the same answers.
 """
 import operator
 import sys
@@ -46,6 +51,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import WRITEABLE, is_torch
+from ..checks import guard
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
@@ -100,6 +106,29 @@ class PlanCache:
         if key is not None:
             self._store(key, objects, plan)
         return plan
+
+    def calling(self, miss):
+        """``get`` inlined into a plain entry point's per-call function (see the module docstring):
+        ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)``
+        runs the cached plan's fast call on a hit, ``miss`` with the same arguments otherwise."""
+        entries, keyers = self.entries, self.keyers
+
+        def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check,
+                 route="auto"):
+            if not check and not guard.ALWAYS_CHECK:
+                keyer = keyers.get(tuple(map(type, objects)))
+                if keyer is not None:
+                    for value in scalars:
+                        if type(value) is not int and value is not None:
+                            break
+                    else:
+                        entry = entries.get(keyer(objects, scalars))  # get's key: self.key(objects, scalars)
+                        if entry is not None and (entry.witness is None or entry.witness(objects)):
+                            return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps,
+                                                   stream=stream, check=check, route=route)
+            return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+
+        return call
 
     def _store(self, key, objects, plan):
         try:

@@ -18,12 +18,14 @@ call is available on the stream (not the legacy default stream) and the copies a
 Only kvnumba's own layouts have their address arithmetic evaluated on the host (a layout of your own
 goes by kernel). ``last_route()`` says which route the last ``kv.copy`` took.
 """
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
+from ..arrays import HOST
 from ..driver.batch_copy import batch_copy_available
 from ..driver.target import SIMULATOR
+from .sides import Side
 
 ROUTES = ("auto", "kernel", "copy_engine")
 # Auto takes the copy engine for copies of at least this many bytes on average. Measured on the H200
@@ -69,33 +71,6 @@ def check_route(route: Any) -> str:
     raise ValueError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}")
 
 
-class EngineSide(NamedTuple):
-    """One side of a copy as the host computes its addresses: ``bases[kind, layer]`` + ``head * head_stride``
-    + ``token_offset(token, layout_dim, item_size, heads, page_size)``."""
-
-    token_offset: Callable[..., Any]  # the layout's Python token part (works on NumPy arrays)
-    layout_dim: int
-    page_size: int
-    head_stride: int
-    bases: np.ndarray  # int64 [kinds, layers]: each layer's base address
-    device: int | None  # the copies' location hint: a device ordinal, or None for host memory
-
-
-def engine_side(parts: Any, layout_dim: int, page_size: int, item_size: int, heads: int, pointers: Any,
-                layer_addresses: Any, layers: int, device: int | None) -> EngineSide:
-    """An ``EngineSide`` for a layout (``LayoutParts``): from its buffers' ``pointers`` (K, V; one-buffer
-    layouts), or for table layouts (per-layer lists, raw tables) each kind's ``layer_addresses``."""
-    layer_base, token_offset, head_stride = parts.py
-    if parts.table or layer_addresses is not None:
-        bases = np.array(layer_addresses, dtype=np.int64).reshape(len(layer_addresses), -1)
-    else:
-        numbers = np.arange(layers, dtype=np.int64)
-        bases = np.stack([np.asarray(layer_base(p, numbers, layout_dim, item_size, heads, page_size), np.int64)
-                          for p in pointers])
-    return EngineSide(token_offset, layout_dim, page_size, head_stride(layout_dim, item_size, heads, page_size),
-                      bases, device)
-
-
 def runs(a: np.ndarray, b: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
     """``(starts, lengths)`` of the runs of two equal-length int64 arrays: an element continues a run where
     both ``a`` and ``b`` advance by exactly ``step`` from its predecessor (slices rather than ``np.diff``: a few
@@ -128,18 +103,21 @@ class EngineCopies(NamedTuple):
 
 
 class EnginePlan:
-    """A copy's copy-engine form: the two sides' host arithmetic (``EngineSide``), item bytes and heads."""
+    """A copy's copy-engine form: the two sides' host arithmetic (``plan.sides.Side``), item bytes and heads."""
 
-    def __init__(self, src: EngineSide, dst: EngineSide, item_size: int, heads: int) -> None:
+    def __init__(self, src: Side, dst: Side, item_size: int, heads: int) -> None:
         self.src, self.dst, self.item_size, self.heads = src, dst, item_size, heads
         self.chunk = item_size // heads  # bytes one token moves per layer, K/V and head
+        # Per side, each (kind, layer)'s layer part and its head stride, computed once.
+        self.bases = [side.layer_parts(np.arange(side.layers), item_size, heads) for side in (src, dst)]
+        self.strides = [side.head_stride(item_size, heads) for side in (src, dst)]
+        self.src_device, self.dst_device = (None if side.device == HOST else side.device for side in (src, dst))
 
     def runs(self, s_idx: np.ndarray, d_idx: np.ndarray) -> Runs:
         """The runs in the indices: an item continues a run where both its source and destination bytes
         follow its predecessor's."""
-        src, dst, heads = self.src, self.dst, self.heads
-        s_off = np.asarray(src.token_offset(s_idx, src.layout_dim, self.item_size, heads, src.page_size), np.int64)
-        d_off = np.asarray(dst.token_offset(d_idx, dst.layout_dim, self.item_size, heads, dst.page_size), np.int64)
+        s_off = self.src.token_offsets(s_idx, self.item_size, self.heads)
+        d_off = self.dst.token_offsets(d_idx, self.item_size, self.heads)
         return Runs(*runs(s_off, d_off, self.chunk), s_off, d_off)
 
     def mean_copy(self, found: Runs) -> float:
@@ -152,11 +130,11 @@ class EnginePlan:
         heads = np.arange(self.heads, dtype=np.int64)
         layers = slice(first_layer, first_layer + window)
 
-        def addresses(side: EngineSide, offsets: np.ndarray) -> np.ndarray:
-            base = side.bases[:, layers][:, :, None, None] + (heads * side.head_stride)[None, None, :, None]
+        def addresses(side: int, offsets: np.ndarray) -> np.ndarray:
+            base = self.bases[side][:, layers][:, :, None, None] + (heads * self.strides[side])[None, None, :, None]
             return (base + offsets[starts][None, None, None, :]).reshape(-1)
 
-        srcs, dsts = addresses(self.src, found.src_offsets), addresses(self.dst, found.dst_offsets)
+        srcs, dsts = addresses(0, found.src_offsets), addresses(1, found.dst_offsets)
         sizes = np.broadcast_to(lengths * self.chunk, (len(srcs) // len(starts), len(starts))).reshape(-1)
         total = int(lengths.sum()) * self.chunk * (len(srcs) // len(starts))
         return EngineCopies(dsts, srcs, np.ascontiguousarray(sizes), total)

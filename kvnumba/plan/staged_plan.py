@@ -26,6 +26,7 @@ from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
 from ..kernels.params import StagedArgs
 from . import tensor_maps
+from .memo import BoundedMemo
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
 # 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
@@ -58,7 +59,7 @@ class Recipe(NamedTuple):
         return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
-_recipes: dict[tuple, Recipe | None] = {}
+_recipes = BoundedMemo(1024)  # geometry -> its Recipe, or None: its loads stay on registers
 
 
 def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
@@ -72,11 +73,7 @@ def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
         return _recipes[key]
     except KeyError:
         pass
-    found = _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory)
-    if len(_recipes) > 1024:
-        _recipes.clear()
-    _recipes[key] = found
-    return found
+    return _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory))
 
 
 def ring_in_force():

@@ -30,6 +30,7 @@ import numpy as np
 from .. import config
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
 from ..driver.target import SIMULATOR
+from .memo import BoundedMemo
 
 MAX_BOX = 256  # elements per box dimension
 L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (config's l2_promotion: others)
@@ -192,7 +193,7 @@ def _write_simulated(at, base, sizes, strides, box, promotion):  # the simulator
     words[15] = 0
 
 
-_encode_args: dict[tuple, tuple] = {}  # (sizes, strides, box, promotion) -> the driver call's prepared arguments
+_encode_args = BoundedMemo(4096)  # (sizes, strides, box, promotion) -> the driver call's prepared arguments
 
 
 def _write_encoded(at, base, sizes, strides, box, promotion):
@@ -201,14 +202,12 @@ def _write_encoded(at, base, sizes, strides, box, promotion):
     key = (sizes, strides, box, promotion)
     args = _encode_args.get(key)
     if args is None:
-        if len(_encode_args) > 4096:
-            _encode_args.clear()
-        args = _encode_args[key] = (
+        args = _encode_args.remember(key, (
             [cu.cuuint64_t(n) for n in sizes], [cu.cuuint64_t(n) for n in strides], [cu.cuuint32_t(n) for n in box],
             [cu.cuuint32_t(1)] * 5, cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
             cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
             getattr(cu.CUtensorMapL2promotion, f"CU_TENSOR_MAP_L2_PROMOTION_{promotion}"),
-            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+            cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE))
     tensor_map = check(cu.cuTensorMapEncodeTiled(cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT64, 5, base,
                                                  *args), "cuTensorMapEncodeTiled")
     ctypes.memmove(at, tensor_map.getPtr(), MAP_BYTES)

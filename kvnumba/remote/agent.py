@@ -20,6 +20,7 @@ from ..types import ArrayLike
 from . import _nixl, export, plan, sides, staging, tokens
 from . import header as remote_header
 from .handles import RemoteCopy, RemoteView, _call, _size
+from . import sides
 from .sides import Side
 
 
@@ -113,12 +114,12 @@ class Agent:
         stale, when the view is collected)."""
         held = self._held.get(view) if isinstance(view, CacheView) else None
         if held is None:
-            side = Side.of_view(view, name)  # TypeError naming ``name`` for what is not a view
+            side = sides.of_view(view, name)  # TypeError naming ``name`` for what is not a view
             keys: list[tuple[str, int, int, int]] = []
             try:
                 for address, nbytes in side.buffers:
                     if nbytes:
-                        keys.append(self._register(side.mem, side.device, address, nbytes))
+                        keys.append(self._register(side.origin.mem, side.origin.device, address, nbytes))
             except BaseException:
                 for key in keys:
                     self._deregister(key)
@@ -179,7 +180,7 @@ class Agent:
         header = {"agent": self.name, "instance": self.instance, "export": export_id,
                   "regions": [[*key, self._registered[key][2]] for key in keys],
                   "token": self._tokens.address(slot), "writable": writable, "nixl": _nixl.name(),
-                  "side": held.side.header(), "blobs": [hashlib.sha256(b).hexdigest() for b in blobs]}
+                  "side": sides.header(held.side), "blobs": [hashlib.sha256(b).hexdigest() for b in blobs]}
         text = export.header_text(header)
         self._tokens.write(slot, export.token_of(text))
         return export.encode(text, blobs)
@@ -219,7 +220,7 @@ class Agent:
         if header.agent == self.name:
             raise errors.ExportError(f"exported comes from agent {self.name!r}, this agent: within one process, "
                                      "copy with kv.copy")
-        side = Side.from_header(header.side)
+        side = sides.from_header(header.side)
         remote_header.check_reach(side)
         view = RemoteView(self, header, side, decoded.blobs, export.token_of(decoded.text))
         self._admit(view)
@@ -257,7 +258,7 @@ class Agent:
             self._check_token(view)
             self._load(view)
             for i, (address, nbytes) in enumerate(view.side.buffers):
-                if nbytes and not self._has(agent, address, nbytes, view.mem, view.side.device):
+                if nbytes and not self._has(agent, address, nbytes, view.mem, view.side.origin.device):
                     raise errors.ExportError(f"exported: NIXL's metadata of agent {agent!r} does not describe "
                                              f"side.buffers[{i}] ({nbytes} bytes at 0x{address:x})")
         except BaseException:
@@ -386,19 +387,19 @@ class Agent:
         if route != "direct" and staging.can_stage(remote):
             staged_count = plan.remote_runs(remote, remote_tokens, layer_numbers).size
         elif route == "staged":
-            raise ValueError(f"route='staged': no staging view can be made for the remote layout {remote.class_name}")
+            raise ValueError(f"route='staged': no staging view can be made for the remote layout {remote.origin.class_name}")
         chosen = plan.choose(route, len(direct), staged_count)
         layers_arg = _layers_argument(layer_numbers)
         if chosen == "direct":
-            detail = (f"{len(direct)} descriptors ({_per(direct)}) {src_side.class_name} -> {dst_side.class_name}")
-            return self._post(op, remote_view, local.mem, local.device, direct, chosen, detail, notify)
+            detail = (f"{len(direct)} descriptors ({_per(direct)}) {src_side.origin.class_name} -> {dst_side.origin.class_name}")
+            return self._post(op, remote_view, local.origin.mem, local.origin.device, direct, chosen, detail, notify)
 
         # Staged: the remote side's runs into a staging view laid out like it, relayout here with kv.copy.
         unique = np.unique(remote_tokens)
         mapped, pages = plan.staging_tokens(remote, remote_tokens)
         unique_mapped, _ = plan.staging_tokens(remote, unique)
         key, capacity, staging_view, staging_held = self._pool.take(
-            remote, pages, layer_numbers, local.mem, local.device, lambda v: self._hold(v, "staging"))
+            remote, pages, layer_numbers, local.origin.mem, local.origin.device, lambda v: self._hold(v, "staging"))
         give_back = (lambda: self._pool.give_back(key, capacity, staging_view, staging_held))
         try:
             staged = plan.pair_descriptors(staging_held.side, unique_mapped, remote, unique, layer_numbers,
@@ -412,11 +413,11 @@ class Agent:
         except BaseException:
             give_back()
             raise
-        detail = (f"{len(staged)} descriptors ({_per(staged)}) of {remote.class_name} runs "
-                  + (f"-> staging -> kv.copy -> {local.class_name}" if op == "READ"
-                     else f"<- staging <- kv.copy <- {local.class_name}")
+        detail = (f"{len(staged)} descriptors ({_per(staged)}) of {remote.origin.class_name} runs "
+                  + (f"-> staging -> kv.copy -> {local.origin.class_name}" if op == "READ"
+                     else f"<- staging <- kv.copy <- {local.origin.class_name}")
                   + f"; direct would post {len(direct)}")
-        return self._post(op, remote_view, local.mem, local.device, staged, chosen, detail, notify, after, give_back)
+        return self._post(op, remote_view, local.origin.mem, local.origin.device, staged, chosen, detail, notify, after, give_back)
 
     def _roles(self, src: Any, dst: Any) -> tuple[RemoteView, CacheView, str]:
         remote = [name for name, v in (("src", src), ("dst", dst)) if isinstance(v, RemoteView)]
@@ -487,7 +488,7 @@ class Agent:
             _check_inside(remote_view, descriptors)
             local = _call("get_xfer_descs", self._nixl.get_xfer_descs, descriptors.rows("local", device), mem)
             remote = _call("get_xfer_descs", self._nixl.get_xfer_descs,
-                           descriptors.rows("remote", remote_view.side.device), remote_view.mem)
+                           descriptors.rows("remote", remote_view.side.origin.device), remote_view.mem)
             handle = _call(f"initialize_xfer({op} with {remote_view.agent!r}, {len(descriptors)} descriptors)",
                            self._nixl.initialize_xfer, op, local, remote, remote_view.agent, notify or b"")
         except BaseException:

@@ -13,7 +13,7 @@ import numpy as np
 from ..api.views import CacheView
 from . import plan, staging
 from .handles import RemoteView
-from .sides import Side
+from .sides import Side, of_view
 
 
 class CopyPlan:
@@ -34,7 +34,7 @@ class CopyPlan:
 
 
 def _side(view: Any, name: str) -> Side:
-    return view.side if isinstance(view, RemoteView) else Side.of_view(view, name)
+    return view.side if isinstance(view, RemoteView) else of_view(view, name)
 
 
 def plan_copy(src: CacheView | RemoteView, dst: CacheView | RemoteView, src_indices: Any, dst_indices: Any,

@@ -57,15 +57,15 @@ class RemoteView:
 
     @property
     def layout(self) -> str:
-        return self.side.class_name
+        return self.side.origin.class_name
 
     @property
     def mem(self) -> str:
-        return self.side.mem
+        return self.side.origin.mem
 
     def __repr__(self) -> str:
         g = self.geometry
-        where = self.mem if self.mem == "DRAM" else f"VRAM cuda:{self.side.device}"
+        where = self.mem if self.mem == "DRAM" else f"VRAM cuda:{self.side.origin.device}"
         return (f"RemoteView({self.layout} of agent {self.agent!r}: L={g.layers}, T={g.tokens}, P={g.page_size}, "
                 f"H={g.heads}, item={g.item_bytes} B{', MLA' if self.mla else ''}, {where}"
                 f"{'' if self.writable else ', read-only'})")

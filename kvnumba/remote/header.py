@@ -97,7 +97,7 @@ def check_reach(side: Any, name: str = "exported") -> None:
     heads = g.heads if side.head_split else 1
     tokens = np.unique(np.array([0, g.tokens - 1], dtype=np.int64))
     layers = np.arange(g.layers, dtype=np.int64)
-    address, buffer = side.items(tokens, layers, heads)
+    address, buffer = side.items(tokens, layers, side.geometry.item_bytes, heads)
     starts, ends = side.buffer_ranges()
     chunk = g.item_bytes // heads
     outside = (address < starts[buffer]) | (address + chunk > ends[buffer])

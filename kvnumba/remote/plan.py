@@ -66,7 +66,7 @@ def window(src: Side, dst: Side, layers: Any) -> np.ndarray:
 
 def check_tokens(name: str, tokens: np.ndarray, side: Side, where: str) -> None:
     """Every token of ``tokens`` lies in the side's view (``IndexOutOfRangeError`` naming ``name``)."""
-    bounds.check_indices(name, tokens, side.geometry.tokens, f"{where} ({side.class_name}, "
+    bounds.check_indices(name, tokens, side.geometry.tokens, f"{where} ({side.origin.class_name}, "
                          f"{side.geometry.tokens} tokens)")
 
 
@@ -89,8 +89,8 @@ def pair_descriptors(local: Side, local_tokens: np.ndarray, remote: Side, remote
                      layers: np.ndarray, heads: int) -> Descriptors:
     """Every chunk of the copy as a pair of ranges, merged (the direct route's descriptors, or the
     staged route's between the staging buffer and the remote view)."""
-    la, lb = local.items(local_tokens, layers, heads)
-    ra, rb = remote.items(remote_tokens, layers, heads)
+    la, lb = local.items(local_tokens, layers, local.geometry.item_bytes, heads)
+    ra, rb = remote.items(remote_tokens, layers, remote.geometry.item_bytes, heads)
     chunk = local.geometry.item_bytes // heads
     length = np.full(la.size, chunk, dtype=np.int64)
     r, loc, n, rbuf, lbuf = merge(ra.ravel(), la.ravel(), length, rb.ravel(), lb.ravel())
@@ -101,7 +101,7 @@ def remote_runs(remote: Side, remote_tokens: np.ndarray, layers: np.ndarray) -> 
     """The byte lengths of the contiguous runs the remote side's items make (each distinct token
     once): the staged route's descriptors."""
     heads = remote.geometry.heads if remote.head_split else 1
-    address, buffer = remote.items(np.unique(remote_tokens), layers, heads)
+    address, buffer = remote.items(np.unique(remote_tokens), layers, remote.geometry.item_bytes, heads)
     flat = address.ravel()
     length = np.full(flat.size, remote.geometry.item_bytes // heads, dtype=np.int64)
     return merge(flat, flat, length, buffer.ravel(), buffer.ravel())[2]

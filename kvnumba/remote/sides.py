@@ -1,149 +1,103 @@
-"""One side of a remote copy as plain numbers: where every item of a cache view lives.
+"""One side of a remote copy: a ``kvnumba.plan.sides.Side`` (the one ``Side`` every plan uses) made from a
+local ``kv.CacheView`` (``of_view``) or from the header of an export (``from_header``), so both ends of a
+transfer are planned by the same code; ``header`` is what an export carries of one.
 
-A ``Side`` is made from a local ``kv.CacheView`` (``Side.of_view``) or from the header of an export
-(``Side.from_header``), so both ends of a transfer are planned by the same code. It holds what a view's
-public attributes say (its ``geometry``, its ``parts``: the three address functions of
-``kvnumba.kernels.layouts``, its buffers) and nothing of the kernels.
-
-An item's address is ``layer part + token part + head * head stride`` (``kvnumba.kernels.layouts``);
-for a table layout the layer part is the layer's own address (what the table would hold). The address
-functions are plain arithmetic, so they run on NumPy arrays of tokens at once.
+A remote side's ``origin`` (``Origin``) is what an export says of the view it came from: its class and
+options (to make a staging view of the same layout) and its memory as NIXL names it. Its ``bases[kind][layer]``
+are, for a table layout, the layer's address, else the buffer's address (the same for every layer);
+``buffer_of[kind][layer]`` the index in ``buffers`` (``(address, bytes)`` of each distinct buffer) holding
+that kind's layer.
 """
 from __future__ import annotations
 
-from typing import Any
-
-import numpy as np
+from typing import Any, NamedTuple
 
 from ..api import views
 from ..arrays import array_info
 from ..checks import validate
 from ..driver.target import SIMULATOR
 from ..kernels import layouts
-
-KINDS = ("k", "v")
+from ..plan.sides import KINDS, Side
 
 # Every layout of kvnumba.kernels.layouts by its name (user layouts are found among CacheView's subclasses).
 _BUILT_IN_PARTS = {p.name: p for p in vars(layouts).values() if isinstance(p, layouts.LayoutParts)}
 
 
-class Side:
-    """Where a view's items live: geometry, address functions, per (K/V, layer) bases and buffers.
+class Origin(NamedTuple):
+    """What an export says of the view a side came from."""
 
-    ``bases[kind][layer]``: for a table layout, the layer's address; else the buffer's address (the
-    same for every layer). ``buffer_of[kind][layer]``: the index in ``buffers`` (``(address, bytes)``
-    of each distinct buffer) holding that kind's layer. ``mem`` is NIXL's memory type (``"DRAM"`` or
-    ``"VRAM"``) and ``device`` its device id (0 for host memory).
-    """
-
-    def __init__(self, *, view_class: str, options: dict[str, Any], parts_name: str, geometry: views.Geometry,
-                 mla: bool, bases: list[list[int]], buffer_of: list[list[int]], buffers: list[tuple[int, int]],
-                 mem: str, device: int) -> None:
-        self.view_class, self.options, self.parts_name = view_class, options, parts_name
-        self.geometry, self.mla = geometry, mla
-        self.bases = np.asarray(bases, dtype=np.int64)
-        self.buffer_of = np.asarray(buffer_of, dtype=np.int64)
-        self.buffers, self.mem, self.device = buffers, mem, device
-        self.parts = find_parts(parts_name)
-
-    @property
-    def kinds(self) -> int:
-        return 1 if self.mla else 2
-
-    @property
-    def head_split(self) -> bool:
-        return bool(self.parts.head_split)
+    view_class: str  # module:qualname of its class
+    options: dict[str, Any]  # its constructor's options (page_size, layout, per_layer)
+    mem: str  # NIXL's memory type: "DRAM" or "VRAM"
+    device: int  # NIXL's device id (0 for host memory)
 
     @property
     def class_name(self) -> str:
         return self.view_class.rsplit(":", 1)[-1]
 
-    # --- made from a view, or from an export's header ------------------------------------------------
 
-    @classmethod
-    def of_view(cls, view: views.CacheView, name: str) -> Side:
-        """The side of a local view; ``TypeError`` naming ``name`` for what cannot be one."""
-        if not isinstance(view, views.CacheView):
-            raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.VllmFlashAttn, ...) or a "
-                            f"kvnumba.remote.RemoteView, got {type(view).__name__}")
-        if isinstance(view, views.LayerTable):
-            raise TypeError(f"{name} is a kv.LayerTable: it holds raw addresses, and NIXL needs to know the memory "
-                            "it registers; use kv.LayerFirst over the same per-layer arrays")
-        parts = view.parts
-        assert parts is not None  # every view has its parts
-        g = view.geometry
-        kinds = KINDS[:1] if view.mla else KINDS
-        buffers: list[tuple[int, int]] = []
-        places: list[tuple[str, int]] = []
-        bases, buffer_of = [], []
-        for which in kinds:
-            infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
-            index = []
-            for info in infos:
-                key = (info.ptr, info.nbytes)
-                if key not in buffers:
-                    buffers.append(key)
-                    places.append(_place(info))
-                index.append(buffers.index(key))
-            if parts.table:
-                addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
-                bases.append([int(a) for a in addresses])
-                buffer_of.append(index)
-            else:
-                bases.append([infos[0].ptr] * g.layers)
-                buffer_of.append([index[0]] * g.layers)
-        if len(set(places)) != 1:
-            raise ValueError(f"{name}: its buffers lie in different memories ({sorted(set(places))}); "
-                             "a view's buffers must all be on one GPU, or all in host memory")
-        mem, device = places[0]
-        return cls(view_class=_class_name(type(view)), options=_options(view), parts_name=parts.name, geometry=g,
-                   mla=view.mla, bases=bases, buffer_of=buffer_of, buffers=buffers, mem=mem, device=device)
+def _side(name: str, origin: Origin, parts: layouts.LayoutParts, geometry: views.Geometry, mla: bool,
+          bases: list[list[int]], buffer_of: list[list[int]], buffers: list[tuple[int, int]]) -> Side:
+    return Side(name=name, label=origin.class_name, parts=parts, mla=mla, layout_dim=geometry.layout_dim,
+                page_size=geometry.page_size, tokens=geometry.tokens, geometry=geometry, bases=bases,
+                buffer_of=buffer_of, buffers=buffers, origin=origin)
 
-    def header(self) -> dict[str, Any]:
-        """What an export carries of this side (JSON-able)."""
-        g = self.geometry
-        return {"class": self.view_class, "options": self.options, "parts": self.parts_name, "mla": self.mla,
-                "geometry": {a: getattr(g, a) for a in views.Geometry.__slots__},
-                "bases": self.bases.tolist(), "buffer_of": self.buffer_of.tolist(),
-                "buffers": [list(b) for b in self.buffers], "mem": self.mem, "device": self.device}
 
-    @classmethod
-    def from_header(cls, side: dict[str, Any]) -> Side:
-        """The side an export describes: ``side`` is its header's ``side``, checked by
-        ``kvnumba.remote.header.read`` (``ExportError`` here only for a user layout unknown in this process)."""
-        return cls(view_class=side["class"], options=side["options"], parts_name=side["parts"],
-                   geometry=side["geometry"], mla=side["mla"], bases=side["bases"], buffer_of=side["buffer_of"],
-                   buffers=[(int(a), int(n)) for a, n in side["buffers"]], mem=side["mem"], device=side["device"])
+def of_view(view: views.CacheView, name: str) -> Side:
+    """The side of a local view; ``TypeError`` naming ``name`` for what cannot be one."""
+    if not isinstance(view, views.CacheView):
+        raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.VllmFlashAttn, ...) or a "
+                        f"kvnumba.remote.RemoteView, got {type(view).__name__}")
+    if isinstance(view, views.LayerTable):
+        raise TypeError(f"{name} is a kv.LayerTable: it holds raw addresses, and NIXL needs to know the memory "
+                        "it registers; use kv.LayerFirst over the same per-layer arrays")
+    parts = view.parts
+    assert parts is not None  # every view has its parts
+    g = view.geometry
+    kinds = KINDS[:1] if view.mla else KINDS
+    buffers: list[tuple[int, int]] = []
+    places: list[tuple[str, int]] = []
+    bases, buffer_of = [], []
+    for which in kinds:
+        infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
+        index = []
+        for info in infos:
+            key = (info.ptr, info.nbytes)
+            if key not in buffers:
+                buffers.append(key)
+                places.append(_place(info))
+            index.append(buffers.index(key))
+        if parts.table:
+            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+            bases.append([int(a) for a in addresses])
+            buffer_of.append(index)
+        else:
+            bases.append([infos[0].ptr] * g.layers)
+            buffer_of.append([index[0]] * g.layers)
+    if len(set(places)) != 1:
+        raise ValueError(f"{name}: its buffers lie in different memories ({sorted(set(places))}); "
+                         "a view's buffers must all be on one GPU, or all in host memory")
+    mem, device = places[0]
+    origin = Origin(_class_name(type(view)), _options(view), mem, device)
+    return _side(name, origin, parts, g, view.mla, bases, buffer_of, buffers)
 
-    def buffer_ranges(self) -> tuple[np.ndarray, np.ndarray]:
-        """``(starts, ends)`` of ``buffers``, int64 arrays indexed like ``buffer_of``'s values."""
-        ranges = np.array(self.buffers, dtype=np.int64).reshape(-1, 2)
-        return ranges[:, 0], ranges[:, 0] + ranges[:, 1]
 
-    # --- addresses ---------------------------------------------------------------------------------
+def header(side: Side) -> dict[str, Any]:
+    """What an export carries of a side made by ``of_view`` (JSON-able)."""
+    g, origin = side.geometry, side.origin
+    assert side.bases is not None and side.buffer_of is not None
+    return {"class": origin.view_class, "options": origin.options, "parts": side.parts.name, "mla": side.mla,
+            "geometry": {a: getattr(g, a) for a in views.Geometry.__slots__},
+            "bases": side.bases.tolist(), "buffer_of": side.buffer_of.tolist(),
+            "buffers": [list(b) for b in side.buffers], "mem": origin.mem, "device": origin.device}
 
-    def layer_parts(self, layers: np.ndarray, heads: int) -> np.ndarray:
-        """The layer part of every (kind, layer) of ``layers``, shaped ``(kinds, len(layers))``."""
-        g = self.geometry
-        layer_base = self.parts.py[0]
-        if self.parts.table:
-            return self.bases[:, layers]
-        return np.array([[layer_base(int(self.bases[k, layer]), int(layer), g.layout_dim, g.item_bytes, heads,
-                                     g.page_size) for layer in layers] for k in range(self.kinds)], dtype=np.int64)
 
-    def items(self, tokens: np.ndarray, layers: np.ndarray, heads: int) -> tuple[np.ndarray, np.ndarray]:
-        """Addresses and buffer indices of every chunk ``(kind, layer, token, head)`` of ``tokens``
-        (int64 ``[N]``) over ``layers``, a chunk being an item split into ``heads`` equal parts; both
-        shaped ``(kinds, len(layers), N, heads)``."""
-        g = self.geometry
-        _, token_offset, head_stride = self.parts.py
-        offsets = _elementwise(token_offset, tokens, g.layout_dim, g.item_bytes, heads, g.page_size)
-        stride = int(head_stride(g.layout_dim, g.item_bytes, heads, g.page_size))
-        head_part = np.arange(heads, dtype=np.int64) * stride
-        address = (self.layer_parts(layers, heads)[:, :, None, None] + offsets[None, None, :, None]
-                   + head_part[None, None, None, :])
-        buffer = np.broadcast_to(self.buffer_of[:, layers][:, :, None, None], address.shape)
-        return address, buffer
+def from_header(side: dict[str, Any], name: str = "remote") -> Side:
+    """The side an export describes: ``side`` is its header's ``side``, checked by
+    ``kvnumba.remote.header.read`` (``ExportError`` here only for a user layout unknown in this process)."""
+    origin = Origin(side["class"], side["options"], side["mem"], side["device"])
+    return _side(name, origin, find_parts(side["parts"]), side["geometry"], side["mla"], side["bases"],
+                 side["buffer_of"], [(int(a), int(n)) for a, n in side["buffers"]])
 
 
 def check_writable(view: views.CacheView, name: str) -> None:
@@ -164,18 +118,6 @@ def writable(view: views.CacheView) -> bool:
     except ValueError:
         return False
     return True
-
-
-def _elementwise(function: Any, tokens: np.ndarray, *args: int) -> np.ndarray:
-    """``function(token, *args)`` for every token: at once where its arithmetic takes arrays (every
-    built-in layout's does), else token by token."""
-    try:
-        out = np.asarray(function(tokens, *args), dtype=np.int64)
-        if out.shape == tokens.shape:
-            return out
-    except Exception:  # noqa: BLE001 - a user's function written for one integer: go token by token
-        pass
-    return np.array([function(int(t), *args) for t in tokens], dtype=np.int64)
 
 
 def _place(info: Any) -> tuple[str, int]:

@@ -61,7 +61,7 @@ def item_shape(remote: Side) -> tuple[int, ...]:
 def can_stage(remote: Side) -> bool:
     """Whether a staging view can be made for the remote side's layout: a built-in one, or a user layout
     (not per layer) whose class defines ``buffer_shape``."""
-    cls = find_class(remote.view_class)
+    cls = find_class(remote.origin.view_class)
     if cls is None:
         return False
     if cls in _BUILDERS:
@@ -72,9 +72,9 @@ def can_stage(remote: Side) -> bool:
 
 def make(remote: Side, pages: int, layers: np.ndarray, allocate: Allocate) -> views.CacheView:
     """A staging view for ``remote`` with ``pages`` pages covering ``layers``."""
-    cls = find_class(remote.view_class)
+    cls = find_class(remote.origin.view_class)
     if cls is None:  # pragma: no cover - can_stage said yes
-        raise TypeError(f"no staging view for {remote.view_class}")
+        raise TypeError(f"no staging view for {remote.origin.view_class}")
     builder = _BUILDERS.get(cls, _user_layout)
     return builder(cls, remote, pages, layers, allocate)
 
@@ -107,7 +107,7 @@ def _vllm(cls: type[views.CacheView], remote: Side, pages: int, layers: np.ndarr
     if cls is views.VllmFlashAttn:
         shape = (2, pages, g.page_size, heads, per_head)
         return views.VllmFlashAttn(_per_layer(lambda: allocate(shape), layers, g.layers))
-    layout = remote.options.get("layout", "NHD")
+    layout = remote.origin.options.get("layout", "NHD")
     shape = ((pages, 2, g.page_size, heads, per_head) if layout == "NHD"
              else (pages, 2, heads, g.page_size, per_head))
     return views.VllmFlashInfer(_per_layer(lambda: allocate(shape), layers, g.layers), layout=layout)
@@ -143,7 +143,7 @@ class Pool:
     def take(self, remote: Side, pages: int, layers: np.ndarray, mem: str, device: int,
              register: Callable[[views.CacheView], Any]) -> tuple[tuple[Any, ...], int, views.CacheView, Any]:
         """A staging view with at least ``pages`` pages, and its registration (``register(view)``)."""
-        key = (remote.view_class, tuple(sorted(remote.options.items())), remote.parts_name, remote.mla,
+        key = (remote.origin.view_class, tuple(sorted(remote.origin.options.items())), remote.parts.name, remote.mla,
                remote.geometry.layers, remote.geometry.page_size, remote.geometry.heads, remote.geometry.item_bytes,
                int(layers[0]), int(layers[-1]), mem, device)
         entries = self.free.get(key, [])

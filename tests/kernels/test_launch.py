@@ -1,4 +1,4 @@
-"""One launch: the fast path's inlined launch (kvnumba.plan.fast_path) launches as the driver layer's single
+"""One launch: the fast path's inlined launch (kvnumba.plan.per_call) launches as the driver layer's single
 definition says (kvnumba.driver.launch.launch_shape, BoundKernel.launch_values) and writes the parameter
 block as kvnumba.kernels.params names it: same grid, threads, shared bytes, function and parameters.
 
@@ -12,7 +12,7 @@ import kvnumba as kv
 from kvnumba import config
 from kvnumba.driver.launch import MAX_WARPS, WARP_SIZE, launch_shape
 from kvnumba.kernels.params import PER_LAYER_ARGS, KernelArgs, StagedArgs
-from kvnumba.plan.fast_path import make_fast_call
+from kvnumba.plan.per_call import make_fast_call
 from tests.helpers.safety_cases import OPS, build
 
 pytestmark = pytest.mark.needs_target

@@ -6,7 +6,7 @@ import pytest
 import kvnumba as kv
 from kvnumba.remote import export, plan
 from kvnumba.remote.counts import plan_copy
-from kvnumba.remote.sides import Side
+from kvnumba.remote import sides
 from tests.helpers.remote_support import SHAPE, views
 from tests.helpers.view_cases import LAYOUTS, KV_ONLY
 
@@ -49,11 +49,11 @@ def test_side_addresses_are_the_views_numpy_picture():
     for name in LAYOUTS:
         mla = False
         _, view = views(name, 0, False, mla)
-        side = Side.of_view(view, "view")
+        side = sides.of_view(view, "view")
         heads = side.geometry.heads if side.head_split else 1
         tokens = np.arange(side.geometry.tokens)
         layers = np.arange(side.geometry.layers)
-        address, _ = side.items(tokens, layers, heads)
+        address = side.addresses(tokens, layers, side.geometry.item_bytes, heads)
         for k, which in enumerate(("k", "v")):
             for layer in layers:
                 items = view.layer_items(which, int(layer))  # [T/P, P, H, D], a view of the buffer
@@ -99,7 +99,7 @@ def test_choose():
 
 
 def test_staging_tokens_keep_positions_within_pages():
-    side = Side.of_view(vllm(), "v")
+    side = sides.of_view(vllm(), "v")
     tokens = np.array([41, 3, 40, 17, 2], np.int64)
     mapped, pages = plan.staging_tokens(side, tokens)
     assert pages == 3 and mapped.tolist() == [2 * P + 1, 3, 2 * P, P + 1, 2]

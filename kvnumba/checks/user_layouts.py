@@ -1,0 +1,177 @@
+"""A layout of the user's, checked before any kernel runs it: its three address functions evaluated at
+every layer and every token (vectorised over NumPy arrays), with the first and last heads of a copy that
+goes by ``heads``: every byte the kernel can touch must lie in its buffer, K and V each against its own
+bytes, on 8-byte boundaries.
+
+``check_user_layout(view, heads)`` is what ``kv.CacheView`` runs when a view is made and ``kv.copy``'s plan
+(``kvnumba.plan.copy_plan``) for the heads a copy goes by; kvnumba's own views (their arithmetic follows
+their shapes) and raw tables (their layers' bytes bound them) pass at once. A view is checked once per
+``heads`` (remembered weakly).
+"""
+from __future__ import annotations
+
+import functools
+import math
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from ..arrays import array_info, shape_of
+
+_checked: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()  # view -> heads checked
+
+
+def check_user_layout(view: Any, heads: int | None = None) -> None:
+    """Refuse a view of the user's (its own arithmetic, or its own ``shape``) if the kernel could touch a
+    byte outside a buffer in a copy by ``heads`` heads (None: the heads a copy of this view can go by: whole
+    items unless it splits its heads, and its own heads)."""
+    if view.built_in or view.raw_tables:
+        return
+    if view.per_layer and not view.parts.table:
+        raise TypeError(f"{type(view).__name__}: a layout with its own address arithmetic takes one buffer "
+                        "for K (and one for V), not per-layer lists")
+    checked = _checked.setdefault(view, set())
+    g = view.geometry
+    wanted = {heads} if heads is not None else (
+        ({1} if not view.head_split or g.heads == 1 else set()) | ({g.heads} if g.heads > 1 else set()))
+    for h in sorted(wanted - checked):
+        check_arithmetic(view, h)
+        checked.add(h)
+
+
+SCALAR_TOKENS = 1 << 16  # an arithmetic NumPy cannot evaluate is evaluated token by token up to this many
+CHUNK = 1 << 20  # tokens per vectorised evaluation
+
+
+def _integer(value: Any, what: str, view: str) -> int:
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{view}: its {what} gave {value!r} ({type(value).__name__}); the address arithmetic must "
+                        "give integers (use // for division)")
+    return int(value)
+
+
+def _scalar(function: Callable[[Any], Any], x: int, what: str, view: str) -> int:
+    """``function(x)`` as an int; ``TypeError`` naming ``what`` if it raises or gives something else."""
+    try:
+        value = function(x)
+    except Exception as error:  # noqa: BLE001 - a user's function: say which one failed, and why
+        raise TypeError(f"{view}: its {what} raised {type(error).__name__} ({error}) when kvnumba evaluated it on "
+                        "the host to check the addresses it gives") from None
+    return _integer(value, what, view)
+
+
+def _over(view: str, what: str, function: Callable[[Any], Any], count: int) -> tuple[int, int, int, int, set[int]]:
+    """``function(x)`` for every ``x`` in ``range(count)`` (``count >= 1``): ``(lowest, its x, highest,
+    its x, residues mod 8)``. Vectorised over NumPy int64 arrays where ``function`` allows it (checked
+    against plain integers at the ends and a few points between); else one value at a time, up to
+    SCALAR_TOKENS values."""
+    probes = sorted({0, count - 1, count // 2, count // 3, (2 * count) // 3, max(count - 2, 0)})
+    exact = {x: _scalar(function, x, what, view) for x in probes}
+    lo = hi = exact[0]
+    lo_at = hi_at = 0
+    residues: set[int] = set()
+    try:
+        with np.errstate(all="raise"):
+            for start in range(0, count, CHUNK):
+                xs = np.arange(start, min(start + CHUNK, count), dtype=np.int64)
+                values = np.asarray(function(xs))
+                if values.ndim == 0:  # it does not depend on x
+                    values = np.full(len(xs), values)
+                if values.shape != xs.shape or values.dtype.kind not in "iu":
+                    raise TypeError(f"it gave {values.dtype} {values.shape}, not int64 ({len(xs)},)")
+                for x in probes:
+                    if start <= x < start + len(xs) and int(values[x - start]) != exact[x]:
+                        raise TypeError(f"{int(values[x - start])} over NumPy, {exact[x]} on integers at {x}")
+                low, high = int(np.argmin(values)), int(np.argmax(values))
+                if int(values[low]) < lo:
+                    lo, lo_at = int(values[low]), start + low
+                if int(values[high]) > hi:
+                    hi, hi_at = int(values[high]), start + high
+                residues.update(int(r) for r in np.unique(values % 8))
+        return lo, lo_at, hi, hi_at, residues
+    except Exception as error:  # noqa: BLE001 - not vectorisable: evaluate value by value, or refuse
+        if count > SCALAR_TOKENS:
+            raise TypeError(f"{view}: its {what} cannot be evaluated over NumPy arrays ({error}), and {count} values "
+                            f"are too many to check one by one (at most {SCALAR_TOKENS}): write it as integer "
+                            "arithmetic (+, -, *, //, %) so that kvnumba can check every address") from None
+    lo, lo_at, hi, hi_at, residues = exact[0], 0, exact[0], 0, set()
+    for x in range(count):
+        value = _scalar(function, x, what, view)
+        if value < lo:
+            lo, lo_at = value, x
+        if value > hi:
+            hi, hi_at = value, x
+        residues.add(value % 8)
+    return lo, lo_at, hi, hi_at, residues
+
+
+def _layer_offset(layer_base: Callable[..., Any], base: int, dim: int, item: int, heads: int, page: int,
+                  layer: Any) -> Any:
+    return layer_base(base, layer, dim, item, heads, page) - base
+
+
+def _bases(buffer: Any) -> list[int]:
+    """Where to evaluate ``layer_base``: the buffer's own address, which the kernel will be given (it is
+    re-checked on every call); for an array without one (a shape only), two others, which must agree."""
+    try:
+        return [array_info(buffer, "buffer").ptr]
+    except (TypeError, ValueError):
+        return [0, 1 << 40]
+
+
+def check_arithmetic(view: Any, heads: int) -> None:
+    """Refuse ``view`` (``ValueError``) if its address arithmetic, in a copy that goes by ``heads`` heads,
+    puts any byte of any item of any layer, token and head outside its buffer (K and V each against
+    its own bytes) or any 8-byte word off an 8-byte boundary; ``TypeError`` for an arithmetic that
+    does not give integers or cannot be evaluated. Exact: the kernel's address is a layer part plus a
+    token part plus ``head * head_stride``, so its extremes are the sums of the parts' extremes, and
+    the parts are evaluated at every layer and every token."""
+    assert view.parts is not None  # CacheView.__init__ checked it
+    g = view.geometry
+    if g.tokens <= 0 or g.layers <= 0:
+        return  # no item to copy: every token index is refused
+    name = type(view).__name__
+    layer_base, token_offset, head_stride = view.parts.py
+    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
+    chunk = item // heads
+    stride = _scalar(lambda _: head_stride(dim, item, heads, page), 0, "head_stride", name)
+    head_lo, head_hi = min(0, (heads - 1) * stride), max(0, (heads - 1) * stride)
+    head_at = {head_lo: 0 if head_lo == 0 else heads - 1, head_hi: heads - 1 if head_hi > 0 else 0}
+    t_lo, t_lo_at, t_hi, t_hi_at, t_res = _over(name, "token_offset", lambda t: token_offset(t, dim, item, heads, page),
+                                                g.tokens)
+    kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None else [("v", view.v)])
+    for which, buffer in kinds:  # V too where it shares K's arrays (vLLM): its addresses differ
+        if view.per_layer:  # a table of layer addresses: layer l starts at its own array's address (+ an offset)
+            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else None
+            layers = []
+            for i, layer in enumerate(buffer):
+                label = f"{which}[{i}]"
+                shape, itemsize, _ = shape_of(layer, label)
+                offset = addresses[i] - array_info(layer, label).ptr if addresses else 0
+                layers.append((label, offset, offset, i, i, math.prod(shape) * itemsize, {offset % 8}))
+        else:
+            shape, itemsize, _ = shape_of(buffer, which)
+            found = [_over(name, "layer_base", functools.partial(_layer_offset, layer_base, base, dim, item, heads, page),
+                           g.layers) for base in _bases(buffer)]
+            if any(f[::2] != found[0][::2] for f in found[1:]):
+                raise ValueError(f"{name}: its layer_base does more than add an offset to the buffer's address (its "
+                                 f"layers span [{found[0][0]}, {found[0][2]}] at base 0, [{found[1][0]}, "
+                                 f"{found[1][2]}] at base {1 << 40}): kvnumba cannot bound it")
+            l_lo, l_lo_at, l_hi, l_hi_at, l_res = found[0]
+            layers = [(which, l_lo, l_hi, l_lo_at, l_hi_at, math.prod(shape) * itemsize, l_res)]
+        for label, l_lo, l_hi, l_lo_at, l_hi_at, nbytes, l_res in layers:
+            low, high = l_lo + t_lo + head_lo, l_hi + t_hi + head_hi + chunk
+            if high > nbytes or low < 0:
+                over = high > nbytes
+                layer, token, head = (l_hi_at, t_hi_at, head_at[head_hi]) if over else (l_lo_at, t_lo_at,
+                                                                                         head_at[head_lo])
+                start = high - chunk if over else low
+                how = f"{heads} heads of {chunk} bytes" if heads > 1 else f"whole items of {chunk} bytes"
+                raise ValueError(f"{name}: its address arithmetic puts token {token}, layer {layer}, head {head} "
+                                 f"at bytes [{start}, {start + chunk}) outside {label} ({nbytes} bytes), copying {how}")
+            if {(a + b) % 8 for a in l_res for b in t_res} != {0} or (heads > 1 and stride % 8):
+                raise ValueError(f"{name}: its address arithmetic puts items of {label} off 8-byte boundaries "
+                                 f"(layer offsets mod 8: {sorted(l_res)}, token offsets mod 8: {sorted(t_res)}, "
+                                 f"head stride {stride}): the kernels move 8-byte words")

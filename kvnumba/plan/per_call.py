@@ -1,0 +1,347 @@
+"""What every call of a kernel plan does, written twice: ``run``, the general path, and the fast call
+(``make_fast_call``), its inlined twin for the hot case.
+
+The contract they share: for the same plan and arguments they accept and refuse the same calls, with the
+same errors, write the same bytes and return the same stream handle. The twin only recognises the common
+case (torch index tensors on the plan's GPU, int launch sizes, a known layer, nothing unusual) and does
+what ``run`` does for it in as few Python operations as it can; anything else it hands to ``run``, which
+checks everything and gives the errors. ``tests/test_twins.py`` holds the pair to the same answers.
+
+``run``: check the indices (their type, length, that they do not overlap a destination, and host
+indices against the token limits), the layer and the launch shape, then launch (``check``: wait and
+raise if the kernel skipped items), or for ``kv.copy`` by copy engine (``route``, ``plan.routes``).
+
+The fast call: SGLang calls a per-layer load once per layer of every forward pass, with torch tensors;
+each call's host time is on the scheduler's critical path. It does a handful of attribute reads per index
+tensor, one ``struct.pack_into``, one ``cuLaunchKernel``: ``KernelPlan.kernel_for``, and the driver layer's
+``launch_shape`` and ``BoundKernel.launch`` inlined with the kernels' ``launch_values`` (a Python call costs
+~0.1 us on the H200's host; ``tests/kernels/test_launch.py`` checks the two launch alike).
+
+SGLang loads every layer of a batch with the same two index tensors. The last pair that passed every
+check is remembered (weakly, process-wide, across plans): the same objects, with the same data
+pointers and lengths, skip the dtype, stride and device reads (~0.4 us). Those cannot change without
+the pointer or the length changing, short of ``tensor.data = ...`` tricks, and the kernel bounds
+every index in any case.
+"""
+import sys
+import weakref
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..arrays import HOST, array_info
+from ..checks import bounds, guard, validate
+from ..checks.overlap import check_disjoint, merged, overlaps_any
+from ..driver import batch_copy, capture
+from ..driver.bindings import cu
+from ..driver.devices import on_device
+from ..driver.lanes import LaneStream
+from ..driver.launch import MAX_QUOTA, MAX_WARPS, STREAM_OBJECTS, WARP_SIZE, launch_shape, stream_object
+from ..driver.streams import stream_handle
+from ..driver.target import SIMULATOR
+from ..errors import DeviceMismatchError, IndexOutOfRangeError
+from ..kernels.params import NO_LIMIT, pack_call
+from . import routes
+
+
+# --- the general path ------------------------------------------------------------------------------
+def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_per_block=32, stream=None,
+        check=False, route="kernel"):
+    """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
+    raise if the kernel skipped items), or for ``kv.copy`` by copy engine (``route``: see
+    ``plan.routes``). Nothing is written when a check fails."""
+    if route != "kernel":
+        route = routes.check_route(route)
+    warps = num_warps_per_block
+    if plan.flag[0]:
+        guard.raise_pending()
+    if not plan.spec.per_layer:
+        window = plan.windows[0]
+    else:  # a bool or NumPy integer must not hit an int's entry: window_for validates it
+        window = plan.windows.get(layer_id) if type(layer_id) is int else None
+    if window is None:
+        window = plan.window_for(layer_id)
+    if type(block_quota) is not int or type(warps) is not int or not (
+            0 < block_quota <= MAX_QUOTA and 0 < warps <= MAX_WARPS):
+        block_quota, warps = validate.launch_config(block_quota, warps)
+    check = check or guard.ALWAYS_CHECK
+    src = _index(src_indices, "src_indices", plan.device)
+    dst = _index(dst_indices, "dst_indices", plan.device)
+    count = src.length
+    if count != dst.length:
+        validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
+    _clear_of_destinations(plan, src, dst)
+    host_side = src.on_host or dst.on_host
+    if host_side and count and plan.host_index_checks:
+        _check_host_indices(plan, src, dst, window)
+    uses_torch = plan.uses_torch or src.torch or dst.torch
+    handle = stream_handle(stream, plan.device if uses_torch else None)
+    if count == 0:
+        return handle
+    if host_side and not SIMULATOR:
+        capture.refuse(handle, "a call with indices in host memory",
+                       "pass GPU index arrays (a replay reads their contents then)")
+    if check:
+        capture.refuse(handle, "check=True (it waits for the stream)",
+                       "call kv.check_errors() after the replay instead")
+    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check):
+        return handle
+    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
+    # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
+    kernel = plan.kernel_for(count, warps)
+    if plan.spec.name == "copy":
+        routes.log.record("kernel")
+    if host_side and not SIMULATOR:
+        return _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check)
+    blocks = kernel.blocks
+    pack_call(blocks.view, 0, src.address, dst.address, count, items_per_warp, *window.params)
+    kernel.launch(grid, threads, handle, blocks.address)
+    if check:
+        _wait_and_check(plan, handle, src_indices, dst_indices, window)
+    return handle
+
+
+def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check):
+    """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way (``route="auto"``
+    decides by where the indices are, the stream and the runs they make), False for the kernel."""
+    engine = plan.engine
+    if engine is None:
+        if route == "copy_engine":
+            raise ValueError(f"route='copy_engine' cannot copy these views: {plan.no_engine}; use route='kernel'")
+        return False
+    if route == "auto" and (not (src.on_host and dst.on_host) or not routes.engine_available(handle)):
+        return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
+    capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
+    with on_device(plan.device):
+        s_idx = src.values() if src.on_host else bounds.host_indices(array_info(src_indices, "src_indices"))
+        d_idx = dst.values() if dst.on_host else bounds.host_indices(array_info(dst_indices, "dst_indices"))
+        s_idx, d_idx = (np.ascontiguousarray(i, dtype=np.int64) for i in (s_idx, d_idx))
+        for index, values, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
+                                                 (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
+            if not (index.on_host and plan.host_index_checks):  # not checked by run already: no kernel guard here
+                bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
+        found = engine.runs(s_idx, d_idx)
+        if route == "auto" and engine.mean_copy(found) < routes.COPY_ENGINE_MIN_BYTES:
+            return False
+        copies = engine.copies(found, window.first_layer, plan.window)
+        batch_copy.copy_many(copies.dsts, copies.srcs, copies.sizes, handle, src_device=engine.src_device,
+                             dst_device=engine.dst_device)
+        routes.log.record("copy_engine")
+        if check:
+            guard.synchronize(handle)
+    return True
+
+
+def _clear_of_destinations(plan, src, dst):
+    """Index arrays must not overlap a destination (the kernel would overwrite them mid-transfer)."""
+    for index, name in ((src, "src_indices"), (dst, "dst_indices")):
+        start, end = index.address, index.address + 8 * index.length
+        if start < plan.dst_high and end > plan.dst_low:
+            check_disjoint(plan.destinations, [(name, start, end)])
+
+
+def _check_host_indices(plan, src, dst, window):
+    for index, name, limit, side in ((src, "src_indices", window.src_limit, "src"),
+                                     (dst, "dst_indices", window.dst_limit, "dst")):
+        if index.on_host:
+            bounds.check_indices(name, index.values(), limit, lambda side=side: window.what(plan, side))
+
+
+def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check):
+    """Indices in host memory: copied to the device on the call's stream, then waited for (the
+    copies are freed when the call returns)."""
+    from numba import cuda
+
+    with on_device(plan.device):
+        stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+        staged = [cuda.to_device(np.ascontiguousarray(index.values()), stream=stream) if index.on_host else None
+                  for index in (src, dst)]
+        pointers = [index.address if copy is None else copy.device_ctypes_pointer.value
+                    for index, copy in zip((src, dst), staged)]
+        blocks = kernel.blocks
+        pack_call(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
+        kernel.launch(grid, threads, handle, blocks.address)
+        stream.synchronize()
+    if check and guard.flag_set():
+        guard.clear()
+        raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by "
+                                   "another call in flight?); the other items were copied")
+    return handle
+
+
+def _wait_and_check(plan, handle, src_indices, dst_indices, window):
+    with on_device(plan.device):
+        guard.synchronize(handle)
+    if guard.flag_set():
+        guard.clear()
+        raise _skipped_error(plan, src_indices, dst_indices, window)
+
+
+def _skipped_error(plan, src_indices, dst_indices, window):
+    """The error for ``check=True`` after the kernel skipped items: the first offending index."""
+    for name, obj, limit, side in (("src_indices", src_indices, window.src_limit, "src"),
+                                   ("dst_indices", dst_indices, window.dst_limit, "dst")):
+        values = bounds.host_indices(array_info(obj, name))
+        where = bounds.first_outside(values, 0, limit)
+        if where is not None:
+            bound = "any token >= 0" if limit >= NO_LIMIT else f"[0, {limit})"
+            return IndexOutOfRangeError(
+                f"{name}[{where}] = {int(values[where])} is out of range for {window.what(plan, side)}: "
+                f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
+    return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
+                                "call in flight?); the other items were copied")
+
+
+
+# --- index arrays, per call ----------------------------------------------------------------------
+
+class Index(NamedTuple):
+    """One index array of a call, as ``run`` reads it."""
+
+    address: int
+    length: int
+    values: Any  # a function giving the values as a host NumPy array (None: on the device, never read)
+    on_host: bool  # read on the host (host memory, or the simulator)
+    torch: bool
+
+
+_torch_types: set[type] = set()
+_torch_int64: list = []
+
+
+def _index(obj, name, device):
+    kind = type(obj)
+    if kind in _torch_types:
+        ptr = obj.data_ptr()
+        shape = obj.shape
+        on = obj.get_device()
+        if obj.dtype is _torch_int64[0] and len(shape) == 1 and not ptr & 7 and obj.is_contiguous():
+            if on == device and not SIMULATOR:
+                return Index(ptr, shape[0], None, False, True)
+            if on < 0 or SIMULATOR:
+                return Index(ptr, shape[0], obj.numpy if on < 0 else obj.cpu().numpy, True, True)
+    elif kind.__module__.startswith("torch") and hasattr(obj, "data_ptr"):
+        _torch_types.add(kind)
+        _torch_int64[:] = [sys.modules["torch"].int64]
+        return _index(obj, name, device)
+    return _slow_index(obj, name, device)
+
+
+def _slow_index(obj, name, device):
+    """Any array type, and every error message."""
+    info = validate.index_info(name, obj)
+    if SIMULATOR or info.device == HOST:
+        values = info.obj.numpy if info.is_torch and info.device == HOST else (lambda: bounds.host_indices(info))
+        return Index(info.ptr, info.shape[0], values, True, info.is_torch)
+    if info.device != device:
+        raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
+    return Index(info.ptr, info.shape[0], None, False, info.is_torch)
+
+
+# --- the twin: the hot case, inlined ---------------------------------------------------------------
+
+
+def _dead():
+    return None
+
+
+# The last index pair that passed every check: (weakref, weakref, src ptr, dst ptr, count, device).
+_LAST_INDICES = [(_dead, _dead, 0, 0, 0, -2)]
+
+
+def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
+    """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
+    check=False, route="auto")`` for ``plan`` (``route``: ``kv.copy``'s, ``plan.routes``; torch indices on the GPU
+    always take the kernel) (``layer_id`` is ignored by all-layer plans). ``snapshot``: a prepared
+    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call.
+
+    ``torch`` (default: the imported torch module) and ``launch`` (default: ``cuLaunchKernel``) are for
+    tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/kernels/test_launch.py)."""
+    run = plan.run
+    if torch is None:
+        torch = sys.modules.get("torch")
+    if (SIMULATOR and launch is None) or guard.ALWAYS_CHECK or torch is None:
+        verify = snapshot.verify if snapshot is not None else None
+
+        def checked(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
+                    check=False, route="auto"):
+            if verify is not None:
+                verify()
+            return run(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check, route)
+
+        checked.__name__ = checked.__qualname__ = plan.spec.name
+        return checked
+    tensor, int64, one = torch.Tensor, torch.int64, (1,)
+    current_stream = torch._C._cuda_getCurrentRawStream
+    flag, packed, per_layer = plan.flag, plan.packed, plan.spec.per_layer
+    device, low, high = plan.device, plan.dst_low, plan.dst_high
+    starts, ends = merged(plan.destinations)
+    # The plan's kernel, and the register kernel for calls below plan.staged_from items (the same kernel
+    # unless the plan is staged: kvnumba.plan.staged_plan); one-warp blocks take the narrow build.
+    staged_launch, register_launch = plan.kernel.launch_values, plan.register_kernel.launch_values
+    staged_from = plan.staged_from
+    streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, launch or cu.cuLaunchKernel
+    routed, record = plan.spec.name == "copy", routes.log.record  # kv.copy says which route it took
+    last = _LAST_INDICES
+    data_ptr = tensor.data_ptr
+    # A prepared transfer's torch buffers: their data pointers, read here; anything else: changed().
+    watched = expected = None
+    others = False
+    if snapshot is not None:
+        watched, expected, others = snapshot.tensors, snapshot.pointers, snapshot.watches_others
+
+    def call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None, check=False,
+             route="auto"):
+        warps = num_warps_per_block
+        if watched is not None and (list(map(data_ptr, watched)) != expected or (others and snapshot.changed())):
+            snapshot.verify()  # raises, naming the buffer that moved
+        if (flag[0] or check or type(src_indices) is not tensor or type(dst_indices) is not tensor
+                or type(block_quota) is not int or type(warps) is not int or (route != "auto" and route != "kernel")):
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+        window = packed.get(layer_id if per_layer else 0) if type(layer_id) is int or not per_layer else None
+        src, dst = src_indices.data_ptr(), dst_indices.data_ptr()
+        count = src_indices.numel()
+        seen = last[0]
+        if not (seen[0]() is src_indices and seen[1]() is dst_indices and seen[2] == src and seen[3] == dst
+                and seen[4] == count and seen[5] == device and dst_indices.numel() == count):
+            if (src_indices.dtype is not int64 or dst_indices.dtype is not int64
+                    or src_indices.stride() != one or dst_indices.stride() != one
+                    or src_indices.get_device() != device or dst_indices.get_device() != device
+                    or (src | dst) & 7 or count != dst_indices.numel() or not count):
+                return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+            last[0] = (weakref.ref(src_indices), weakref.ref(dst_indices), src, dst, count, device)
+        if (window is None or not (0 < block_quota <= MAX_QUOTA and 0 < warps <= MAX_WARPS)
+                or (src < high and src + 8 * count > low and overlaps_any(starts, ends, src, src + 8 * count))
+                or (dst < high and dst + 8 * count > low and overlaps_any(starts, ends, dst, dst + 8 * count))):
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+        items_per_warp = -(-count // (block_quota * warps))  # driver.launch.launch_shape, inlined
+        grid = -(-count // (items_per_warp * warps))
+        if stream is None:
+            handle = current_stream(device)
+        elif type(stream) is int:
+            handle = stream
+        elif type(stream) is LaneStream:  # an SM lane's (kvnumba.driver.lanes)
+            handle = stream.handle
+        else:
+            return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+        if warps > 1:  # plan.kernel_for, inlined
+            blocks, function, retry, shared = staged_launch if count >= staged_from else register_launch
+        else:
+            narrow = plan.narrow_kernel
+            if narrow is None:  # bound on its first call, by run
+                return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+            blocks, function, retry, shared = narrow.launch_values
+        view, address = blocks.pair
+        pack_call(view, 0, src, dst, count, items_per_warp, *window)
+        cu_stream = streams.get(handle)
+        if cu_stream is None:
+            cu_stream = new_stream(handle)
+        (err,) = cu_launch(function, grid, 1, 1, warps * WARP_SIZE, 1, 1, shared, cu_stream, address, 0)
+        if err:  # another context is current (pushed and retried), or a real error (raised)
+            retry(err, grid, warps * WARP_SIZE, cu_stream, address)
+        if routed:
+            record("kernel")
+        return handle
+
+    call.__name__ = call.__qualname__ = plan.spec.name  # Python's own argument errors name the entry point
+    return call
