@@ -24,6 +24,7 @@ On the simulator the dispatcher is the launcher: ``BoundKernel`` is then its twi
 """
 import threading
 
+from ..memo import BoundedMemo
 from .bindings import check, cu, failure
 from .devices import context, on_device
 from .param_blocks import ParamBlocks
@@ -97,16 +98,14 @@ def launchable(dispatcher, signature, shared_bytes=0):
 _DEFAULT_SHARED_LIMIT = 48 * 1024
 
 # raw handle -> CUstream: wrapping an int costs the binding more than a dict lookup
-STREAM_OBJECTS: dict[int, object] = {}
+STREAM_OBJECTS = BoundedMemo(4096)
 
 
 def stream_object(handle):
     """The ``CUstream`` for raw handle ``handle`` (kept: handles are few and long-lived)."""
     stream = STREAM_OBJECTS.get(handle)
     if stream is None:
-        if len(STREAM_OBJECTS) > 4096:
-            STREAM_OBJECTS.clear()
-        stream = STREAM_OBJECTS[handle] = cu.CUstream(handle)
+        stream = STREAM_OBJECTS.remember(handle, cu.CUstream(handle))
     return stream
 
 

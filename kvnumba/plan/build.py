@@ -11,7 +11,7 @@ from ..arrays import array_info
 from ..checks import validate
 from ..kernels.layouts import Layout
 from .kernel_plan import KernelPlan
-from .memo import BoundedMemo
+from ..memo import BoundedMemo
 from .seed_args import shape_key, sizes_key, sizes_seen
 from .spec import buffer_names
 

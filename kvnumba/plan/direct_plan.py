@@ -23,6 +23,7 @@ from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
+from ..memo import BoundedMemo
 from . import routes
 from .spec import PAGE_FIRST_DIRECT
 
@@ -123,7 +124,7 @@ class DirectPlan:
         self.lf_layer_base = self.lf_base.T[None, :, :]
         self.pf_layer_base = self.pf_base[None, None, :] + (layers * layer_bytes)[None, :, None]
         self.page_bytes = layers_total * layer_bytes
-        self.scratch = {}  # pages per call -> _Scratch
+        self.scratch = BoundedMemo(64)  # pages per call -> _Scratch
         self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
         self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
         return (lf, pf) if self.lf_to_pf else (pf, lf)
@@ -162,10 +163,8 @@ class DirectPlan:
         """The arrays a call of ``pages`` pages computes its copies into (one set per page count)."""
         scratch = self.scratch.get(pages)
         if scratch is None:
-            if len(self.scratch) > 64:
-                self.scratch.clear()
-            scratch = self.scratch[pages] = _Scratch(pages, self.page_size, self.lf_layer_base.shape,
-                                                     self.page_size * self.row)
+            scratch = self.scratch.remember(pages, _Scratch(pages, self.page_size, self.lf_layer_base.shape,
+                                                            self.page_size * self.row))
         return scratch
 
     # --- the per-call path -------------------------------------------------------------------------

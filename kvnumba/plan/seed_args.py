@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 from ..arrays import HOST
 from ..checks import validate
 from ..kernels.layouts import PARTS, Layout
-from .memo import BoundedMemo
+from ..memo import BoundedMemo
 from .sides import Placement, Side, resolve_array, resolve_table, smaller
 from .spec import buffer_names
 

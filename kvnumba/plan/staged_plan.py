@@ -26,7 +26,7 @@ from ..kernels import staged
 from ..kernels.layouts import PAGE_HEAD
 from ..kernels.params import StagedArgs
 from . import tensor_maps
-from .memo import BoundedMemo
+from ..memo import BoundedMemo
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
 # 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.

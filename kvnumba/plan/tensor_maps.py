@@ -30,7 +30,7 @@ import numpy as np
 from .. import config
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
 from ..driver.target import SIMULATOR
-from .memo import BoundedMemo
+from ..memo import BoundedMemo
 
 MAX_BOX = 256  # elements per box dimension
 L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (config's l2_promotion: others)

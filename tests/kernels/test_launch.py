@@ -14,41 +14,10 @@ from kvnumba.driver.launch import MAX_WARPS, WARP_SIZE, launch_shape
 from kvnumba.kernels.params import PER_LAYER_ARGS, KernelArgs, StagedArgs
 from kvnumba.plan.per_call import make_fast_call
 from tests.helpers.safety_cases import OPS, build
+from tests.helpers.torch_standin import Tensor as _Tensor
+from tests.helpers.torch_standin import Torch as _Torch
 
 pytestmark = pytest.mark.needs_target
-
-_INT64 = object()  # the stand-in torch's int64
-
-
-class _Tensor:
-    """Just what the fast path reads of a torch index tensor: over a NumPy int64 array."""
-
-    def __init__(self, values, device):
-        self.values = np.ascontiguousarray(values, dtype=np.int64)
-        self.dtype, self.device = _INT64, device
-
-    def data_ptr(self):
-        return self.values.ctypes.data
-
-    def numel(self):
-        return self.values.size
-
-    def stride(self):
-        return (1,)
-
-    def get_device(self):
-        return self.device
-
-
-class _C:
-    @staticmethod
-    def _cuda_getCurrentRawStream(device):
-        return 0
-
-
-class _Torch:
-    Tensor, int64, _C = _Tensor, _INT64, _C
-
 
 def _launches(plan, count, quota, warps, layer_id):
     """What the fast call launches for ``count`` items: the cuLaunchKernel arguments and the block's values."""

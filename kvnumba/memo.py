@@ -1,4 +1,4 @@
-"""``BoundedMemo``: the plans' memo of values that are cheap to make again, kept to a bounded size."""
+"""``BoundedMemo``: kvnumba's one memo of values that are cheap to make again, kept to a bounded size."""
 from typing import Any
 
 
