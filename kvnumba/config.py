@@ -7,7 +7,7 @@ Nothing else in kvnumba (or its scripts) reads the environment.
 - ``KVNUMBA_BATCH_COPY``: how the page-first-direct copies are submitted (``batch_copy_route``; read at
   each copy-engine call).
 - ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``env_int``, read by
-  ``kvnumba.convert_files``).
+  ``kvnumba.convert.files``).
 - ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take (``load_path``; read when a plan is built).
 - ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
 - ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;

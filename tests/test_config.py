@@ -11,7 +11,7 @@ import pytest
 
 import kvnumba
 from kvnumba import config
-from kvnumba import convert_files
+from kvnumba.convert import files as convert_files
 
 pytestmark = pytest.mark.smoke  # in the one-minute subset
 

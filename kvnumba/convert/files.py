@@ -1,6 +1,6 @@
 """Whole-cache files converted between layouts: ``.npy`` files, ``.npz`` archives and ``.safetensors`` files,
 in chunks (``kv.convert`` given a path, and ``kvnumba convert``, which adds the progress bar). Layouts are
-the views' (``kvnumba.whole_cache``). The input is read as its suffix says, the output written in the format
+the views' (``kvnumba.convert.shapes``). The input is read as its suffix says, the output written in the format
 its suffix names (any mix: a ``.npy`` input's array is named after its file's stem in a ``.npz`` or
 ``.safetensors`` output); the output must not be the input, nor an existing file unless ``overwrite=True``.
 
@@ -14,7 +14,7 @@ its suffix names (any mix: a ``.npy`` input's array is named after its file's st
 - ``.safetensors``: every tensor of the file is converted (the same chunks), one input tensor in memory
   at a time (bf16 and fp8 ones are memory-mapped); the ``safetensors`` package writes the new file in
   one go, so every converted tensor is held until then (for any input). The file's ``__metadata__`` is
-  kept in a ``.safetensors`` output, and bf16 and fp8 tensors keep their dtype (``safetensors_file``);
+  kept in a ``.safetensors`` output, and bf16 and fp8 tensors keep their dtype (``kvnumba.convert.safetensors``);
   ``.npy`` and ``.npz`` files cannot hold those, and are refused as their output.
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
@@ -39,12 +39,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .checks import validate
-from .config import env_int
-from .errors import Interrupted
-from .whole_cache import canonical_view, converted_shape, layout, view_page_size
-from . import safetensors_file
-from .units import format_bytes
+from ..checks import validate
+from ..config import env_int
+from ..errors import Interrupted
+from .shapes import canonical_view, converted_shape, layout, view_page_size
+from . import safetensors
+from ..units import format_bytes
 
 DEFAULT_CHUNK_BYTES = 64 << 20
 CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
@@ -98,7 +98,7 @@ def _temporary(path):
 
 _MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
 _EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
-_KINDS = {".npy": "a .npy file", ".npz": "a .npz (zip) archive", safetensors_file.SUFFIX: "a .safetensors file"}
+_KINDS = {".npy": "a .npy file", ".npz": "a .npz (zip) archive", safetensors.SUFFIX: "a .safetensors file"}
 
 
 def _kind_by_content(head):
@@ -107,8 +107,8 @@ def _kind_by_content(head):
         return ".npy"
     if head.startswith(_MAGIC[".npz"]) or head.startswith(_EMPTY_ZIP):
         return ".npz"
-    if safetensors_file.looks_like_safetensors(head):
-        return safetensors_file.SUFFIX
+    if safetensors.looks_like_safetensors(head):
+        return safetensors.SUFFIX
     return None
 
 
@@ -123,15 +123,15 @@ def _checked_kind(in_path):
         raise ValueError(f"{in_path}: the file is empty (0 bytes), not a {suffix} file")
     kind = _kind_by_content(head)
     if kind is None:
-        if suffix == safetensors_file.SUFFIX:
+        if suffix == safetensors.SUFFIX:
             expected = "an 8-byte header size and then '{'"
         else:
             head, expected = head[:len(_MAGIC[suffix])], repr(_MAGIC[suffix])
         raise ValueError(f"{in_path}: not a {suffix} file: it starts with {head!r}, expected {expected}")
     if kind != suffix:
         raise ValueError(f"{in_path}: named {suffix} but its content is {_KINDS[kind]}; rename it to {kind}")
-    if kind == safetensors_file.SUFFIX:
-        safetensors_file.library()  # not installed: say so before anything else
+    if kind == safetensors.SUFFIX:
+        safetensors.library()  # not installed: say so before anything else
     return kind
 
 
@@ -320,17 +320,17 @@ def _npz_source(in_path):
 
 @contextlib.contextmanager
 def _safetensors_source(in_path):
-    header = safetensors_file.read_header(in_path)
-    dtypes = {t.name: safetensors_file.numpy_dtype(t.dtype) for t in header.tensors}
-    with safetensors_file.open_reader(in_path) as reader:
+    header = safetensors.read_header(in_path)
+    dtypes = {t.name: safetensors.numpy_dtype(t.dtype) for t in header.tensors}
+    with safetensors.open_reader(in_path) as reader:
         def loader(tensor):
-            return lambda: safetensors_file.read_tensor(reader, in_path, header, tensor)
+            return lambda: safetensors.read_tensor(reader, in_path, header, tensor)
 
         yield Source([Item(t.name, t.shape, dtypes[t.name], loader(t)) for t in header.tensors],
                      metadata=header.metadata)
 
 
-_SOURCES = {".npy": _npy_source, ".npz": _npz_source, safetensors_file.SUFFIX: _safetensors_source}
+_SOURCES = {".npy": _npy_source, ".npz": _npz_source, safetensors.SUFFIX: _safetensors_source}
 
 
 # --- Writing: the output's format, from its name ---------------------------------------------------------
@@ -345,10 +345,10 @@ def _checked_for(kind, source, in_path, out_path):
                          ".safetensors")
     for item in source.items:
         where = f"{in_path}[{item.name}]" if kind != ".npy" or len(source.items) > 1 else in_path
-        if kind == safetensors_file.SUFFIX:
-            if safetensors_file.code_for(item.dtype) is None:
+        if kind == safetensors.SUFFIX:
+            if safetensors.code_for(item.dtype) is None:
                 raise ValueError(f"{where}: dtype {item.dtype} cannot be written to a .safetensors file (it holds "
-                                 f"{', '.join(safetensors_file.DTYPES)}): name the output .npy or .npz")
+                                 f"{', '.join(safetensors.DTYPES)}): name the output .npy or .npz")
         elif item.dtype.kind == "V" and item.dtype.names is None:  # ml_dtypes' bfloat16 and float8
             raise ValueError(f"{where}: {item.dtype} cannot be stored in a {kind} file (NumPy has no {item.dtype} "
                              "dtype; it would come back as raw bytes): name the output .safetensors")
@@ -378,11 +378,11 @@ def _write_safetensors(tmp, out_path, source, shapes, convert, chunk_bytes):
     for item in source.items:
         out = converted[item.name] = np.empty(shapes[item.name], dtype=item.dtype)
         convert(item, out)
-    safetensors_file.write(tmp, converted, source.metadata, name=out_path)
+    safetensors.write(tmp, converted, source.metadata, name=out_path)
     os.chmod(tmp, _file_mode())  # the library creates its file private (0600); the others get the usual mode
 
 
-_WRITERS = {".npy": _write_npy, ".npz": _write_npz, safetensors_file.SUFFIX: _write_safetensors}
+_WRITERS = {".npy": _write_npy, ".npz": _write_npz, safetensors.SUFFIX: _write_safetensors}
 
 
 def _file_mode():
