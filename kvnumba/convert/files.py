@@ -40,21 +40,11 @@ from typing import NamedTuple
 import numpy as np
 
 from ..checks import validate
-from ..config import env_int
+from .. import config
 from ..errors import Interrupted
 from .shapes import canonical_view, converted_shape, layout, view_page_size
 from . import safetensors
 from ..units import format_bytes
-
-DEFAULT_CHUNK_BYTES = 64 << 20
-CHUNK_ENV = "KVNUMBA_CHUNK_BYTES"
-
-
-def default_chunk_bytes():
-    """``$KVNUMBA_CHUNK_BYTES`` if set (for tests and small machines), else 64 MiB; ``ValueError`` naming
-    the variable if it is not an integer >= 1."""
-    return env_int(CHUNK_ENV, DEFAULT_CHUNK_BYTES, minimum=1)
-
 
 def _exact_size(nbytes):
     """Bytes to the byte (sizes compared in a message may differ by a few), and rounded when large."""
@@ -492,7 +482,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
-    chunk_bytes = default_chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
+    chunk_bytes = config.chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     kind = _checked_kind(in_path)
@@ -519,4 +509,4 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     return shapes
 
 
-__all__ = ["Interrupted", "convert_file", "default_chunk_bytes", "interrupt_on_signals"]
+__all__ = ["Interrupted", "convert_file", "interrupt_on_signals"]

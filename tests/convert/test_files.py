@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kvnumba
+from kvnumba import config
 from kvnumba.convert import files
 from kvnumba.tools import cli, progress
 
@@ -114,7 +115,7 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     if via == "option":
         args += ["--chunk-bytes", "300"]
     else:
-        monkeypatch.setenv(files.CHUNK_ENV, "300")
+        monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", "300")
     assert cli.main(args) == 0
     # one page of one layer is 8 tokens x 2 heads x 8 x 2 B = 256 B: each chunk is one such block
     assert seen == [256] * (4 * 4)
@@ -124,17 +125,17 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
 @pytest.mark.parametrize("value,want", [(None, 64 << 20), ("", 64 << 20), ("4096", 4096), (" 1 ", 1)])
 def test_chunk_bytes_from_the_environment(monkeypatch, value, want):
     if value is None:
-        monkeypatch.delenv(files.CHUNK_ENV, raising=False)
+        monkeypatch.delenv("KVNUMBA_CHUNK_BYTES", raising=False)
     else:
-        monkeypatch.setenv(files.CHUNK_ENV, value)
-    assert files.default_chunk_bytes() == want
+        monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", value)
+    assert config.chunk_bytes() == want
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "64M"])
 def test_bad_chunk_bytes_in_the_environment_names_the_variable(monkeypatch, value):
-    monkeypatch.setenv(files.CHUNK_ENV, value)
+    monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", value)
     with pytest.raises(ValueError, match=rf"^KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '{re.escape(value)}'$"):
-        files.default_chunk_bytes()
+        config.chunk_bytes()
 
 
 def test_chunks_cover_pages_then_layers():
