@@ -9,7 +9,7 @@ import pytest
 
 import kvnumba
 from kvnumba import config
-from kvnumba.convert import files
+from kvnumba.convert import files, outputs, signals
 from kvnumba.tools import cli, progress
 
 
@@ -430,7 +430,7 @@ def test_unwritable_output_names_the_output(tmp_path, capsys, monkeypatch):
     def refused(path, *args):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
 
-    monkeypatch.setattr(files, "_create_npy", refused)
+    monkeypatch.setattr(outputs, "_create_npy", refused)
     code, err = _run(["convert", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--from", "lf", "--to", "pf",
                       "-q"], capsys)
     assert code == 1 and len(err) == 1, err
@@ -451,8 +451,8 @@ def test_a_failing_clean_up_keeps_the_first_error(tmp_path, capsys, monkeypatch,
     def fail(path, *args, **kwargs):
         raise OSError(problem, os.strerror(problem), os.fspath(path))
 
-    real_zipfile = files.zipfile.ZipFile
-    monkeypatch.setattr(files.zipfile, "ZipFile", lambda path, *a, **k: fail(path) if str(path).endswith(
+    real_zipfile = outputs.zipfile.ZipFile
+    monkeypatch.setattr(outputs.zipfile, "ZipFile", lambda path, *a, **k: fail(path) if str(path).endswith(
         ".tmp") else real_zipfile(path, *a, **k))
     monkeypatch.setattr(os, "remove", lambda path: fail(path))
     code, err = _run(["convert", str(tmp_path / "in.npz"), str(tmp_path / "out.npz"), "--from", "lf", "--to", "pf",
@@ -554,7 +554,7 @@ def test_interrupt_on_signals_raises_and_restores():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(files.Interrupted, match="interrupted by SIGINT") as stop:
-            with files.interrupt_on_signals():
+            with signals.interrupt_on_signals():
                 assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
                 signal.raise_signal(signal.SIGINT)
         assert stop.value.signum == signal.SIGINT
@@ -571,7 +571,7 @@ def test_interrupt_on_signals_leaves_ignored_and_custom_handlers_alone():
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, custom)
     try:
-        with files.interrupt_on_signals():
+        with signals.interrupt_on_signals():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is custom
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is custom
@@ -587,7 +587,7 @@ def test_interrupt_on_signals_off_the_main_thread_changes_nothing():
     seen = []
 
     def convert_in_a_thread():
-        with files.interrupt_on_signals():
+        with signals.interrupt_on_signals():
             seen.append(signal.getsignal(signal.SIGTERM))
 
     before = signal.getsignal(signal.SIGTERM)

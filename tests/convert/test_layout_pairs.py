@@ -281,7 +281,8 @@ assert not loaded, loaded
     root = pathlib.Path(kvnumba.__file__).parent
     # (level, first name) of each ``from ... import``: kv.convert is ``.api`` within the wing
     forbidden = {"convert": {(1, "api"), (2, "tools")}, ".": {(1, "convert"), (1, "tools")}}
-    for folder, module in [("convert", m) for m in ("files.py", "shapes.py", "safetensors.py")] + [(".", "units.py")]:
+    wing = ("files.py", "inputs.py", "outputs.py", "signals.py", "shapes.py", "safetensors.py")
+    for folder, module in [("convert", m) for m in wing] + [(".", "units.py")]:
         tree = ast.parse((root / folder / module).read_text())
         imported = {(node.level, (node.module or "").split(".")[0]) for node in ast.walk(tree)
                     if isinstance(node, ast.ImportFrom)}
