@@ -6,8 +6,8 @@ Nothing else in kvnumba (or its scripts) reads the environment.
   ``kvnumba.checks.guard`` is imported).
 - ``KVNUMBA_BATCH_COPY``: how the page-first-direct copies are submitted (``batch_copy_route``; read at
   each copy-engine call).
-- ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``env_int``, read by
-  ``kvnumba.convert_files``).
+- ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``chunk_bytes``; read by
+  ``kvnumba.convert.files`` at each conversion).
 - ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take (``load_path``; read when a plan is built).
 - ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
 - ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;
@@ -151,14 +151,19 @@ def use_simulator():
         numba_config.reload_config()
 
 
-def _chunk_bytes(environ=None):
-    return env_int("KVNUMBA_CHUNK_BYTES", 1, minimum=1, environ=environ)
+DEFAULT_CHUNK_BYTES = 64 << 20
+
+
+def chunk_bytes(environ=None):
+    """``KVNUMBA_CHUNK_BYTES``: bytes per chunk of ``kvnumba convert`` (``kvnumba.convert.files``), for tests and
+    small machines; 64 MiB when unset."""
+    return env_int("KVNUMBA_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, minimum=1, environ=environ)
 
 
 _READERS = {
     "KVNUMBA_CHECK": always_check,
     "KVNUMBA_BATCH_COPY": batch_copy_route,
-    "KVNUMBA_CHUNK_BYTES": _chunk_bytes,
+    "KVNUMBA_CHUNK_BYTES": chunk_bytes,
     "KVNUMBA_LOAD_PATH": load_path,
     "KVNUMBA_REQUIRE_GPU": require_gpu,
     "KVNUMBA_RESULTS": results_dir,

@@ -5,9 +5,9 @@ Cases are shaped like SGLang HiCache: an 8-KV-head, head_dim-128, bf16 model (it
 model (576 x bf16 = 1152 B), page 64, 32 layers, 8192 tokens moved out of a pool several times
 larger, page-aligned random indices; per-layer loads host->device, all-layer backups device->host,
 and device->device. GB/s = bytes moved (each payload byte once) / device time per call (CUDA events
-around back-to-back calls, median of 5 groups: ``kvnumba.timing.gpu_time``). Host time = wall time per
+around back-to-back calls, median of 5 groups: ``kvnumba.tools.timing.gpu_time``). Host time = wall time per
 call of 20 back-to-back calls, before any synchronisation (median of 5 groups:
-``kvnumba.timing.host_time``), for the plain call (its plan cached: the
+``kvnumba.tools.timing.host_time``), for the plain call (its plan cached: the
 same pool tensors every call, as SGLang passes them), the prepared form (``kvnumba.prepare``) and
 a plain call whose plan cache was emptied first ("miss"). The ``64tok`` cases move one page: host
 time is the whole cost. The memcpy cases also give GB/s of one synchronised call, host time
@@ -48,7 +48,7 @@ import kvnumba  # noqa: E402
 from kvnumba.plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
 from kvnumba.driver.target import SIMULATOR  # noqa: E402
 from kvnumba.kernels.layouts import Layout  # noqa: E402
-from kvnumba.timing import CLOCK, gpu_time, host_time  # noqa: E402
+from kvnumba.tools.timing import CLOCK, gpu_time, host_time  # noqa: E402
 from kvnumba.tools.progress import progress  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -120,13 +120,13 @@ class Shape:
         return self.tokens * self.pool_factor
 
     def device_seconds(self, fn, repeat=None):
-        """Device seconds per call of ``fn`` (``kvnumba.timing.gpu_time``): ``repeat`` calls (default:
+        """Device seconds per call of ``fn`` (``kvnumba.tools.timing.gpu_time``): ``repeat`` calls (default:
         ``self.repeat``) in ``groups`` back-to-back groups of at least two (one in a quick run)."""
         per_group = max(2 if self.groups > 1 else 1, (repeat or self.repeat) // self.groups)
         return gpu_time(fn, per_group, groups=self.groups, warmup=self.warmup)
 
     def host_seconds(self, fn):
-        """Host seconds per call of ``fn`` (``kvnumba.timing.host_time``): ``host_calls`` back to back."""
+        """Host seconds per call of ``fn`` (``kvnumba.tools.timing.host_time``): ``host_calls`` back to back."""
         return host_time(fn, self.host_calls, groups=self.groups)
 
 

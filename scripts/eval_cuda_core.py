@@ -2,7 +2,7 @@
 
 Whether cuda.core's ``StridedMemoryView`` could replace ``kvnumba.arrays.array_info`` (what an
 entry point reads off every buffer, table and index array on every call) and cuda.core's ``Event`` the
-events of ``kvnumba.timing`` (Numba's), where they are not slower on the host path. This measures:
+events of ``kvnumba.tools.timing`` (Numba's), where they are not slower on the host path. This measures:
 
 - describing an array: ``array_info(x, "x")`` against ``StridedMemoryView(x, stream_ptr=-1)`` followed by
   reading what kvnumba needs (``ptr``, ``shape``, ``dtype``, ``is_device_accessible``, ``readonly``), for

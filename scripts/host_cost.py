@@ -25,7 +25,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import kvnumba as kv  # noqa: E402
 from kvnumba.api.transfer import plain  # noqa: E402
 from kvnumba.config import batch_copy_route  # noqa: E402
-from kvnumba.timing import host_time  # noqa: E402
+from kvnumba.tools.timing import host_time  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench import load_reference  # noqa: E402

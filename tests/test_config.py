@@ -11,7 +11,6 @@ import pytest
 
 import kvnumba
 from kvnumba import config
-from kvnumba import convert_files
 
 pytestmark = pytest.mark.smoke  # in the one-minute subset
 
@@ -47,9 +46,9 @@ JUNK = [
      "KVNUMBA_CHECK must be one of 1, true, yes, on (on) or 0, false, no, off (off), got '2'"),
     ("KVNUMBA_BATCH_COPY", "Fast", config.batch_copy_route,
      "KVNUMBA_BATCH_COPY must be one of auto, cudart, bindings, page, got 'fast'"),
-    ("KVNUMBA_CHUNK_BYTES", "64MiB", convert_files.default_chunk_bytes,
+    ("KVNUMBA_CHUNK_BYTES", "64MiB", config.chunk_bytes,
      "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '64MiB'"),
-    ("KVNUMBA_CHUNK_BYTES", "0", convert_files.default_chunk_bytes, "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '0'"),
+    ("KVNUMBA_CHUNK_BYTES", "0", config.chunk_bytes, "KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '0'"),
     ("KVNUMBA_LOAD_PATH", "tma", config.load_path, "KVNUMBA_LOAD_PATH must be one of auto, staged, register, got 'tma'"),
     ("KVNUMBA_REQUIRE_GPU", "always", config.require_gpu,
      "KVNUMBA_REQUIRE_GPU must be one of 1, true, yes, on (on) or 0, false, no, off (off), got 'always'"),

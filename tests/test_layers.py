@@ -3,13 +3,14 @@
 Layers, lowest first (a module may import its own layer and the ones below it):
 
 0. ``errors``, ``config``, ``types``, ``_version``, ``memo``: what every layer uses;
-1. ``driver``: CUDA through its bindings (and ``arrays``, ``timing``: memory and time as the driver sees them);
+1. ``driver``: CUDA through its bindings (and ``arrays``: memory as the driver sees it);
 2. ``kernels``: the CUDA kernels and their parameter block;
 3. ``checks``: argument and memory checks (they read the kernels' layouts and bounds);
 4. ``plan``: what is built once per geometry (``kvnumba.plan``);
 5. ``api``: the public calls (and ``reference``, the NumPy oracle of the same calls);
 6. the package's public face: ``kvnumba`` itself, ``convert``, ``compat``, ``remote``;
-7. ``tools``: the command line and its helpers (and ``testing``, ``__main__``).
+7. ``tools``: the command line and its helpers (``timing``: the GPU timer of the demo and the scripts), and
+   ``testing``, ``__main__``.
 
 Every import counts, for the layers and for loops: at module level, inside functions, and under ``if
 TYPE_CHECKING:``. An import that only names a type still ties two modules together (a reader must hold both
@@ -26,7 +27,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kvnumba"
 
 LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
     "kvnumba.errors": 0, "kvnumba.config": 0, "kvnumba.types": 0, "kvnumba._version": 0, "kvnumba.memo": 0,
-    "kvnumba.driver": 1, "kvnumba.arrays": 1, "kvnumba.timing": 1,
+    "kvnumba.driver": 1, "kvnumba.arrays": 1,
     "kvnumba.kernels": 2,
     "kvnumba.checks": 3,
     "kvnumba.plan": 4,

@@ -1,4 +1,4 @@
-"""kvnumba.timing: the one GPU timer of the benchmark, the demo and the GPU tests. CUDA events on a GPU;
+"""kvnumba.tools.timing: the one GPU timer of the benchmark, the demo and the GPU tests. CUDA events on a GPU;
 on the simulator the wall clock, and it says so."""
 import time
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from kvnumba import timing
+from kvnumba.tools import timing
 from kvnumba.driver.streams import stream_handle
 from kvnumba.driver.target import SIMULATOR
 from tests.helpers.placement import ON_GPU, device

@@ -17,10 +17,11 @@ from ..api.transfer import prepare
 from ..api.views import CacheView
 from ..checks import bounds, validate
 from ..types import ArrayLike
+from ..units import format_bytes
 from . import _nixl, export, plan, sides, staging, tokens
 from . import header as remote_header
-from .handles import RemoteCopy, RemoteView, _call, _size
-from . import sides
+from .calls import call
+from .handles import RemoteCopy, RemoteView
 from .sides import Side
 
 
@@ -64,7 +65,7 @@ class Agent:
             raise TypeError(f"backends must be a non-empty sequence of backend names, got {backends!r}")
         nixl = _nixl.api()
         config = nixl.nixl_agent_config(backends=list(backends), capture_telemetry=True)
-        self._nixl = _call(f"nixl_agent({name!r})", nixl.nixl_agent, name, config)
+        self._nixl = call(f"nixl_agent({name!r})", nixl.nixl_agent, name, config)
         missing = [b for b in backends if b not in self._nixl.backends]
         if missing:
             raise errors.RemoteError(f"NIXL backend(s) {missing} did not start for agent {name!r} (available plugins: "
@@ -89,8 +90,8 @@ class Agent:
         key = (mem, device, address, nbytes)
         entry = self._registered.get(key)
         if entry is None:
-            descs = _call(f"register_memory({mem} {nbytes} B at 0x{address:x})", self._nixl.register_memory,
-                          [(address, nbytes, device, "")], mem)
+            descs = call(f"register_memory({mem} {nbytes} B at 0x{address:x})", self._nixl.register_memory,
+                         [(address, nbytes, device, "")], mem)
             self._serial += 1
             self._registered[key] = [descs, 1, self._serial]
         else:
@@ -104,7 +105,7 @@ class Agent:
         entry[1] -= 1
         if entry[1] == 0:
             del self._registered[key]
-            _call("deregister_memory", self._nixl.deregister_memory, entry[0])
+            call("deregister_memory", self._nixl.deregister_memory, entry[0])
 
     def _register_array(self, array: np.ndarray) -> tuple[str, int, int, int]:
         return self._register("DRAM", 0, array.ctypes.data, array.nbytes)
@@ -175,8 +176,8 @@ class Agent:
         keys = [*held.keys, token_key]
         # The view's metadata, then the token slab's with this agent's connection information: an importer
         # loads that first, reads the token, and loads the rest only if the token vouches for the header.
-        blobs = [_call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
-                       self._registered[key][0], key is token_key, list(self.backends)) for key in keys]
+        blobs = [call("get_partial_agent_metadata", self._nixl.get_partial_agent_metadata,
+                      self._registered[key][0], key is token_key, list(self.backends)) for key in keys]
         header = {"agent": self.name, "instance": self.instance, "export": export_id,
                   "regions": [[*key, self._registered[key][2]] for key in keys],
                   "token": self._tokens.address(slot), "writable": writable, "nixl": _nixl.name(),
@@ -243,8 +244,8 @@ class Agent:
         try:
             if known is None or not self._has(agent, view.token_address, 8, "DRAM", 0):
                 try:
-                    name = _call("add_remote_agent (the token slab's metadata)", self._nixl.add_remote_agent,
-                                 view.blobs[-1])
+                    name = call("add_remote_agent (the token slab's metadata)", self._nixl.add_remote_agent,
+                                view.blobs[-1])
                 except errors.RemoteError as error:  # UCX connects as it loads: a closed agent refuses
                     if type(error.__cause__).__name__ in (*_GONE, "nixlBackendError"):
                         raise errors.StaleExportError(f"{view!r} is stale: its agent {agent!r} cannot be reached "
@@ -290,7 +291,7 @@ class Agent:
         """Drop everything NIXL knows of ``agent`` (its connection and the memory it exported)."""
         self._loaded.pop(agent, None)
         self._remotes.pop(agent, None)
-        _call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
+        call(f"remove_remote_agent({agent!r})", self._nixl.remove_remote_agent, agent)
 
     def _load(self, view: RemoteView) -> None:
         """NIXL holds ``view``'s metadata. NIXL keeps what it loaded of an agent's memory even after that
@@ -316,7 +317,7 @@ class Agent:
     def _add(self, view: RemoteView) -> None:
         """Give NIXL the view's metadata: the token slab's first (it brings the connection information)."""
         for blob in (view.blobs[-1], *view.blobs[:-1]):
-            _call("add_remote_agent", self._nixl.add_remote_agent, blob)
+            call("add_remote_agent", self._nixl.add_remote_agent, blob)
 
     # --- copy ------------------------------------------------------------------------------------------
 
@@ -379,7 +380,7 @@ class Agent:
         self._check_fresh(remote_view)
         self._reap()
         if src_tokens.size == 0:
-            return RemoteCopy(self, op, "direct", 0, 0, "nothing to copy")
+            return RemoteCopy(op, "direct", 0, 0, "nothing to copy")
         local_tokens, remote_tokens = (dst_tokens, src_tokens) if op == "READ" else (src_tokens, dst_tokens)
 
         direct = plan.pair_descriptors(local, local_tokens, remote, remote_tokens, layer_numbers, heads)
@@ -426,7 +427,7 @@ class Agent:
             raise TypeError(f"exactly one of src and dst must be a kvnumba.remote.RemoteView (Agent.connect), "
                             f"{got}")
         remote_view, local_view, op = (src, dst, "READ") if remote == ["src"] else (dst, src, "WRITE")
-        if remote_view._owner() is not self:
+        if not remote_view.connected_by(self):
             raise ValueError(f"{remote[0]} is a RemoteView connected by another agent; connect the export with this one")
         return remote_view, local_view, op
 
@@ -458,13 +459,13 @@ class Agent:
         local = self._nixl.get_xfer_descs(np.array([[self._scratch.ctypes.data, 8, 0]], np.uint64), "DRAM")
         remote = self._nixl.get_xfer_descs(np.array([[view.token_address, 8, 0]], np.uint64), "DRAM")
         self._scratch[0] = 0
-        handle = _call(f"initialize_xfer(READ of the export token from {view.agent!r})", self._nixl.initialize_xfer,
-                       "READ", local, remote, view.agent)
+        handle = call(f"initialize_xfer(READ of the export token from {view.agent!r})", self._nixl.initialize_xfer,
+                      "READ", local, remote, view.agent)
         try:
-            state = _call("transfer", self._nixl.transfer, handle)
+            state = call("transfer", self._nixl.transfer, handle)
             deadline = time.monotonic() + 30
             while state == "PROC" and time.monotonic() < deadline:
-                state = _call("check_xfer_state", self._nixl.check_xfer_state, handle)
+                state = call("check_xfer_state", self._nixl.check_xfer_state, handle)
             if state != "DONE":
                 raise errors.RemoteError(f"reading the export token from agent {view.agent!r} failed (NIXL state "
                                          f"{state!r}): is that agent still running?")
@@ -486,27 +487,29 @@ class Agent:
               route: str, detail: str, notify: bytes | None, after: Any = None, release: Any = None) -> RemoteCopy:
         try:
             _check_inside(remote_view, descriptors)
-            local = _call("get_xfer_descs", self._nixl.get_xfer_descs, descriptors.rows("local", device), mem)
-            remote = _call("get_xfer_descs", self._nixl.get_xfer_descs,
-                           descriptors.rows("remote", remote_view.side.origin.device), remote_view.mem)
-            handle = _call(f"initialize_xfer({op} with {remote_view.agent!r}, {len(descriptors)} descriptors)",
-                           self._nixl.initialize_xfer, op, local, remote, remote_view.agent, notify or b"")
+            local = call("get_xfer_descs", self._nixl.get_xfer_descs, descriptors.rows("local", device), mem)
+            remote = call("get_xfer_descs", self._nixl.get_xfer_descs,
+                          descriptors.rows("remote", remote_view.side.origin.device), remote_view.mem)
+            handle = call(f"initialize_xfer({op} with {remote_view.agent!r}, {len(descriptors)} descriptors)",
+                          self._nixl.initialize_xfer, op, local, remote, remote_view.agent, notify or b"")
         except BaseException:
             if release is not None:
                 release()
             raise
         try:
-            state = _call(f"transfer({op})", self._nixl.transfer, handle)
+            state = call(f"transfer({op})", self._nixl.transfer, handle)
+            if state == "ERR":
+                raise errors.RemoteError(f"posting the NIXL {op} ({len(descriptors)} descriptors) to agent "
+                                         f"{remote_view.agent!r} failed")
         except BaseException:
             handle.release()
             if release is not None:
                 release()
             raise
-        result = RemoteCopy(self, op, route, len(descriptors), descriptors.bytes, detail, handle, after, release)
+        result = RemoteCopy(op, route, len(descriptors), descriptors.bytes, detail, handle, after, release,
+                            check_state=self._nixl.check_xfer_state, telemetry=self._nixl.get_xfer_telemetry,
+                            on_release=self._inflight.discard)
         self._inflight.add(result)
-        if state == "ERR":
-            result._fail(errors.RemoteError(f"posting the NIXL {op} ({len(descriptors)} descriptors) to agent "
-                                            f"{remote_view.agent!r} failed"))
         return result
 
     # --- the rest --------------------------------------------------------------------------------------
@@ -515,7 +518,7 @@ class Agent:
         """Notifications received since the last call (``copy(..., notify=...)`` of other agents), by agent name."""
         self._check_open()
         self._reap()
-        got = _call("get_new_notifs", self._nixl.get_new_notifs)
+        got = call("get_new_notifs", self._nixl.get_new_notifs)
         return {(k.decode() if isinstance(k, bytes) else k): list(v) for k, v in got.items()}
 
     def _check_open(self) -> None:
@@ -528,7 +531,7 @@ class Agent:
         if self.closed:
             return
         for pending in list(self._inflight):
-            pending._cancel(f"agent {self.name!r} closed")
+            pending.cancel(f"agent {self.name!r} closed")
         self._tokens.clear()
         for name in list(self._remotes):
             try:
@@ -589,7 +592,7 @@ def _per(descriptors: plan.Descriptors) -> str:
     if not len(descriptors):
         return "none"
     low, high = int(descriptors.length.min()), int(descriptors.length.max())
-    return f"{_size(low)} each" if low == high else f"{_size(low)}-{_size(high)}"
+    return f"{format_bytes(low)} each" if low == high else f"{format_bytes(low)}-{format_bytes(high)}"
 
 
 def _layers_argument(layer_numbers: np.ndarray) -> range:

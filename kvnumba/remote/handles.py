@@ -1,29 +1,23 @@
 """What ``Agent.connect`` and ``Agent.copy`` return: ``RemoteView`` (another agent's exported view) and
-``RemoteCopy`` (a copy under way); and the one helper every NIXL call goes through."""
+``RemoteCopy`` (a copy under way). Neither knows the ``Agent``: a copy is given the NIXL calls it polls
+with and what to call once it is over."""
 from __future__ import annotations
 
 import time
 import weakref
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
 from ..api.views import Geometry
+from ..units import format_bytes
+from .calls import call
 from .sides import Side
 
 if TYPE_CHECKING:
-    from .agent import Agent
     from .header import Header
 
 _POLL_S = (0.0, 0.00005, 0.0002, 0.001)  # wait()'s sleeps between polls, growing to the last
-
-
-def _call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
-    """A NIXL call; its failure as ``RemoteError`` naming the call and NIXL's error."""
-    try:
-        return function(*args, **kwargs)
-    except Exception as error:  # noqa: BLE001 - NIXL raises its own classes (nixlNotFoundError, ...)
-        text = str(error) or type(error).__name__
-        raise errors.RemoteError(f"{what} failed: {type(error).__name__}: {text}") from error
 
 
 class RemoteView:
@@ -35,7 +29,7 @@ class RemoteView:
     or ``dst`` of ``Agent.copy``.
     """
 
-    def __init__(self, owner: Agent, header: Header, side: Side, blobs: list[bytes], token: int) -> None:
+    def __init__(self, owner: object, header: Header, side: Side, blobs: list[bytes], token: int) -> None:
         self._owner = weakref.ref(owner)
         self.agent: str = header.agent
         self.instance: int = header.instance
@@ -46,6 +40,10 @@ class RemoteView:
         self.side = side
         self.blobs = blobs  # NIXL metadata: the view's regions, then the token slab's (with connection information)
         self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.regions]
+
+    def connected_by(self, agent: object) -> bool:
+        """Whether ``agent`` is the one that connected this view (only it can copy with it)."""
+        return self._owner() is agent
 
     @property
     def geometry(self) -> Geometry:
@@ -75,13 +73,19 @@ class RemoteCopy:
     """An ``Agent.copy`` under way: ``done()``, ``wait()``; ``bytes`` (moved by NIXL), ``descriptors``
     (posted), ``route`` (``"direct"`` or ``"staged"``), ``op`` (``"READ"`` or ``"WRITE"``). Its
     ``repr`` says all of it. A transfer that fails in NIXL raises ``RemoteError`` from ``done()`` or
-    ``wait()`` (and again on every later call): it never reports success."""
+    ``wait()`` (and again on every later call): it never reports success.
 
-    def __init__(self, agent: Agent, op: str, route: str, descriptors: int, nbytes: int, detail: str,
-                 handle: Any = None, relayout: Any = None, release: Any = None) -> None:
-        self._agent, self.op, self.route = agent, op, route
+    With a NIXL ``handle``, it is given NIXL's ``check_state(handle)`` and ``telemetry(handle)``, and
+    ``on_release(copy)``, called once when its handle is released (the agent stops tracking it)."""
+
+    def __init__(self, op: str, route: str, descriptors: int, nbytes: int, detail: str, handle: Any = None,
+                 relayout: Any = None, release: Any = None, *, check_state: Callable[[Any], str] | None = None,
+                 telemetry: Callable[[Any], Any] | None = None,
+                 on_release: Callable[[RemoteCopy], None] | None = None) -> None:
+        self.op, self.route = op, route
         self.descriptors, self.bytes, self.detail = descriptors, nbytes, detail
         self._handle, self._relayout, self._release = handle, relayout, release
+        self._check_state, self._telemetry, self._on_release = check_state, telemetry, on_release
         self._error: BaseException | None = None
         self._done = handle is None
         self.nixl_descriptors: int | None = None  # what NIXL's telemetry counted, where it has it
@@ -96,7 +100,7 @@ class RemoteCopy:
         if self._done:
             return True
         try:
-            state = _call("check_xfer_state", self._agent._nixl.check_xfer_state, self._handle)
+            state = call("check_xfer_state", self._check_state, self._handle)
         except errors.RemoteError as error:
             self._fail(error)
         if state == "PROC":
@@ -121,9 +125,9 @@ class RemoteCopy:
 
     def _finish(self) -> None:
         try:
-            if self._handle is not None:
+            if self._handle is not None and self._telemetry is not None:
                 try:
-                    self.nixl_descriptors = int(self._agent._nixl.get_xfer_telemetry(self._handle).descCount)
+                    self.nixl_descriptors = int(self._telemetry(self._handle).descCount)
                 except Exception:  # noqa: BLE001 - telemetry is optional in NIXL builds
                     self.nixl_descriptors = None
             if self._relayout is not None:
@@ -139,16 +143,20 @@ class RemoteCopy:
         self._cleanup()
         raise error
 
-    def _cancel(self, why: str) -> None:
-        """Fail without raising (the agent is closing): later ``done()``/``wait()`` raise ``RemoteError``."""
+    def cancel(self, why: str) -> None:
+        """Give the copy up without raising (``Agent.close`` does, for the copies in flight): its handle is
+        released, and later ``done()``/``wait()`` raise ``RemoteError`` saying ``why``. Done or failed: nothing."""
         if not self._done and self._error is None:
             self._error = errors.RemoteError(f"the {self.op} was cancelled: {why}")
             self._cleanup()
 
     def _cleanup(self) -> None:
         handle, self._handle = self._handle, None
+        on_release, self._on_release = self._on_release, None
+        self._check_state = self._telemetry = None  # NIXL's agent is not held once the handle is gone
         if handle is not None:
-            self._agent._inflight.discard(self)
+            if on_release is not None:
+                on_release(self)
             try:
                 handle.release()
             except Exception:  # noqa: BLE001 - NIXL keeps a handle it could not release and frees it with the agent
@@ -159,11 +167,4 @@ class RemoteCopy:
 
     def __repr__(self) -> str:
         state = "failed" if self._error is not None else ("done" if self._done else "in flight")
-        return f"RemoteCopy({self.op}, route={self.route}: {self.detail}, {_size(self.bytes)}, {state})"
-
-
-def _size(n: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if n >= scale:
-            return f"{n / scale:.4g} {unit}"
-    return f"{n} B"
+        return f"RemoteCopy({self.op}, route={self.route}: {self.detail}, {format_bytes(self.bytes)}, {state})"

@@ -119,8 +119,8 @@ def _rerun_on_simulator_without_gpu(argv):
 # --- convert ------------------------------------------------------------------------------------------------
 
 def _convert(args):
-    from ..convert_files import Interrupted, convert_file
-    from ..whole_cache import layout
+    from ..convert.files import Interrupted, convert_file
+    from ..convert.shapes import layout
     from .progress import progress
 
     src, dst = layout(args.src, "--from"), layout(args.dst, "--to")
@@ -168,7 +168,7 @@ def _info(args):
 def _layout_name(value):
     """argparse type: a layout (a view's string name, short name or ``module:Class``), as its view's name."""
     from ..api.views import view_name
-    from ..whole_cache import layout
+    from ..convert.shapes import layout
 
     try:
         return view_name(layout(value))

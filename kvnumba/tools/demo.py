@@ -57,7 +57,7 @@ def run(shape=None, seed=0, out=print):
     from .. import reference  # here, not at import: ``kvnumba demo --help`` reads only the shapes above
     from ..api import entry_points
     from ..api.tables import layer_table
-    from ..timing import CLOCK, GpuTimer
+    from .timing import CLOCK, GpuTimer
 
     shape = shape or (SIMULATOR_SHAPE if SIMULATOR else DemoShape())
     rng = np.random.default_rng(seed)

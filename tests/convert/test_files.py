@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba import convert_files
+from kvnumba import config
+from kvnumba.convert import files, outputs, signals
 from kvnumba.tools import cli, progress
 
 
@@ -114,7 +115,7 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
     if via == "option":
         args += ["--chunk-bytes", "300"]
     else:
-        monkeypatch.setenv(convert_files.CHUNK_ENV, "300")
+        monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", "300")
     assert cli.main(args) == 0
     # one page of one layer is 8 tokens x 2 heads x 8 x 2 B = 256 B: each chunk is one such block
     assert seen == [256] * (4 * 4)
@@ -124,24 +125,24 @@ def test_tiny_chunks(tmp_path, capsys, monkeypatch, via):
 @pytest.mark.parametrize("value,want", [(None, 64 << 20), ("", 64 << 20), ("4096", 4096), (" 1 ", 1)])
 def test_chunk_bytes_from_the_environment(monkeypatch, value, want):
     if value is None:
-        monkeypatch.delenv(convert_files.CHUNK_ENV, raising=False)
+        monkeypatch.delenv("KVNUMBA_CHUNK_BYTES", raising=False)
     else:
-        monkeypatch.setenv(convert_files.CHUNK_ENV, value)
-    assert convert_files.default_chunk_bytes() == want
+        monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", value)
+    assert config.chunk_bytes() == want
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "1.5", "64M"])
 def test_bad_chunk_bytes_in_the_environment_names_the_variable(monkeypatch, value):
-    monkeypatch.setenv(convert_files.CHUNK_ENV, value)
+    monkeypatch.setenv("KVNUMBA_CHUNK_BYTES", value)
     with pytest.raises(ValueError, match=rf"^KVNUMBA_CHUNK_BYTES must be an integer >= 1, got '{re.escape(value)}'$"):
-        convert_files.default_chunk_bytes()
+        config.chunk_bytes()
 
 
 def test_chunks_cover_pages_then_layers():
     # (L=2, pages=3, P=2, item=4 B): a column (one page, every layer) is 16 B
-    got = list(convert_files.chunks((2, 3, 2, 4), 1, 32))
+    got = list(files.chunks((2, 3, 2, 4), 1, 32))
     assert got == [(slice(0, 2), slice(0, 2)), (slice(0, 2), slice(2, 3))]
-    got = list(convert_files.chunks((2, 3, 2, 4), 1, 8))
+    got = list(files.chunks((2, 3, 2, 4), 1, 8))
     assert len(got) == 6 and got[0] == (slice(0, 1), slice(0, 1))
 
 
@@ -221,7 +222,7 @@ def test_input_kind_is_checked(tmp_path, capsys):
 def test_fortran_ordered_input(tmp_path):
     lf = np.asfortranarray(_cache())
     np.save(tmp_path / "k.npy", lf)
-    convert_files.convert_file(tmp_path / "k.npy", tmp_path / "o.npy", "lf", "ph", 4, progress=None)
+    files.convert_file(tmp_path / "k.npy", tmp_path / "o.npy", "lf", "ph", 4, progress=None)
     np.testing.assert_array_equal(np.load(tmp_path / "o.npy"), kvnumba.convert(np.ascontiguousarray(lf), "lf", "ph", 4))
 
 
@@ -429,7 +430,7 @@ def test_unwritable_output_names_the_output(tmp_path, capsys, monkeypatch):
     def refused(path, *args):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
 
-    monkeypatch.setattr(convert_files, "_create_npy", refused)
+    monkeypatch.setattr(outputs, "_create_npy", refused)
     code, err = _run(["convert", str(tmp_path / "in.npy"), str(tmp_path / "out.npy"), "--from", "lf", "--to", "pf",
                       "-q"], capsys)
     assert code == 1 and len(err) == 1, err
@@ -450,8 +451,8 @@ def test_a_failing_clean_up_keeps_the_first_error(tmp_path, capsys, monkeypatch,
     def fail(path, *args, **kwargs):
         raise OSError(problem, os.strerror(problem), os.fspath(path))
 
-    real_zipfile = convert_files.zipfile.ZipFile
-    monkeypatch.setattr(convert_files.zipfile, "ZipFile", lambda path, *a, **k: fail(path) if str(path).endswith(
+    real_zipfile = outputs.zipfile.ZipFile
+    monkeypatch.setattr(outputs.zipfile, "ZipFile", lambda path, *a, **k: fail(path) if str(path).endswith(
         ".tmp") else real_zipfile(path, *a, **k))
     monkeypatch.setattr(os, "remove", lambda path: fail(path))
     code, err = _run(["convert", str(tmp_path / "in.npz"), str(tmp_path / "out.npz"), "--from", "lf", "--to", "pf",
@@ -482,7 +483,7 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
         return real_open(path, mode, *args, **kwargs)
 
     monkeypatch.setattr(np.lib.format, "open_memmap", open_memmap)
-    convert_files.convert_file(tmp_path / "in.npy", tmp_path / "out.npy", "lf", "pf", progress=None, chunk_bytes=4096)
+    files.convert_file(tmp_path / "in.npy", tmp_path / "out.npy", "lf", "pf", progress=None, chunk_bytes=4096)
     [(blocks, size)] = allocated
     assert blocks >= size - 4096  # all but the header's block (allocated as it was written)
     np.testing.assert_array_equal(np.load(tmp_path / "out.npy"), lf.swapaxes(0, 1))
@@ -510,8 +511,8 @@ def write_then_wait(path, *args, **kwargs):  # .safetensors: the library writes 
     time.sleep(60)
 
 if sys.argv[2].endswith(".safetensors"):
-    from kvnumba import safetensors_file
-    real_write, safetensors_file.write = safetensors_file.write, write_then_wait
+    from kvnumba.convert import safetensors as safetensors_format
+    real_write, safetensors_format.write = safetensors_format.write, write_then_wait
 else:
     progress.progress = lambda *args, **kwargs: AdvanceThenWait()
 sys.exit(cli.main(sys.argv[1:]))
@@ -552,8 +553,8 @@ def test_interrupt_on_signals_raises_and_restores():
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        with pytest.raises(convert_files.Interrupted, match="interrupted by SIGINT") as stop:
-            with convert_files.interrupt_on_signals():
+        with pytest.raises(files.Interrupted, match="interrupted by SIGINT") as stop:
+            with signals.interrupt_on_signals():
                 assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
                 signal.raise_signal(signal.SIGINT)
         assert stop.value.signum == signal.SIGINT
@@ -570,7 +571,7 @@ def test_interrupt_on_signals_leaves_ignored_and_custom_handlers_alone():
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, custom)
     try:
-        with convert_files.interrupt_on_signals():
+        with signals.interrupt_on_signals():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is custom
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is custom
@@ -586,7 +587,7 @@ def test_interrupt_on_signals_off_the_main_thread_changes_nothing():
     seen = []
 
     def convert_in_a_thread():
-        with convert_files.interrupt_on_signals():
+        with signals.interrupt_on_signals():
             seen.append(signal.getsignal(signal.SIGTERM))
 
     before = signal.getsignal(signal.SIGTERM)

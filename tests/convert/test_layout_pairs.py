@@ -237,7 +237,7 @@ def test_user_layout_converts_both_ways(other, engine):
 
 
 def test_user_layout_by_module_path():
-    from kvnumba.whole_cache import layout
+    from kvnumba.convert.shapes import layout
 
     assert layout("tests.helpers.view_cases:HeadMajorPages").__name__ == "HeadMajorPages"
     with pytest.raises(ValueError, match=r"cannot import layout 'tests.helpers.view_cases:Nope'"):
@@ -267,7 +267,7 @@ import numpy as np
 import kvnumba.convert
 loaded = [m for m in sys.modules if m.startswith("kvnumba.tools")]
 assert not loaded, loaded
-import kvnumba.convert_files, kvnumba.whole_cache
+import kvnumba.convert.files, kvnumba.convert.shapes
 with tempfile.TemporaryDirectory() as d:
     np.save(os.path.join(d, "k.npy"), np.zeros((2, 4, 8), np.uint8))
     kvnumba.convert(os.path.join(d, "k.npy"), "lf", "pf", out=os.path.join(d, "o.npy"))
@@ -279,7 +279,11 @@ assert not loaded, loaded
     import pathlib
 
     root = pathlib.Path(kvnumba.__file__).parent
-    for module in ("convert_files.py", "whole_cache.py", "safetensors_file.py", "units.py"):
-        tree = ast.parse((root / module).read_text())
-        imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.module}
-        assert not {m for m in imported if m in ("convert", "tools") or m.startswith("tools.")}, (module, imported)
+    # (level, first name) of each ``from ... import``: kv.convert is ``.api`` within the wing
+    forbidden = {"convert": {(1, "api"), (2, "tools")}, ".": {(1, "convert"), (1, "tools")}}
+    wing = ("files.py", "inputs.py", "outputs.py", "signals.py", "shapes.py", "safetensors.py")
+    for folder, module in [("convert", m) for m in wing] + [(".", "units.py")]:
+        tree = ast.parse((root / folder / module).read_text())
+        imported = {(node.level, (node.module or "").split(".")[0]) for node in ast.walk(tree)
+                    if isinstance(node, ast.ImportFrom)}
+        assert not imported & forbidden[folder], (module, imported)

@@ -132,9 +132,9 @@ def test_a_npy_output_holds_one_array(tmp_path, capsys):
 @pytest.mark.parametrize("out_suffix", [".npy", ".npz"])
 def test_bf16_goes_to_safetensors_only(tmp_path, capsys, out_suffix):
     bf16 = LF.view(ml_dtypes.bfloat16)
-    from kvnumba import safetensors_file
+    from kvnumba.convert import safetensors as safetensors_format
 
-    safetensors_file.write(str(tmp_path / "kv.safetensors"), {"k": bf16}, None)
+    safetensors_format.write(str(tmp_path / "kv.safetensors"), {"k": bf16}, None)
     code, _, err = run_cli(["convert", str(tmp_path / "kv.safetensors"), str(tmp_path / f"out{out_suffix}"), "--from",
                          "lf", "--to", "pf"], capsys)
     assert code == 1 and len(err) == 1, err
@@ -142,9 +142,9 @@ def test_bf16_goes_to_safetensors_only(tmp_path, capsys, out_suffix):
                         rf"\{out_suffix} file \(NumPy has no bfloat16 dtype; it would come back as raw bytes\): name "
                         r"the output \.safetensors", err[0]), err[0]
     assert kv.convert(tmp_path / "kv.safetensors", "lf", "pf", out=tmp_path / "pf.safetensors") == {"k": (16, 3, 2, 8)}
-    got = safetensors_file.read_tensor(None, str(tmp_path / "pf.safetensors"),
-                                       safetensors_file.read_header(str(tmp_path / "pf.safetensors")),
-                                       safetensors_file.read_header(str(tmp_path / "pf.safetensors")).tensors[0])
+    got = safetensors_format.read_tensor(None, str(tmp_path / "pf.safetensors"),
+                                         safetensors_format.read_header(str(tmp_path / "pf.safetensors")),
+                                         safetensors_format.read_header(str(tmp_path / "pf.safetensors")).tensors[0])
     assert got.dtype == ml_dtypes.bfloat16
     np.testing.assert_array_equal(got.view(np.uint16), LF.swapaxes(0, 1))
 

@@ -13,7 +13,7 @@ import safetensors  # the test extra installs it (the `safetensors` extra): its 
 import safetensors.numpy
 
 import kvnumba
-from kvnumba import safetensors_file
+from kvnumba.convert import safetensors as safetensors_format
 from kvnumba.tools import cli
 
 META = {"format": "kv-cache", "model": "test-8b", "layers": "3"}
@@ -358,6 +358,6 @@ def test_the_reader_is_the_library(tmp_path, monkeypatch):
     assert asked == ["np", "v"]
     import ml_dtypes
 
-    assert safetensors_file.numpy_dtype("BF16") == np.dtype(ml_dtypes.bfloat16)
-    assert safetensors_file.code_for(ml_dtypes.float8_e4m3fn) == "F8_E4M3"
-    assert safetensors_file.code_for(np.dtype(">u2")) == "U16" and safetensors_file.code_for(np.dtype("M8")) is None
+    assert safetensors_format.numpy_dtype("BF16") == np.dtype(ml_dtypes.bfloat16)
+    assert safetensors_format.code_for(ml_dtypes.float8_e4m3fn) == "F8_E4M3"
+    assert safetensors_format.code_for(np.dtype(">u2")) == "U16" and safetensors_format.code_for(np.dtype("M8")) is None

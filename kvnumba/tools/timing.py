@@ -16,8 +16,8 @@ handle, or a torch, CuPy, Numba or ``cuda.core`` stream. Events belong to the cu
 import statistics
 import time
 
-from .driver.streams import stream_handle
-from .driver.target import SIMULATOR
+from ..driver.streams import stream_handle
+from ..driver.target import SIMULATOR
 
 CLOCK = "wall clock (the CUDA simulator has no CUDA events; the times say nothing about a GPU)" if SIMULATOR \
     else "CUDA events"

@@ -2,8 +2,8 @@
 its dimensions, its shape in another layout, and its NumPy picture ``(L, T // P, P, *item)``.
 
 Layouts are the cache views (``kvnumba.api.views``), named by the class or its string name; the views read
-the shapes and give the pictures. ``kv.convert`` (``kvnumba.convert``) and the file converter
-(``kvnumba.convert_files``) share what is here.
+the shapes and give the pictures. ``kv.convert`` (``kvnumba.convert.api``) and the file converter
+(``kvnumba.convert.files``) share what is here.
 """
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from .api.views import CacheView, view_class, view_name
-from .checks import validate
+from ..api.views import CacheView, view_class, view_name
+from ..checks import validate
 
 __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_page_size"]
 

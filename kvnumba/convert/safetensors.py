@@ -1,4 +1,4 @@
-"""``.safetensors`` files for the file converter (``kvnumba.convert_files``: ``kv.convert`` of a path, ``kvnumba
+"""``.safetensors`` files for the file converter (``kvnumba.convert.files``: ``kv.convert`` of a path, ``kvnumba
 convert``), through the ``safetensors`` package (an optional dependency: ``pip install -e ".[safetensors]"``
 from the checkout).
 

@@ -11,7 +11,7 @@ in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for MLA; ``P`` is the p
 
 A user-defined layout (a ``kv.CacheView`` subclass with a ``buffer_shape`` classmethod) converts to and from
 every other; on the command line, name it ``module:Class``. The views read the shapes and give the NumPy
-pictures (``kvnumba.whole_cache``).
+pictures (``kvnumba.convert.shapes``).
 
 Two engines do the same thing:
 
@@ -27,7 +27,7 @@ Two engines do the same thing:
 ``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
 
 Given a file's path instead of an array (``.npy``, ``.npz`` or ``.safetensors``), ``convert`` converts
-every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.convert_files``).
+every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.convert.files``).
 """
 from __future__ import annotations
 
@@ -39,12 +39,12 @@ from typing import Any, Literal, SupportsIndex, TypeAlias, TypeVar, Union, overl
 
 import numpy as np
 
-from .checks import validate
-from .driver.target import SIMULATOR, gpu_available
-from .arrays import ArrayInfo, array_info
-from .api.views import CacheView
-from .types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
-from .whole_cache import Dims, canonical_view, converted_shape, dims, layout, view_page_size
+from ..checks import validate
+from ..driver.target import SIMULATOR, gpu_available
+from ..arrays import ArrayInfo, array_info
+from ..api.views import CacheView
+from ..types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
+from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_page_size
 
 __all__ = ["LayoutArg", "LayoutName", "convert", "converted_shape"]
 
@@ -114,7 +114,7 @@ class _Device:
                 return sys.modules["cupy"].asarray(host_array)
         from numba import cuda
 
-        from .driver.devices import on_device
+        from ..driver.devices import on_device
 
         with on_device(self.info.device):
             return cuda.to_device(host_array)
@@ -149,7 +149,7 @@ def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView],
     out = device.empty(out_shape)
     if count == 0:
         return out
-    from .api.copy import copy
+    from ..api.copy import copy
 
     tokens = device.put(np.arange(d.tokens, dtype=np.int64))
     copy(src(info.obj), dst(out), tokens, tokens, block_quota=launch[0],
@@ -288,7 +288,7 @@ def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     if engine not in ("auto", "numpy") or block_quota is not None or num_warps_per_block is not None:
         raise ValueError("files are converted with NumPy: engine='kernels', block_quota and num_warps_per_block "
                          "apply to arrays")
-    from .convert_files import convert_file
+    from .files import convert_file
 
     shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
                                                       overwrite=overwrite)

@@ -1,0 +1,14 @@
+"""Whole-cache layout conversion: ``kv.convert`` of an array or a file, and what ``kvnumba convert`` runs.
+
+- ``api``: ``kv.convert`` itself, its engines and its types (``LayoutName``, ``LayoutArg``);
+- ``shapes``: one whole-cache tensor in a layout, read through its view class (dimensions, converted
+  shape, the NumPy picture both engines and the file converter use);
+- ``files``: ``.npy``, ``.npz`` and ``.safetensors`` files converted in chunks, all or nothing; ``inputs``
+  checks and describes the input, ``outputs`` writes the output (under a temporary name), ``signals`` turns
+  SIGINT, SIGTERM and SIGHUP into ``Interrupted`` meanwhile;
+- ``safetensors``: the ``.safetensors`` format, read and checked, written through its library.
+"""
+from .api import LayoutArg, LayoutName, convert
+from .shapes import converted_shape
+
+__all__ = ["LayoutArg", "LayoutName", "convert", "converted_shape"]
