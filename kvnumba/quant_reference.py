@@ -169,6 +169,8 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any, layer
     src_indices = np.asarray(src_indices, dtype=np.int64)
     dst_indices = np.asarray(dst_indices, dtype=np.int64)
     first, count = plan_window(src_view, dst_view, layers)
+    if len(src_indices) == 0:
+        return
     src_q, dst_q = isinstance(src_view, Fp8View), isinstance(dst_view, Fp8View)
     fp8 = src_view if src_q else dst_view
     heads = fp8.heads

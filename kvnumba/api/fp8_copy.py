@@ -49,6 +49,7 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any,
                          "4-byte items); use route='kernel'")
     if guard.flag_set():
         guard.raise_pending()
+    _mode(src_view, dst_view)  # both views (one FP8), before anything is read of them
     src_view.check_unchanged("src_view", layers)
     dst_view.check_unchanged("dst_view", layers)
     plan_for(src_view, dst_view, layers).run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
