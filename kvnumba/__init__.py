@@ -42,6 +42,7 @@ try:
         transfer_kv_per_layer_direct_pf_lf,
     )
     from .api.copy import copy
+    from .api.fp8_views import Fp8View, fp8_like
     from .plan.routes import last_route
     from .driver.lanes import LaneStream, SmLanes, sm_count
     from .api.prepare_types import prepare
@@ -100,6 +101,8 @@ __all__ = [
     "VllmFlashAttn",
     "VllmFlashInfer",
     "copy",
+    "Fp8View",
+    "fp8_like",
     "CaptureError",
     "CopyError",
     "CudaError",

@@ -1,0 +1,191 @@
+"""``kv.Fp8View``: a KV cache held in FP8, and ``kv.fp8_like``, which allocates one shaped like a view.
+
+An ``Fp8View`` pairs two views of the same built-in class (``kvnumba.api.views``), the same layout,
+layers, tokens and page size (and options: ``VllmFlashInfer``'s ``layout``):
+
+- ``codes``: uint8 buffers of FP8 bit patterns (``fmt="e4m3"``: e4m3fn, or ``"e5m2"``), items ``(H, D)``
+  (MLA: ``(D,)`` or ``(1, D)``), ``D`` a multiple of 4;
+- ``scales``: float32 buffers, one scale per token, layer, K/V and head: items ``(H, 1)`` (MLA: ``(1,)``
+  or ``(1, 1)``).
+
+The byte-for-byte format (how a scale and a code are computed, NaN, infinities, zero heads) is
+``kvnumba.quant_reference``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises bfloat16/float16 tokens
+into it, ``kv.copy(fp8_view, plain_view, ...)`` dequantises them, ``kv.copy(fp8_view, fp8_view, ...)``
+copies codes and scales (``kvnumba.api.fp8_copy``).
+
+A plain view's element type is its buffers' dtype (bfloat16 or float16: torch tensors, NumPy arrays of
+``ml_dtypes.bfloat16`` or ``numpy.float16``); buffers of uint16 (or int16) bit patterns take it from the
+FP8 view's ``dtype=`` (``"bfloat16"`` or ``"float16"``).
+"""
+from __future__ import annotations
+
+import sys
+from typing import Any, SupportsIndex
+
+import numpy as np
+
+from ..quant_reference import fp8_format, plain_dtype
+from .views import CacheView, LayerTable
+
+__all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
+
+
+class Fp8View:
+    """A KV cache in FP8: ``codes`` and ``scales`` views of one layout (see the module docstring).
+
+    Parameters
+    ----------
+    codes : CacheView
+        uint8 buffers, items ``(H, D)`` (MLA ``(D,)``), ``D`` a multiple of 4.
+    scales : CacheView
+        The same class, layers, tokens, page size and heads: float32 buffers, items ``(H, 1)`` (MLA ``(1,)``).
+    fmt : {"e4m3", "e5m2"}
+        The codes' format: e4m3fn (largest 448) or e5m2 (largest 57344).
+    dtype : {"bfloat16", "float16"}, optional
+        The element type of the plain views it is copied from and to, for plain views over uint16 bit
+        patterns (a plain view of bfloat16 or float16 buffers says its own; the two must then agree).
+
+    Raises
+    ------
+    TypeError, ValueError
+        Naming the argument: not views, views of different classes or geometry, codes not uint8, scales
+        not float32 ``(H, 1)``, ``D`` not a multiple of 4, an unknown ``fmt`` or ``dtype``.
+    """
+
+    def __init__(self, codes: CacheView, scales: CacheView, fmt: str = "e4m3", *, dtype: str | None = None) -> None:
+        for name, view in (("codes", codes), ("scales", scales)):
+            if not isinstance(view, CacheView):
+                raise TypeError(f"Fp8View: {name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
+                                f"got {type(view).__name__}")
+            if isinstance(view, LayerTable):
+                raise TypeError(f"Fp8View: {name} is a LayerTable (raw addresses, no dtype): make it a LayerFirst of "
+                                "the layers' arrays")
+            if view.user_layout or type(view).__module__ != CacheView.__module__:
+                raise TypeError(f"Fp8View: {name} must be one of kvnumba's built-in views, got {type(view).__name__}")
+        if type(codes) is not type(scales):
+            raise TypeError(f"Fp8View: codes is a {type(codes).__name__} but scales a {type(scales).__name__}: both "
+                            "must be views of one layout")
+        if getattr(codes, "layout", None) != getattr(scales, "layout", None):  # VllmFlashInfer's NHD / HND
+            raise ValueError(f"Fp8View: codes has the layout {codes.layout!r}, scales {scales.layout!r}")
+        fmt = fp8_format(fmt).name
+        self.dtype = None if dtype is None else plain_dtype(dtype)
+        gc, gs = codes.geometry, scales.geometry
+        if codes.itemsize != 1 or gc.dtype not in ("uint8", "int8"):
+            raise TypeError(f"Fp8View: codes must hold uint8 FP8 bit patterns, got {gc.dtype}")
+        if scales.itemsize != 4 or gs.dtype != "float32":
+            raise TypeError(f"Fp8View: scales must be float32, got {gs.dtype}")
+        if codes.mla != scales.mla:
+            raise ValueError(f"Fp8View: codes is {'MLA (no V)' if codes.mla else 'K and V'}, scales "
+                             f"{'MLA (no V)' if scales.mla else 'K and V'}")
+        for attribute in ("layers", "tokens", "page_size", "heads"):
+            if getattr(gc, attribute) != getattr(gs, attribute):
+                raise ValueError(f"Fp8View: codes and scales differ in {attribute}: {getattr(gc, attribute)} and "
+                                 f"{getattr(gs, attribute)}")
+        if gs.item_bytes != 4 * gs.heads:
+            raise ValueError(f"Fp8View: scales must hold one float32 per head (items (H, 1)), got items of "
+                             f"{gs.item_bytes} bytes for {gs.heads} heads")
+        head_dim = gc.item_bytes // gc.heads
+        if head_dim == 0 or head_dim % 4:
+            raise ValueError(f"Fp8View: codes' heads must hold a multiple of 4 elements, got {head_dim}")
+        self.codes, self.scales, self.fmt = codes, scales, fmt
+        self.geometry = gc
+        self.heads, self.head_dim = gc.heads, head_dim
+
+    @property
+    def mla(self) -> bool:
+        return self.codes.mla
+
+    def check_unchanged(self, name: str | None = None, layers: Any = None) -> None:
+        """``CacheView.check_unchanged`` of the codes and the scales."""
+        name = name or "Fp8View"
+        self.codes.check_unchanged(f"{name}.codes", layers)
+        self.scales.check_unchanged(f"{name}.scales", layers)
+
+    def __repr__(self) -> str:
+        g = self.geometry
+        return (f"Fp8View({type(self.codes).__name__}, fmt={self.fmt!r}, L={g.layers}, T={g.tokens}, P={g.page_size}, "
+                f"H={g.heads}, D={self.head_dim}{', MLA' if self.mla else ''})")
+
+
+def plain_dtype_of(plain: CacheView, quantised: Fp8View) -> str:
+    """``"bfloat16"`` or ``"float16"``: the element type of ``plain`` (its dtype, or for uint16 buffers
+    ``quantised.dtype``); ``TypeError`` when there is none or they disagree."""
+    dtype = plain.geometry.dtype
+    if dtype in ("bfloat16", "float16"):
+        if quantised.dtype is not None and quantised.dtype != dtype:
+            raise TypeError(f"the plain view holds {dtype} but the FP8 view says dtype={quantised.dtype!r}")
+        return dtype
+    if dtype in ("uint16", "int16") and plain.itemsize == 2:
+        if quantised.dtype is None:
+            raise TypeError(f"the plain view holds {dtype} bit patterns: say which floats they are with "
+                            "kv.Fp8View(..., dtype='bfloat16') (or 'float16')")
+        return quantised.dtype
+    raise TypeError(f"an FP8 copy quantises bfloat16 or float16 views, got a view of {dtype}")
+
+
+def plan_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tuple[int, int]:
+    """``(first_layer, count)`` a copy between ``src`` and ``dst`` moves (``kv.copy``'s rule: ``layers=None``
+    needs equal layer counts)."""
+    from ..plan.copy_plan import copy_window
+
+    return copy_window(src, dst, layers)
+
+
+# --- allocation ---------------------------------------------------------------------------------
+
+def _zeros_like(buffer: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """Zeros of ``shape`` and ``dtype`` where ``buffer`` lives, by its array library: torch (same device,
+    pinned if it is), CuPy, Numba device arrays, NumPy (pinned on a GPU: ``kvnumba.testing.pinned``)."""
+    module = type(buffer).__module__
+    if module.startswith("torch"):
+        torch = sys.modules["torch"]
+        kind = getattr(torch, dtype)
+        pin = buffer.device.type == "cpu" and buffer.is_pinned()
+        return torch.zeros(shape, dtype=kind, device=buffer.device, pin_memory=pin)
+    if module.startswith("cupy"):
+        cupy = sys.modules["cupy"]
+        with buffer.device:
+            return cupy.zeros(shape, dtype=dtype)
+    if isinstance(buffer, np.ndarray):
+        from ..testing import pinned
+
+        return pinned(np.zeros(shape, dtype))
+    from ..testing import device_array
+
+    return device_array(np.zeros(shape, dtype))
+
+
+def fp8_like(view: CacheView, fmt: str = "e4m3", dtype: str | None = None) -> Fp8View:
+    """A zeroed ``Fp8View`` with ``view``'s class, options and geometry (codes shaped as ``view``'s buffers,
+    uint8; scales with their last axis 1, float32), in the same kind of memory (``_zeros_like``).
+    ``dtype``: for a plain view of uint16 bit patterns, the floats they are (else ``view``'s own)."""
+    if not isinstance(view, CacheView) or isinstance(view, LayerTable):
+        raise TypeError(f"fp8_like: view must be a kvnumba cache view other than LayerTable, got {type(view).__name__}")
+    if view.user_layout or type(view).__module__ != CacheView.__module__:
+        raise TypeError(f"fp8_like: view must be one of kvnumba's built-in views, got {type(view).__name__}")
+    if dtype is None and view.geometry.dtype in ("bfloat16", "float16"):
+        dtype = view.geometry.dtype
+    fmt = fp8_format(fmt).name
+
+    def twin(buffer: Any, kind: str) -> Any:
+        shape = tuple(CacheView.array(buffer)[0])
+        if kind == "float32":
+            shape = shape[:-1] + (1,)
+        return _zeros_like(buffer, shape, kind)
+
+    made = []
+    for kind in ("uint8", "float32"):
+        if hasattr(view, "caches"):  # vLLM / FlashInfer: per-layer arrays holding K and V
+            made.append(view.like([twin(c, kind) for c in view.caches]))
+            continue
+        parts = []
+        for which in ("k", "v"):
+            buffer = getattr(view, which)
+            if buffer is None:
+                parts.append(None)
+            elif view.per_layer:
+                parts.append([twin(b, kind) for b in buffer])
+            else:
+                parts.append(twin(buffer, kind))
+        made.append(view.like(*parts))
+    return Fp8View(made[0], made[1], fmt, dtype=dtype)

@@ -1,0 +1,224 @@
+"""FP8 arithmetic for the kernels, bit exact: float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32,
+and one element's quantisation and dequantisation as ``kvnumba.quant_reference`` defines them.
+
+Written with integer bit operations on int64 values (a float's bits), plus float32 division and
+multiplication where the format asks for them (``float32(x) / scale``, ``float32(decode(c)) * scale``):
+Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
+operations IEEE-rounded: no fast math) and on the simulator (plain Python, float32 arithmetic in NumPy
+float32 scalars; ``kernels.fp8_memory`` holds the bit casts of both worlds).
+
+Rounding from float32 bits ``u`` (finite) into a format of ``E`` exponent bits (bias ``B``) and ``M``
+mantissa bits, to nearest even:
+
+- normal result (biased exponent ``e - 127 + B >= 1``): ``r = u - ((127 - B) << 23)`` (the exponent
+  rebiased), ``q = (r + 2**(S-1) - 1 + ((r >> S) & 1)) >> S`` with ``S = 23 - M``; a carry moves into the
+  exponent by itself;
+- subnormal result: the float32 significand ``1.m`` (24 bits) shifted right by ``24 - M - biased`` with
+  the same rounding (a carry gives the smallest normal); a float32 subnormal gives 0;
+- above the largest finite magnitude: the largest finite (FP8: saturation) or infinity (float16).
+
+The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
+factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dtype)``.
+"""
+from ..quant_reference import CANONICAL_NAN, fp8_format, plain_dtype
+from .fp8_memory import f32_bits, f32_from_bits
+from .jit import device_function
+
+__all__ = ["bf16_from_f32", "dequantiser", "make_narrow", "make_widen", "narrow", "quantiser", "widen"]
+
+
+def make_narrow(exponent_bits, mantissa_bits, bias, max_magnitude, overflow_magnitude):
+    """``narrow(u) -> code``: finite float32 bits ``u`` rounded to nearest even into the format (sign
+    kept); magnitudes above ``max_magnitude`` become ``overflow_magnitude``."""
+    shift = 23 - mantissa_bits
+    rebias = (127 - bias) << 23
+    sign_shift = exponent_bits + mantissa_bits
+    half = 1 << (shift - 1)
+
+    @device_function
+    def narrow(u):
+        sign = (u >> 31) & 1
+        a = u & 0x7FFFFFFF
+        e = a >> 23
+        biased = e - 127 + bias
+        if biased >= 1:
+            r = a - rebias
+            q = (r + half - 1 + ((r >> shift) & 1)) >> shift
+            if q > max_magnitude:
+                q = overflow_magnitude
+        elif e == 0:
+            q = 0  # a float32 subnormal is far below the smallest subnormal of these formats
+        else:
+            s = 24 - mantissa_bits - biased
+            full = (a & 0x7FFFFF) | 0x800000
+            q = 0
+            if s < 32:
+                q = (full + (1 << (s - 1)) - 1 + ((full >> s) & 1)) >> s
+        return (sign << sign_shift) | q
+
+    return narrow
+
+
+def make_widen(exponent_bits, mantissa_bits, bias, ieee):
+    """``widen(c) -> float32 bits`` of a code of the format (exact). ``ieee``: the top exponent holds
+    infinities and NaNs (e5m2, float16); else (e4m3fn) only the all-ones magnitude is NaN. NaNs give the
+    float32 quiet NaN with their sign."""
+    sign_shift = exponent_bits + mantissa_bits
+    magnitude_mask = (1 << sign_shift) - 1
+    mantissa_mask = (1 << mantissa_bits) - 1
+    top = (1 << exponent_bits) - 1
+    subnormal_exponent = 1 - bias - mantissa_bits + 127
+
+    @device_function
+    def widen(c):
+        sign = (c >> sign_shift) & 1
+        magnitude = c & magnitude_mask
+        e = magnitude >> mantissa_bits
+        m = magnitude & mantissa_mask
+        if ieee and e == top:
+            bits = 0x7F800000 if m == 0 else 0x7FC00000
+        elif not ieee and magnitude == magnitude_mask:
+            bits = 0x7FC00000
+        elif e == 0:
+            bits = 0
+            if m != 0:
+                p = mantissa_bits - 1
+                while (m >> p) == 0:
+                    p -= 1
+                bits = ((subnormal_exponent + p) << 23) | ((m - (1 << p)) << (23 - p))
+        else:
+            bits = ((e - bias + 127) << 23) | (m << (23 - mantissa_bits))
+        return (sign << 31) | bits
+
+    return widen
+
+
+@device_function
+def bf16_from_f32(u):
+    """Finite (or infinite) float32 bits to bfloat16 bits, to nearest even (overflow: infinity)."""
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16) & 0xFFFF
+
+
+@device_function
+def f32_from_bf16(b):
+    return b << 16
+
+
+_FORMATS = {"e4m3": (4, 3, 7, False), "e5m2": (5, 2, 15, True)}
+_narrow: dict = {}
+_widen: dict = {}
+
+
+def narrow(fmt):
+    """float32 bits -> code of ``fmt`` (``"e4m3"``, ``"e5m2"``, or ``"float16"``; finite input)."""
+    found = _narrow.get(fmt)
+    if found is None:
+        if fmt == "float16":
+            found = make_narrow(5, 10, 15, 0x7BFF, 0x7C00)
+        else:
+            f = fp8_format(fmt)
+            found = make_narrow(f.exponent_bits, f.mantissa_bits, f.bias, f.max_code, f.max_code)
+        _narrow[fmt] = found
+    return found
+
+
+def widen(fmt):
+    """Code of ``fmt`` (``"e4m3"``, ``"e5m2"``, ``"float16"``, ``"bfloat16"``) -> float32 bits."""
+    found = _widen.get(fmt)
+    if found is None:
+        if fmt == "bfloat16":
+            found = f32_from_bf16
+        elif fmt == "float16":
+            found = make_widen(5, 10, 15, True)
+        else:
+            found = make_widen(*_FORMATS[fp8_format(fmt).name])
+        _widen[fmt] = found
+    return found
+
+
+_EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
+_quantisers: dict = {}
+_dequantisers: dict = {}
+
+
+def quantiser(fmt, dtype):
+    """``(magnitude, scale_of, quantise)`` device functions for elements of ``dtype`` (bfloat16 or
+    float16 bits) into ``fmt``:
+
+    - ``magnitude(b)``: ``b``'s magnitude bits, 0 for NaN and ±inf (the amax of a head is the largest of
+      these: magnitudes order as their bits do);
+    - ``scale_of(m)``: the float32 bits of the scale for amax magnitude bits ``m``;
+    - ``quantise(b, scale_bits)``: the code of element ``b`` with that scale.
+    """
+    key = (fmt, plain_dtype(dtype))
+    found = _quantisers.get(key)
+    if found is not None:
+        return found
+    f = fp8_format(fmt)
+    name = key[1]
+    exponent_mask = _EXPONENT_MASK[name]
+    widen_plain, to_code = widen(name), narrow(f.name)
+    max_bits = f32_bits_of(f.max_value)
+    nan_code, max_code = f.nan_code, f.max_code
+
+    @device_function
+    def magnitude(b):
+        m = b & 0x7FFF
+        if (m & exponent_mask) == exponent_mask:
+            return 0
+        return m
+
+    @device_function
+    def scale_of(m):
+        return f32_bits(f32_from_bits(widen_plain(m)) / f32_from_bits(max_bits))
+
+    @device_function
+    def quantise(b, scale_bits):
+        sign = (b >> 15) & 1
+        m = b & 0x7FFF
+        if (m & exponent_mask) == exponent_mask:
+            if m != exponent_mask:
+                return (sign << 7) | nan_code
+            return (sign << 7) | max_code
+        if scale_bits == 0:
+            return 0
+        return to_code(f32_bits(f32_from_bits(widen_plain(b)) / f32_from_bits(scale_bits)))
+
+    found = _quantisers[key] = (magnitude, scale_of, quantise)
+    return found
+
+
+def dequantiser(fmt, dtype):
+    """``dequantise(c, scale_bits)``: the bfloat16 (float16) bits of code ``c`` of ``fmt`` times the float32
+    whose bits are ``scale_bits`` (a device function)."""
+    key = (fmt, plain_dtype(dtype))
+    found = _dequantisers.get(key)
+    if found is not None:
+        return found
+    f = fp8_format(fmt)
+    name = key[1]
+    from_code = widen(f.name)
+    to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
+    nan_out = CANONICAL_NAN[name]
+    e4m3 = f.name == "e4m3"
+
+    @device_function
+    def dequantise(c, scale_bits):
+        sign = (c >> 7) & 1
+        m = c & 0x7F
+        if (e4m3 and m == 0x7F) or (not e4m3 and m > 0x7C):
+            return (sign << 15) | nan_out
+        p = f32_bits(f32_from_bits(from_code(c)) * f32_from_bits(scale_bits))
+        if (p & 0x7FFFFFFF) > 0x7F800000:
+            return (sign << 15) | nan_out
+        return to_plain(p) & 0xFFFF
+
+    found = _dequantisers[key] = dequantise
+    return found
+
+
+def f32_bits_of(value):
+    """The float32 bits of a Python number (host side, for closure constants)."""
+    import numpy as np
+
+    return int(np.float32(value).view(np.uint32))

@@ -1,0 +1,261 @@
+"""Kernels that quantise to FP8, dequantise from it, or copy FP8 caches, inside the copy: one memoised
+kernel per (source layout, destination layout, MLA, mode, FP8 format, plain dtype).
+
+The format is ``kvnumba.quant_reference``'s (its docstring, byte for byte); the arithmetic is
+``kernels.fp8``'s. Each side of a copy is a layout's ``LayoutParts`` (``kernels.layouts``); a
+quantised side has two address sets of that one layout, its codes (items of ``H * D`` bytes) and its
+scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer tables, for per-layer
+views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in the address
+arithmetic), whatever the layouts.
+
+Modes: ``"quantise"`` (plain source, FP8 destination), ``"dequantise"`` (FP8 source, plain
+destination), ``"copy"`` (FP8 to FP8: codes and scales copied).
+
+Work split: warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (an item is one
+pair of token indices, bounds-checked by ``item_copy.in_bounds``: an index outside its side is skipped
+and the error flag set), every layer of the window, K then V, head by head. Within a head of ``D``
+elements (``words = D / 4`` 8-byte words of bfloat16/float16, 4-byte words of codes) lane ``i`` takes
+words ``i, i + 32, ...``:
+
+- quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
+  takes the largest finite magnitude of its elements, the warp's maximum by shuffles
+  (``fp8_memory.warp_max``); lane 0 stores the scale, every lane its codes (four bytes per word),
+  reading again only words past the fourth;
+- dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
+  word of bfloat16/float16;
+- copy: codes word by word, lane 0 the scale.
+
+Kernels take plain int64 parameters (``Fp8Args``), launched as every kvnumba kernel is
+(``kvnumba.driver.launch``).
+"""
+from typing import NamedTuple
+
+from numba import cuda
+
+from ..driver.target import SIMULATOR
+from . import fp8
+from .fp8_memory import load_i32, store_i32, store_i64, warp_max
+from .item_copy import in_bounds
+from .jit import WARP_SIZE, device_function, kernel
+from .layouts import LayoutParts
+from .memory import load_i64
+from .params import check_parameters, signature
+
+MODES = ("quantise", "dequantise", "copy")
+
+
+class Fp8Args(NamedTuple):
+    """The FP8 kernels' parameters, in order (addresses and sizes in bytes). ``*_scales_*`` are a
+    quantised side's scales (0 for a plain side); a table layout's ``*_k``/``*_v`` are tables."""
+
+    src_indices: int
+    dst_indices: int
+    num_items: int
+    items_per_warp: int
+    first_layer: int
+    src_token_limit: int
+    dst_token_limit: int
+    num_layers: int
+    heads: int
+    words: int  # D / 4: a head's 8-byte words of bfloat16/float16 (its 4-byte words of codes)
+    error_flag: int
+    src_k: int
+    src_v: int
+    src_item: int
+    src_dim: int
+    src_page: int
+    src_scales_k: int
+    src_scales_v: int
+    src_scales_item: int
+    src_scales_dim: int
+    dst_k: int
+    dst_v: int
+    dst_item: int
+    dst_dim: int
+    dst_page: int
+    dst_scales_k: int
+    dst_scales_v: int
+    dst_scales_item: int
+    dst_scales_dim: int
+
+
+SIGNATURE = signature(Fp8Args)
+PER_CALL = Fp8Args._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
+HELD = 4  # words a lane keeps in registers between the amax and the codes
+
+
+def make_head_op(mode, fmt, dtype):
+    """``op(lane, src, src_scale, dst, dst_scale, words)``: the warp moves one head."""
+    if mode == "quantise":
+        magnitude, scale_of, quantise = fp8.quantiser(fmt, dtype)
+
+        @device_function
+        def word_magnitude(w):
+            return max(max(magnitude(w & 0xFFFF), magnitude((w >> 16) & 0xFFFF)),
+                       max(magnitude((w >> 32) & 0xFFFF), magnitude((w >> 48) & 0xFFFF)))
+
+        @device_function
+        def word_codes(w, scale_bits):
+            return (quantise(w & 0xFFFF, scale_bits) | (quantise((w >> 16) & 0xFFFF, scale_bits) << 8)
+                    | (quantise((w >> 32) & 0xFFFF, scale_bits) << 16)
+                    | (quantise((w >> 48) & 0xFFFF, scale_bits) << 24))
+
+        @device_function
+        def op(lane, src, src_scale, dst, dst_scale, words):
+            i1 = lane + WARP_SIZE
+            i2 = i1 + WARP_SIZE
+            i3 = i2 + WARP_SIZE
+            w0 = 0
+            w1 = 0
+            w2 = 0
+            w3 = 0
+            if lane < words:
+                w0 = load_i64(src + lane * 8)
+            if i1 < words:
+                w1 = load_i64(src + i1 * 8)
+            if i2 < words:
+                w2 = load_i64(src + i2 * 8)
+            if i3 < words:
+                w3 = load_i64(src + i3 * 8)
+            m = max(max(word_magnitude(w0), word_magnitude(w1)), max(word_magnitude(w2), word_magnitude(w3)))
+            i = lane + HELD * WARP_SIZE
+            while i < words:  # a head longer than the registers hold: its amax read, its codes read again
+                m = max(m, word_magnitude(load_i64(src + i * 8)))
+                i += WARP_SIZE
+            m = warp_max(lane, m)
+            scale_bits = scale_of(m)
+            if lane == 0:
+                store_i32(dst_scale, scale_bits)
+            if lane < words:
+                store_i32(dst + lane * 4, word_codes(w0, scale_bits))
+            if i1 < words:
+                store_i32(dst + i1 * 4, word_codes(w1, scale_bits))
+            if i2 < words:
+                store_i32(dst + i2 * 4, word_codes(w2, scale_bits))
+            if i3 < words:
+                store_i32(dst + i3 * 4, word_codes(w3, scale_bits))
+            i = lane + HELD * WARP_SIZE
+            while i < words:
+                store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits))
+                i += WARP_SIZE
+
+        return op
+
+    if mode == "dequantise":
+        dequantise = fp8.dequantiser(fmt, dtype)
+
+        @device_function
+        def op(lane, src, src_scale, dst, dst_scale, words):
+            scale_bits = load_i32(src_scale)
+            i = lane
+            while i < words:
+                c = load_i32(src + i * 4)
+                store_i64(dst + i * 8, dequantise(c & 0xFF, scale_bits)
+                          | (dequantise((c >> 8) & 0xFF, scale_bits) << 16)
+                          | (dequantise((c >> 16) & 0xFF, scale_bits) << 32)
+                          | (dequantise((c >> 24) & 0xFF, scale_bits) << 48))
+                i += WARP_SIZE
+
+        return op
+
+    @device_function
+    def op(lane, src, src_scale, dst, dst_scale, words):
+        if lane == 0:
+            store_i32(dst_scale, load_i32(src_scale))
+        i = lane
+        while i < words:
+            store_i32(dst + i * 4, load_i32(src + i * 4))
+            i += WARP_SIZE
+
+    return op
+
+
+def _build_kernel(src, dst, mla, mode, fmt, dtype):
+    head_op = make_head_op(mode, fmt, dtype)
+    src_scaled, dst_scaled = mode != "quantise", mode != "dequantise"
+    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
+    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    kinds = 1 if mla else 2
+
+    @device_function
+    def copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item, src_dim,
+                   src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item,
+                   dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+        s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+        s_stride = src_hs(src_dim, src_item, heads, src_page)
+        d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+        d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+        ss_off = 0
+        ss_stride = 0
+        ds_off = 0
+        ds_stride = 0
+        if src_scaled:
+            ss_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+            ss_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+        if dst_scaled:
+            ds_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
+            ds_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)
+        for layer in range(first_layer, first_layer + num_layers):
+            for kind in range(kinds):
+                s = src_lb(src_k if kind == 0 else src_v, layer, src_dim, src_item, heads, src_page) + s_off
+                d = dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
+                ss = 0
+                ds = 0
+                if src_scaled:
+                    ss = src_lb(src_scales_k if kind == 0 else src_scales_v, layer, src_scales_dim, src_scales_item,
+                                heads, src_page) + ss_off
+                if dst_scaled:
+                    ds = dst_lb(dst_scales_k if kind == 0 else dst_scales_v, layer, dst_scales_dim, dst_scales_item,
+                                heads, dst_page) + ds_off
+                for head in range(heads):
+                    head_op(lane, s + head * s_stride, ss + head * ss_stride, d + head * d_stride,
+                            ds + head * ds_stride, words)
+
+    def fp8_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
+               num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
+               src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k,
+               dst_scales_v, dst_scales_item, dst_scales_dim):
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
+        first = warp * items_per_warp
+        count = min(items_per_warp, num_items - first)
+        j = 0
+        while j < count:
+            item = first + j
+            s_tok = load_i64(src_indices + item * 8)
+            d_tok = load_i64(dst_indices + item * 8)
+            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item,
+                           src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
+                           dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
+                           dst_scales_dim)
+            j += 1
+
+    check_parameters(fp8_kv, Fp8Args)
+    fp8_kv.__name__ = fp8_kv.__qualname__ = f"fp8_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}"
+    return kernel(fp8_kv, max_registers=64)
+
+
+_kernels: dict = {}
+
+
+def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16"):
+    """The kernel for one (source layout, destination layout, MLA, mode, format, plain dtype), built on
+    first request and memoised; ``src``/``dst``: ``LayoutParts``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
+        raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
+    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype))
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build_kernel(*key)
+    return built
+
+
+def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
+    """PTX of one FP8 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
+    if SIMULATOR:
+        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
+    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, mode, fmt, dtype).py_func, SIGNATURE, cc=cc)
+    return ptx

@@ -1,0 +1,82 @@
+"""What the FP8 kernels (``kernels.fp8_copy``) need besides ``kernels.memory``: 4-byte loads and stores
+(FP8 codes move four to a lane's word, scales are one float32), 8-byte stores of int64 values, float32
+bit casts, and a warp's maximum.
+
+On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``,
+as ``kernels.memory``) and ``cuda.shfl_xor_sync``; on Numba's CUDA simulator their Python twins
+(``kernels.simulator.fp8_memory``), chosen here once, at import. Integers are int64 throughout (a
+4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic never
+mixes signed and unsigned types.
+
+Names:
+    load_i32(addr) -> int64 (0 .. 2**32 - 1)    store_i32(addr, value)    store_i64(addr, value)
+    f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
+    warp_max(lane, value: int64) -> int64 (every lane of the warp calls it)
+"""
+from ..driver.target import SIMULATOR
+
+__all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
+
+if SIMULATOR:
+    from .simulator.fp8_memory import f32_bits, f32_from_bits, load_i32, store_i32, store_i64, warp_max  # noqa: F401
+else:
+    from llvmlite import ir
+    from numba import cuda, types
+    from numba.cuda.extending import intrinsic
+
+    from .jit import device_function
+
+    _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
+
+    @intrinsic
+    def load_i32(typingctx, addr):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_I32, [_I32.as_pointer()]), "ld.global.nc.b32 $0, [$1];", "=r,l")
+            value = builder.call(asm, [builder.inttoptr(args[0], _I32.as_pointer())])
+            return builder.zext(value, _I64)
+
+        return types.int64(types.int64), codegen
+
+    @intrinsic
+    def store_i32(typingctx, addr, value):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32.as_pointer(), _I32]),
+                               "st.global.cg.b32 [$0], $1;", "l,r,~{memory}", side_effect=True)
+            builder.call(asm, [builder.inttoptr(args[0], _I32.as_pointer()), builder.trunc(args[1], _I32)])
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64), codegen
+
+    @intrinsic
+    def store_i64(typingctx, addr, value):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64.as_pointer(), _I64]),
+                               "st.global.cg.b64 [$0], $1;", "l,l,~{memory}", side_effect=True)
+            builder.call(asm, [builder.inttoptr(args[0], _I64.as_pointer()), args[1]])
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64), codegen
+
+    @intrinsic
+    def f32_bits(typingctx, x):
+        def codegen(context, builder, sig, args):
+            return builder.zext(builder.bitcast(args[0], _I32), _I64)
+
+        return types.int64(types.float32), codegen
+
+    @intrinsic
+    def f32_from_bits(typingctx, bits):
+        def codegen(context, builder, sig, args):
+            return builder.bitcast(builder.trunc(args[0], _I32), _F32)
+
+        return types.float32(types.int64), codegen
+
+    @device_function
+    def warp_max(lane, value):
+        v = value
+        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 16))
+        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 8))
+        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 4))
+        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 2))
+        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 1))
+        return v

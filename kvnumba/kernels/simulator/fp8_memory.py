@@ -1,0 +1,62 @@
+"""The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer addresses
+through ctypes, float32 bit casts through NumPy, and a warp's maximum exchanged through a barrier per
+simulated warp (Numba's simulator has no warp shuffles)."""
+import ctypes
+import threading
+
+import numpy as np
+
+__all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
+
+_u32 = ctypes.c_uint32
+_u64 = ctypes.c_uint64
+
+
+def load_i32(addr):
+    return _u32.from_address(int(addr)).value
+
+
+def store_i32(addr, value):
+    _u32.from_address(int(addr)).value = int(value) & 0xFFFFFFFF
+
+
+def store_i64(addr, value):
+    _u64.from_address(int(addr)).value = int(value) & 0xFFFFFFFFFFFFFFFF
+
+
+def f32_bits(x):
+    """The bits of float32 ``x`` as a non-negative int."""
+    return int(np.float32(x).view(np.uint32))
+
+
+def f32_from_bits(bits):
+    """The float32 (a NumPy float32, so that arithmetic on it is float32's) whose bits are ``bits``."""
+    return np.uint32(int(bits) & 0xFFFFFFFF).view(np.float32)
+
+
+class _Warp:
+    __slots__ = ("barrier", "values")
+
+    def __init__(self):
+        self.barrier = threading.Barrier(32, timeout=600)
+        self.values = [0] * 32
+
+
+_warps: dict = {}
+_lock = threading.Lock()
+
+
+def warp_max(lane, value):
+    """The largest ``value`` over the 32 lanes of the calling thread's warp (every lane must call it)."""
+    thread = threading.current_thread()
+    block, tid = thread.blockIdx, thread.threadIdx
+    key = (block.x, block.y, block.z, tid.x >> 5)
+    warp = _warps.get(key)
+    if warp is None:
+        with _lock:
+            warp = _warps.setdefault(key, _Warp())
+    warp.values[lane] = value
+    warp.barrier.wait()
+    result = max(warp.values)
+    warp.barrier.wait()  # every lane has read before any lane writes again
+    return result

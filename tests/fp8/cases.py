@@ -1,0 +1,53 @@
+"""FP8 views for the tests: every built-in layout's codes and scales, placed for kvnumba (device or pinned
+host memory) with the same buffers in NumPy for ``kvnumba.quant_reference.copy``."""
+import numpy as np
+
+import kvnumba as kv
+from tests.helpers.placement import PLACE
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, make_view, view_bytes  # noqa: F401 - the tests' names
+
+FP8_POISON = 0xAB
+FP8_LAYOUTS = [name for name in LAYOUTS if name != "HeadMajorPages"]  # an FP8 view is of a built-in layout
+
+
+def _buffers(name, shape, dtype, mla, place, fill):
+    """``(numpy view, placed view)`` of layout ``name`` over buffers shaped ``shape`` (K and V unless MLA)."""
+    _, make, per_layer, _ = LAYOUTS[name]
+    count = 1 if (mla or name in KV_ONLY) else 2
+    arrays = [fill(shape, dtype) for _ in range(count)]
+
+    def build(arrays, put):
+        arrays = [[put(layer) for layer in a] if (per_layer or name in KV_ONLY) else put(a) for a in arrays]
+        if name in KV_ONLY:
+            return make(arrays[0])
+        return make(*arrays) if count == 2 else make(arrays[0])
+
+    return build(arrays, lambda a: a), build(arrays, PLACE[place] if place else (lambda a: a))
+
+
+def make_fp8(name, L, T, P, H, D, *, mla=False, place="device", fmt="e4m3", dtype="bfloat16", rng=None):
+    """``(numpy Fp8View, placed Fp8View)`` of layout ``name``: every byte ``FP8_POISON``, or with ``rng`` random
+    codes (every byte value, NaN codes too) and random scales (some zero)."""
+    shape_of = LAYOUTS[name][0]
+    heads = 1 if mla else H
+
+    def codes_fill(shape, dtype):
+        if rng is None:
+            return np.full(shape, FP8_POISON, np.uint8)
+        return rng.integers(0, 256, shape, dtype=np.uint8)
+
+    def scales_fill(shape, dtype):
+        if rng is None:
+            return np.full(shape[:-1] + (4,), FP8_POISON, np.uint8).view(np.float32)
+        scales = (np.exp(rng.normal(0, 3, shape)) / 448).astype(np.float32)
+        scales[rng.random(shape) < 0.1] = 0
+        return scales
+
+    codes_np, codes = _buffers(name, shape_of(L, T, P, heads, D), np.uint8, mla, place, codes_fill)
+    scales_np, scales = _buffers(name, shape_of(L, T, P, heads, 1), np.float32, mla, place, scales_fill)
+    return kv.Fp8View(codes_np, scales_np, fmt, dtype=dtype), kv.Fp8View(codes, scales, fmt, dtype=dtype)
+
+
+def fp8_bytes(view):
+    """Every buffer of a (placed) Fp8View, codes then scales, as NumPy bytes."""
+    return view_bytes(view.codes) + view_bytes(view.scales)

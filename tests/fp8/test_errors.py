@@ -1,0 +1,141 @@
+"""Bad FP8 views and bad kv.copy calls with them: TypeError/ValueError naming the argument (or
+IndexOutOfRangeError for an index), and nothing written."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view
+from tests.helpers.placement import PLACE
+
+pytestmark = pytest.mark.needs_target
+
+L, T, P, H, D = 2, 8, 4, 2, 8
+
+
+def codes_and_scales(codes_dtype=np.uint8, scales_dtype=np.float32, scale_last=1, d=D, mla=False):
+    shape = (L, T, d) if mla else (L, T, H, d)
+    codes = np.zeros(shape, codes_dtype)
+    scales = np.zeros(shape[:-1] + (scale_last,), scales_dtype)
+    return kv.LayerFirst(codes, codes.copy() if not mla else None), kv.LayerFirst(scales, scales.copy() if not mla
+                                                                                   else None)
+
+
+def test_a_good_view():
+    view = kv.Fp8View(*codes_and_scales())
+    assert (view.heads, view.head_dim, view.fmt, view.mla) == (H, D, "e4m3", False)
+    assert "Fp8View(LayerFirst" in repr(view)
+
+
+@pytest.mark.parametrize("make,error,words", [
+    (lambda: kv.Fp8View(np.zeros(4), codes_and_scales()[1]), TypeError, "codes must be a kvnumba cache view"),
+    (lambda: kv.Fp8View(codes_and_scales()[0], None), TypeError, "scales must be"),
+    (lambda: kv.Fp8View(codes_and_scales()[0], kv.PageFirst(np.zeros((T, L, H, 1), np.float32))), TypeError,
+     "codes is a LayerFirst but scales a PageFirst"),
+    (lambda: kv.Fp8View(*codes_and_scales(codes_dtype=np.uint16)), TypeError, "codes must hold uint8"),
+    (lambda: kv.Fp8View(*codes_and_scales(scales_dtype=np.float16)), TypeError, "scales must be float32"),
+    (lambda: kv.Fp8View(*codes_and_scales(scale_last=2)), ValueError, "one float32 per head"),
+    (lambda: kv.Fp8View(*codes_and_scales(d=6)), ValueError, "multiple of 4"),
+    (lambda: kv.Fp8View(*codes_and_scales(), fmt="e3m4"), ValueError, "fmt must be"),
+    (lambda: kv.Fp8View(*codes_and_scales(), dtype="float32"), TypeError, "bfloat16 or float16"),
+    (lambda: kv.Fp8View(codes_and_scales()[0], codes_and_scales(mla=True)[1]), ValueError, "MLA"),
+])
+def test_bad_views(make, error, words):
+    with pytest.raises(error, match=words):
+        make()
+
+
+def test_layer_table_is_refused():
+    table = np.zeros(L, np.uint64)
+    raw = kv.LayerTable(table, table, tokens=T, item_size=H * D)
+    with pytest.raises(TypeError, match="LayerTable"):
+        kv.Fp8View(raw, codes_and_scales()[1])
+
+
+def poisoned_pair(**kwargs):
+    rng = np.random.default_rng(0)
+    _, src = make_view("PageFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_fp8("LayerFirst", L, T, P, H, D, **kwargs)
+    return src, dst
+
+
+def untouched(dst):
+    return all((b == FP8_POISON).all() for b in fp8_bytes(dst))
+
+
+IDX = np.arange(3, dtype=np.int64)
+
+
+@pytest.mark.parametrize("call,error,words", [
+    (lambda s, d: kv.copy(s, d, np.array([0, 8, 1]), IDX), kv.IndexOutOfRangeError, r"src_indices\[1\] = 8"),
+    (lambda s, d: kv.copy(s, d, IDX, np.array([0, 1, -1])), kv.IndexOutOfRangeError, r"dst_indices\[2\] = -1"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX.astype(np.int32)), TypeError, "int64"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX[:2]), ValueError, "length"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX, route="copy_engine"), ValueError, "copy_engine"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX, route="fast"), ValueError, "route"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX, layers=5), ValueError, "layers"),
+    (lambda s, d: kv.copy(s, d, IDX, IDX, block_quota=0), ValueError, "block_quota"),
+    (lambda s, d: kv.copy(np.zeros(4), d, IDX, IDX), TypeError, "src_view"),
+    (lambda s, d: kv.copy(d, d, IDX, IDX), None, None),  # allowed: FP8 -> FP8 onto itself
+])
+def test_bad_calls_write_nothing(call, error, words):
+    src, dst = poisoned_pair(dtype=None)
+    if error is None:
+        call(src, dst)
+        return
+    src, dst = poisoned_pair(dtype="bfloat16")
+    with pytest.raises(error, match=words):
+        call(src, dst)
+    assert untouched(dst)
+
+
+def test_uint16_source_needs_a_dtype():
+    src, dst = poisoned_pair(dtype=None)
+    with pytest.raises(TypeError, match="dtype='bfloat16'"):
+        kv.copy(src, dst, IDX, IDX)
+    assert untouched(dst)
+
+
+def test_dtypes_must_agree():
+    k = np.zeros((T, L, H, D), ml_dtypes.bfloat16)
+    src = kv.PageFirst(PLACE["device"](k), PLACE["device"](k))
+    _, dst = make_fp8("LayerFirst", L, T, P, H, D, dtype="float16")
+    with pytest.raises(TypeError, match="float16"):
+        kv.copy(src, dst, IDX, IDX)
+    _, dst = make_fp8("LayerFirst", L, T, P, H, D, dtype=None)
+    kv.copy(src, dst, IDX, IDX, block_quota=1, num_warps_per_block=1)  # bfloat16 buffers say it themselves
+    assert (np.asarray(dst.scales.k)[:, :3] == 0).all()
+
+
+def test_mismatched_geometry():
+    rng = np.random.default_rng(0)
+    _, src = make_view("PageFirst", L, T, P, H, 16, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_fp8("LayerFirst", L, T, P, H, D)
+    with pytest.raises(ValueError, match="heads"):
+        kv.copy(src, dst, IDX, IDX)
+    assert untouched(dst)
+    _, mla = make_fp8("LayerFirst", L, T, P, H, D, mla=True)
+    with pytest.raises(ValueError, match="MLA"):
+        kv.copy(src, mla, IDX, IDX)
+    _, a = make_fp8("LayerFirst", L, T, P, H, D, fmt="e4m3")
+    _, b = make_fp8("PageFirst", L, T, P, H, D, fmt="e5m2")
+    with pytest.raises(ValueError, match="formats|e4m3"):
+        kv.copy(a, b, IDX, IDX)
+
+
+def test_read_only_destination():
+    src, dst = poisoned_pair(dtype="bfloat16")
+    for buffer in (dst.codes.k, dst.codes.v, dst.scales.k, dst.scales.v):
+        np.asarray(buffer).setflags(write=False)
+    with pytest.raises(ValueError, match="dst_view.codes.k"):
+        kv.copy(src, dst, IDX, IDX)
+    assert untouched(dst)
+
+
+def test_device_indices_out_of_range_are_skipped_and_flagged(device_path):
+    src, dst = poisoned_pair(dtype="bfloat16")
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst, PLACE["device"](np.array([0, 99], np.int64)), PLACE["device"](np.array([0, 1], np.int64)),
+                block_quota=1, num_warps_per_block=2, check=True)
+    codes = np.asarray(dst.codes.k)
+    assert (codes[:, 0] != FP8_POISON).any() and (codes[:, 1] == FP8_POISON).all()
