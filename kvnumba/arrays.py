@@ -210,3 +210,29 @@ def shape_of(buffer, name):
         return tuple(cai["shape"]), dtype.itemsize, dtype.name
     raise TypeError(f"{name} must be an array (torch tensor, CuPy or Numba device array, NumPy array), "
                     f"got {type(buffer).__name__}")
+
+
+# --- copies where the GPU reads them ----------------------------------------------------------------------
+
+def device_array(a: Any) -> Any:
+    """A copy of ``a`` (anything ``numpy.asarray`` takes) in GPU memory: a Numba device array (a NumPy copy
+    on the simulator)."""
+    a = np.ascontiguousarray(a)
+    if SIMULATOR:
+        return a.copy()
+    from numba import cuda
+
+    return cuda.to_device(a)
+
+
+def pinned(a: Any) -> Any:
+    """A copy of ``a`` in pinned (page-locked) host memory, which the GPU reads and writes directly (a NumPy
+    copy on the simulator, and for an empty array: CUDA cannot pin zero bytes)."""
+    a = np.asarray(a)
+    if SIMULATOR or a.size == 0:
+        return np.array(a, copy=True)
+    from numba import cuda
+
+    out = cuda.pinned_array(a.shape, dtype=a.dtype)
+    out[...] = a
+    return out

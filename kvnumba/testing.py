@@ -21,6 +21,7 @@ from typing import Any, cast
 
 import numpy as np
 
+from .arrays import device_array, pinned
 from .driver.target import CHOICE, SIMULATOR, gpu_available
 
 __all__ = ["ON_SIMULATOR", "device_array", "gpu_count", "gpu_skip_reason", "pinned", "requires_gpu", "synchronize",
@@ -40,30 +41,6 @@ def where() -> str:
         return f"the GPU, {name.decode() if isinstance(name, bytes) else name}"
     except Exception as exc:  # noqa: BLE001 - words for a notebook's first line, never a failure
         return f"the GPU target ({type(exc).__name__}: {exc})"
-
-
-def device_array(a: Any) -> Any:
-    """A copy of ``a`` (anything ``numpy.asarray`` takes) in GPU memory: a Numba device array (a NumPy copy
-    on the simulator)."""
-    a = np.ascontiguousarray(a)
-    if SIMULATOR:
-        return a.copy()
-    from numba import cuda
-
-    return cuda.to_device(a)
-
-
-def pinned(a: Any) -> Any:
-    """A copy of ``a`` in pinned (page-locked) host memory, which the GPU reads and writes directly (a NumPy
-    copy on the simulator, and for an empty array: CUDA cannot pin zero bytes)."""
-    a = np.asarray(a)
-    if SIMULATOR or a.size == 0:
-        return np.array(a, copy=True)
-    from numba import cuda
-
-    out = cuda.pinned_array(a.shape, dtype=a.dtype)
-    out[...] = a
-    return out
 
 
 def synchronize() -> None:

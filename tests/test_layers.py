@@ -31,7 +31,7 @@ LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
     "kvnumba.kernels": 2,
     "kvnumba.checks": 3,
     "kvnumba.plan": 4,
-    "kvnumba.api": 5, "kvnumba.reference": 5,
+    "kvnumba.api": 5, "kvnumba.reference": 5, "kvnumba.quant_reference": 5,
     "kvnumba": 6, "kvnumba.convert": 6, "kvnumba.compat": 6, "kvnumba.remote": 6,
     "kvnumba.tools": 7, "kvnumba.testing": 7, "kvnumba.__main__": 7,
 }

@@ -30,6 +30,7 @@ from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
 from ..plan import routes
+from ..checks.user_layouts import check_user_layout
 from ..plan.device_tables import device_table
 from .fp8_views import Fp8View, plain_dtype_of, plan_window
 from .views import CacheView, LayerTable
@@ -171,7 +172,7 @@ class Fp8Plan:
                 raise ValueError(f"{name} has items of {g.heads} heads, {g.item_bytes} bytes; the FP8 view's are "
                                  f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
             if plain.user_layout:
-                plain._check_user_arithmetic(heads)
+                check_user_layout(plain, heads)
         self.first_layer, self.window = plan_window(src, dst, layers)
         placed: list = []
         self.destinations: list = []

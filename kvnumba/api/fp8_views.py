@@ -24,7 +24,8 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from ..quant_reference import fp8_format, plain_dtype
+from ..arrays import device_array, pinned
+from ..kernels.fp8_format import fp8_format, plain_dtype
 from .views import CacheView, LayerTable
 
 __all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
@@ -135,7 +136,7 @@ def plan_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tup
 
 def _zeros_like(buffer: Any, shape: tuple[int, ...], dtype: str) -> Any:
     """Zeros of ``shape`` and ``dtype`` where ``buffer`` lives, by its array library: torch (same device,
-    pinned if it is), CuPy, Numba device arrays, NumPy (pinned on a GPU: ``kvnumba.testing.pinned``)."""
+    pinned if it is), CuPy, Numba device arrays, NumPy (pinned on a GPU: ``kvnumba.arrays.pinned``)."""
     module = type(buffer).__module__
     if module.startswith("torch"):
         torch = sys.modules["torch"]
@@ -147,11 +148,7 @@ def _zeros_like(buffer: Any, shape: tuple[int, ...], dtype: str) -> Any:
         with buffer.device:
             return cupy.zeros(shape, dtype=dtype)
     if isinstance(buffer, np.ndarray):
-        from ..testing import pinned
-
         return pinned(np.zeros(shape, dtype))
-    from ..testing import device_array
-
     return device_array(np.zeros(shape, dtype))
 
 

@@ -20,7 +20,7 @@ mantissa bits, to nearest even:
 The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
 factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dtype)``.
 """
-from ..quant_reference import CANONICAL_NAN, fp8_format, plain_dtype
+from .fp8_format import CANONICAL_NAN, fp8_format, plain_dtype
 from .fp8_memory import f32_bits, f32_from_bits
 from .jit import device_function
 
