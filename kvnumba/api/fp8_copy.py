@@ -151,7 +151,6 @@ class Fp8Plan:
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
         self.mode = mode = _mode(src, dst)
         fp8 = dst if mode == "quantise" else src
-        plain = src if mode == "quantise" else dst if mode == "dequantise" else None
         if src.mla != dst.mla:
             raise ValueError(f"src_view is {'MLA (no V)' if src.mla else 'K and V'} but dst_view is "
                              f"{'MLA (no V)' if dst.mla else 'K and V'}")
@@ -165,6 +164,7 @@ class Fp8Plan:
                                  f"(H={dst.heads}, D={dst.head_dim})")
             dtype = "bfloat16"
         else:
+            plain: CacheView = src if mode == "quantise" else dst
             dtype = plain_dtype_of(plain, fp8)
             g = plain.geometry
             name = "src_view" if mode == "quantise" else "dst_view"

@@ -66,8 +66,9 @@ class Fp8View:
         if type(codes) is not type(scales):
             raise TypeError(f"Fp8View: codes is a {type(codes).__name__} but scales a {type(scales).__name__}: both "
                             "must be views of one layout")
-        if getattr(codes, "layout", None) != getattr(scales, "layout", None):  # VllmFlashInfer's NHD / HND
-            raise ValueError(f"Fp8View: codes has the layout {codes.layout!r}, scales {scales.layout!r}")
+        codes_layout, scales_layout = getattr(codes, "layout", None), getattr(scales, "layout", None)
+        if codes_layout != scales_layout:  # VllmFlashInfer's NHD / HND
+            raise ValueError(f"Fp8View: codes has the layout {codes_layout!r}, scales {scales_layout!r}")
         fmt = fp8_format(fmt).name
         self.dtype = None if dtype is None else plain_dtype(dtype)
         gc, gs = codes.geometry, scales.geometry
@@ -175,7 +176,7 @@ def fp8_like(view: CacheView, fmt: str = "e4m3", dtype: str | None = None) -> Fp
         if hasattr(view, "caches"):  # vLLM / FlashInfer: per-layer arrays holding K and V
             made.append(view.like([twin(c, kind) for c in view.caches]))
             continue
-        parts = []
+        parts: list[Any] = []
         for which in ("k", "v"):
             buffer = getattr(view, which)
             if buffer is None:

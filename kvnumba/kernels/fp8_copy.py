@@ -101,7 +101,7 @@ def make_head_op(mode, fmt, dtype):
                     | (quantise((w >> 48) & 0xFFFF, scale_bits) << 24))
 
         @device_function
-        def op(lane, src, src_scale, dst, dst_scale, words):
+        def quantise_head(lane, src, src_scale, dst, dst_scale, words):
             i1 = lane + WARP_SIZE
             i2 = i1 + WARP_SIZE
             i3 = i2 + WARP_SIZE
@@ -139,13 +139,13 @@ def make_head_op(mode, fmt, dtype):
                 store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits))
                 i += WARP_SIZE
 
-        return op
+        return quantise_head
 
     if mode == "dequantise":
         dequantise = fp8.dequantiser(fmt, dtype)
 
         @device_function
-        def op(lane, src, src_scale, dst, dst_scale, words):
+        def dequantise_head(lane, src, src_scale, dst, dst_scale, words):
             scale_bits = load_i32(src_scale)
             i = lane
             while i < words:
@@ -156,10 +156,10 @@ def make_head_op(mode, fmt, dtype):
                           | (dequantise((c >> 24) & 0xFF, scale_bits) << 48))
                 i += WARP_SIZE
 
-        return op
+        return dequantise_head
 
     @device_function
-    def op(lane, src, src_scale, dst, dst_scale, words):
+    def copy_head(lane, src, src_scale, dst, dst_scale, words):
         if lane == 0:
             store_i32(dst_scale, load_i32(src_scale))
         i = lane
@@ -167,7 +167,7 @@ def make_head_op(mode, fmt, dtype):
             store_i32(dst + i * 4, load_i32(src + i * 4))
             i += WARP_SIZE
 
-    return op
+    return copy_head
 
 
 def _build_kernel(src, dst, mla, mode, fmt, dtype):

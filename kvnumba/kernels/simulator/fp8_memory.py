@@ -3,6 +3,7 @@ through ctypes, float32 bit casts through NumPy, and a warp's maximum exchanged 
 simulated warp (Numba's simulator has no warp shuffles)."""
 import ctypes
 import threading
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +49,7 @@ _lock = threading.Lock()
 
 def warp_max(lane, value):
     """The largest ``value`` over the 32 lanes of the calling thread's warp (every lane must call it)."""
-    thread = threading.current_thread()
+    thread: Any = threading.current_thread()  # the simulator's BlockThread
     block, tid = thread.blockIdx, thread.threadIdx
     key = (block.x, block.y, block.z, tid.x >> 5)
     warp = _warps.get(key)
