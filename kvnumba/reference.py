@@ -13,8 +13,23 @@ Byte offsets (``item`` = item_size, ``dim`` = layout_dim, P = page_size, H = hea
   ``(t // P) * P * dim + h * (P * dim // H) + (t % P) * (dim // H) + l * (item // H)``
 - copy-engine functions (``*_direct*``): lists of per-layer arrays, rows of dim 0 are tokens;
   page-first-direct ``[num_pages, num_layers, P, ...]``: page p, layer l is one slot of P rows
+
+FP8 (``kv.Fp8View``): ``quantise`` and ``dequantise`` are ``kvnumba.quant_reference``'s (whose docstring
+is the format, byte for byte), and ``copy`` with an ``Fp8View`` on either side quantises, dequantises or
+copies codes and scales as ``kv.copy`` does (``kvnumba.quant_reference.copy``).
 """
 import numpy as np
+
+from . import quant_reference
+from .quant_reference import dequantise, quantise
+
+__all__ = [
+    "transfer_kv_per_layer", "transfer_kv_per_layer_pf_lf", "transfer_kv_per_layer_ph_lf", "transfer_kv_all_layer",
+    "transfer_kv_all_layer_lf_pf", "transfer_kv_all_layer_lf_ph", "transfer_kv_per_layer_mla",
+    "transfer_kv_per_layer_mla_pf_lf", "transfer_kv_all_layer_mla", "transfer_kv_all_layer_mla_lf_pf",
+    "transfer_kv_direct", "transfer_kv_per_layer_direct_pf_lf", "transfer_kv_all_layer_direct_lf_pf",
+    "copy", "quantise", "dequantise", "layer_first_offsets", "page_first_offsets", "page_head_offsets",
+]
 
 
 def _bytes(array, name):
@@ -188,10 +203,17 @@ def copy(src_view, dst_view, src_indices, dst_indices, layers=None):
     (``CacheView.logical``), not from the kernels' address arithmetic: for every layer and for K and
     V, destination token ``dst_indices[i]`` (page ``t // P``, slot ``t % P``) gets source token
     ``src_indices[i]``'s item, byte for byte. Destinations are written in place.
+
+    With a ``kv.Fp8View`` on either side, ``kvnumba.quant_reference.copy``: a plain view into an FP8 view
+    quantises, an FP8 view into a plain view dequantises, FP8 into FP8 copies codes and scales.
     """
+    from .api.fp8_views import Fp8View
     from .plan.copy_plan import copy_window
 
     src_indices, dst_indices = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
+    if isinstance(src_view, Fp8View) or isinstance(dst_view, Fp8View):
+        quant_reference.copy(src_view, dst_view, src_indices, dst_indices, layers)
+        return
     first, count = copy_window(src_view, dst_view, layers)  # kv.copy's rule: layers=None needs equal layer counts
     for which in ("k",) if src_view.mla else ("k", "v"):
         for layer in range(first, first + count):
