@@ -7,7 +7,6 @@ from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
 from .views import CacheView
 from . import fp8_copy
-from .fp8_views import Fp8View
 
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -60,7 +59,7 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     --------
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
-    if isinstance(src_view, Fp8View) or isinstance(dst_view, Fp8View):  # FP8 on the wire: kvnumba.api.fp8_copy
+    if fp8_copy.involves_fp8(src_view, dst_view):  # FP8 on the wire: kvnumba.api.fp8_copy
         return fp8_copy.copy(src_view, dst_view, src_indices, dst_indices, layers, block_quota=block_quota,
                              num_warps_per_block=num_warps_per_block, route=route, stream=stream, check=check)
     # The views' buffers, as the layers copied use them: unchanged since the views were made.

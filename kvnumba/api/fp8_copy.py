@@ -18,7 +18,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from .. import config
-from ..arrays import HOST, array_info
+from ..arrays import HOST, WRITEABLE, array_info
 from ..checks import bounds, guard, pinned, validate
 from ..checks.devices import one_device
 from ..checks.overlap import check_disjoint
@@ -45,11 +45,7 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any,
          num_warps_per_block: SupportsIndex = 32, route: str = "auto", stream: Any = None, check: bool = False) -> None:
     """``kv.copy`` with an ``Fp8View`` on one side or both (arguments as ``kv.copy``'s). ``route``: ``"auto"``
     or ``"kernel"`` (there is no copy-engine form: the bytes change on the way)."""
-    if routes.check_route(route) == "copy_engine":
-        raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
-                         "4-byte items); use route='kernel'")
-    if guard.flag_set():
-        guard.raise_pending()
+    _call_checks(route)
     _mode(src_view, dst_view)  # both views (one FP8), before anything is read of them
     src_view.check_unchanged("src_view", layers)
     dst_view.check_unchanged("dst_view", layers)
@@ -57,13 +53,28 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any,
                                              check or guard.ALWAYS_CHECK)
 
 
+def _call_checks(route: Any) -> None:
+    """What every call checks first: the route (the kernel's only), then a pending kernel error."""
+    if routes.check_route(route) == "copy_engine":
+        raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
+                         "4-byte items); use route='kernel'")
+    if guard.flag_set():
+        guard.raise_pending()
+
+
+def involves_fp8(src_view: Any, dst_view: Any) -> bool:
+    """Whether a ``kv.copy`` between these is an FP8 one (a ``kv.Fp8View`` on either side)."""
+    return isinstance(src_view, Fp8View) or isinstance(dst_view, Fp8View)
+
+
 _plans: dict[tuple, tuple] = {}
 
 
 def plan_for(src_view: Any, dst_view: Any, layers: Any = None) -> Fp8Plan:
-    """The memoised plan of ``kv.copy(src_view, dst_view, ..., layers)`` (found by the views' identity)."""
+    """The memoised plan of ``kv.copy(src_view, dst_view, ..., layers)`` (found by the views' identity, and
+    whether the destination's NumPy arrays are all writable: one made read-only since is checked again)."""
     try:
-        key = (id(src_view), id(dst_view), layers)
+        key = (id(src_view), id(dst_view), layers, all(map(WRITEABLE, getattr(dst_view, "flagged", ()))))
         hash(key)
     except TypeError:
         key = None
@@ -200,6 +211,16 @@ class Fp8Plan:
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE), self.device, self.template)
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)
+
+    tables: tuple = ()  # no layer tables of the caller's to read again with checks on (KernelPlan.tables)
+
+    def fast(self, src_indices: Any, dst_indices: Any, layer_id: Any, block_quota: Any = 2,
+             num_warps_per_block: Any = 32, *, stream: Any = None, check: bool = False, route: Any = "auto") -> int:
+        """A call as a plan's per-call path takes it (``KernelPlan.fast``'s arguments: ``layer_id`` is None
+        for ``kv.copy``): the route checked, a pending kernel error raised, then ``run``."""
+        _call_checks(route)
+        return self.run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
+                        check or guard.ALWAYS_CHECK)
 
     def run(self, src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32,
             stream: Any = None, check: bool = False) -> int:

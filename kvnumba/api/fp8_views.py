@@ -90,6 +90,8 @@ class Fp8View:
         if head_dim == 0 or head_dim % 4:
             raise ValueError(f"Fp8View: codes' heads must hold a multiple of 4 elements, got {head_dim}")
         self.codes, self.scales, self.fmt = codes, scales, fmt
+        # NumPy arrays whose writable flag a cached or prepared plan reads again (as CacheView.flagged)
+        self.flagged: tuple[Any, ...] = codes.flagged + scales.flagged
         self.geometry = gc
         self.heads, self.head_dim = gc.heads, head_dim
 

@@ -28,12 +28,14 @@ from ..plan.direct_plan import DirectPlan
 from ..plan.build import build_plan, clear_shapes
 from ..plan.kernel_plan import KernelPlan
 from ..plan.spec import SPECS, TBL, Spec
+from . import fp8_copy
 from .snapshot import Snapshot
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block", "route")
 _DIRECT_CALL = ("src_indices", "dst_indices")
 
-Plan = Union[KernelPlan, DirectPlan]  # which one follows the spec's kind ("kernel" or "direct")
+# Which one follows the spec's kind ("kernel" or "direct"); kv.copy with a kv.Fp8View: an Fp8Plan.
+Plan = Union[KernelPlan, DirectPlan, fp8_copy.Fp8Plan]
 
 
 class Transfer:
@@ -165,6 +167,8 @@ class Transfer:
                        "layer tables read again with checks on: it allocates and copies)",
                        "make one call with the same buffers before the capture, or kv.prepare it there")
         geometry = dict(zip(self._geometry, geometry_values))
+        if self.spec.name == "copy" and fp8_copy.involves_fp8(geometry["src_view"], geometry["dst_view"]):
+            return fp8_copy.plan_for(geometry["src_view"], geometry["dst_view"], geometry["layers"])
         if self.spec.kind == "kernel":
             return build_plan(self.spec, geometry, strict)
         return DirectPlan(self.spec, geometry, strict)
