@@ -6,7 +6,8 @@
 - ``files``: ``.npy``, ``.npz`` and ``.safetensors`` files converted in chunks, all or nothing; ``inputs``
   checks and describes the input, ``outputs`` writes the output (under a temporary name), ``signals`` turns
   SIGINT, SIGTERM and SIGHUP into ``Interrupted`` meanwhile;
-- ``safetensors``: the ``.safetensors`` format, read and checked, written through its library.
+- ``safetensors``: the ``.safetensors`` format, read and checked, written through its library;
+- ``quantised``: FP8 cache files (``dtype=``, ``--dtype``): the file format, quantising and dequantising.
 """
 from .api import LayoutArg, LayoutName, convert
 from .shapes import converted_shape

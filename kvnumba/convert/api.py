@@ -51,6 +51,7 @@ __all__ = ["LayoutArg", "LayoutName", "convert", "converted_shape"]
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 _GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
 Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
+FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
 
 LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
 """The string names (and short names) of the views ``convert`` takes, as type checkers know them (a misspelt one
@@ -161,7 +162,7 @@ def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView],
 @overload
 def convert(array: str | os.PathLike[str], src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
             *, out: str | os.PathLike[str], overwrite: bool = False,
-            engine: Literal["auto", "numpy"] = "auto") -> dict[str, tuple[int, ...]]: ...
+            engine: Literal["auto", "numpy"] = "auto", dtype: FileDtype | None = None) -> dict[str, tuple[int, ...]]: ...
 @overload
 def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg,
             page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
@@ -174,7 +175,7 @@ def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg, page_size: Support
 def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: LayoutArg,
             page_size: SupportsIndex | None = None, *, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
             engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> Any:
+            num_warps_per_block: SupportsIndex | None = None, dtype: FileDtype | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
     or, given a file's path, convert every array in the file into the file ``out``.
 
@@ -211,6 +212,11 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         the simulator runs the kernels on (tiny) NumPy arrays.
     block_quota, num_warps_per_block : int, optional
         Launch shape for the kernel engine (default: wide on a GPU, tiny on the simulator).
+    dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}, optional
+        For a file: quantise its bfloat16/float16 tensors into FP8 codes with float32 scales (a
+        ``.safetensors`` output), or dequantise a quantised file (``kvnumba.convert.quantised`` gives the
+        file format). Default: every tensor as it is (a quantised file stays quantised). Arrays are
+        quantised with ``kv.copy`` into ``kv.fp8_like(view)``, or ``kvnumba.reference.quantise``.
 
     Returns
     -------
@@ -237,12 +243,16 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
     >>> k_pf = kvnumba.convert(k_lf, "layer_first", "page_first")          # doctest: +SKIP
     >>> k_ph = kvnumba.convert(k_lf, "lf", "page_head", page_size=64)      # doctest: +SKIP
     >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP
+    >>> kvnumba.convert("kv.safetensors", "lf", "lf", out="kv_fp8.safetensors", dtype="fp8_e4m3")  # doctest: +SKIP
     """
     if isinstance(array, (str, os.PathLike)):
-        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block, overwrite)
-    if out is not None or overwrite:
-        raise TypeError(f"{'out=' if out is not None else 'overwrite='} is for an input given as a file path; "
-                        f"got an array ({type(array).__name__}): use the returned array")
+        return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block, overwrite,
+                             dtype)
+    if out is not None or overwrite or dtype is not None:
+        given = "out=" if out is not None else "overwrite=" if overwrite else "dtype="
+        raise TypeError(f"{given} is for an input given as a file path; got an array ({type(array).__name__})"
+                        + (": quantise arrays with kv.copy into kv.fp8_like(view), or kvnumba.reference.quantise"
+                           if given == "dtype=" else ": use the returned array"))
     src, dst = layout(src, "src"), layout(dst, "dst")
     if engine not in ("auto", "numpy", "kernels"):
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
@@ -281,7 +291,8 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
 
 def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg, dst: LayoutArg,
                   page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
-                  num_warps_per_block: SupportsIndex | None, overwrite: bool) -> dict[str, tuple[int, ...]]:
+                  num_warps_per_block: SupportsIndex | None, overwrite: bool,
+                  dtype: str | None = None) -> dict[str, tuple[int, ...]]:
     """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
     if out is None:
         raise TypeError(f"converting the file {os.fspath(path)!r} needs out=, the output file's path")
@@ -291,5 +302,5 @@ def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     from .files import convert_file
 
     shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
-                                                      overwrite=overwrite)
+                                                      overwrite=overwrite, dtype=dtype)
     return shapes

@@ -16,6 +16,8 @@ its suffix names (any mix: a ``.npy`` input's array is named after its file's st
   one go, so every converted tensor is held until then (for any input). The file's ``__metadata__`` is
   kept in a ``.safetensors`` output, and bf16 and fp8 tensors keep their dtype (``kvnumba.convert.safetensors``);
   ``.npy`` and ``.npz`` files cannot hold those, and are refused as their output.
+- ``dtype=``: bfloat16/float16 tensors quantised into FP8 codes and float32 scales, or a quantised file
+  dequantised (``kvnumba.convert.quantised``, which gives the file format).
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
 SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
@@ -33,6 +35,7 @@ import numpy as np
 from .. import config
 from ..checks import validate
 from ..errors import Interrupted
+from . import quantised
 from .inputs import SOURCES, checked_kind
 from .outputs import WRITERS, checked_for, checked_output, removed_on_failure, temporary
 from .shapes import canonical_view, converted_shape, layout, view_page_size
@@ -66,7 +69,7 @@ def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
 
 
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=None,
-                 overwrite=False):
+                 overwrite=False, dtype=None):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
     ``src`` to ``dst``.
 
@@ -93,6 +96,10 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         convert`` passes it). None (the default): no progress.
     overwrite : bool
         Replace an existing ``out_path`` (default False: ``FileExistsError``).
+    dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}, optional
+        Quantise every bfloat16/float16 tensor into FP8 codes and float32 scales (a ``.safetensors`` output),
+        or dequantise a quantised file; the file format is ``kvnumba.convert.quantised``'s. None (the
+        default): every tensor as it is (a quantised file stays quantised).
 
     Returns
     -------
@@ -106,8 +113,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
         ``.safetensors`` by suffix and content, an array header that claims more data than the file
         holds, a ``.npz`` member that is not an array, a damaged ``.safetensors`` header or a dtype it
         cannot convert, a bad ``chunk_bytes`` / ``$KVNUMBA_CHUNK_BYTES``, an output named otherwise than
-        ``.npy``, ``.npz`` or ``.safetensors``, an output that is the input, or arrays the output's format
-        cannot hold.
+        ``.npy``, ``.npz`` or ``.safetensors``, an output that is the input, arrays the output's format
+        cannot hold, or an unknown ``dtype`` or tensors it cannot quantise or dequantise (named).
     FileExistsError
         For an existing ``out_path`` without ``overwrite=True``.
     ModuleNotFoundError
@@ -126,12 +133,14 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
+    dtype = quantised.checked_dtype(dtype)
     chunk_bytes = config.chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
     kind = checked_kind(in_path)
     out_kind = checked_output(in_path, out_path, overwrite)
-    with interrupt_on_signals(), SOURCES[kind](in_path) as source:
+    with interrupt_on_signals(), SOURCES[kind](in_path) as read:
+        source = quantised.transformed(read, dtype, in_path)  # as it is, quantised or dequantised
         # every array's shape and dtype is checked before anything is written
         shapes = {item.name: converted_shape(item.shape, src, dst, page_size) for item in source.items}
         checked_for(out_kind, source, in_path, out_path)

@@ -134,7 +134,7 @@ def _convert(args):
     try:
         shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
                               progress=functools.partial(progress, stream=None if args.quiet else sys.stderr),
-                              overwrite=args.force)
+                              overwrite=args.force, dtype=args.dtype)
     except Interrupted as err:
         return _fail("convert", f"{err}; the partial output was removed", 128 + err.signum)
     except KeyboardInterrupt:
@@ -174,6 +174,16 @@ def _layout_name(value):
         return view_name(layout(value))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
+
+
+def _dtype_name(value):
+    """argparse type: what ``--dtype`` takes (``kvnumba.convert.quantised.DTYPES``)."""
+    from ..convert.quantised import checked_dtype
+
+    try:
+        return checked_dtype(value)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err).removeprefix("dtype ")) from None  # "argument --dtype: must ..."
 
 
 def _positive_int(text):
@@ -247,6 +257,10 @@ def build_parser():
     c.add_argument("--page-size", type=_positive_int, metavar="N",
                    help="tokens per page: required when --from or --to is paged (page_first_direct, page_head), "
                         "refused otherwise (default: none)")
+    c.add_argument("--dtype", type=_dtype_name, metavar="DTYPE",
+                   help="fp8_e4m3 or fp8_e5m2: quantise every bfloat16/float16 tensor X into FP8 codes X and float32 "
+                        "scales X_scales (one per token, layer and head; OUT must be .safetensors); bfloat16 or "
+                        "float16: dequantise such a file (default: every tensor as it is)")
     c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
                    help="bytes converted at a time (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
     c.add_argument("-f", "--force", action="store_true",
