@@ -20,7 +20,7 @@ words ``i, i + 32, ...``:
 - quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
   takes the largest finite magnitude of its elements, the warp's maximum by shuffles
   (``fp8_memory.warp_max``); lane 0 stores the scale, every lane its codes (four bytes per word),
-  reading again only words past the fourth;
+  reading again only the words past those four;
 - dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
   word of bfloat16/float16;
 - copy: codes word by word, lane 0 the scale.
