@@ -55,6 +55,7 @@ try:
         PageFirst,
         PageFirstDirect,
         PageHead,
+        PageUnified,
         VllmFlashAttn,
         VllmFlashInfer,
     )

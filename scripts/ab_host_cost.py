@@ -10,8 +10,9 @@ kvnumba, and its own ``scripts/bench.py`` and ``scripts/sglang_shapes.py`` for t
 together, taking turns in short bursts (before-after, then after-before), so that a swing falls on both alike.
 
 The case is SGLang's per-layer load (``transfer_kv_per_layer``, a fresh ``pool[0]`` view of 8192 tokens
-every call) in three forms: ``miss-staged`` and ``miss-register`` (the plan cache emptied first, with
-``KVNUMBA_LOAD_PATH`` auto and register: a whole plan built), and ``hit`` (the plan cached). Each call is
+every call) in four forms: ``miss-staged`` and ``miss-register`` (the plan cache emptied first, with
+``KVNUMBA_LOAD_PATH`` auto and register: a whole plan built), ``hit`` (the plan cached), and ``prepared``
+(``kv.prepare`` with the buffers bound once: each call passes only the indices). Each call is
 timed alone, the device synchronised before it (its launch is included, its GPU time is not). Printed:
 min, 10th, 25th percentile and median of wall-clock µs, and the median of the thread's CPU µs, per
 checkout and case. ``--quick``: bench.py's tiny sizes (on the simulator always); its figures mean nothing.
@@ -25,8 +26,8 @@ import sys
 import tempfile
 import time
 
-CASES = ("miss-staged", "miss-register", "hit")
-LOAD_PATHS = {"miss-staged": "auto", "miss-register": "register", "hit": "auto"}
+CASES = ("miss-staged", "miss-register", "hit", "prepared")
+LOAD_PATHS = {"miss-staged": "auto", "miss-register": "register", "hit": "auto", "prepared": "auto"}
 
 
 # --- one checkout: a worker answering "CASE N" with N timed calls -------------------------------------
@@ -59,8 +60,17 @@ def worker(quick):
     dst = rng.permutation(shape.pool)[:shape.tokens].astype(np.int64)
     indices = (backend.indices(src), backend.indices(dst))
     op = "transfer_kv_per_layer"
-    call, _ = sglang_shapes.fresh_view_call(kvnumba, op, sglang_shapes.Roots(backend, shape), indices, shape,
-                                            shape.block_quota)
+    roots = sglang_shapes.Roots(backend, shape)
+    fresh, _ = sglang_shapes.fresh_view_call(kvnumba, op, roots, indices, shape, shape.block_quota)
+    src_k, src_v = (roots.pool("host", "mha", "lf")[0] for _ in range(2))
+    dst_k, dst_v = (roots.pool("device", "mha", "lf")[0] for _ in range(2))
+    transfer = kvnumba.prepare(op, src_k=src_k, dst_k=dst_k, src_v=src_v, dst_v=dst_v,
+                               item_size=sglang_shapes.ITEM["mha"], block_quota=shape.block_quota,
+                               num_warps_per_block=shape.warps)
+
+    def prepared():
+        transfer(*indices)
+
     cache = plain(op)._cache
     sync = (lambda: None) if SIMULATOR else sys.modules["torch"].cuda.synchronize
 
@@ -69,8 +79,9 @@ def worker(quick):
         with kvnumba.config.override(load_path=LOAD_PATHS[case]):
             for _ in range(n):
                 sync()
-                if case != "hit":
+                if case.startswith("miss"):
                     cache.clear()
+                call = prepared if case == "prepared" else fresh
                 c, t = time.thread_time(), time.perf_counter()
                 call()
                 wall.append((time.perf_counter() - t) * 1e6)

@@ -131,14 +131,14 @@ def _resolve(name: str, view: CacheView, align: int, destination: bool, placed: 
                 validate.writable(label, info)
                 destinations.append((label, info.ptr, info.ptr + info.nbytes))
         if view.per_layer:
-            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+            addresses = [i.ptr + view.kind_offset(which) for i in infos]
             table = device_table(np.array(addresses, dtype=np.uint64), infos)
             kept.append(table)
             info = array_info(table, f"{name}.{which} table")
             guides.append((f"{name}'s {which} table", info.ptr, info.ptr + info.nbytes))
             ptrs.append(info.ptr)
         else:
-            ptrs.append(infos[0].ptr)
+            ptrs.append(infos[0].ptr + view.kind_offset(which))
     g = view.geometry
     return ptrs[0], ptrs[1] if len(ptrs) > 1 else 0, g.item_bytes, g.layout_dim
 

@@ -43,6 +43,9 @@ from ..checks.user_layouts import check_user_layout
 from .view_buffers import Held, hold, layers_alike
 
 
+_BUILT_IN: list[type[CacheView]] = []  # kvnumba's own view classes, in the order they are declared
+
+
 class CacheView:
     """Base class of cache views (see the module docstring).
 
@@ -89,6 +92,8 @@ class CacheView:
     flagged: tuple[Any, ...]  # NumPy arrays whose writable flag a plan of this view reads again (arrays.flagged)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
+        """A layout is declared by its class: three address functions (and ``head_split``, ``per_layer``) make
+        its ``LayoutParts``; one of kvnumba's own with a ``name`` joins ``BUILT_IN`` (and ``NAMES``)."""
         super().__init_subclass__(**kwargs)
         cls.built_in = cls.__module__ == __name__
         names = ("layer_base", "token_offset", "head_stride")
@@ -96,9 +101,12 @@ class CacheView:
             functions = [getattr(cls, n, None) for n in names]
             if any(f is None for f in functions):
                 raise TypeError(f"{cls.__name__} must define layer_base, token_offset and head_stride")
-            cls.parts = layouts.LayoutParts(f"{cls.__module__}.{cls.__qualname__}", *functions,
-                                            head_split=cls.head_split)
-            cls.user_layout = True
+            key = (cls.short_name or cls.name) if cls.built_in else f"{cls.__module__}.{cls.__qualname__}"
+            cls.parts = layouts.LayoutParts(key, *functions, head_split=cls.head_split, table=cls.per_layer,
+                                            title=(cls.name or cls.__name__).replace("_", "-"))
+            cls.user_layout = not cls.built_in
+        if cls.built_in and cls.name is not None and "name" in cls.__dict__:
+            _BUILT_IN.append(cls)
 
     def __init__(self, k: CacheBuffer, v: CacheBuffer | None = None) -> None:
         name = type(self).__name__
@@ -194,6 +202,11 @@ class CacheView:
         """K's (or V's) arrays: one per layer for per-layer views, else one."""
         buffer: Any = self.k if which == "k" else self.v  # a list exactly when per_layer
         return list(buffer) if self.per_layer else [buffer]
+
+    def kind_offset(self, which: str) -> int:
+        """Where K's (or V's) items start in each of its arrays, in bytes: 0 unless K and V share arrays
+        (vLLM's per-layer caches, SGLang's page-unified pool), where V starts this far into each."""
+        return 0
 
     def __repr__(self) -> str:
         g = self.geometry
@@ -322,7 +335,16 @@ class PageFirstDirect(_Paged):
     """``[T/P, L, P, *item]``: one page of one layer contiguous (SGLang's memcpy-path host pool)."""
 
     name, short_name = "page_first_direct", "pfd"
-    parts = layouts.PAGE_FIRST_DIRECT
+
+    @staticmethod
+    def layer_base(base: int, layer: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+        return base + layer * item_size * page_size  # a page holds every layer's page_size items
+
+    @staticmethod
+    def token_offset(token: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+        return token // page_size * page_size * layout_dim + token % page_size * item_size  # dim = L * item
+
+    head_stride = staticmethod(layouts.item_head_stride)
 
     def shape(self, buffer: Any) -> Geometry:
         shape, size, dtype = shape_of(buffer, "PageFirstDirect")
@@ -364,6 +386,47 @@ class PageHead(_Paged):
 
     def logical(self, buffer: Any) -> Any:
         return np.transpose(buffer, (3, 0, 2, 1, 4))  # [L, T/P, P, H, D]
+
+
+class PageUnified(_Paged):
+    """``[T/P, 2, L, P, *item]``: one buffer, each page holding its K then its V of every layer (SGLang's
+    page-unified host pool: a page is one contiguous object). MLA: ``[T/P, 1, L, P, D]``."""
+
+    name, short_name = "page_unified", "pu"
+    whole_tensor = False  # K and V live in one array: kv.convert reads and writes separate K and V tensors
+
+    def __init__(self, kv: ArrayLike, page_size: SupportsIndex | None = None) -> None:
+        kinds = shape_of(kv, "PageUnified kv")[0][1:2]
+        super().__init__(kv, None if kinds == (1,) else kv, page_size)  # V: the same array, kind_offset on
+
+    @staticmethod
+    def layer_base(base: int, layer: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+        return base + layer * page_size * item_size  # a layer's page_size items follow the layer before's
+
+    @staticmethod
+    def token_offset(token: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+        return token // page_size * layout_dim + token % page_size * item_size  # layout_dim: a page's bytes
+
+    head_stride = staticmethod(layouts.item_head_stride)
+
+    def shape(self, buffer: Any) -> Geometry:
+        shape, size, dtype = shape_of(buffer, "PageUnified")
+        if len(shape) < 5 or shape[1] not in (1, 2):
+            raise ValueError(f"PageUnified: the buffer is [T/P, 2, L, P, *item] ([T/P, 1, L, P, D] for MLA), got "
+                             f"{shape}")
+        pages, kinds, layers, page = shape[:4]
+        heads, item = item_of(shape[4:], size, "PageUnified")
+        return Geometry(layers, pages * page, page, heads, item, kinds * layers * page * item, dtype)
+
+    def kind_offset(self, which: str) -> int:
+        g = self.geometry
+        return g.layers * g.page_size * g.item_bytes if which == "v" else 0  # V follows K's layers in a page
+
+    def like(self, k: Any, v: Any = None) -> CacheView:
+        return type(self)(k, **self._options())
+
+    def layer_items(self, which: str, layer: int) -> Any:
+        return np.asarray(self.k)[:, 0 if which == "k" else 1, layer]  # [T/P, P, *item]
 
 
 class _Blocks(CacheView):
@@ -414,9 +477,8 @@ class VllmFlashAttn(_Blocks):
         item = heads * dim * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, block * item, info.dtype)
 
-    def layer_addresses(self, which: str) -> list[int]:
-        half = self.geometry.tokens * self.geometry.item_bytes
-        return [array_info(c, "caches").ptr + (half if which == "v" else 0) for c in self.caches]
+    def kind_offset(self, which: str) -> int:
+        return self.geometry.tokens * self.geometry.item_bytes if which == "v" else 0  # V's half of the layer
 
     def logical_layer(self, cache: Any, which: str) -> Any:
         return cache[0 if which == "k" else 1]  # [blocks, P, H, D]
@@ -449,9 +511,8 @@ class VllmFlashInfer(_Blocks):
         item = heads * info.shape[4] * dtype_bytes(info)
         return Geometry(len(infos), blocks * block, block, heads, item, 2 * block * item, info.dtype)
 
-    def layer_addresses(self, which: str) -> list[int]:
-        offset = self.geometry.page_size * self.geometry.item_bytes if which == "v" else 0
-        return [array_info(c, "caches").ptr + offset for c in self.caches]
+    def kind_offset(self, which: str) -> int:
+        return self.geometry.page_size * self.geometry.item_bytes if which == "v" else 0  # V's half of a block
 
     def logical_layer(self, cache: Any, which: str) -> Any:
         half = cache[:, 0 if which == "k" else 1]
@@ -490,8 +551,8 @@ class LayerTable(CacheView):
 
 # --- the one layout vocabulary: view classes and their string names --------------------------------
 
-BUILT_IN: tuple[type[CacheView], ...] = (LayerFirst, LayerTable, PageFirst, PageFirstDirect, PageHead, VllmFlashAttn,
-                                         VllmFlashInfer)
+BUILT_IN: tuple[type[CacheView], ...] = tuple(_BUILT_IN)
+"""kvnumba's view classes: each declares its layout in its own class (a new one joins by being declared)."""
 NAMES: dict[str, type[CacheView]] = {n: cls for cls in BUILT_IN for n in (cls.name, cls.short_name) if n}
 """Every string name of kvnumba's views (``"page_first"``) and their short names (``"pf"``)."""
 

@@ -144,12 +144,11 @@ def check_arithmetic(view: Any, heads: int) -> None:
     kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None else [("v", view.v)])
     for which, buffer in kinds:  # V too where it shares K's arrays (vLLM): its addresses differ
         if view.per_layer:  # a table of layer addresses: layer l starts at its own array's address (+ an offset)
-            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else None
             layers = []
             for i, layer in enumerate(buffer):
                 label = f"{which}[{i}]"
                 shape, itemsize, _ = shape_of(layer, label)
-                offset = addresses[i] - array_info(layer, label).ptr if addresses else 0
+                offset = view.kind_offset(which)
                 layers.append((label, offset, offset, i, i, math.prod(shape) * itemsize, {offset % 8}))
         else:
             shape, itemsize, _ = shape_of(buffer, which)

@@ -23,8 +23,9 @@ def layout(value: Any, argument: str = "layout") -> type[CacheView]:
     one array; ``ValueError`` naming ``argument`` otherwise (a per-layer layout, an unknown name)."""
     cls = view_class(value, argument)
     if not cls.whole_tensor:
-        raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables): "
-                         "a conversion reads and writes one tensor of every layer; use kv.copy between views")
+        raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables, or K and "
+                         "V in one array): a conversion reads and writes one K (or V) tensor of every layer; use kv.copy "
+                         "between views")
     return cls
 
 

@@ -97,10 +97,6 @@ def page_head_layer_base(base, layer, layout_dim, item_size, heads, page_size):
     return base + layer * item_size // heads  # layer within the token, in a head's block
 
 
-def page_first_direct_layer_base(base, layer, layout_dim, item_size, heads, page_size):
-    return base + layer * item_size * page_size  # a page holds every layer's page_size items
-
-
 # --- token parts --------------------------------------------------------------------------------------
 
 def item_token_offset(token, layout_dim, item_size, heads, page_size):  # tokens back to back
@@ -114,10 +110,6 @@ def page_first_token_offset(token, layout_dim, item_size, heads, page_size):
 def page_head_token_offset(token, layout_dim, item_size, heads, page_size):
     return (token // page_size * page_size * layout_dim  # page
             + token % page_size * layout_dim // heads)  # token within the head's block
-
-
-def page_first_direct_token_offset(token, layout_dim, item_size, heads, page_size):
-    return token // page_size * page_size * layout_dim + token % page_size * item_size  # layout_dim = L * item
 
 
 def block_token_offset(token, layout_dim, item_size, heads, page_size):
@@ -169,8 +161,6 @@ PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, i
                          token_limit=page_first_limit)
 PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True,
                         title="page-head")  # not linear in the token: its bound is searched for
-PAGE_FIRST_DIRECT = LayoutParts("pfd", page_first_direct_layer_base, page_first_direct_token_offset,
-                                item_head_stride, title="page-first-direct")
 # Per-layer tables of paged blocks: vLLM's flash-attention cache and FlashInfer's NHD/HND caches.
 BLOCKS = LayoutParts("blocks", table_layer_base, block_token_offset, item_head_stride, table=True, title="blocks")
 HEAD_MAJOR_BLOCKS = LayoutParts("hnd_blocks", table_layer_base, head_major_block_token_offset,

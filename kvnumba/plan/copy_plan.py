@@ -4,7 +4,7 @@
 and tables through the checks every side goes through); ``KernelPlan`` (``kernel_plan``) builds the plan
 from the two sides, and ``plan.routes`` the copy-engine form. The views are read through their public
 protocol (``geometry``, ``parts``, ``mla``, ``head_split``, ``per_layer``, ``raw_tables``, ``buffers``,
-``layer_addresses``; ``kvnumba.api.views.CacheView``), so this module does not import the view classes.
+``kind_offset``; ``kvnumba.api.views.CacheView``), so this module does not import the view classes.
 """
 from __future__ import annotations
 
@@ -178,11 +178,11 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
         if devices is not None:
             devices.extend(i.device for i in infos)
         if not view.per_layer:
-            ptrs.append(infos[0].ptr)
+            ptrs.append(infos[0].ptr + view.kind_offset(which))
             if bases is not None:
-                bases.append([infos[0].ptr])
+                bases.append([ptrs[-1]])
             continue
-        addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
+        addresses = [i.ptr + view.kind_offset(which) for i in infos]
         if bases is not None:
             bases.append(list(addresses))
         if window == 1:  # one layer: its address goes in directly, no table to read per item

@@ -67,12 +67,12 @@ def of_view(view: views.CacheView, name: str) -> Side:
                 buffers.append(key)
                 places.append(_place(info))
             index.append(buffers.index(key))
+        offset = view.kind_offset(which)
         if parts.table:
-            addresses = view.layer_addresses(which) if hasattr(view, "layer_addresses") else [i.ptr for i in infos]
-            bases.append([int(a) for a in addresses])
+            bases.append([i.ptr + offset for i in infos])
             buffer_of.append(index)
         else:
-            bases.append([infos[0].ptr] * g.layers)
+            bases.append([infos[0].ptr + offset] * g.layers)
             buffer_of.append([index[0]] * g.layers)
     if len(set(places)) != 1:
         raise ValueError(f"{name}: its buffers lie in different memories ({sorted(set(places))}); "
@@ -144,8 +144,8 @@ def find_parts(name: str) -> layouts.LayoutParts:
     parts = _BUILT_IN_PARTS.get(name)
     if parts is not None:
         return parts
-    for cls in _subclasses(views.CacheView):
-        if cls.user_layout and cls.parts is not None and cls.parts.name == name:
+    for cls in _subclasses(views.CacheView):  # layouts declared by their view class: kvnumba's and yours
+        if cls.parts is not None and cls.parts.name == name:
             return cls.parts
     from ..errors import ExportError
 

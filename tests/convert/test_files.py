@@ -210,7 +210,7 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
         cli.main(["convert", "a.npy", "b.npy", "--from", "layer_frist", "--to", "pf"])
     assert exit_info.value.code == 2
     assert ("argument --from: unknown layout 'layer_frist': expected a kvnumba.CacheView subclass, one of layer_first, "
-            "layer_table, page_first") in capsys.readouterr().err
+            "page_first, page_first_direct") in capsys.readouterr().err
 
 
 def test_input_kind_is_checked(tmp_path, capsys):

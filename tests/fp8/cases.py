@@ -4,7 +4,7 @@ import numpy as np
 
 import kvnumba as kv
 from tests.helpers.placement import PLACE
-from tests.helpers.view_cases import KV_ONLY, LAYOUTS, make_view, view_bytes  # noqa: F401 - the tests' names
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, UNIFIED, make_view, view_bytes  # noqa: F401 - the tests' names
 
 FP8_POISON = 0xAB
 FP8_LAYOUTS = [name for name in LAYOUTS if name != "HeadMajorPages"]  # an FP8 view is of a built-in layout
@@ -13,7 +13,9 @@ FP8_LAYOUTS = [name for name in LAYOUTS if name != "HeadMajorPages"]  # an FP8 v
 def _buffers(name, shape, dtype, mla, place, fill):
     """``(numpy view, placed view)`` of layout ``name`` over buffers shaped ``shape`` (K and V unless MLA)."""
     _, make, per_layer, _ = LAYOUTS[name]
-    count = 1 if (mla or name in KV_ONLY) else 2
+    if name in UNIFIED and mla:
+        shape = shape[:1] + (1,) + shape[2:]  # one array: K alone
+    count = 1 if (mla or name in KV_ONLY or name in UNIFIED) else 2
     arrays = [fill(shape, dtype) for _ in range(count)]
 
     def build(arrays, put):

@@ -21,7 +21,7 @@ import numpy as np
 
 from kvnumba.driver.target import SIMULATOR
 from tests.helpers.placement import to_numpy
-from tests.helpers.view_cases import KV_ONLY, LAYOUTS
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, UNIFIED
 
 GUARD = 0x5A
 POISON = 0xA5
@@ -98,11 +98,12 @@ def guarded_view(name, L, T, P, H, D, place="device", poison=True, seed=0):
         guards.append(g)
         return g
 
-    sides = [buffer(w) for w in range(1 if kv_only else 2)]
+    one_array = kv_only or name in UNIFIED  # K and V in one array (per layer, or all of it)
+    sides = [buffer(w) for w in range(1 if one_array else 2)]
 
     def build(pick):
         arrays = [[pick(g) for g in side] if listed else pick(side) for side in sides]
-        if kv_only:
+        if one_array:
             return make(arrays[0])
         return make(arrays[0], arrays[1])
 

@@ -53,15 +53,19 @@ LAYOUTS = {
                       lambda caches: kv.VllmFlashInfer(caches, layout="NHD"), True, False),
     "FlashInferHND": (lambda L, T, P, H, D: (L, T // P, 2, H, P, D),
                       lambda caches: kv.VllmFlashInfer(caches, layout="HND"), True, False),
+    "PageUnified": (lambda L, T, P, H, D: (T // P, 2, L, P, H, D), kv.PageUnified, False, True),
     "HeadMajorPages": (lambda L, T, P, H, D: (L, T // P, H, P, D), HeadMajorPages, False, True),
 }
 KV_ONLY = {"VllmFlashAttn", "FlashInferNHD", "FlashInferHND"}  # no MLA form
+UNIFIED = {"PageUnified"}  # one array holds K and V (MLA: its K alone)
 
 
 def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
     """``(numpy view, kvnumba view)`` of layout ``name`` over the same random (or poisoned) data."""
     shape_of, make, per_layer, _ = LAYOUTS[name]
     shape = shape_of(L, T, P, H if not mla else 1, D)
+    if name in UNIFIED and mla:
+        shape = shape[:1] + (1,) + shape[2:]
 
     def data():
         if poison:
@@ -71,6 +75,8 @@ def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
     def build(arrays):
         if name in KV_ONLY:
             return make(list(arrays[0]))
+        if name in UNIFIED:
+            return make(arrays[0])
         k = arrays[0]
         v = None if mla else arrays[1]
         if per_layer:
@@ -78,7 +84,7 @@ def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
             v = None if v is None else list(v)
         return make(k, v) if v is not None else make(k)
 
-    arrays = [data() for _ in range(1 if (mla or name in KV_ONLY) else 2)]
+    arrays = [data() for _ in range(1 if (mla or name in KV_ONLY or name in UNIFIED) else 2)]
     np_view = build(arrays)
     if place is None:
         return np_view, np_view
@@ -102,6 +108,6 @@ def view_bytes(view):
             continue
         for buffer in view.buffers(which):
             out.append(to_numpy(buffer).view(np.uint8).reshape(-1))
-        if view.per_layer and which == "k" and view.v is view.k:
-            break  # vLLM/FlashInfer: K and V share each layer's array
+        if view.v is view.k:
+            break  # vLLM/FlashInfer, page-unified: K and V share their arrays
     return out
