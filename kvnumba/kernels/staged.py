@@ -226,14 +226,14 @@ def make_ring(layout, mla, ring):
         return rot
 
     @device_function
-    def load(lane, smem, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page, maps,
-             max_run_log2, min_run, item_size, stores, consumers):
+    def load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page,
+             maps, max_run_log2, min_run, item_size, stores, consumers):
         """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or,
         for a block of few runs, only the register mark (returns True: the loader then copies its share).
 
         Runs are found 32 items at a time: each lane reads one item's indices, and two votes give
         which items are in range and which continue their predecessor's run. All lanes then walk the
-        window alike; lane 0 posts the stages."""
+        window alike; lane 0 posts the stages. ``holder``: ``MAX_STAGES`` int64 of local memory."""
         if few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
             if lane == 0:
                 post_plain(smem, base, 0, 0, 0, _REGISTER, 0)
@@ -241,7 +241,6 @@ def make_ring(layout, mla, ring):
         longest = 1 << max_run_log2
         k = 0  # posts so far
         pieces = 0  # bulk posts so far (piece p fills data buffer p % stages)
-        holder = cuda.local.array(MAX_STAGES, int64)  # the post that last filled each data buffer
         bulk_rot = 0  # the store warp the next bulk item goes to
         direct_rot = 0  # the consumer warp the next direct item goes to
         i = begin
@@ -309,9 +308,30 @@ def make_ring(layout, mla, ring):
             post_plain(smem, base, k, 0, 0, _END, 0)
         return False
 
+    @device_function
+    def set_up(smem, tid, threads):
+        """Thread 0 makes the block's barriers (the kernel then synchronises the block)."""
+        if tid == 0:
+            base = shared_address(smem)
+            consumers = (threads >> 5) - 1
+            for s in range(slots):
+                barrier_init(base + full_at + s * 8, 1)
+                barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
+                barrier_init(base + posted_at + s * 8, 1)
+            barrier_fence()
+
     def make_block(take_piece, take_direct):
-        """``run_block(smem, num_items, items_per_warp, src_indices, dst_indices, layer, src_limit, dst_limit,
-        page, maps, max_run_log2, min_run, item_size, args)``: a block's part of a staged kernel, where
+        """``(set_up, run_block)``: a block's part of a staged kernel, where the kernel runs (Numba's
+        simulator gives ``cuda``'s thread and block values only to the kernel's own module)::
+
+            smem = cuda.shared.array(0, int64)
+            set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
+            cuda.syncthreads()
+            run_block(smem, cuda.local.array(MAX_STAGES, int64), cuda.threadIdx.x, cuda.blockIdx.x,
+                      cuda.blockDim.x, num_items, items_per_warp, src_indices, dst_indices, layer, src_limit,
+                      dst_limit, page, maps, max_run_log2, min_run, item_size, args)
+
+        and
 
         - ``take_piece(lane, stage, full, parity, first, j, count, n, args)``: the warp's items ``first + j``,
           ``first + j + n``, .. below ``first + count`` of a bulk piece in shared memory at ``stage``
@@ -360,30 +380,22 @@ def make_ring(layout, mla, ring):
                 k += 1
 
         @device_function
-        def run_block(smem, num_items, items_per_warp, src_indices, dst_indices, layer, src_limit, dst_limit, page,
-                      maps, max_run_log2, min_run, item_size, args):
+        def run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices, layer,
+                      src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args):
             base = shared_address(smem)
             data = (base + HEADER_BYTES + 127) & ~127
-            tid = cuda.threadIdx.x
             warp = tid >> 5
             lane = tid & (WARP_SIZE - 1)
-            warps = cuda.blockDim.x >> 5
+            warps = threads >> 5
             consumers = warps - 1
             stores = consumers
             if store_warps != 0:
                 stores = min(stores, store_warps)
-            if tid == 0:
-                for s in range(slots):
-                    barrier_init(base + full_at + s * 8, 1)
-                    barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
-                    barrier_init(base + posted_at + s * 8, 1)
-                barrier_fence()
-            cuda.syncthreads()
-            begin = cuda.blockIdx.x * items_per_warp * warps
+            begin = block * items_per_warp * warps
             end = min(begin + items_per_warp * warps, num_items)
             if warp == 0:
-                if not load(lane, smem, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit,
-                            page, maps, max_run_log2, min_run, item_size, stores, consumers):
+                if not load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit,
+                            dst_limit, page, maps, max_run_log2, min_run, item_size, stores, consumers):
                     return
             elif not consume(lane, warp - 1, smem, base, data, stores, consumers, args):
                 return
@@ -392,7 +404,7 @@ def make_ring(layout, mla, ring):
             share = begin + warp * items_per_warp
             take_direct(lane, share, 0, min(share + items_per_warp, end) - share, 1, args)
 
-        return run_block
+        return set_up, run_block
 
     return make_block
 
@@ -474,7 +486,7 @@ def _build(src, dst, mla, shape, ring):
                    src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim, src_page_size,
                    dst_page_size, head_num, error_flag)
 
-    run_block = make_ring(src, mla, ring)(take_piece, take_direct)
+    set_up, run_block = make_ring(src, mla, ring)(take_piece, take_direct)
 
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
@@ -482,8 +494,12 @@ def _build(src, dst, mla, shape, ring):
                            min_run):
         args = (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v,
                 item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
-        run_block(cuda.shared.array(0, int64), num_items, items_per_warp, src_indices, dst_indices, first_layer,
-                  src_token_limit, dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, args)
+        smem = cuda.shared.array(0, int64)
+        set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
+        cuda.syncthreads()
+        run_block(smem, cuda.local.array(MAX_STAGES, int64), cuda.threadIdx.x, cuda.blockIdx.x, cuda.blockDim.x,
+                  num_items, items_per_warp, src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit,
+                  src_page_size, maps, max_run_log2, min_run, item_size, args)
 
     check_parameters(transfer_kv_staged, StagedArgs)  # the parameter block's order (kvnumba.kernels.params)
     transfer_kv_staged.__name__ = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
@@ -494,15 +510,20 @@ def _build(src, dst, mla, shape, ring):
 _kernels: dict[tuple, Any] = {}
 
 
+def check_ring(ring):
+    """``ring`` (a ``StagedShape``), or ``ValueError`` when no staged kernel can be built with it."""
+    if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
+            or not 0 <= ring.fallback_runs <= WARP_SIZE or ring.leave_out not in LEAVE_OUT):
+        raise ValueError(f"bad staged ring {ring}")
+    return ring
+
+
 def get_staged_kernel(src, dst, mla, ring=None):
     """The staged kernel for source layout ``src`` (one of ``SOURCES``) and destination ``dst`` (one of
     ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
     if src not in SOURCES or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
-    ring = ring or SHAPE
-    if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
-            or not 0 <= ring.fallback_runs <= WARP_SIZE or ring.leave_out not in LEAVE_OUT):
-        raise ValueError(f"bad staged ring {ring}")
+    ring = check_ring(ring or SHAPE)
     shape = copy_shape_for(src, dst, mla)  # the direct items' inner loop: part of the kernel, so of its key
     key = (src, dst, bool(mla), shape, ring)
     built = _kernels.get(key)
