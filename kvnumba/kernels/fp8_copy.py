@@ -182,8 +182,9 @@ def make_head_op(mode, fmt, dtype):
 
 def make_items_copy(src, dst, mla, mode, fmt, dtype):
     """``copy_items(lane, first, j, count, step, args)``, ``args`` the tuple of ``Fp8Args``' values but
-    ``num_items`` and ``items_per_warp`` (``ITEM_ARGS``, in order): the register path's loop over a warp's items, every layer, K/V and head (the
-    kernels here and ``kernels.fp8_staged``'s items that do not go in bulk)."""
+    ``num_items`` and ``items_per_warp`` (``ITEM_ARGS``, in order; a call of more than 30 arguments compiles
+    to a ``*args`` call, which Numba cannot inline): the register path's loop over a warp's items, every
+    layer, K/V and head (the kernels here and ``kernels.fp8_staged``'s items that do not go in bulk)."""
     head_op = make_head_op(mode, fmt, dtype)
     src_scaled, dst_scaled = mode != "quantise", mode != "dequantise"
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride

@@ -321,17 +321,12 @@ def make_ring(layout, mla, ring):
             barrier_fence()
 
     def make_block(take_piece, take_direct):
-        """``(set_up, run_block)``: a block's part of a staged kernel, where the kernel runs (Numba's
-        simulator gives ``cuda``'s thread and block values only to the kernel's own module)::
-
-            smem = cuda.shared.array(0, int64)
-            set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
-            cuda.syncthreads()
-            run_block(smem, cuda.local.array(MAX_STAGES, int64), cuda.threadIdx.x, cuda.blockIdx.x,
-                      cuda.blockDim.x, num_items, items_per_warp, src_indices, dst_indices, layer, src_limit,
-                      dst_limit, page, maps, max_run_log2, min_run, item_size, args)
-
-        and
+        """``(set_up, run_block)``: a block's part of a staged kernel. The kernel (as ``transfer_kv_staged``
+        below) calls ``set_up(smem, tid, threads)`` with its dynamic shared array, synchronises the block, then
+        ``run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices,
+        layer, src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args)`` with ``holder`` a
+        local array of ``MAX_STAGES`` int64: ``cuda``'s thread values are read in the kernel's own module (Numba's
+        simulator gives them to that module only). And
 
         - ``take_piece(lane, stage, full, parity, first, j, count, n, args)``: the warp's items ``first + j``,
           ``first + j + n``, .. below ``first + count`` of a bulk piece in shared memory at ``stage``
