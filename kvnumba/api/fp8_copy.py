@@ -18,9 +18,8 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from .. import config
-from ..arrays import HOST, WRITEABLE, array_info
-from ..checks import bounds, guard, pinned, validate
-from ..checks.devices import one_device
+from ..arrays import HOST, WRITEABLE
+from ..checks import bounds, guard, validate
 from ..checks.overlap import check_disjoint
 from ..driver import capture
 from ..driver.devices import on_device
@@ -31,7 +30,8 @@ from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
 from ..plan import fp8_staged_plan, routes
 from ..checks.user_layouts import check_user_layout
-from ..plan.device_tables import device_table
+from ..plan.copy_plan import view_side
+from ..plan.sides import Placement, Side
 from .fp8_views import Fp8View, plain_dtype_of, plan_window
 from .views import CacheView, LayerTable
 
@@ -95,52 +95,22 @@ def clear() -> None:
     _plans.clear()
 
 
-class _Side:
-    """One side's kernel parameters: addresses (or tables), item bytes, layout_dim, page size."""
-
-    def __init__(self, name: str, view: Any, destination: bool, placed: list, destinations: list, guides: list,
-                 kept: list) -> None:
-        self.parts = view.codes.parts if isinstance(view, Fp8View) else view.parts
-        self.tokens = view.geometry.tokens
-        self.label = f"{name} ({view!r})"
-        if isinstance(view, Fp8View):
-            self.k, self.v, self.item, self.dim = _resolve(f"{name}.codes", view.codes, 4, destination, placed,
-                                                           destinations, guides, kept)
-            self.scales = _resolve(f"{name}.scales", view.scales, 4, destination, placed, destinations, guides, kept)
-        else:
-            self.k, self.v, self.item, self.dim = _resolve(name, view, 8, destination, placed, destinations, guides,
-                                                           kept)
-            self.scales = (0, 0, 0, 0)
-        self.page = view.geometry.page_size
+def _sides(place: Placement, name: str, view: Any, destination: bool, first_layer: int,
+           window: int) -> tuple[Side, Side | None]:
+    """One view as the kernel's side (``plan.sides``, through the checks every plan's sides go through): a
+    plain view's, or an Fp8View's codes and scales (4-byte aligned). Per-layer views read tables of their
+    layers' addresses, one layer too."""
+    if isinstance(view, Fp8View):
+        return (view_side(place, f"{name}.codes", view.codes, destination, first_layer, window, False, 4, False),
+                view_side(place, f"{name}.scales", view.scales, destination, first_layer, window, False, 4, False))
+    return view_side(place, name, view, destination, first_layer, window, False, 8, False), None
 
 
-def _resolve(name: str, view: CacheView, align: int, destination: bool, placed: list, destinations: list,
-             guides: list, kept: list) -> tuple[int, int, int, int]:
-    """``(k, v, item bytes, layout_dim)`` of one view for the kernel: buffer addresses, or for a per-layer
-    view device tables of its layers' addresses (kept alive in ``kept``)."""
-    ptrs = []
-    for which in ("k",) if view.mla else ("k", "v"):
-        infos = [array_info(b, f"{name}.{which}") for b in view.buffers(which)]
-        for i, info in enumerate(infos):
-            label = f"{name}.{which}" + (f"[{i}]" if view.per_layer else "")
-            if info.ptr % align:
-                raise ValueError(f"{label} must be {align}-byte aligned, its address is {info.ptr:#x}")
-            pinned.require(label, info)
-            placed.append((label, info.device))
-            if destination:
-                validate.writable(label, info)
-                destinations.append((label, info.ptr, info.ptr + info.nbytes))
-        if view.per_layer:
-            addresses = [i.ptr + view.kind_offset(which) for i in infos]
-            table = device_table(np.array(addresses, dtype=np.uint64), infos)
-            kept.append(table)
-            info = array_info(table, f"{name}.{which} table")
-            guides.append((f"{name}'s {which} table", info.ptr, info.ptr + info.nbytes))
-            ptrs.append(info.ptr)
-        else:
-            ptrs.append(infos[0].ptr + view.kind_offset(which))
-    g = view.geometry
-    return ptrs[0], ptrs[1] if len(ptrs) > 1 else 0, g.item_bytes, g.layout_dim
+def _numbers(side: Side | None) -> tuple[int, int, int, int]:
+    """``(k, v, item bytes, layout_dim)`` of a side as the kernel takes them (zeros: no scales)."""
+    if side is None:
+        return 0, 0, 0, 0
+    return side.ptrs[0], side.ptrs[1], side.geometry.item_bytes, side.layout_dim
 
 
 def _mode(src: Any, dst: Any) -> str:
@@ -185,28 +155,28 @@ class Fp8Plan:
             if plain.user_layout:
                 check_user_layout(plain, heads)
         self.first_layer, self.window = plan_window(src, dst, layers)
-        placed: list = []
-        self.destinations: list = []
-        guides: list = []
-        self.kept: list = []
-        self.src = _Side("src_view", src, False, placed, self.destinations, guides, self.kept)
-        self.dst = _Side("dst_view", dst, True, placed, self.destinations, guides, self.kept)
-        self.device = one_device(placed)
-        check_disjoint(self.destinations, guides)
-        self.uses_torch = any(type(b).__module__.startswith("torch")
-                              for v in (src, dst) for part in ((v.codes, v.scales) if isinstance(v, Fp8View) else (v,))
-                              for which in ("k", "v") if getattr(part, which) is not None
-                              for b in part.buffers(which))
+        place = Placement()
+        self.src, src_scales = _sides(place, "src_view", src, False, self.first_layer, self.window)
+        self.dst, dst_scales = _sides(place, "dst_view", dst, True, self.first_layer, self.window)
+        self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
+        check_disjoint(self.destinations, place.guides)
+        self.tokens = (src.geometry.tokens, dst.geometry.tokens)
+        self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
         self.fmt, self.dtype = fp8.fmt, dtype
         s, d = self.src, self.dst
+        (src_k, src_v, src_item, src_dim), (dst_k, dst_v, dst_item, dst_dim) = _numbers(s), _numbers(d)
+        src_scales_k, src_scales_v, src_scales_item, src_scales_dim = _numbers(src_scales)
+        dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim = _numbers(dst_scales)
         self.template = kernels.Fp8Args(
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
-            src_token_limit=s.tokens, dst_token_limit=d.tokens, num_layers=self.window, heads=heads,
+            src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
             words=head_dim // 4, error_flag=guard.flag_address(),
-            src_k=s.k, src_v=s.v, src_item=s.item, src_dim=s.dim, src_page=s.page, src_scales_k=s.scales[0],
-            src_scales_v=s.scales[1], src_scales_item=s.scales[2], src_scales_dim=s.scales[3],
-            dst_k=d.k, dst_v=d.v, dst_item=d.item, dst_dim=d.dim, dst_page=d.page, dst_scales_k=d.scales[0],
-            dst_scales_v=d.scales[1], dst_scales_item=d.scales[2], dst_scales_dim=d.scales[3])
+            src_k=src_k, src_v=src_v, src_item=src_item, src_dim=src_dim, src_page=s.page_size,
+            src_scales_k=src_scales_k, src_scales_v=src_scales_v, src_scales_item=src_scales_item,
+            src_scales_dim=src_scales_dim,
+            dst_k=dst_k, dst_v=dst_v, dst_item=dst_item, dst_dim=dst_dim, dst_page=d.page_size,
+            dst_scales_k=dst_scales_k, dst_scales_v=dst_scales_v, dst_scales_item=dst_scales_item,
+            dst_scales_dim=dst_scales_dim)
         dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE), self.device, self.template)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
@@ -231,14 +201,15 @@ class Fp8Plan:
         src_info, dst_info = validate.indices(src_indices, dst_indices)
         count = src_info.shape[0]
         host = []
-        for info, name, side in ((src_info, "src_indices", self.src), (dst_info, "dst_indices", self.dst)):
+        for info, name, tokens, label in zip((src_info, dst_info), ("src_indices", "dst_indices"), self.tokens,
+                                             self.labels):
             on_host = SIMULATOR or info.device == HOST
             if not on_host and info.device != self.device:
                 raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
             check_disjoint(self.destinations, [(name, info.ptr, info.ptr + 8 * count)])
             values = bounds.host_indices(info) if on_host else None
             if on_host and count and self.host_index_checks:
-                bounds.check_indices(name, values, side.tokens, side.label)
+                bounds.check_indices(name, values, tokens, label)
             host.append((info.ptr, values if on_host and not SIMULATOR else None))
         handle = stream_handle(stream, self.device if self.uses_torch or src_info.is_torch or dst_info.is_torch
                                else None)
@@ -272,5 +243,5 @@ class Fp8Plan:
             if guard.flag_set():
                 guard.clear()
                 raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (of "
-                                           f"{self.src.label} or {self.dst.label}); the other items were copied")
+                                           f"{self.labels[0]} or {self.labels[1]}); the other items were copied")
         return handle

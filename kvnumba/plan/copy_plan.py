@@ -148,12 +148,12 @@ def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_vi
 
 
 def view_side(place: Placement, name: str, view: Any, destination: bool, first_layer: int, window: int,
-              strict: bool) -> Side:
+              strict: bool, align: int = 8, one_layer: bool = True) -> Side:
     """A view as one side of a copy of layers ``[first_layer, first_layer + window)``: its buffers (or raw
-    tables) resolved, the kernel's K and V addresses (buffers, tables of layer addresses, or for one layer
-    of a per-layer view that layer's own), each layer's own address where known. The side does not hold
-    the view: a cached plan must not keep a view's buffers alive (the cache finds it by the view's
-    identity, held weakly)."""
+    tables) resolved (``align``: their alignment), the kernel's K and V addresses (buffers, tables of layer
+    addresses, or, ``one_layer``, for one layer of a per-layer view that layer's own), each layer's own
+    address where known. The side does not hold the view: a cached plan must not keep a view's buffers alive
+    (the cache finds it by the view's identity, held weakly)."""
     g = view.geometry
     kinds = ("k",) if view.mla else ("k", "v")
     ptrs: list[int] = []
@@ -173,7 +173,7 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
             else:
                 bases = devices = None
             continue
-        infos = [resolve_array(place, label + (f"[{i}]" if view.per_layer else ""), b, destination)
+        infos = [resolve_array(place, label + (f"[{i}]" if view.per_layer else ""), b, destination, align)
                  for i, b in enumerate(view.buffers(which))]
         if devices is not None:
             devices.extend(i.device for i in infos)
@@ -185,13 +185,14 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
         addresses = [i.ptr + view.kind_offset(which) for i in infos]
         if bases is not None:
             bases.append(list(addresses))
-        if window == 1:  # one layer: its address goes in directly, no table to read per item
+        if window == 1 and one_layer:  # one layer: its address goes in directly, no table to read per item
             ptrs.append(addresses[first_layer])
             continue
         table = array_info(_address_table(view, addresses, infos), f"{label} table")
         place.guides.append((f"{name}'s {which} table", table.ptr, table.ptr + table.nbytes))
         ptrs.append(table.ptr)
-    return Side(name=name, label=repr(view), parts=view.parts, kernel_parts=_parts(view, window), mla=view.mla, layout_dim=g.layout_dim,
+    return Side(name=name, label=repr(view), parts=view.parts,
+                kernel_parts=_parts(view, window) if one_layer else view.parts, mla=view.mla, layout_dim=g.layout_dim,
                 page_size=g.page_size, tokens=g.tokens, geometry=g, ptrs=(ptrs[0], ptrs[1] if len(ptrs) > 1 else 0),
                 bases=None if bases is None else _layer_bases(view, bases), extents=extents, devices=devices)
 

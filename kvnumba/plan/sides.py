@@ -190,14 +190,14 @@ class Placement:
         return one_device(self.placed)
 
 
-def resolve_array(place: Placement, label: str, obj: Any, destination: bool, info: ArrayInfo | None = None
-                  ) -> ArrayInfo:
-    """A buffer: described, 8-byte aligned, reachable by the GPU (pinned if in host memory), and writable
-    if it is a destination; recorded in ``place``."""
-    if info is None:
-        info = array_info(obj, label)
-    if info.ptr & 7:
-        validate.aligned(label, info)
+def resolve_array(place: Placement, label: str, obj: Any, destination: bool, align: int = 8) -> ArrayInfo:
+    """A buffer: described, ``align``-byte aligned (8: the kernels' words; 4: FP8 codes and scales), reachable
+    by the GPU (pinned if in host memory), and writable if it is a destination; recorded in ``place``."""
+    info = array_info(obj, label)
+    if info.ptr % align:
+        if align == 8:
+            validate.aligned(label, info)
+        raise ValueError(f"{label} must be {align}-byte aligned, its address is {info.ptr:#x}")
     pinned.require(label, info)
     if destination:
         validate.writable(label, info)
