@@ -19,7 +19,11 @@ included ("wall").
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
 
 ``--only overlap`` measures HiCache's per-layer loads while a model computes, one row per route
-(``scripts/overlap.py`` says how).
+(``scripts/overlap.py`` says how). ``--only fp8`` measures the backup and the load with the host's copy in FP8
+(``kv.Fp8View``) beside the same in bf16 and the seed's, idle and under compute, each FP8 call checked against
+``kvnumba.quant_reference`` first, and prints its targets last (``scripts/fp8_wire.py``):
+
+    python scripts/bench.py --only fp8 --reference seedref.so --json fp8.json --commit SHA --machine "one H200"
 
 A full run can be split over several processes (a machine that kills each command after a few minutes):
 ``--json`` rewrites its file (atomically) after every case, and ``--resume`` keeps the rows already in
