@@ -444,7 +444,7 @@ def run_section(args, section):
         import fp8_wire
 
         shape = _shape(args)
-        meta["shape"] = asdict(shape)
+        meta.update(shape=asdict(shape), targets=fp8_wire.TARGETS)
         bench = fp8_wire.Bench(backend, shape, Pools(backend, shape), reference, build_call)
         header, row, rows = fp8_wire.HEADER, fp8_wire.row, fp8_wire.run(bench, quick=args.quick, words=words)
         summary = fp8_wire.summary

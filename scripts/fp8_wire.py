@@ -60,7 +60,7 @@ BACKUPS_UNDER_COMPUTE = 4  # backups in a row under compute (32 GEMMs take about
 SAMPLE = 64  # tokens checked against the reference per FP8 call
 POISON_CODE = 0xAB
 
-# (what, case of the row, key, "<=" or ">=", bound)
+# (what, case of the row, key, "<=" or ">=", bound): printed by summary, kept in the JSON's meta
 TARGETS = [("link bytes per bf16 byte", "fp8 backup e4m3 kv.copy bq=2", "link_per_bf16", "<=", 0.52),
            ("backup, GB/s of bf16", "fp8 backup e4m3 kv.copy bq=2", "bf16_gbps", ">=", 90.0),
            ("per-layer load bq=4, GB/s of bf16", "fp8 load e4m3 kv.copy bq=4", "bf16_gbps", ">=", 90.0),
