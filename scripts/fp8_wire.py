@@ -161,8 +161,8 @@ class Caches:
 
 # ----------------------------------------------------------------------------------------- calls
 def _calls(bench, c, what, block_quota):
-    """``{(format, api, impl): (call, layers)}`` for one row group: ``call(layer)`` moves the tokens of the
-    backup (every layer; ``layer`` ignored) or the load (that layer)."""
+    """``{(format, api, impl): call}`` for one row group: ``call(layer)`` moves the tokens of the backup (every
+    layer; ``layer`` ignored) or of the load (that layer)."""
     warps = bench.shape.warps
     L = bench.shape.layers
     d1, d2, h1 = c.on_gpu["d1"], c.on_gpu["d2"], c.on_gpu["h1"]
@@ -195,10 +195,10 @@ def _case(what, fmt, api, impl, block_quota, under=False):
             + (" [seed]" if impl == "seed" else ""))
 
 
-def _bytes(bench, what, fmt, layers=None):
+def _bytes(bench, what, fmt):
     """``(bf16 bytes, link bytes)`` one call moves."""
     s = bench.shape
-    moved = s.tokens * 2 * (s.layers if what == "backup" else 1) * (layers or 1)
+    moved = s.tokens * 2 * (s.layers if what == "backup" else 1)
     return moved * ITEM, moved * (FP8_ITEM if fmt != "bf16" else ITEM)
 
 
@@ -275,7 +275,7 @@ def run(bench, quick=False, words=()):
              for case in [_case(what, *key, 2, under=True)] if wanted(case)]
     if not under:
         return
-    measure = _measure_idle if (quick or SIMULATOR) else _measure_under_compute(bench)
+    measure = _measure_idle if (quick or SIMULATOR) else _measure_under_compute()
     for case, what, (fmt, api, impl), call in under:
         calls = BACKUPS_UNDER_COMPUTE if what == "backup" else s.layers
         record = _record(bench, case, what, fmt, api, impl, 2)
@@ -309,7 +309,8 @@ def _measure_idle(call, nbytes, calls):
     return {"idle_seconds": seconds, "idle_gbps": nbytes * calls / seconds / 1e9}
 
 
-def _measure_under_compute(bench):
+def _measure_under_compute():
+    """``overlap.measure`` with its compute streams, after one call of each layer (every plan built first)."""
     import torch
 
     compute = overlap.Compute(torch)
@@ -319,13 +320,16 @@ def _measure_under_compute(bench):
     torch.cuda.synchronize()
 
     def measure(call, nbytes, calls):
+        for layer in range(calls):
+            call(layer)
+        torch.cuda.synchronize()
         return overlap.measure(torch, compute, call, nbytes, calls)
 
     return measure
 
 
 # ---------------------------------------------------------------------------------------- printing
-HEADER = (f"{'case':66} {'link/bf16':>9} {'gpu ms':>8} {'bf16 GB/s':>9} {'link GB/s':>9} {'host us':>8} "
+HEADER = (f"{'case':72} {'link/bf16':>9} {'gpu ms':>8} {'bf16 GB/s':>9} {'link GB/s':>9} {'host us':>8} "
           f"{'checked':>8}\n(under compute: GB/s of bf16 bytes idle, beside the prefill GEMMs, beside the decode "
           "layers; x: the compute's time with the transfers / alone)")
 
@@ -338,10 +342,10 @@ def row(r):
     """One printed line of a record."""
     checked = {True: "bitexact", None: "-"}[r["verified"]]
     if "idle_gbps" in r:
-        return (f"{r['case']:66} {r['link_per_bf16']:9.3f} idle {_fmt(r.get('idle_gbps'), '6.1f')} prefill "
+        return (f"{r['case']:72} {r['link_per_bf16']:9.3f} idle {_fmt(r.get('idle_gbps'), '6.1f')} prefill "
                 f"{_fmt(r.get('prefill_gbps'), '6.1f')} x {_fmt(r.get('prefill_x'), '4.2f')} decode "
                 f"{_fmt(r.get('decode_gbps'), '6.1f')} x {_fmt(r.get('decode_x'), '4.2f')} {checked:>8}")
-    return (f"{r['case']:66} {r['link_per_bf16']:9.3f} {r['gpu_ms']:8.3f} {r['bf16_gbps']:9.1f} {r['link_gbps']:9.1f} "
+    return (f"{r['case']:72} {r['link_per_bf16']:9.3f} {r['gpu_ms']:8.3f} {r['bf16_gbps']:9.1f} {r['link_gbps']:9.1f} "
             f"{r['host_us']:8.1f} {checked:>8}")
 
 

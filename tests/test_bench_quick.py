@@ -123,21 +123,23 @@ def test_quick_overlap_runs_every_route(tmp_path, capsys):
 
 
 FP8_ROWS = ["fp8 backup e4m3 kv.copy bq=2", "fp8 backup bf16 kv.copy bq=2",
-            "fp8 backup bf16 transfer_kv_all_layer_lf_pf bq=2"]
-FP8_ROWS += [f"fp8 load {fmt} {api} bq={bq}" for bq in (4, 2)
-             for fmt, api in (("e4m3", "kv.copy"), ("bf16", "kv.copy"), ("bf16", "transfer_kv_per_layer_pf_lf"))]
-FP8_ROWS += [f"fp8 under compute {what} {fmt} {api} bq=2" for what, op in (("backup", "transfer_kv_all_layer_lf_pf"),
-                                                                          ("load", "transfer_kv_per_layer_pf_lf"))
-             for fmt, api in (("e4m3", "kv.copy"), ("bf16", "kv.copy"), ("bf16", op))]
+            "fp8 backup bf16 transfer_kv_all_layer_lf_pf bq=2", "fp8 backup bf16 transfer_kv_all_layer_lf_pf bq=2 [seed]"]
+FP8_ROWS += [f"fp8 load {fmt} {api} bq={bq}{seed}" for bq in (4, 2)
+             for fmt, api, seed in (("e4m3", "kv.copy", ""), ("bf16", "kv.copy", ""),
+                                    ("bf16", "transfer_kv_per_layer_pf_lf", ""),
+                                    ("bf16", "transfer_kv_per_layer_pf_lf", " [seed]"))]
+FP8_ROWS += [f"fp8 under compute {row.removeprefix('fp8 ')}" for row in FP8_ROWS if "bq=2" in row]
 
 
 def test_quick_fp8_runs_every_row(tmp_path, capsys):
     """``--only fp8 --quick``: every FP8-on-the-wire row once on tiny buffers (the under-compute rows idle, the
     simulator has no compute), each FP8 call first checked bit for bit against kvnumba.quant_reference, the
-    targets and the table printed last."""
+    targets and the table printed last, with a table cell for every row."""
     bench = _bench()
     out = tmp_path / "fp8.json"
-    bench.main(["--only", "fp8", "--quick", "--json", str(out), "--quiet", "--commit", "0123abc", "--machine", "sim"])
+    # kvnumba stands for the seed: the seed's rows call its entry points by the same names
+    bench.main(["--only", "fp8", "--quick", "--reference", "kvnumba", "--json", str(out), "--quiet", "--commit",
+                "0123abc", "--machine", "sim"])
     data = json.loads(out.read_text())
     meta, records = data["meta"], data["records"]
     assert (meta["section"], meta["commit"], meta["machine"], meta["shape"]["layers"]) == ("fp8", "0123abc", "sim", 2)
@@ -158,6 +160,7 @@ def test_quick_fp8_runs_every_row(tmp_path, capsys):
     targets = printed[printed.index("FP8 on the wire: targets"):].splitlines()
     assert [line.split()[-1] for line in targets[1:5]] == ["PASS", "MISS", "MISS", "MISS"]  # simulator speeds
     assert targets[6] == "GB/s of bf16 bytes (link GB/s)" and len(targets) == 6 + 2 + 7
+    assert all(line.count("(") == 4 for line in targets[8:11])  # idle: the four ways of a transfer, each measured
 
 
 @pytest.mark.parametrize("what", ["backup", "load"])
