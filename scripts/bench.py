@@ -19,7 +19,11 @@ included ("wall").
     NUMBA_ENABLE_CUDASIM=1 python scripts/bench.py --quick      # smoke test; figures mean nothing
 
 ``--only overlap`` measures HiCache's per-layer loads while a model computes, one row per route
-(``scripts/overlap.py`` says how).
+(``scripts/overlap.py`` says how). ``--only fp8`` measures the backup and the load with the host's copy in FP8
+(``kv.Fp8View``) beside the same in bf16 and the seed's, idle and under compute, each FP8 call checked against
+``kvnumba.quant_reference`` first, and prints its targets last (``scripts/fp8_wire.py``):
+
+    python scripts/bench.py --only fp8 --reference seedref.so --json fp8.json --commit SHA --machine "one H200"
 
 A full run can be split over several processes (a machine that kills each command after a few minutes):
 ``--json`` rewrites its file (atomically) after every case, and ``--resume`` keeps the rows already in
@@ -414,28 +418,50 @@ def write_json(path, meta, records):
             os.unlink(tmp)
 
 
-def run_overlap(args):
-    """``--only overlap``: loads under compute (``scripts/overlap.py``), one row per route; ``(meta, records)``."""
-    import overlap  # here: scripts/ab_host_cost.py loads bench.py from checkouts that may not have it
+SECTIONS = ("overlap", "fp8")  # --only WORD runs that section alone (scripts/overlap.py, scripts/fp8_wire.py)
 
+
+def _section(args):
+    """The section ``--only`` names, or None."""
+    return next((s for s in SECTIONS if args.only and s in args.only), None)
+
+
+def run_section(args, section):
+    """``--only overlap`` (loads under compute, ``scripts/overlap.py``, one row per route) or ``--only fp8`` (FP8
+    on the wire, ``scripts/fp8_wire.py``); the other words of ``--only`` pick rows by name. ``(meta, records)``."""
     backend = SimulatorBackend() if SIMULATOR else TorchBackend()
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "kvnumba": kvnumba.__version__,
-            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": "overlap",
+            "reference": args.reference, "simulator": SIMULATOR, "versions": _versions(), "section": section,
             **_provenance(args)}
     reference = load_reference(args.reference)
+    words = [w for w in args.only if w != section]  # --only overlap direct: the routes named so, no crossover
+    summary = None
+    if section == "overlap":
+        import overlap  # here: scripts/ab_host_cost.py loads bench.py from checkouts that may not have it
+
+        header, row, rows = OVERLAP_HEADER, _overlap_row, overlap.run(reference, quick=args.quick, words=words)
+    else:
+        import fp8_wire
+
+        shape = _shape(args)
+        meta.update(shape=asdict(shape), targets=fp8_wire.TARGETS)
+        bench = fp8_wire.Bench(backend, shape, Pools(backend, shape), reference, build_call)
+        header, row, rows = fp8_wire.HEADER, fp8_wire.row, fp8_wire.run(bench, quick=args.quick, words=words)
+        summary = fp8_wire.summary
     records = []
     stream = None if getattr(args, "quiet", False) else sys.stderr
-    print(OVERLAP_HEADER)
-    words = [w for w in args.only if w != "overlap"]  # --only overlap direct: the routes named so, no crossover
-    for record in overlap.run(reference, quick=args.quick, words=words):
+    print(header)
+    for record in rows:
         records.append(record)
         if args.json:
             write_json(args.json, meta, records)
-        print(_overlap_row(record), flush=True)
+        print(row(record), flush=True)
         if stream is not None:
             print(f"bench: {record['case']}", file=stream, flush=True)
     if args.json:
         write_json(args.json, meta, records)
+    if summary is not None:
+        print(summary(records), flush=True)
     return meta, records
 
 
@@ -452,12 +478,17 @@ def _overlap_row(r):
             f"{f('decode_wall_x', '5.2f'):>5} {f('host_us', '8.1f'):>8}")
 
 
+def _shape(args):
+    return QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
+                                          pool_factor=args.pool_factor, block_quota=args.block_quota, warps=args.warps,
+                                          repeat=args.repeat)
+
+
 def run(args):
-    if args.only and "overlap" in args.only:
-        return run_overlap(args)
-    shape = QUICK if args.quick else Shape(layers=args.layers, page_size=args.page_size, tokens=args.tokens,
-                                           pool_factor=args.pool_factor, block_quota=args.block_quota,
-                                           warps=args.warps, repeat=args.repeat)
+    section = _section(args)
+    if section is not None:
+        return run_section(args, section)
+    shape = _shape(args)
     backend = SimulatorBackend() if SIMULATOR else TorchBackend()
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     meta = {"date": time.strftime("%Y-%m-%d"), "device": backend.name, "clock": CLOCK, "shape": asdict(shape),
@@ -674,10 +705,10 @@ def main(argv=None):
     args = parser.parse_args(argv)
     if args.resume and not args.json:
         parser.error("--resume needs --json (the file to resume)")
-    if not (args.only and "overlap" in args.only):
+    if _section(args) is None:
         print(HEADER)
     meta, records = run(args)
-    if args.plot and not (args.only and "overlap" in args.only):
+    if args.plot and _section(args) is None:
         plot(records, args.plot)
     return records
 

@@ -2,7 +2,7 @@
 
 They are committed executed, with their outputs and pictures, so that GitHub shows them
 (``scripts/render_notebooks.py``): 01, 02 and 04 from Numba's CUDA simulator, 03 from the saved H200
-run. Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
+run, 06 and 07 from both (07's GPU figures once ``scripts/results/h200-2026-12-01-fp8.json`` is saved). Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
 simulator when there is no GPU), the way the render script does it, in memory: a cell that raises
 fails the test, and the committed files are never written."""
 import importlib.util
@@ -27,10 +27,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_BYTES = 300_000  # what a reader downloads to see one on GitHub
 FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_layout", "05_disaggregated_handoff",
-                      "06_transfers_under_load"}
-FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json"}
+                      "06_transfers_under_load", "07_kv_on_the_wire_fp8"}
+FP8_RUN = "h200-2026-12-01-fp8.json"  # 07 plots it once it is saved (``bench.py --only fp8``), and says so until then
+FP8_SAVED = (ROOT / "scripts" / "results" / FP8_RUN).is_file()
+FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json",
+                   **({"07_kv_on_the_wire_fp8": FP8_RUN} if FP8_SAVED else {})}
 PICTURES = {"01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2, "04_prototype_a_layout": 0,
-            "05_disaggregated_handoff": 0, "06_transfers_under_load": 2}
+            "05_disaggregated_handoff": 0, "06_transfers_under_load": 2, "07_kv_on_the_wire_fp8": 1 + FP8_SAVED}
 NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: marked nixl (the README's install line brings NIXL)
 RUNS = [pytest.param(p, id=p.stem, marks=[pytest.mark.nixl] if p.stem in NEEDS_NIXL else []) for p in NOTEBOOKS]
 
@@ -59,7 +62,7 @@ def _kinds(notebook):
 def test_notebooks_found():
     assert [p.name for p in NOTEBOOKS] == ["01_layouts.ipynb", "02_hicache_round_trip.ipynb", "03_performance.ipynb",
                                            "04_prototype_a_layout.ipynb", "05_disaggregated_handoff.ipynb",
-                                           "06_transfers_under_load.ipynb"]
+                                           "06_transfers_under_load.ipynb", "07_kv_on_the_wire_fp8.ipynb"]
     assert set(PICTURES) == {p.stem for p in NOTEBOOKS}
 
 
@@ -118,6 +121,14 @@ def test_render_script_saves_what_it_executes(tmp_path):
     assert [c["execution_count"] for c in saved["cells"]] == [1, 2]
     assert saved["metadata"] == render.STORED_METADATA
     assert all("execution" not in c["metadata"] for c in saved["cells"])
+
+
+def test_notebook_07_says_whether_the_gpu_run_is_saved():
+    """07 reads the FP8 bench's H200 run; until it is saved the notebook says so and plots only what it computes."""
+    notebook = nbformat.read(ROOT / "notebooks" / "07_kv_on_the_wire_fp8.ipynb", as_version=4)
+    text = "".join(o.get("text", "") for o in _outputs(notebook) if o.output_type == "stream")
+    assert (f"scripts/results/{FP8_RUN} is not there yet" in text) is not FP8_SAVED
+    assert "codes and scales bit-exact" in text and "dequantised, bit-exact" in text
 
 
 def test_no_measured_figure_is_written_by_hand():
