@@ -181,7 +181,7 @@ def fp8_like(view: CacheView, fmt: str = "e4m3", dtype: str | None = None) -> Fp
         parts: list[Any] = []
         for which in ("k", "v"):
             buffer = getattr(view, which)
-            if buffer is None:
+            if buffer is None or (which == "v" and buffer is view.k):  # MLA; or V in K's array (page-unified)
                 parts.append(None)
             elif view.per_layer:
                 parts.append([twin(b, kind) for b in buffer])
