@@ -118,7 +118,8 @@ class KernelPlan:
         staged = None
         if self.spec.name != "copy":
             src_parts, dst_parts, mla = self.kernel_key
-            staged = bind_staged(self, src_parts, dst_parts, mla, self.src.ptrs, (self.src.layout_dim, self.page_size),
+            src_ptrs = (self.template.src_k, self.template.src_v)  # this plan's (a rebound plan shares its sides)
+            staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, (self.src.layout_dim, self.page_size),
                                  self.template, self.memory)
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         self.source_maps = None
@@ -153,7 +154,8 @@ class KernelPlan:
         name, the same sizes, devices, kinds of memory and alignment as this plan's): every check that
         depends on geometry holds for it; what depends on addresses is done again. No layer tables."""
         plan = object.__new__(KernelPlan)
-        plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: they are the same)
+        plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: the same geometry; the
+        # addresses a rebound plan launches with are its template's, not its sides' ptrs)
         plan.rebound = True
         for name in names:
             if name is not None and infos[name].device == HOST:
@@ -161,8 +163,6 @@ class KernelPlan:
         ptrs = [infos[n].ptr if n else 0 for n in names]
         plan.destinations = [(n, infos[n].ptr, infos[n].ptr + infos[n].nbytes) for n in (names[1], names[3]) if n]
         plan.dst_low, plan.dst_high = hull(plan.destinations)
-        plan.src = _moved(self.src, ptrs[0], ptrs[2])
-        plan.dst = _moved(self.dst, ptrs[1], ptrs[3])
         plan.template = self.template._replace(src_k=ptrs[0], dst_k=ptrs[1], src_v=ptrs[2], dst_v=ptrs[3])
         plan._bind()
         return plan
@@ -183,15 +183,6 @@ class KernelPlan:
                 self.windows[layer_id] = window
                 self.packed[layer_id] = window.params
         return window
-
-
-def _moved(side, k, v):
-    """``side`` over other buffers of the same geometry (a rebound plan's): only its addresses differ."""
-    moved = object.__new__(Side)
-    for name in Side.__slots__:
-        setattr(moved, name, getattr(side, name))
-    moved.ptrs = (k, v)
-    return moved
 
 
 # --- watching plans being made -------------------------------------------------------------------

@@ -45,7 +45,8 @@ class Side:
     device (or ``HOST``) of each of its buffers, None where unknown. ``buffers``/``buffer_of``: each
     distinct buffer's ``(address, bytes)`` and, per (kind, layer), which one holds it (``kvnumba.remote``).
     ``origin``: what an export says of the view it came from (class, options, NIXL memory type).
-    ``kernel_parts``: the layout the kernel is built for, where it differs from ``parts`` (one layer of a
+    A plan rebound to other buffers of its geometry shares its sides: the addresses it launches with are its
+    parameter template's. ``kernel_parts``: the layout the kernel is built for, where it differs from ``parts`` (one layer of a
     per-layer view: its address is a kernel argument, ``LayoutParts.one_layer``).
     """
 
