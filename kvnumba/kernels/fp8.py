@@ -20,6 +20,8 @@ mantissa bits, to nearest even:
 The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
 factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dtype)``.
 """
+import functools
+
 from .fp8_format import CANONICAL_NAN, fp8_format, plain_dtype
 from .fp8_memory import f32_bits, f32_from_bits
 from .jit import device_function
@@ -105,40 +107,26 @@ def f32_from_bf16(b):
 
 
 _FORMATS = {"e4m3": (4, 3, 7, False), "e5m2": (5, 2, 15, True)}
-_narrow: dict = {}
-_widen: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def narrow(fmt):
     """float32 bits -> code of ``fmt`` (``"e4m3"``, ``"e5m2"``, or ``"float16"``; finite input)."""
-    found = _narrow.get(fmt)
-    if found is None:
-        if fmt == "float16":
-            found = make_narrow(5, 10, 15, 0x7BFF, 0x7C00)
-        else:
-            f = fp8_format(fmt)
-            found = make_narrow(f.exponent_bits, f.mantissa_bits, f.bias, f.max_code, f.max_code)
-        _narrow[fmt] = found
-    return found
+    if fmt == "float16":
+        return make_narrow(5, 10, 15, 0x7BFF, 0x7C00)
+    f = fp8_format(fmt)
+    return make_narrow(f.exponent_bits, f.mantissa_bits, f.bias, f.max_code, f.max_code)
 
 
+@functools.lru_cache(maxsize=None)
 def widen(fmt):
     """Code of ``fmt`` (``"e4m3"``, ``"e5m2"``, ``"float16"``, ``"bfloat16"``) -> float32 bits."""
-    found = _widen.get(fmt)
-    if found is None:
-        if fmt == "bfloat16":
-            found = f32_from_bf16
-        elif fmt == "float16":
-            found = make_widen(5, 10, 15, True)
-        else:
-            found = make_widen(*_FORMATS[fp8_format(fmt).name])
-        _widen[fmt] = found
-    return found
+    if fmt == "bfloat16":
+        return f32_from_bf16
+    if fmt == "float16":
+        return make_widen(5, 10, 15, True)
+    return make_widen(*_FORMATS[fp8_format(fmt).name])
 
 
 _EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
-_quantisers: dict = {}
-_dequantisers: dict = {}
 
 
 def quantiser(fmt, dtype):
@@ -150,12 +138,12 @@ def quantiser(fmt, dtype):
     - ``scale_of(m)``: the float32 bits of the scale for amax magnitude bits ``m``;
     - ``quantise(b, scale_bits)``: the code of element ``b`` with that scale.
     """
-    key = (fmt, plain_dtype(dtype))
-    found = _quantisers.get(key)
-    if found is not None:
-        return found
+    return _quantiser(fp8_format(fmt).name, plain_dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _quantiser(fmt, name):
     f = fp8_format(fmt)
-    name = key[1]
     exponent_mask = _EXPONENT_MASK[name]
     widen_plain, to_code = widen(name), narrow(f.name)
     max_bits = f32_bits_of(f.max_value)
@@ -184,19 +172,18 @@ def quantiser(fmt, dtype):
             return 0
         return to_code(f32_bits(f32_from_bits(widen_plain(b)) / f32_from_bits(scale_bits)))
 
-    found = _quantisers[key] = (magnitude, scale_of, quantise)
-    return found
+    return magnitude, scale_of, quantise
 
 
 def dequantiser(fmt, dtype):
     """``dequantise(c, scale_bits)``: the bfloat16 (float16) bits of code ``c`` of ``fmt`` times the float32
     whose bits are ``scale_bits`` (a device function)."""
-    key = (fmt, plain_dtype(dtype))
-    found = _dequantisers.get(key)
-    if found is not None:
-        return found
+    return _dequantiser(fp8_format(fmt).name, plain_dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _dequantiser(fmt, name):
     f = fp8_format(fmt)
-    name = key[1]
     from_code = widen(f.name)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     nan_out = CANONICAL_NAN[name]
@@ -213,8 +200,7 @@ def dequantiser(fmt, dtype):
             return (sign << 15) | nan_out
         return to_plain(p) & 0xFFFF
 
-    found = _dequantisers[key] = dequantise
-    return found
+    return dequantise
 
 
 def f32_bits_of(value):

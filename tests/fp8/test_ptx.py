@@ -2,19 +2,18 @@
 approximations, no flush to zero), the warp's amax by shuffles, cache-hinted loads and stores, no local
 memory. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as tests/kernels/test_ptx.py does; skipped
 where libNVVM is not installed. Three kernels (one per mode): compiling takes some 25 s a kernel."""
-import json
-import os
-import subprocess
-import sys
 
 import pytest
 
+from tests.helpers.ptx import ptx_report as run_ptx_script
+
 SCRIPT = r"""
 import json, re
+from kvnumba.api.views import PageFirstDirect
 from kvnumba.kernels import fp8_copy, layouts as L
 cases = {"quantise": (L.PAGE_FIRST, L.BLOCKS, False, "quantise", "e4m3", "bfloat16"),
          "dequantise": (L.HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
-         "copy": (L.LAYER_TABLE, L.PAGE_FIRST_DIRECT, True, "copy", "e4m3", "bfloat16")}
+         "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16")}
 out = {}
 for name, args in cases.items():
     ptx = fp8_copy.kernel_ptx(*args, cc=(9, 0))
@@ -28,12 +27,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def report():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=900)
-    if done.returncode and "NVVM" in done.stderr and "not found" in done.stderr.lower():
-        pytest.skip("libNVVM is not installed (pip install 'numba-cuda[cu13]')")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_ptx_script(SCRIPT, timeout=900)
 
 
 def test_fp8_kernels_compile_for_sm90(report):

@@ -111,3 +111,13 @@ def view_bytes(view):
         if view.v is view.k:
             break  # vLLM/FlashInfer, page-unified: K and V share their arrays
     return out
+
+
+def assert_same_bytes(got, want, poison, what):
+    """Every buffer's bytes of a copy (``got``) equal the reference's (``want``), each a list of NumPy byte arrays
+    (``view_bytes``); returns how many bytes the reference moved (its bytes that are not ``poison``)."""
+    moved = 0
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w, err_msg=what)
+        moved += int((w != poison).sum())
+    return moved

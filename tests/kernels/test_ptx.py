@@ -3,12 +3,10 @@
 Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, since the simulator has no compiler: the GPU target, even
 without a CUDA driver (unset, kvnumba would pick the simulator there).
 """
-import json
-import os
-import subprocess
-import sys
 
 import pytest
+
+from tests.helpers.ptx import ptx_report as run_ptx_script
 
 SCRIPT = r"""
 import json, re
@@ -29,12 +27,7 @@ print(json.dumps(out))
 
 @pytest.fixture(scope="module")
 def ptx_report():
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
-    if done.returncode and "NVVM" in done.stderr and "not found" in done.stderr.lower():
-        pytest.skip("libNVVM is not installed (pip install 'numba-cuda[cu13]')")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run_ptx_script(SCRIPT, timeout=600)
 
 
 def test_every_seed_kernel_compiles_for_sm90(ptx_report):

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import kvnumba as kv
 from kvnumba import reference
 from tests.helpers.placement import PLACE, host, to_numpy
-from tests.helpers.view_cases import KV_ONLY, LAYOUTS, POISON, HeadMajorPages, make_view, view_bytes
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, POISON, HeadMajorPages, assert_same_bytes, make_view, view_bytes
 
 pytestmark = [pytest.mark.needs_target, pytest.mark.smoke]  # smoke: in the one-minute subset
 
@@ -32,10 +32,7 @@ def run_copy(src_name, dst_name, *, mla=False, count=6, layers=None, seed=0, pla
     put = PLACE["device"]
     kv.copy(src, dst, put(si), put(di), layers, block_quota=block_quota, num_warps_per_block=num_warps_per_block)
     reference.copy(src_np, dst_np, si, di, layers)
-    moved = 0
-    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
-        np.testing.assert_array_equal(got, want, err_msg=f"{src_name} -> {dst_name}")
-        moved += int((want != POISON).sum())
+    moved = assert_same_bytes(view_bytes(dst), view_bytes(dst_np), POISON, f"{src_name} -> {dst_name}")
     assert count == 0 or moved > 0, "the reference moved nothing"
 
 

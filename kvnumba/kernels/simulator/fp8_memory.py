@@ -7,22 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from .memory import access
+
 __all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
 
-_u32 = ctypes.c_uint32
-_u64 = ctypes.c_uint64
-
-
-def load_i32(addr):
-    return _u32.from_address(int(addr)).value
-
-
-def store_i32(addr, value):
-    _u32.from_address(int(addr)).value = int(value) & 0xFFFFFFFF
-
-
-def store_i64(addr, value):
-    _u64.from_address(int(addr)).value = int(value) & 0xFFFFFFFFFFFFFFFF
+load_i32, store_i32 = access(ctypes.c_uint32)
+store_i64 = access(ctypes.c_uint64)[1]
 
 
 def f32_bits(x):

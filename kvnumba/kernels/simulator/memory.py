@@ -6,7 +6,7 @@ qualifier.
 """
 import ctypes
 
-__all__ = ["load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
+__all__ = ["access", "load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
 _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
@@ -38,3 +38,17 @@ def load_i64(addr):
 
 def make_loads(qualifier="nc"):
     return load_u64, load_u128
+
+
+def access(ctype):
+    """``(load, store)`` of one ctypes unsigned integer type at raw integer addresses; ``store`` keeps the
+    value's low bits (a kernel's negative or wide integers, as the GPU's stores of that width do)."""
+    mask = (1 << (8 * ctypes.sizeof(ctype))) - 1
+
+    def load(addr):
+        return ctype.from_address(int(addr)).value
+
+    def store(addr, value):
+        ctype.from_address(int(addr)).value = int(value) & mask
+
+    return load, store
