@@ -1,12 +1,14 @@
 """The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer addresses
 through ctypes, float32 bit casts through NumPy, and a warp's maximum exchanged through a barrier per
-simulated warp (Numba's simulator has no warp shuffles)."""
+simulated warp (Numba's simulator has no warp shuffles). Each access checks its address's alignment as the GPU
+does (``simulator.alignment``)."""
 import ctypes
 import threading
 from typing import Any
 
 import numpy as np
 
+from .alignment import on_fault
 from .memory import access
 
 __all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
@@ -35,6 +37,16 @@ class _Warp:
 
 _warps: dict = {}
 _lock = threading.Lock()
+
+
+@on_fault
+def _break_warps(thread):
+    """A thread faulted: every warp's exchange is broken and forgotten, so no lane waits for it."""
+    with _lock:
+        warps = list(_warps.values())
+        _warps.clear()
+    for warp in warps:
+        warp.barrier.abort()
 
 
 def warp_max(lane, value):

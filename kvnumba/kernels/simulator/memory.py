@@ -2,9 +2,11 @@
 
 The same names as the GPU's inline-PTX intrinsics, as plain Python functions, so the kernel bodies are
 identical in both worlds. Cache hints mean nothing here: ``make_loads`` returns the same pair for any
-qualifier.
+qualifier. Alignment does: each access checks its address as the GPU does (``simulator.alignment``).
 """
 import ctypes
+
+from .alignment import check_aligned
 
 __all__ = ["access", "load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
@@ -14,26 +16,26 @@ _i64 = ctypes.c_int64
 
 # int(): an address computed from a shared-memory slot is a NumPy integer, which ctypes refuses.
 def load_u64(addr):
-    return _u64.from_address(int(addr)).value
+    return _u64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
 
 
 def store_u64(addr, value):
-    _u64.from_address(int(addr)).value = value
+    _u64.from_address(check_aligned(addr, 8, "st.global.b64")).value = value
 
 
 def load_u128(addr):
-    addr = int(addr)
+    addr = check_aligned(addr, 16, "ld.global.v2.u64")
     return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
 
 
 def store_u128(addr, pair):
-    addr = int(addr)
+    addr = check_aligned(addr, 16, "st.global.v2.u64")
     _u64.from_address(addr).value = pair[0]
     _u64.from_address(addr + 8).value = pair[1]
 
 
 def load_i64(addr):
-    return _i64.from_address(int(addr)).value
+    return _i64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
 
 
 def make_loads(qualifier="nc"):
@@ -43,12 +45,14 @@ def make_loads(qualifier="nc"):
 def access(ctype):
     """``(load, store)`` of one ctypes unsigned integer type at raw integer addresses; ``store`` keeps the
     value's low bits (a kernel's negative or wide integers, as the GPU's stores of that width do)."""
-    mask = (1 << (8 * ctypes.sizeof(ctype))) - 1
+    width = ctypes.sizeof(ctype)
+    mask = (1 << (8 * width)) - 1
+    bits = 8 * width
 
     def load(addr):
-        return ctype.from_address(int(addr)).value
+        return ctype.from_address(check_aligned(addr, width, f"ld.global.b{bits}")).value
 
     def store(addr, value):
-        ctype.from_address(int(addr)).value = int(value) & mask
+        ctype.from_address(check_aligned(addr, width, f"st.global.b{bits}")).value = int(value) & mask
 
     return load, store

@@ -4,11 +4,16 @@ Barriers are condition variables keyed by address, and ``tensor_load`` walks a t
 own format (``plan.tensor_maps``) row by row. A simulated warp's threads are independent Python threads
 with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``): the stage
 is released only when all of them are done reading it, as on the GPU. The simulator has no warp votes:
-``ballot`` meets the warp's 32 threads at a barrier kept on the simulator's block manager.
+``ballot`` meets the warp's 32 threads at a barrier kept on the simulator's block manager. Every address is
+checked as the hardware checks it (``simulator.alignment``): a tensor load's shared-memory destination
+128-byte aligned, a bulk copy's addresses and size 16-byte, barriers 8-byte, shared loads and stores
+their width.
 """
 import ctypes
 import threading
 from typing import Any
+
+from .alignment import check_aligned, on_fault
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
            "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
@@ -34,6 +39,7 @@ class _Barrier:
 
 
 def _barrier(address):
+    check_aligned(address, 8, "mbarrier")
     with _barriers_lock:
         return _barriers[address]
 
@@ -43,6 +49,7 @@ def shared_address(array):
 
 
 def barrier_init(bar, count):
+    check_aligned(bar, 8, "mbarrier.init")
     with _barriers_lock:
         _barriers[bar] = _Barrier(count)
 
@@ -67,6 +74,8 @@ def arrive_expect_bytes(bar, nbytes):
 
 
 def try_wait(bar, parity):
+    if getattr(threading.current_thread(), "abort", False):  # another thread of the block failed
+        raise RuntimeError("the block's launch failed in another thread")
     b = _barrier(bar)
     with b.cond:
         if (b.phase & 1) == parity:  # the phase of this parity is still running
@@ -83,7 +92,8 @@ def _words(address, count):
 
 
 def tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar):
-    words = _words(tensor_map, _MAP_WORDS)
+    dst = check_aligned(dst, 128, "cp.async.bulk.tensor's shared-memory destination")
+    words = _words(check_aligned(tensor_map, 64, "cp.async.bulk.tensor's tensor map"), _MAP_WORDS)
     base, dims, strides, box = words[0], words[1:6], (8, *words[6:10]), words[10:15]
     row_bytes = box[0] * 8
     out = dst
@@ -105,7 +115,9 @@ def tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar):
 
 
 def bulk_store(dst, src, nbytes):
-    ctypes.memmove(int(dst), int(src), int(nbytes))
+    check_aligned(nbytes, 16, "cp.async.bulk's size")
+    ctypes.memmove(check_aligned(dst, 16, "cp.async.bulk's destination"),
+                   check_aligned(src, 16, "cp.async.bulk's source"), int(nbytes))
 
 
 def bulk_commit():
@@ -121,7 +133,7 @@ def bulk_wait():
 
 
 def load_shared_u128(addr):
-    addr = int(addr)
+    addr = check_aligned(addr, 16, "ld.shared.v2.u64")
     return (ctypes.c_uint64.from_address(addr).value, ctypes.c_uint64.from_address(addr + 8).value)
 
 
@@ -144,6 +156,16 @@ def _exchange(value):
     values = list(vote.values)
     vote.meet.wait()  # nobody votes again before every lane has read this vote
     return values
+
+
+@on_fault
+def _break_votes(thread):
+    """A thread faulted: its block's votes are broken, so no lane waits for it."""
+    block = getattr(thread, "_manager", None)
+    with _barriers_lock:
+        votes = list(getattr(block, "__dict__", {}).get("_kvnumba_votes", {}).values())
+    for vote in votes:
+        vote.meet.abort()
 
 
 def ballot(predicate):
