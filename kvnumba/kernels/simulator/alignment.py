@@ -15,7 +15,7 @@ waiting for one that died.
 
 import threading
 
-__all__ = ["MisalignedAddress", "check_aligned", "on_fault"]
+__all__ = ["MisalignedAddress", "check_aligned", "on_fault", "raise_block_fault"]
 
 _hooks: list = []  # called with the faulting simulator thread: they free the block's other threads
 
@@ -29,11 +29,25 @@ def check_aligned(address, alignment, what):
     multiple of ``alignment``; ``what`` names the access."""
     address = int(address)
     if address % alignment:
+        fault = MisalignedAddress(f"{what} at {address:#x}: not {alignment}-byte aligned")
         thread = threading.current_thread()
+        block = getattr(thread, "_manager", None)  # the simulator's BlockManager of the thread's block
+        if block is not None:
+            vars(block).setdefault("_kvnumba_fault", fault)
         for hook in _hooks:
             hook(thread)
-        raise MisalignedAddress(f"{what} at {address:#x}: not {alignment}-byte aligned")
+        raise fault
     return address
+
+
+def raise_block_fault(otherwise):
+    """Raises, in a thread whose wait was broken off: its block's fault (so whichever thread the simulator
+    reports names the access), else ``RuntimeError(otherwise)``."""
+    block = getattr(threading.current_thread(), "_manager", None)
+    fault = None if block is None else vars(block).get("_kvnumba_fault")
+    if fault is not None:
+        raise MisalignedAddress(f"{fault} (in another thread of the block)")
+    raise RuntimeError(otherwise)
 
 
 def on_fault(hook):

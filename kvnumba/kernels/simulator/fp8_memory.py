@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .alignment import on_fault
+from .alignment import on_fault, raise_block_fault
 from .memory import access
 
 __all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
@@ -59,7 +59,10 @@ def warp_max(lane, value):
         with _lock:
             warp = _warps.setdefault(key, _Warp())
     warp.values[lane] = value
-    warp.barrier.wait()
-    result = max(warp.values)
-    warp.barrier.wait()  # every lane has read before any lane writes again
+    try:
+        warp.barrier.wait()
+        result = max(warp.values)
+        warp.barrier.wait()  # every lane has read before any lane writes again
+    except threading.BrokenBarrierError:  # a lane faulted (_break_warps)
+        raise_block_fault("a lane of the warp failed")
     return result

@@ -13,7 +13,7 @@ import ctypes
 import threading
 from typing import Any
 
-from .alignment import check_aligned, on_fault
+from .alignment import check_aligned, on_fault, raise_block_fault
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
            "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
@@ -75,7 +75,7 @@ def arrive_expect_bytes(bar, nbytes):
 
 def try_wait(bar, parity):
     if getattr(threading.current_thread(), "abort", False):  # another thread of the block failed
-        raise RuntimeError("the block's launch failed in another thread")
+        raise_block_fault("the block's launch failed in another thread")
     b = _barrier(bar)
     with b.cond:
         if (b.phase & 1) == parity:  # the phase of this parity is still running
@@ -152,9 +152,12 @@ def _exchange(value):
         votes = block.__dict__.setdefault("_kvnumba_votes", {})
         vote = votes.setdefault(warp, _Vote())
     vote.values[lane] = value
-    vote.meet.wait()
-    values = list(vote.values)
-    vote.meet.wait()  # nobody votes again before every lane has read this vote
+    try:
+        vote.meet.wait()
+        values = list(vote.values)
+        vote.meet.wait()  # nobody votes again before every lane has read this vote
+    except threading.BrokenBarrierError:  # a lane faulted (_break_votes)
+        raise_block_fault("a lane of the warp failed")
     return values
 
 
