@@ -73,3 +73,23 @@ def test_the_public_module_holds_the_twins_on_the_simulator_only(public, twin):
     module, twin_module = importlib.import_module(public), importlib.import_module(twin)
     for name in twin_module.__all__:
         assert (getattr(module, name) is getattr(twin_module, name)) == SIMULATOR, name
+
+
+def test_the_twins_refuse_the_addresses_the_gpu_refuses():
+    """Each twin checks its access's alignment as the hardware does (``kernels.simulator.alignment``)."""
+    import numpy as np
+
+    from kvnumba.kernels.simulator import alignment, fp8_memory, memory, tma
+
+    buffer = np.zeros(128, np.int64)
+    base = (buffer.ctypes.data + 127) & ~127
+    memory.store_u128(base + 16, (1, 2))
+    assert tma.load_shared_u128(base + 16) == (1, 2) and fp8_memory.load_i32(base + 20) == 0
+    refused = [(memory.load_u128, (base + 8,)), (memory.store_u64, (base + 4, 0)), (memory.load_i64, (base + 4,)),
+               (fp8_memory.load_i32, (base + 2,)), (fp8_memory.store_i64, (base + 4, 0)),
+               (tma.load_shared_u128, (base + 8,)), (tma.barrier_init, (base + 4, 1)),
+               (tma.bulk_store, (base, base + 16, 8)), (tma.bulk_store, (base + 8, base, 16)),
+               (tma.tensor_load, (base + 64, base, 0, 0, 0, 0, 0, base))]
+    for twin, args in refused:
+        with pytest.raises(alignment.MisalignedAddress):
+            twin(*args)

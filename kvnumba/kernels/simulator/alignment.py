@@ -13,9 +13,10 @@ own waits (barriers, votes) give up on that flag or are broken by ``on_fault``'s
 waiting for one that died.
 """
 
+import ctypes
 import threading
 
-__all__ = ["MisalignedAddress", "check_aligned", "on_fault", "raise_block_fault"]
+__all__ = ["MisalignedAddress", "access", "check_aligned", "on_fault", "raise_block_fault"]
 
 _hooks: list = []  # called with the faulting simulator thread: they free the block's other threads
 
@@ -54,3 +55,19 @@ def on_fault(hook):
     """``hook(thread)`` runs when ``thread`` faults (before the fault is raised); returns ``hook``."""
     _hooks.append(hook)
     return hook
+
+
+def access(ctype):
+    """``(load, store)`` of one ctypes unsigned integer type at raw integer addresses, aligned to its width; ``store`` keeps the
+    value's low bits (a kernel's negative or wide integers, as the GPU's stores of that width do)."""
+    width = ctypes.sizeof(ctype)
+    mask = (1 << (8 * width)) - 1
+    bits = 8 * width
+
+    def load(addr):
+        return ctype.from_address(check_aligned(addr, width, f"ld.global.b{bits}")).value
+
+    def store(addr, value):
+        ctype.from_address(check_aligned(addr, width, f"st.global.b{bits}")).value = int(value) & mask
+
+    return load, store

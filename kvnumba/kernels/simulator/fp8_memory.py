@@ -8,8 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .alignment import on_fault, raise_block_fault
-from .memory import access
+from .alignment import access, on_fault, raise_block_fault
 
 __all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
 

@@ -8,7 +8,7 @@ import ctypes
 
 from .alignment import check_aligned
 
-__all__ = ["access", "load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
+__all__ = ["load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
 _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
@@ -41,18 +41,3 @@ def load_i64(addr):
 def make_loads(qualifier="nc"):
     return load_u64, load_u128
 
-
-def access(ctype):
-    """``(load, store)`` of one ctypes unsigned integer type at raw integer addresses; ``store`` keeps the
-    value's low bits (a kernel's negative or wide integers, as the GPU's stores of that width do)."""
-    width = ctypes.sizeof(ctype)
-    mask = (1 << (8 * width)) - 1
-    bits = 8 * width
-
-    def load(addr):
-        return ctype.from_address(check_aligned(addr, width, f"ld.global.b{bits}")).value
-
-    def store(addr, value):
-        ctype.from_address(check_aligned(addr, width, f"st.global.b{bits}")).value = int(value) & mask
-
-    return load, store
