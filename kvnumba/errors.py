@@ -73,6 +73,12 @@ class CopyError(CudaError):
         self.index = index
 
 
+class MisalignedAddressError(CudaError):
+    """A kernel's access at an address the GPU would refuse (``CUDA_ERROR_MISALIGNED_ADDRESS``), caught by Numba's
+    CUDA simulator, whose loads, stores and bulk copies check the GPU's alignment rules
+    (``kvnumba.kernels.simulator.alignment``). On a GPU the driver reports it as a ``CudaError``."""
+
+
 class CaptureError(RuntimeError):
     """A call that a CUDA graph capture cannot hold, made while its stream is being captured: indices the
     host must read, ``check=True`` (it waits for the stream), the copy-engine route, a copy-engine entry

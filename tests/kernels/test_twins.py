@@ -79,7 +79,8 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
     """Each twin checks its access's alignment as the hardware does (``kernels.simulator.alignment``)."""
     import numpy as np
 
-    from kvnumba.kernels.simulator import alignment, fp8_memory, memory, tma
+    from kvnumba import errors as kv_errors
+    from kvnumba.kernels.simulator import fp8_memory, memory, tma
 
     buffer = np.zeros(128, np.int64)
     base = (buffer.ctypes.data + 127) & ~127
@@ -91,5 +92,5 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
                (tma.bulk_store, (base, base + 16, 8)), (tma.bulk_store, (base + 8, base, 16)),
                (tma.tensor_load, (base + 64, base, 0, 0, 0, 0, 0, base))]
     for twin, args in refused:
-        with pytest.raises(alignment.MisalignedAddress):
+        with pytest.raises(kv_errors.MisalignedAddressError):
             twin(*args)

@@ -16,21 +16,19 @@ waiting for one that died.
 import ctypes
 import threading
 
-__all__ = ["MisalignedAddress", "access", "check_aligned", "on_fault", "raise_block_fault"]
+from ...errors import MisalignedAddressError
+
+__all__ = ["access", "check_aligned", "on_fault", "raise_block_fault"]
 
 _hooks: list = []  # called with the faulting simulator thread: they free the block's other threads
 
 
-class MisalignedAddress(AssertionError):
-    """An access at an address (or of a size) the GPU would refuse."""
-
-
 def check_aligned(address, alignment, what):
-    """``address`` (an int, or anything ``int()`` takes) as an int, or ``MisalignedAddress`` when it is not a
+    """``address`` (an int, or anything ``int()`` takes) as an int, or ``MisalignedAddressError`` when it is not a
     multiple of ``alignment``; ``what`` names the access."""
     address = int(address)
     if address % alignment:
-        fault = MisalignedAddress(f"{what} at {address:#x}: not {alignment}-byte aligned")
+        fault = MisalignedAddressError(f"{what} at {address:#x}: not {alignment}-byte aligned")
         thread = threading.current_thread()
         block = getattr(thread, "_manager", None)  # the simulator's BlockManager of the thread's block
         if block is not None:
@@ -47,7 +45,7 @@ def raise_block_fault(otherwise):
     block = getattr(threading.current_thread(), "_manager", None)
     fault = None if block is None else vars(block).get("_kvnumba_fault")
     if fault is not None:
-        raise MisalignedAddress(f"{fault} (in another thread of the block)")
+        raise MisalignedAddressError(f"{fault} (in another thread of the block)")
     raise RuntimeError(otherwise)
 
 
