@@ -100,10 +100,13 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
     """One view as the kernel's side (``plan.sides``, through the checks every plan's sides go through): a
     plain view's, or an Fp8View's codes and scales (4-byte aligned). Per-layer views read tables of their
     layers' addresses, one layer too."""
+    def side(label: str, part: Any, align: int) -> Side:
+        return view_side(place, label, part, destination, first_layer, window, strict=False, align=align,
+                         one_layer=False)
+
     if isinstance(view, Fp8View):
-        return (view_side(place, f"{name}.codes", view.codes, destination, first_layer, window, False, 4, False),
-                view_side(place, f"{name}.scales", view.scales, destination, first_layer, window, False, 4, False))
-    return view_side(place, name, view, destination, first_layer, window, False, 8, False), None
+        return side(f"{name}.codes", view.codes, 4), side(f"{name}.scales", view.scales, 4)
+    return side(name, view, 8), None
 
 
 def _numbers(side: Side | None) -> tuple[int, int, int, int]:

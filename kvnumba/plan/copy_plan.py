@@ -13,7 +13,7 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..arrays import HOST, ArrayInfo, array_info
+from ..arrays import ArrayInfo, array_info
 from ..checks import validate
 from ..checks.user_layouts import check_user_layout
 from ..kernels import layouts

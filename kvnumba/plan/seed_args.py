@@ -63,7 +63,7 @@ def seed_sides(spec: Any, geometry: dict[str, Any], strict: bool) -> SeedSides:
                         page_size=sizes.page_size, ptrs=ptrs, extents=extents)
         nbytes = infos[k].nbytes if v is None else min(infos[k].nbytes, infos[v].nbytes)
         return Side(name=label, parts=PARTS[layout], mla=v is None, layout_dim=layout_dim, page_size=sizes.page_size,
-                    ptrs=ptrs, nbytes=nbytes, devices=[infos[k].device])
+                    ptrs=ptrs, nbytes=nbytes)
 
     src = side(spec.src_layout, names[0], names[2], sizes.src_dim)
     dst = side(spec.dst_layout, names[1], names[3], sizes.dst_dim)

@@ -114,7 +114,7 @@ class Side:
         if self.parts.table:
             return f"{self.name} ({self.parts.title} layers of {nbytes} bytes, item_size={item_size})"
         extra = ""
-        if self.layout_dim or self.parts.name in ("pf", "ph"):
+        if self.parts.name in ("pf", "ph"):  # the layouts whose layout_dim a call passes
             extra = f", layout_dim={self.layout_dim}" + (f", layer {first_layer}" if num_layers == 1 else "")
         return f"{self.name} ({self.parts.title}, {nbytes} bytes, item_size={item_size}{extra})"
 
