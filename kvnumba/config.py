@@ -29,7 +29,9 @@ tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
 - ``l2_promotion``: the tensor maps' L2 promotion (``"NONE"``, ``"L2_64B"``, ``"L2_128B"``, ``"L2_256B"``);
 - ``map_store``: the ``kvnumba.plan.tensor_maps.MapStore`` new tensor maps are written to;
 - ``host_index_checks``: False skips the host-side bounds check of indices the host can read, so
-  that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator).
+  that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator);
+- ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel (``kvnumba.kernels.fp8_copy`` or
+  ``kvnumba.kernels.fp8_wide``) where both could run, instead of the wide one where it can.
 """
 import contextlib
 import os
@@ -195,9 +197,11 @@ _OVERRIDABLE = {"check": "KVNUMBA_CHECK", "batch_copy": "KVNUMBA_BATCH_COPY", "c
 _TUNING_TYPES = {  # the class each takes, by name (l2_promotion takes a name, host_index_checks a bool)
     "copy_shape": "kvnumba.kernels.warp_copy.CopyShape", "staged_shape": "kvnumba.kernels.staged.StagedShape",
     "map_store": "kvnumba.plan.tensor_maps.MapStore"}
-_TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None}
+_TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None,
+           "fp8_kernel": None}
 _tuning = dict(_TUNING)  # the values in force (None: kvnumba's own choice)
 L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
+FP8_KERNELS = ("general", "wide")
 _listeners: list = []  # called after a setting changed through ``override`` (plans built under the old value go)
 
 
@@ -216,7 +220,7 @@ def override(**values):
     """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings, then
     restores them: variables by their short names (``check``, ``batch_copy``, ``chunk_bytes``,
     ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
-    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``; see the module
+    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``, ``fp8_kernel``; see the module
     docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
 
     A bad value raises before anything changes: ``SettingError`` for a value a variable cannot take,
@@ -289,6 +293,10 @@ def _check_tuning(name, value):
     if name == "l2_promotion":
         if value not in L2_PROMOTIONS:
             raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {value!r}")
+        return
+    if name == "fp8_kernel":
+        if value not in FP8_KERNELS:
+            raise SettingError(f"fp8_kernel must be one of {', '.join(FP8_KERNELS)}, got {value!r}")
         return
     if name == "host_index_checks":
         if not isinstance(value, bool):

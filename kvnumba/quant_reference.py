@@ -21,9 +21,11 @@ Per head (``D`` elements ``x`` of a bfloat16 or float16 cache):
   57344 (e5m2);
 - ``code(x)``: NaN -> ``sign | NAN_CODE`` (e4m3 ``0x7F``, e5m2 ``0x7E``: ``0x7F``/``0xFF``, ``0x7E``/``0xFE``);
   ±inf -> ``sign | MAX_CODE`` (e4m3 ``0x7E``, e5m2 ``0x7B``); else, when ``scale == 0`` (an all-zero
-  head), ``0x00``; else ``fp8(float32(x) / scale)``: the float32 quotient rounded to nearest even,
-  clamped to ±``FMT_MAX`` (so never inf or NaN), then rounded to nearest even into FP8 (subnormals
-  kept; ``-0`` is ``0x80``).
+  head), ``0x00``; else ``fp8(float32(x) * inv)`` with ``inv = float32(1) / scale`` (both rounded to
+  nearest even in float32), or ``fp8(float32(x) / scale)`` for the scales whose ``inv`` overflows to inf
+  (below ``2**-128``); ``fp8`` rounds the float32 to nearest even, clamped to ±``FMT_MAX`` (so never inf
+  or NaN), then rounded to nearest even into FP8 (subnormals kept; ``-0`` is ``0x80``). A product, not a
+  quotient, so that a kernel pays one multiplication an element (as vLLM's FP8 quantisation does).
 
 Dequantised (to bfloat16 or float16), per element:
 
@@ -72,7 +74,9 @@ def quantise(x: Any, fmt: str = "e4m3", dtype: str | None = None) -> tuple[np.nd
     scales = (amax.astype(np.float32) / np.float32(f.max_value)).astype(np.float32)
     safe = np.where(scales == 0, np.float32(1), scales)
     with np.errstate(all="ignore"):
-        quotient = (np.where(finite, wide, np.float32(0)) / safe).astype(np.float32)
+        inverse = (np.float32(1) / safe).astype(np.float32)
+        finite_x = np.where(finite, wide, np.float32(0))
+        quotient = np.where(np.isfinite(inverse), finite_x * inverse, finite_x / safe).astype(np.float32)
     quotient = np.clip(quotient, np.float32(-f.max_value), np.float32(f.max_value))
     codes = quotient.astype(f.dtype).view(np.uint8).copy()
     sign = np.signbit(wide).astype(np.uint8) << 7

@@ -1,5 +1,6 @@
 """``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8 caches,
-in one kernel launch (``kvnumba.kernels.fp8_copy``; the format: ``kvnumba.quant_reference``).
+in one kernel launch (``kvnumba.kernels.fp8_wide`` where it runs, else ``kvnumba.kernels.fp8_copy``; the
+format: ``kvnumba.quant_reference``).
 
 ``kv.copy`` hands such calls here. A plan per (source view, destination view, layers) is built once and
 memoised (the views held weakly): the views checked against each other, every buffer described, aligned
@@ -28,10 +29,12 @@ from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
+from ..kernels import fp8_wide
 from ..plan import routes
 from ..checks.user_layouts import check_user_layout
 from ..plan.copy_plan import view_side
 from ..plan.sides import Placement, Side
+from ..plan.tensor_maps import compute_capability
 from .fp8_views import Fp8View, plain_dtype_of, plan_window
 from .views import CacheView, LayerTable
 
@@ -109,6 +112,22 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
     return side(name, view, 8), None
 
 
+def _wide_slots(mode: str, head_dim: int, fp8: Any, device: int, scales: Side | None, codes: Side) -> int:
+    """The wide kernel's slots for this copy (``kernels.fp8_wide``), 0 for ``fp8_copy``'s: the wide one
+    needs heads of 16 * 2**k elements, codes on 8-byte boundaries (it reads and writes them 16 bytes a
+    lane as two 8-byte words) and, on a GPU, compute capability 9.0 (its packed conversions);
+    ``config.override(fp8_kernel=...)`` picks one where both run."""
+    chosen = config.tuning("fp8_kernel")
+    slots = fp8_wide.slots_for(mode, head_dim)
+    if chosen == "general" or not slots or scales is None:
+        return 0
+    if codes.bases is None or (np.asarray(codes.bases) % 8).any():
+        return 0
+    if not SIMULATOR and compute_capability(device) < (9, 0):
+        return 0
+    return slots
+
+
 def _numbers(side: Side | None) -> tuple[int, int, int, int]:
     """``(k, v, item bytes, layout_dim)`` of a side as the kernel takes them (zeros: no scales)."""
     if side is None:
@@ -180,7 +199,12 @@ class Fp8Plan:
             dst_k=dst_k, dst_v=dst_v, dst_item=dst_item, dst_dim=dst_dim, dst_page=d.page_size,
             dst_scales_k=dst_scales_k, dst_scales_v=dst_scales_v, dst_scales_item=dst_scales_item,
             dst_scales_dim=dst_scales_dim)
-        dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
+        self.slots = _wide_slots(mode, head_dim, fp8, self.device, src_scales or dst_scales,
+                                 self.src if mode == "dequantise" else self.dst)
+        if self.slots:
+            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots)
+        else:
+            dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE), self.device, self.template)
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)

@@ -2,7 +2,8 @@
 and one element's quantisation and dequantisation as ``kvnumba.quant_reference`` defines them.
 
 Written with integer bit operations on int64 values (a float's bits), plus float32 division and
-multiplication where the format asks for them (``float32(x) / scale``, ``float32(decode(c)) * scale``):
+multiplication where the format asks for them (``float32(x) * inv``, ``float32(x) / scale`` where ``inv``
+overflows, ``float32(decode(c)) * scale``):
 Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
 operations IEEE-rounded: no fast math) and on the simulator (plain Python, float32 arithmetic in NumPy
 float32 scalars; ``kernels.fp8_memory`` holds the bit casts of both worlds).
@@ -23,7 +24,7 @@ factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dty
 import functools
 
 from .fp8_format import CANONICAL_NAN, fp8_format, plain_dtype
-from .fp8_memory import f32_bits, f32_from_bits
+from .fp8_memory import f32_div, f32_mul
 from .jit import device_function
 
 __all__ = ["bf16_from_f32", "dequantiser", "make_narrow", "make_widen", "narrow", "quantiser", "widen"]
@@ -127,16 +128,19 @@ def widen(fmt):
 
 
 _EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
+ONE_BITS = 0x3F800000  # float32 1.0
 
 
 def quantiser(fmt, dtype):
-    """``(magnitude, scale_of, quantise)`` device functions for elements of ``dtype`` (bfloat16 or
-    float16 bits) into ``fmt``:
+    """``(magnitude, scale_of, inverse_of, quantise)`` device functions for elements of ``dtype``
+    (bfloat16 or float16 bits) into ``fmt``:
 
     - ``magnitude(b)``: ``b``'s magnitude bits, 0 for NaN and ±inf (the amax of a head is the largest of
       these: magnitudes order as their bits do);
     - ``scale_of(m)``: the float32 bits of the scale for amax magnitude bits ``m``;
-    - ``quantise(b, scale_bits)``: the code of element ``b`` with that scale.
+    - ``inverse_of(scale_bits)``: the float32 bits of ``1 / scale``, 0 where the format divides instead
+      (a zero scale, or one whose inverse overflows);
+    - ``quantise(b, scale_bits, inverse_bits)``: the code of element ``b`` with that scale.
     """
     return _quantiser(fp8_format(fmt).name, plain_dtype(dtype))
 
@@ -158,10 +162,19 @@ def _quantiser(fmt, name):
 
     @device_function
     def scale_of(m):
-        return f32_bits(f32_from_bits(widen_plain(m)) / f32_from_bits(max_bits))
+        return f32_div(widen_plain(m), max_bits)
 
     @device_function
-    def quantise(b, scale_bits):
+    def inverse_of(scale_bits):
+        if scale_bits == 0:
+            return 0
+        inverse = f32_div(ONE_BITS, scale_bits)
+        if (inverse & 0x7F800000) == 0x7F800000:
+            return 0
+        return inverse
+
+    @device_function
+    def quantise(b, scale_bits, inverse_bits):
         sign = (b >> 15) & 1
         m = b & 0x7FFF
         if (m & exponent_mask) == exponent_mask:
@@ -170,9 +183,11 @@ def _quantiser(fmt, name):
             return (sign << 7) | max_code
         if scale_bits == 0:
             return 0
-        return to_code(f32_bits(f32_from_bits(widen_plain(b)) / f32_from_bits(scale_bits)))
+        if inverse_bits != 0:
+            return to_code(f32_mul(widen_plain(b), inverse_bits))
+        return to_code(f32_div(widen_plain(b), scale_bits))
 
-    return magnitude, scale_of, quantise
+    return magnitude, scale_of, inverse_of, quantise
 
 
 def dequantiser(fmt, dtype):
@@ -195,7 +210,7 @@ def _dequantiser(fmt, name):
         m = c & 0x7F
         if (e4m3 and m == 0x7F) or (not e4m3 and m > 0x7C):
             return (sign << 15) | nan_out
-        p = f32_bits(f32_from_bits(from_code(c)) * f32_from_bits(scale_bits))
+        p = f32_mul(from_code(c), scale_bits)
         if (p & 0x7FFFFFFF) > 0x7F800000:
             return (sign << 15) | nan_out
         return to_plain(p) & 0xFFFF

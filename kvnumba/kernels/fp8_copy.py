@@ -87,7 +87,7 @@ HELD = 4  # words a lane keeps in registers between the amax and the codes
 def make_head_op(mode, fmt, dtype):
     """``op(lane, src, src_scale, dst, dst_scale, words)``: the warp moves one head."""
     if mode == "quantise":
-        magnitude, scale_of, quantise = fp8.quantiser(fmt, dtype)
+        magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
 
         @device_function
         def word_magnitude(w):
@@ -95,10 +95,11 @@ def make_head_op(mode, fmt, dtype):
                        max(magnitude((w >> 32) & 0xFFFF), magnitude((w >> 48) & 0xFFFF)))
 
         @device_function
-        def word_codes(w, scale_bits):
-            return (quantise(w & 0xFFFF, scale_bits) | (quantise((w >> 16) & 0xFFFF, scale_bits) << 8)
-                    | (quantise((w >> 32) & 0xFFFF, scale_bits) << 16)
-                    | (quantise((w >> 48) & 0xFFFF, scale_bits) << 24))
+        def word_codes(w, scale_bits, inverse_bits):
+            return (quantise(w & 0xFFFF, scale_bits, inverse_bits)
+                    | (quantise((w >> 16) & 0xFFFF, scale_bits, inverse_bits) << 8)
+                    | (quantise((w >> 32) & 0xFFFF, scale_bits, inverse_bits) << 16)
+                    | (quantise((w >> 48) & 0xFFFF, scale_bits, inverse_bits) << 24))
 
         @device_function
         def quantise_head(lane, src, src_scale, dst, dst_scale, words):
@@ -124,19 +125,20 @@ def make_head_op(mode, fmt, dtype):
                 i += WARP_SIZE
             m = warp_max(lane, m)
             scale_bits = scale_of(m)
+            inverse_bits = inverse_of(scale_bits)
             if lane == 0:
                 store_i32(dst_scale, scale_bits)
             if lane < words:
-                store_i32(dst + lane * 4, word_codes(w0, scale_bits))
+                store_i32(dst + lane * 4, word_codes(w0, scale_bits, inverse_bits))
             if i1 < words:
-                store_i32(dst + i1 * 4, word_codes(w1, scale_bits))
+                store_i32(dst + i1 * 4, word_codes(w1, scale_bits, inverse_bits))
             if i2 < words:
-                store_i32(dst + i2 * 4, word_codes(w2, scale_bits))
+                store_i32(dst + i2 * 4, word_codes(w2, scale_bits, inverse_bits))
             if i3 < words:
-                store_i32(dst + i3 * 4, word_codes(w3, scale_bits))
+                store_i32(dst + i3 * 4, word_codes(w3, scale_bits, inverse_bits))
             i = lane + HELD * WARP_SIZE
             while i < words:
-                store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits))
+                store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits, inverse_bits))
                 i += WARP_SIZE
 
         return quantise_head

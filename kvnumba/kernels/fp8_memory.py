@@ -11,17 +11,25 @@ mixes signed and unsigned types.
 Names:
     load_i32(addr) -> int64 (0 .. 2**32 - 1)    store_i32(addr, value)    store_i64(addr, value)
     f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
-    warp_max(lane, value: int64) -> int64 (every lane of the warp calls it)
+    f32_mul(a_bits, b_bits) -> int64            f32_div(a_bits, b_bits) -> int64 (float32 bits, IEEE-rounded;
+        the simulator's twins raise no NumPy warnings where the GPU gives inf or NaN quietly)
+    warp_max(lane, value: int64) -> int64 (every lane of the warp calls it, as for the three below)
+    group_max(lane, value, width) -> int64: the largest over the aligned group of ``width`` lanes (a power
+        of two) holding ``lane``; values below 2**31
+    lane_value(lane, value, source) -> int64: ``value`` of lane ``source``; values below 2**31
+    warp_any(lane, flag) -> bool
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
+__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32", "store_i64", "warp_any",
+           "warp_max"]
 
 if SIMULATOR:
-    from .simulator.fp8_memory import f32_bits, f32_from_bits, load_i32, store_i32, store_i64, warp_max  # noqa: F401
+    from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
+                                       lane_value, load_i32, store_i32, store_i64, warp_any, warp_max)
 else:
     from llvmlite import ir
-    from numba import cuda, types
+    from numba import cuda, int32, int64, types
     from numba.cuda.extending import intrinsic
 
     from .jit import device_function
@@ -80,3 +88,28 @@ else:
         v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 2))
         v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 1))
         return v
+
+    @device_function
+    def group_max(lane, value, width):
+        v = int32(value)  # one shuffle a step (an int64 takes two)
+        step = width >> 1
+        while step > 0:
+            v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, step))
+            step >>= 1
+        return int64(v)
+
+    @device_function
+    def lane_value(lane, value, source):
+        return int64(cuda.shfl_sync(0xFFFFFFFF, int32(value), source))
+
+    @device_function
+    def warp_any(lane, flag):
+        return cuda.any_sync(0xFFFFFFFF, flag)
+
+    @device_function
+    def f32_mul(a_bits, b_bits):
+        return f32_bits(f32_from_bits(a_bits) * f32_from_bits(b_bits))
+
+    @device_function
+    def f32_div(a_bits, b_bits):
+        return f32_bits(f32_from_bits(a_bits) / f32_from_bits(b_bits))

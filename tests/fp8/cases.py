@@ -27,16 +27,21 @@ def _buffers(name, shape, dtype, mla, place, fill):
     return build(arrays, lambda a: a), build(arrays, PLACE[place] if place else (lambda a: a))
 
 
-def make_fp8(name, L, T, P, H, D, *, mla=False, place="device", fmt="e4m3", dtype="bfloat16", rng=None):
+def make_fp8(name, L, T, P, H, D, *, mla=False, place="device", fmt="e4m3", dtype="bfloat16", rng=None,
+             special_codes=True):
     """``(numpy Fp8View, placed Fp8View)`` of layout ``name``: every byte ``FP8_POISON``, or with ``rng`` random
-    codes (every byte value, NaN codes too) and random scales (some zero)."""
+    codes (every byte value, NaN codes too; ``special_codes=False``: no NaN codes and no e5m2 infinities) and
+    random scales (some zero)."""
     shape_of = LAYOUTS[name][0]
     heads = 1 if mla else H
 
     def codes_fill(shape, dtype):
         if rng is None:
             return np.full(shape, FP8_POISON, np.uint8)
-        return rng.integers(0, 256, shape, dtype=np.uint8)
+        codes = rng.integers(0, 256, shape, dtype=np.uint8)
+        if not special_codes:  # magnitudes 0x7C-0x7F (the NaNs of e4m3, e5m2's infinities and NaNs) -> 0x74-0x77
+            codes[(codes & 0x7F) >= 0x7C] ^= 0x08
+        return codes
 
     def scales_fill(shape, dtype):
         if rng is None:

@@ -76,23 +76,26 @@ def test_narrowing_float32_rounds_to_nearest_even(target):
     assert not len(bad), f"{values[bad[:5]]}: got {got[bad[:5]]}, want {want[bad[:5]]}"
 
 
-SCALES = [1.0, 0.0107421875, 3.1e-5, 117.3, 1e-38, 0.0]
+SCALES = [1.0, 0.0107421875, 3.1e-5, 117.3, 1e-38, 1e-40, 0.0]  # 1e-40: its inverse overflows
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("fmt", FMTS)
 def test_every_16_bit_value_quantises_as_the_reference(fmt, dtype):
-    """Every bfloat16 (float16) bit pattern, divided by each of a few scales (a zero scale too), against
-    the reference's code for it; the reference's scale of a head against scale_of."""
-    magnitude, scale_of, quantise = fp8.quantiser(fmt, dtype)
+    """Every bfloat16 (float16) bit pattern, quantised with each of a few scales (a zero scale too, and
+    one whose inverse overflows, so the format divides), against the code the format's rule gives; the
+    reference's scale of a head against scale_of."""
+    magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
     f = qr.fp8_format(fmt)
     values = ALL_16.view(qr.PLAIN_DTYPES[dtype])
     for scale in SCALES:
         s = np.float32(scale)
         with np.errstate(all="ignore"):
             wide = values.astype(np.float32)
-            quotient = np.clip(np.where(np.isfinite(wide), wide, 0) / (s if s else np.float32(1)), -f.max_value,
-                               f.max_value).astype(np.float32)
+            inverse = np.float32(1) / s if s else np.float32(0)
+            finite = np.where(np.isfinite(wide), wide, 0).astype(np.float32)
+            scaled = finite * inverse if np.isfinite(inverse) and s else finite / (s if s else np.float32(1))
+            quotient = np.clip(scaled, -f.max_value, f.max_value).astype(np.float32)
         want = quotient.astype(f.dtype).view(np.uint8).copy()
         if s == 0:
             want[:] = 0
@@ -101,7 +104,9 @@ def test_every_16_bit_value_quantises_as_the_reference(fmt, dtype):
         want = np.where(np.isnan(wide), sign | f.nan_code, want)
         sbits = int(f32_bits(s))
         with np.errstate(all="ignore"):  # scales no head has: quotients overflow to inf, which saturates
-            got = np.array([quantise(int(b), sbits) for b in ALL_16], np.int64)
+            ibits = inverse_of(sbits)
+            got = np.array([quantise(int(b), sbits, ibits) for b in ALL_16], np.int64)
+        assert ibits == (0 if not s or not np.isfinite(inverse) else int(f32_bits(inverse)))
         bad = np.flatnonzero(got != want)
         assert not len(bad), f"scale {scale}: bits {ALL_16[bad[:5]]}: got {got[bad[:5]]}, want {want[bad[:5]]}"
     # the scale of a head whose amax is each finite positive value

@@ -43,10 +43,10 @@ def quantise_case(plain_name, fp8_name, *, mla=False, fmt="e4m3", dtype="bfloat1
 
 
 def dequantise_case(fp8_name, plain_name, *, mla=False, fmt="e4m3", dtype="bfloat16", count=3, seed=0,
-                    geometry=(L, T, P, H, D), launch=(1, 2)):
+                    geometry=(L, T, P, H, D), launch=(1, 2), special_codes=True):
     rng = np.random.default_rng(seed)
     g = geometry
-    src_np, src = make_fp8(fp8_name, *g, mla=mla, fmt=fmt, dtype=dtype, rng=rng)
+    src_np, src = make_fp8(fp8_name, *g, mla=mla, fmt=fmt, dtype=dtype, rng=rng, special_codes=special_codes)
     dst_np, dst = make_view(plain_name, *g, rng, poison=True, mla=mla, place=("device", "numba"))
     si, di = tokens(rng, count, g[1])
     kv.copy(src, dst, si, di, block_quota=launch[0], num_warps_per_block=launch[1])

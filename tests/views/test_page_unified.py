@@ -13,6 +13,7 @@ import pytest
 import kvnumba as kv
 from kvnumba import reference
 from kvnumba.api import views
+from tests.helpers.placement import host, synchronize
 
 pytestmark = pytest.mark.needs_target
 
@@ -20,8 +21,9 @@ L, PAGES, P, H, D = 3, 4, 4, 2, 8
 
 
 def _pool(mla=False, fill=None):
+    """A pool in pinned host memory (a GPU's kernels reach it; on the simulator, NumPy's)."""
     shape = (PAGES, 1 if mla else 2, L, P, H, D)
-    return np.zeros(shape, np.uint16) if fill is None else fill(shape)
+    return host(np.zeros(shape, np.uint16) if fill is None else fill(shape))
 
 
 def test_it_is_a_built_in_layout_by_its_names():
@@ -50,12 +52,13 @@ def test_its_geometry_is_read_from_the_pool():
 def test_a_page_holds_k_then_v_of_every_layer(route):
     """Token t of layer l lands at pool[t // P, 0 (K) or 1 (V), l, t % P]: SGLang's page-unified order."""
     rng = np.random.default_rng(0)
-    k = rng.integers(0, 2**16, (L, PAGES * P, H, D), dtype=np.uint16)
-    v = rng.integers(0, 2**16, (L, PAGES * P, H, D), dtype=np.uint16)
-    pool = np.full((PAGES, 2, L, P, H, D), 0xA5A5, np.uint16)
+    k = host(rng.integers(0, 2**16, (L, PAGES * P, H, D), dtype=np.uint16))
+    v = host(rng.integers(0, 2**16, (L, PAGES * P, H, D), dtype=np.uint16))
+    pool = host(np.full((PAGES, 2, L, P, H, D), 0xA5A5, np.uint16))
     tokens = np.arange(P, 3 * P, dtype=np.int64)  # pages 1 and 2, whole: runs for the copy engines
     slots = tokens[::-1].copy()
     kv.copy(kv.LayerFirst(k, v), kv.PageUnified(pool), tokens, slots, route=route)
+    synchronize()
     assert kv.last_route() == route
     for src, dst in zip(tokens, slots):
         page, slot = divmod(int(dst), P)
@@ -70,18 +73,20 @@ def test_the_reference_and_the_kernel_agree_both_ways():
     pool = _pool(fill=lambda shape: rng.integers(0, 2**16, shape, dtype=np.uint16))
     src_idx = rng.permutation(PAGES * P)[:7].astype(np.int64)
     dst_idx = rng.permutation(PAGES * P)[:7].astype(np.int64)
-    for make_dst in (lambda: kv.PageHead(np.zeros((PAGES, H, P, L, D), np.uint16), np.zeros((PAGES, H, P, L, D),
-                                                                                              np.uint16)),
+    for make_dst in (lambda: kv.PageHead(host(np.zeros((PAGES, H, P, L, D), np.uint16)),
+                                         host(np.zeros((PAGES, H, P, L, D), np.uint16))),
                      lambda: kv.PageUnified(_pool())):
         got, want = make_dst(), make_dst()
         kv.copy(kv.PageUnified(pool), got, src_idx, dst_idx)
+        synchronize()
         reference.copy(kv.PageUnified(pool), want, src_idx, dst_idx)
         assert all((np.asarray(a) == np.asarray(b)).all() for a, b in ((got.k, want.k), (got.v, want.v)))
 
 
 def test_tokens_past_the_pool_are_refused():
     with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[0\] = 16 is out of range"):
-        kv.copy(kv.PageFirst(np.zeros((PAGES * P, L, H, D), np.uint16), np.zeros((PAGES * P, L, H, D), np.uint16)),
+        kv.copy(kv.PageFirst(host(np.zeros((PAGES * P, L, H, D), np.uint16)), host(np.zeros((PAGES * P, L, H, D),
+                                                                                          np.uint16))),
                 kv.PageUnified(_pool()), np.array([0], np.int64), np.array([PAGES * P], np.int64))
 
 

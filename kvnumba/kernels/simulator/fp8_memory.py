@@ -1,6 +1,6 @@
 """The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer addresses
-through ctypes, float32 bit casts through NumPy, and a warp's maximum exchanged through a barrier per
-simulated warp (Numba's simulator has no warp shuffles). Each access checks its address's alignment as the GPU
+through ctypes, float32 bit casts through NumPy, and a warp's shuffles and votes (a maximum, a lane's value, any) exchanged
+through a barrier per simulated warp (Numba's simulator has no warp shuffles). Each access checks its address's alignment as the GPU
 does (``simulator.alignment``)."""
 import ctypes
 import threading
@@ -10,7 +10,8 @@ import numpy as np
 
 from .alignment import access, on_fault, raise_block_fault
 
-__all__ = ["f32_bits", "f32_from_bits", "load_i32", "store_i32", "store_i64", "warp_max"]
+__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32", "store_i64", "warp_any",
+           "warp_max"]
 
 load_i32, store_i32 = access(ctypes.c_uint32)
 store_i64 = access(ctypes.c_uint64)[1]
@@ -24,6 +25,18 @@ def f32_bits(x):
 def f32_from_bits(bits):
     """The float32 (a NumPy float32, so that arithmetic on it is float32's) whose bits are ``bits``."""
     return np.uint32(int(bits) & 0xFFFFFFFF).view(np.float32)
+
+
+def f32_mul(a_bits, b_bits):
+    """The float32 bits of the product (inf or NaN quietly, as on the GPU)."""
+    with np.errstate(all="ignore"):
+        return f32_bits(f32_from_bits(a_bits) * f32_from_bits(b_bits))
+
+
+def f32_div(a_bits, b_bits):
+    """The float32 bits of the quotient (inf or NaN quietly, as on the GPU)."""
+    with np.errstate(all="ignore"):
+        return f32_bits(f32_from_bits(a_bits) / f32_from_bits(b_bits))
 
 
 class _Warp:
@@ -48,8 +61,9 @@ def _break_warps(thread):
         warp.barrier.abort()
 
 
-def warp_max(lane, value):
-    """The largest ``value`` over the 32 lanes of the calling thread's warp (every lane must call it)."""
+def _exchange(lane, value, read):
+    """``read(values)`` of the 32 lanes' ``value`` s of the calling thread's warp (every lane must call it,
+    as every lane of a warp takes part in a shuffle or a vote)."""
     thread: Any = threading.current_thread()  # the simulator's BlockThread
     block, tid = thread.blockIdx, thread.threadIdx
     key = (block.x, block.y, block.z, tid.x >> 5)
@@ -60,8 +74,29 @@ def warp_max(lane, value):
     warp.values[lane] = value
     try:
         warp.barrier.wait()
-        result = max(warp.values)
+        result = read(warp.values)
         warp.barrier.wait()  # every lane has read before any lane writes again
     except threading.BrokenBarrierError:  # a lane faulted (_break_warps)
         raise_block_fault("a lane of the warp failed")
     return result
+
+
+def warp_max(lane, value):
+    """The largest ``value`` over the 32 lanes of the calling thread's warp (every lane must call it)."""
+    return _exchange(lane, value, max)
+
+
+def group_max(lane, value, width):
+    """The largest ``value`` over the aligned group of ``width`` lanes (a power of two) holding ``lane``."""
+    first = lane & ~(width - 1)
+    return _exchange(lane, value, lambda values: max(values[first:first + width]))
+
+
+def lane_value(lane, value, source):
+    """``value`` of lane ``source`` (each lane names its own)."""
+    return _exchange(lane, value, lambda values: values[source])
+
+
+def warp_any(lane, flag):
+    """Whether ``flag`` holds in any lane of the warp."""
+    return _exchange(lane, bool(flag), any)

@@ -1,0 +1,315 @@
+"""The wide FP8 kernels: quantising and dequantising copies that keep a warp's reads of a whole token in
+flight and convert with the GPU's packed instructions. One memoised kernel per (source layout,
+destination layout, MLA, mode, FP8 format, plain dtype, slots); the same parameters (``Fp8Args``), work
+split and index guard as ``kernels.fp8_copy``'s kernels, and the same results, bit for bit.
+
+Why: a backup or load runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
+go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions
+an element, so they are bound by latency and by those SMs' issue rate. Here:
+
+- **Chunks.** A token's K and V heads of one layer are ``kinds * H * D / 16`` chunks of 16 elements (32
+  bytes of bfloat16/float16, 16 bytes of codes). Lane ``i`` takes chunks ``base + 32 k + i`` for ``k <
+  slots``: it issues every read of its ``slots`` chunks before it uses one (a pass), then the next pass.
+  ``D / 16`` must be a power of two up to 32 (``D`` = 16 ... 512), so a head's chunks are an aligned group
+  of lanes in one row of the pass, and a pass holds at most 32 heads.
+- **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
+  shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
+  for up to 32 heads), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
+  multiplies and converts 8 elements at a time. Lane ``j`` writes head ``j``'s scale.
+- **Dequantise.** Lane ``j`` reads pass head ``j``'s scale beside the chunks' codes; each chunk takes its
+  head's scale by a shuffle, ``fp8_packed.dequantise4`` converts 4 codes at a time.
+- **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows (to
+  quantise), a NaN code, an e5m2 infinity or a non-finite scale (to dequantise): the warp sees it by a
+  vote and moves that pass again with ``kernels.fp8``'s exact element functions (to quantise: chunk by
+  chunk, element by element, in loops that stay loops; to dequantise: head by head, ``fp8_copy``'s head
+  function).
+
+``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers.
+"""
+from numba import cuda, types
+
+from ..driver.target import SIMULATOR
+from . import fp8
+from .fp8_copy import SIGNATURE, Fp8Args, make_head_op
+from .fp8_memory import group_max, lane_value, load_i32, store_i32, store_i64, warp_any
+from .fp8_packed import magnitudes, packed_dequantiser, packed_quantiser, special_codes
+from .item_copy import in_bounds
+from .jit import WARP_SIZE, device_function, kernel
+from .layouts import LayoutParts
+from .memory import load_i64
+from .params import check_parameters
+
+SLOTS = 4  # chunks a lane keeps in flight: with 8 heads of 128, a token's K and V of one layer a pass
+CHUNK = 16  # elements of a chunk
+MODES = ("quantise", "dequantise")
+_NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
+
+
+def slots_for(mode, head_dim):
+    """The slots of the wide kernel for ``mode`` and heads of ``head_dim`` elements, 0 where it does not
+    run (FP8 to FP8 copies, or ``head_dim / 16`` not a power of two up to 32)."""
+    if mode not in MODES or head_dim % CHUNK:
+        return 0
+    per_head = head_dim // CHUNK
+    if per_head > WARP_SIZE or per_head & (per_head - 1):
+        return 0
+    return min(SLOTS, per_head)
+
+
+@device_function
+def _place(chunk, shift, heads):
+    """``(kind, head, chunk of the head)`` of a pass chunk: K's heads first, then V's."""
+    kinds_head = chunk >> shift
+    kind = 1 if kinds_head >= heads else 0
+    return kind, kinds_head - kind * heads, chunk & ((1 << shift) - 1)
+
+
+@device_function
+def _element(address, e):
+    """Element ``e`` (bits) of the chunk of bfloat16/float16 at ``address``."""
+    return (load_i64(address + 8 * (e >> 2)) >> (16 * (e & 3))) & 0xFFFF
+
+
+def _make_exact_quantise(fmt, dtype):
+    """``exact(lane, base, total, shift, heads, rows, ...)``: a quantising pass element by element with
+    ``kernels.fp8``'s exact functions (every lane of the warp calls it). Its loops stay loops: one copy of
+    the element function keeps the kernel's compile time short."""
+    magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
+
+    @device_function
+    def exact(lane, base, total, shift, heads, rows, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
+        k = 0
+        while k < rows:
+            chunk = base + k * WARP_SIZE + lane
+            valid = chunk < total
+            src = 0
+            dst = 0
+            scale_at = -1
+            if valid:
+                kind, head, part = _place(chunk, shift, heads)
+                src = (sv if kind else sk) + head * s_stride + part * (2 * CHUNK)
+                dst = (dv if kind else dk) + head * d_stride + part * CHUNK
+                if part == 0:
+                    scale_at = (fv if kind else fk) + head * f_stride
+            m = 0
+            e = 0
+            while valid and e < CHUNK:
+                m = max(m, magnitude(_element(src, e)))
+                e += 1
+            scale = scale_of(group_max(lane, m, 1 << shift))
+            inverse = inverse_of(scale)
+            low = 0
+            high = 0
+            e = 0
+            while valid and e < CHUNK:
+                code = quantise(_element(src, e), scale, inverse)
+                if e < 8:
+                    low |= code << (8 * e)
+                else:
+                    high |= code << (8 * (e - 8))
+                e += 1
+            if valid:
+                store_i64(dst, low)
+                store_i64(dst + 8, high)
+            if scale_at >= 0:
+                store_i32(scale_at, scale)
+            k += 1
+
+    return exact
+
+
+def _make_quantise_pass(fmt, dtype, slots):
+    quantise8 = packed_quantiser(fmt, dtype)
+    _, scale_of, inverse_of, _ = fp8.quantiser(fmt, dtype)
+    exact = _make_exact_quantise(fmt, dtype)
+    non_finite = _NON_FINITE[dtype]
+    held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
+
+    @device_function
+    def quantise_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
+        held = cuda.local.array(held_words, types.int64)
+        for k in range(slots):  # every read first
+            chunk = base + k * WARP_SIZE + lane
+            for w in range(4):
+                held[4 * k + w] = 0
+            if chunk < total:
+                kind, head, part = _place(chunk, shift, heads)
+                address = (sv if kind else sk) + head * s_stride + part * (2 * CHUNK)
+                for w in range(4):
+                    held[4 * k + w] = load_i64(address + 8 * w)
+        width = 1 << shift
+        row = (lane << shift) >> 5  # pass head `lane` starts in this row, at lane `source`
+        source = (lane << shift) & (WARP_SIZE - 1)
+        amax = 0
+        for k in range(slots):
+            m = group_max(lane, magnitudes(held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3]), width)
+            m = lane_value(lane, m, source)
+            if row == k:
+                amax = m
+        my_head = (base >> shift) + lane
+        owns = row < slots and my_head < (total >> shift)
+        finite = amax < non_finite
+        scale = scale_of(amax if finite else 0)
+        inverse = inverse_of(scale)
+        if warp_any(lane, owns and (not finite or inverse == 0)):  # the pass again, exactly
+            exact(lane, base, total, shift, heads, min(slots, (total - base + WARP_SIZE - 1) >> 5), sk, sv, s_stride,
+                  dk, dv, d_stride, fk, fv, f_stride)
+            return
+        for k in range(slots):
+            chunk = base + k * WARP_SIZE + lane
+            head_inverse = lane_value(lane, inverse, (k * WARP_SIZE + lane) >> shift)
+            if chunk < total:
+                kind, head, part = _place(chunk, shift, heads)
+                address = (dv if kind else dk) + head * d_stride + part * CHUNK
+                store_i64(address, quantise8(held[4 * k], held[4 * k + 1], head_inverse))
+                store_i64(address + 8, quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse))
+        if owns:
+            kind = 1 if my_head >= heads else 0
+            store_i32((fv if kind else fk) + (my_head - kind * heads) * f_stride, scale)
+
+    return quantise_pass
+
+
+def _make_dequantise_pass(fmt, dtype, slots):
+    dequantise4 = packed_dequantiser(fmt, dtype)
+    special = special_codes(fmt)
+    exact_head = make_head_op("dequantise", fmt, dtype)
+    held_words = 2 * slots
+
+    @device_function
+    def dequantise_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
+        my_head = (base >> shift) + lane
+        owns = ((lane << shift) >> 5) < slots and my_head < (total >> shift)
+        scale = 0
+        if owns:
+            kind = 1 if my_head >= heads else 0
+            scale = load_i32((fv if kind else fk) + (my_head - kind * heads) * f_stride)
+        held = cuda.local.array(held_words, types.int64)
+        for k in range(slots):  # every read first
+            chunk = base + k * WARP_SIZE + lane
+            held[2 * k] = 0
+            held[2 * k + 1] = 0
+            if chunk < total:
+                kind, head, part = _place(chunk, shift, heads)
+                address = (sv if kind else sk) + head * s_stride + part * CHUNK
+                held[2 * k] = load_i64(address)
+                held[2 * k + 1] = load_i64(address + 8)
+        odd = owns and (scale & 0x7F800000) == 0x7F800000
+        for k in range(slots):
+            odd = odd or special(held[2 * k]) or special(held[2 * k + 1])
+        if warp_any(lane, odd):
+            h = 0
+            while h < (slots << 5) >> shift:  # the pass again, head by head, exactly
+                kinds_head = (base >> shift) + h
+                if kinds_head < (total >> shift):
+                    kind = 1 if kinds_head >= heads else 0
+                    head = kinds_head - kind * heads
+                    exact_head(lane, (sv if kind else sk) + head * s_stride, (fv if kind else fk) + head * f_stride,
+                               (dv if kind else dk) + head * d_stride, 0, words)
+                h += 1
+            return
+        for k in range(slots):
+            chunk = base + k * WARP_SIZE + lane
+            head_scale = lane_value(lane, scale, (k * WARP_SIZE + lane) >> shift)
+            if chunk < total:
+                kind, head, part = _place(chunk, shift, heads)
+                address = (dv if kind else dk) + head * d_stride + part * (2 * CHUNK)
+                low, high = held[2 * k], held[2 * k + 1]
+                store_i64(address, dequantise4(low, head_scale))
+                store_i64(address + 8, dequantise4(low >> 32, head_scale))
+                store_i64(address + 16, dequantise4(high, head_scale))
+                store_i64(address + 24, dequantise4(high >> 32, head_scale))
+
+    return dequantise_pass
+
+
+def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
+    quantise = mode == "quantise"
+    run_pass = (_make_quantise_pass if quantise else _make_dequantise_pass)(fmt, dtype, slots)
+    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
+    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    kinds = 1 if mla else 2
+
+    def fp8_wide(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
+                 num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
+                 src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page,
+                 dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
+        shift = 0
+        while (1 << shift) < (words >> 2):  # a head's chunks: D / 16, a power of two
+            shift += 1
+        total = (kinds * heads) << shift
+        first = warp * items_per_warp
+        count = min(items_per_warp, num_items - first)
+        j = 0
+        while j < count:
+            s_tok = load_i64(src_indices + (first + j) * 8)
+            d_tok = load_i64(dst_indices + (first + j) * 8)
+            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                s_stride = src_hs(src_dim, src_item, heads, src_page)
+                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+                if quantise:  # the scales are the destination's
+                    f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
+                    f_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)
+                else:
+                    f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                    f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+                for layer in range(first_layer, first_layer + num_layers):
+                    sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
+                    dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
+                    sv = sk
+                    dv = dk
+                    if kinds == 2:
+                        sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
+                        dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
+                    if quantise:
+                        fk = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                        fv = fk
+                        if kinds == 2:
+                            fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                    else:
+                        fk = src_lb(src_scales_k, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                        fv = fk
+                        if kinds == 2:
+                            fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                    base = 0
+                    while base < total:
+                        run_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv,
+                                 f_stride)
+                        base += slots * WARP_SIZE
+            j += 1
+
+    check_parameters(fp8_wide, Fp8Args)
+    fp8_wide.__name__ = fp8_wide.__qualname__ = (f"fp8_wide_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}"
+                                                 f"{'_mla' if mla else ''}_{slots}")
+    return kernel(fp8_wide, max_registers=64)
+
+
+_kernels: dict = {}
+
+
+def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS):
+    """The wide kernel for one (source layout, destination layout, MLA, mode, format, plain dtype, slots),
+    built on first request and memoised; ``src``/``dst``: ``LayoutParts``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
+        raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
+    if not (isinstance(slots, int) and 1 <= slots <= WARP_SIZE):
+        raise ValueError(f"slots must be an int from 1 to {WARP_SIZE}, got {slots!r}")
+    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), slots)
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build_kernel(*key)
+    return built
+
+
+def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, cc=(9, 0)):
+    """PTX of one wide kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
+    if SIMULATOR:
+        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
+    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, mode, fmt, dtype, slots).py_func, SIGNATURE, cc=cc)
+    return ptx

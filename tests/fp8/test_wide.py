@@ -1,0 +1,86 @@
+"""The wide FP8 kernels (``kvnumba.kernels.fp8_wide``): which copies take them, and that they write what
+the reference writes, byte for byte, in passes of several heads (many heads of 16 elements), in part-filled
+passes, MLA heads of 512, and with the heads they hand to the exact element functions (infinities, NaNs,
+zero heads, scales too small to invert, NaN codes) beside the ones they convert themselves."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import config
+from kvnumba.api import fp8_copy
+from kvnumba.kernels import fp8_wide
+from tests.fp8.test_copy import dequantise_case, quantise_case
+from tests.fp8.cases import make_fp8, make_view
+from tests.helpers.view_cases import view_bytes
+from kvnumba import quant_reference as qr
+
+pytestmark = pytest.mark.needs_target
+
+
+def test_which_heads_the_wide_kernel_takes():
+    assert [fp8_wide.slots_for("quantise", d) for d in (16, 32, 64, 128, 256, 512)] == [1, 2, 4, 4, 4, 4]
+    assert [fp8_wide.slots_for("dequantise", d) for d in (8, 12, 48, 96, 576, 1024)] == [0] * 6
+    assert fp8_wide.slots_for("copy", 128) == 0  # FP8 to FP8 moves bytes: fp8_copy's kernel
+
+
+def _plan(fmt_view_dim, **override):
+    rng = np.random.default_rng(0)
+    _, src = make_view("LayerFirst", 1, 4, 2, 2, fmt_view_dim, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_fp8("PageFirst", 1, 4, 2, 2, fmt_view_dim)
+    with config.override(**override):
+        return fp8_copy.Fp8Plan(src, dst, None)
+
+
+def test_a_plan_takes_the_wide_kernel_where_it_runs_unless_told():
+    assert _plan(64).slots == 4 and _plan(32).slots == 2
+    assert _plan(8).slots == 0  # heads of 8: fp8_copy's kernel
+    assert _plan(64, fp8_kernel="general").slots == 0
+    with pytest.raises(kv.SettingError, match="fp8_kernel must be one of general, wide"):
+        with config.override(fp8_kernel="fast"):
+            pass
+
+
+GEOMETRIES = {"many heads, passes of 32": (1, 4, 2, 20, 16), "a part-filled pass": (2, 4, 2, 3, 32),
+              "heads of 64": (1, 4, 2, 2, 64)}
+
+
+@pytest.mark.parametrize("name", GEOMETRIES)
+@pytest.mark.parametrize("fmt,dtype", [("e4m3", "bfloat16"), ("e5m2", "float16")])
+def test_quantise_and_dequantise_as_the_reference(name, fmt, dtype):
+    g = GEOMETRIES[name]
+    quantise_case("PageHead", "PageFirst", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1))
+    quantise_case("LayerFirst", "LayerFirstList", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1), seed=3)
+    dequantise_case("PageFirst", "LayerFirst", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1),
+                    special_codes=False)
+    dequantise_case("PageHead", "PageFirst", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1))
+
+
+def test_mla_heads_of_512():
+    g = (1, 4, 2, 1, 512)
+    quantise_case("PageFirst", "LayerFirst", mla=True, geometry=g, count=2, launch=(1, 1))
+    dequantise_case("LayerFirst", "PageFirst", mla=True, geometry=g, count=2, launch=(1, 1), special_codes=False)
+
+
+def _bits(values):
+    return np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+
+def test_odd_heads_beside_plain_ones():
+    """Passes of 32 heads of 16 elements, some holding an infinity, a NaN, only zeros, or values so small that
+    their scale's inverse overflows (the format divides there), the rest normal values: both kinds of pass."""
+    L, T, P, H, D = 1, 4, 2, 40, 16
+
+    def fill(buffer):
+        local = np.random.default_rng(11)
+        flat = np.asarray(buffer).reshape(-1, D)
+        flat[:] = _bits(local.normal(size=flat.shape))
+        for row in range(0, flat.shape[0], 7):
+            flat[row, row % D] = (0x7F80, 0xFFC1, 0x0000, 0x0001)[(row // 7) % 4]
+            if (row // 7) % 4 == 2:
+                flat[row] = 0
+            if (row // 7) % 4 == 3:
+                flat[row] = _bits(local.normal(size=D) * 1e-38)
+    quantise_case("LayerFirst", "PageHead", geometry=(L, T, P, H, D), plain=fill, count=3, launch=(1, 1))
+    quantise_case("PageFirst", "PageFirst", geometry=(L, T, P, 2, 128), plain=fill, count=2, launch=(1, 1),
+                  fmt="e5m2")
