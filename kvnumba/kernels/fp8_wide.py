@@ -39,7 +39,7 @@ from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
 
-SLOTS = 4  # chunks a lane keeps in flight: with 8 heads of 128, a token's K and V of one layer a pass
+SLOTS = 2  # chunks a lane keeps in flight (4 spill registers at 64 a thread: slower on an H200)
 CHUNK = 16  # elements of a chunk
 MODES = ("quantise", "dequantise")
 _NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
