@@ -22,16 +22,24 @@ def tokens(rng, count, total=T):
             rng.choice(total, count, replace=False).astype(np.int64))
 
 
+def _put(placed, values):
+    """NumPy ``values`` into a placed buffer: a GPU array's bytes are not NumPy's (``np.asarray`` of it is a copy)."""
+    if hasattr(placed, "copy_to_device"):
+        placed.copy_to_device(np.ascontiguousarray(values))
+    else:
+        np.asarray(placed)[...] = values
+
+
 def quantise_case(plain_name, fp8_name, *, mla=False, fmt="e4m3", dtype="bfloat16", count=3, seed=0,
                   geometry=(L, T, P, H, D), layers=None, places=("device", "device"), launch=(1, 2), plain=None):
     rng = np.random.default_rng(seed)
     g = geometry
     src_np, src = make_view(plain_name, *g, rng, poison=False, mla=mla, place=(places[0], "numba"))
     if plain is not None:  # chosen values for the source (uint16 bit patterns), the same in both views
-        for view in (src_np, src):
-            for which in ("k",) if mla else ("k", "v"):
-                for buffer in view.buffers(which):
-                    plain(buffer)
+        for which in ("k",) if mla else ("k", "v"):
+            for values, placed in zip(src_np.buffers(which), src.buffers(which)):
+                plain(values)
+                _put(placed, values)
     dst_np, dst = make_fp8(fp8_name, *g, mla=mla, place=places[1], fmt=fmt, dtype=dtype)
     si, di = tokens(rng, count, g[1])
     put = PLACE["device"]
@@ -170,7 +178,7 @@ def test_extreme_values():
         _, dst = make_fp8("PageHead", L, T, P, H, D, fmt=fmt)
         for got, want in zip((dst.codes.k, dst.codes.v, dst.scales.k, dst.scales.v),
                              (dst_np.codes.k, dst_np.codes.v, dst_np.scales.k, dst_np.scales.v)):
-            np.asarray(got)[...] = want  # the same quantised tokens, placed
+            _put(got, want)  # the same quantised tokens, placed
         idx = np.arange(T, dtype=np.int64)
         kv.copy(dst, back, idx, idx, block_quota=2, num_warps_per_block=1)
         qr.copy(dst_np, back_np, idx, idx)
