@@ -1,7 +1,8 @@
 """The FP8 kernels compile for sm_90 (no GPU needed): IEEE float32 division and multiplication (no
 approximations, no flush to zero), the warp's amax by shuffles, cache-hinted loads and stores, no local
-memory. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as tests/kernels/test_ptx.py does; skipped
-where libNVVM is not installed. Three kernels (one per mode): compiling takes some 25 s a kernel."""
+memory; the wide kernels convert with the GPU's packed FP8 instructions. Runs in a subprocess with
+NUMBA_ENABLE_CUDASIM=0, as tests/kernels/test_ptx.py does; skipped where libNVVM is not installed. Five
+kernels (the general one per mode, the wide one per mode it takes): compiling takes 8-25 s a kernel."""
 
 import pytest
 
@@ -10,17 +11,21 @@ from tests.helpers.ptx import ptx_report as run_ptx_script
 SCRIPT = r"""
 import json, re
 from kvnumba.api.views import PageFirstDirect
-from kvnumba.kernels import fp8_copy, layouts as L
+from kvnumba.kernels import fp8_copy, fp8_wide, layouts as L
 cases = {"quantise": (L.PAGE_FIRST, L.BLOCKS, False, "quantise", "e4m3", "bfloat16"),
          "dequantise": (L.HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
-         "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16")}
+         "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16"),
+         "wide quantise": (L.LAYER_TABLE, L.PAGE_FIRST, False, "quantise", "e4m3", "bfloat16"),
+         "wide dequantise": (L.PAGE_FIRST, L.LAYER_TABLE, False, "dequantise", "e5m2", "float16")}
 out = {}
 for name, args in cases.items():
-    ptx = fp8_copy.kernel_ptx(*args, cc=(9, 0))
+    ptx = (fp8_wide if name.startswith("wide") else fp8_copy).kernel_ptx(*args, cc=(9, 0))
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx))),
-                 "shfl": "shfl.sync.bfly" in ptx, "local": ".local" in ptx}
+                 "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9.]*(?:e4m3x2|e5m2x2|bf16x2|f16x2)[a-z0-9.]*", ptx))),
+                 "u16x2": "max.u16x2" in ptx, "shfl": "shfl.sync.bfly" in ptx, "vote": "vote.sync.any" in ptx,
+                 "local": ".local" in ptx}
 print(json.dumps(out))
 """
 
@@ -31,16 +36,28 @@ def report():
 
 
 def test_fp8_kernels_compile_for_sm90(report):
-    assert set(report) == {"quantise", "dequantise", "copy"}
+    assert set(report) == {"quantise", "dequantise", "copy", "wide quantise", "wide dequantise"}
     for name, r in report.items():
         assert r["target"] == "sm_90", name
         assert not r["local"], f"{name} spills to local memory"
 
 
 def test_float32_arithmetic_is_ieee(report):
-    assert report["quantise"]["float"] == ["div.rn.f32"]
-    assert report["dequantise"]["float"] in (["mul.f32"], ["mul.rn.f32"])  # PTX's mul.f32 rounds to nearest even
+    # division for the scale, its inverse (and where the inverse overflows); multiplication by the inverse.
+    # PTX's mul.f32 rounds to nearest even (as mul.rn.f32), without flushing subnormals
+    for name in ("quantise", "wide quantise"):
+        assert set(report[name]["float"]) - {"mul.f32", "mul.rn.f32"} == {"div.rn.f32"}, report[name]["float"]
+    assert report["dequantise"]["float"] in (["mul.f32"], ["mul.rn.f32"])
     assert report["quantise"]["shfl"]
+
+
+def test_the_wide_kernels_convert_with_packed_instructions(report):
+    """Eight codes by four cvt...x2 a lane-word, each head's amax by max.u16x2 and shuffles, the odd passes
+    found by a warp vote."""
+    assert report["wide quantise"]["cvt"] == ["cvt.rn.satfinite.e4m3x2.f32"]
+    assert report["wide quantise"]["u16x2"] and report["wide quantise"]["shfl"] and report["wide quantise"]["vote"]
+    assert set(report["wide dequantise"]["cvt"]) == {"cvt.rn.f16x2.e5m2x2", "cvt.rn.f16x2.f32"}
+    assert report["wide dequantise"]["vote"]
 
 
 def test_cache_hinted_memory_operations(report):
