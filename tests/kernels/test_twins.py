@@ -8,13 +8,17 @@ import importlib
 from pathlib import Path
 
 import pytest
+from numba import cuda
 
 from kvnumba.driver.target import SIMULATOR
+from kvnumba.kernels.fp8_memory import warp_max
 
 ROOT = Path(__file__).resolve().parents[2]
 TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
          "kvnumba.kernels.tma": "kvnumba.kernels.simulator.tma",
          "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit",
+         "kvnumba.kernels.fp8_memory": "kvnumba.kernels.simulator.fp8_memory",
+         "kvnumba.kernels.fp8_packed": "kvnumba.kernels.simulator.fp8_packed",
          "kvnumba.driver.launch": "kvnumba.driver.simulated_launch"}
 
 
@@ -94,3 +98,29 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
     for twin, args in refused:
         with pytest.raises(kv_errors.MisalignedAddressError):
             twin(*args)
+
+
+def _failing_lane(out, failing_lane):
+    """A kernel body whose lane ``failing_lane`` raises before the warp's maximum (``cuda`` a global: the
+    simulator swaps its own in)."""
+    lane = cuda.threadIdx.x & 31
+    if lane == failing_lane:
+        raise ValueError("lane failed")
+    out[cuda.threadIdx.x] = warp_max(lane, lane)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's warp exchanges (Numba's CUDA simulator)")
+def test_a_lane_that_fails_frees_its_warp_mates():
+    """A lane that raises before a shuffle: the launch fails at once with its error, not after its warp-mates
+    time out, and the next launch's warps are its own."""
+    import time
+
+    import numpy as np
+
+    kernel = cuda.jit(_failing_lane)
+    out = np.zeros(64, np.int64)
+    started = time.monotonic()
+    with pytest.raises(ValueError, match="lane failed"):
+        kernel[1, 64](out, 5)
+    kernel[1, 64](out, -1)
+    assert (out == 31).all() and time.monotonic() - started < 60

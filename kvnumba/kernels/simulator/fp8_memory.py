@@ -40,44 +40,70 @@ def f32_div(a_bits, b_bits):
 
 
 class _Warp:
-    __slots__ = ("barrier", "values")
+    """One simulated warp's meeting point: a barrier of its 32 threads that gives up, instead of waiting, once
+    a thread of the block has failed (the simulator's ``abort`` flag, or a fault: ``_break_warps``)."""
+
+    __slots__ = ("cond", "values", "arrived", "generation", "broken")
 
     def __init__(self):
-        self.barrier = threading.Barrier(32, timeout=600)
+        self.cond = threading.Condition()
         self.values = [0] * 32
+        self.arrived = 0
+        self.generation = 0
+        self.broken = False
+
+    def meet(self, thread):
+        with self.cond:
+            generation = self.generation
+            self.arrived += 1
+            if self.arrived == 32:
+                self.arrived = 0
+                self.generation += 1
+                self.cond.notify_all()
+                return
+            while self.generation == generation:
+                if self.broken or getattr(thread, "abort", False):
+                    raise_block_fault("a lane of the warp failed")
+                self.cond.wait(0.05)
 
 
-_warps: dict = {}
 _lock = threading.Lock()
+
+
+def _warps_of(thread):
+    """The warps of ``thread``'s block, kept on the simulator's block manager: one launch's, never another's."""
+    block = thread._manager
+    warps = vars(block).get("_kvnumba_warps")
+    if warps is None:
+        with _lock:
+            warps = vars(block).setdefault("_kvnumba_warps", {})
+    return warps
 
 
 @on_fault
 def _break_warps(thread):
-    """A thread faulted: every warp's exchange is broken and forgotten, so no lane waits for it."""
-    with _lock:
-        warps = list(_warps.values())
-        _warps.clear()
-    for warp in warps:
-        warp.barrier.abort()
+    """A thread faulted: its block's warps stop waiting for it."""
+    block = getattr(thread, "_manager", None)
+    for warp in list(vars(block).get("_kvnumba_warps", {}).values()) if block is not None else ():
+        with warp.cond:
+            warp.broken = True
+            warp.cond.notify_all()
 
 
 def _exchange(lane, value, read):
     """``read(values)`` of the 32 lanes' ``value`` s of the calling thread's warp (every lane must call it,
     as every lane of a warp takes part in a shuffle or a vote)."""
     thread: Any = threading.current_thread()  # the simulator's BlockThread
-    block, tid = thread.blockIdx, thread.threadIdx
-    key = (block.x, block.y, block.z, tid.x >> 5)
-    warp = _warps.get(key)
+    warps = _warps_of(thread)
+    key = thread.threadIdx.x >> 5
+    warp = warps.get(key)
     if warp is None:
         with _lock:
-            warp = _warps.setdefault(key, _Warp())
+            warp = warps.setdefault(key, _Warp())
     warp.values[lane] = value
-    try:
-        warp.barrier.wait()
-        result = read(warp.values)
-        warp.barrier.wait()  # every lane has read before any lane writes again
-    except threading.BrokenBarrierError:  # a lane faulted (_break_warps)
-        raise_block_fault("a lane of the warp failed")
+    warp.meet(thread)
+    result = read(warp.values)
+    warp.meet(thread)  # every lane has read before any lane writes again
     return result
 
 
