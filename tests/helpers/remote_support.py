@@ -90,7 +90,11 @@ class Peer:
         self.process = subprocess.Popen([sys.executable, str(peer), name, "gpu" if gpu else "host"],
                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, env=env,
                                         text=True, bufsize=1)
-        self.request("ping")
+        try:
+            self.request("ping")
+        except BaseException:  # a peer that could not start (NIXL missing there): its pipes and log closed now,
+            self.close()  # not left to the garbage collector (a ResourceWarning then fails some later test)
+            raise
 
     def request(self, cmd, **args):
         self.process.stdin.write(json.dumps({"cmd": cmd, **args}) + "\n")
