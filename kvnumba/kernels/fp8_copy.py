@@ -1,5 +1,7 @@
-"""Kernels that quantise to FP8, dequantise from it, or copy FP8 caches, inside the copy: one memoised
-kernel per (source layout, destination layout, MLA, mode, FP8 format, plain dtype).
+"""The general FP8 kernels: they quantise to FP8, dequantise from it, or copy FP8 caches, inside the copy,
+for every head size (``kernels.fp8_wide`` takes the quantising and dequantising copies of heads of 16 * 2**k
+elements, faster); one memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
+dtype).
 
 The format is ``kvnumba.quant_reference``'s (its docstring, byte for byte); the arithmetic is
 ``kernels.fp8``'s. Each side of a copy is a layout's ``LayoutParts`` (``kernels.layouts``); a
