@@ -112,7 +112,7 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
     return side(name, view, 8), None
 
 
-def _wide_slots(mode: str, head_dim: int, fp8: Any, device: int, scales: Side | None, codes: Side) -> int:
+def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
     """The wide kernel's slots for this copy (``kernels.fp8_wide``), 0 for ``fp8_copy``'s: the wide one
     needs heads of 16 * 2**k elements, codes on 8-byte boundaries (it reads and writes them 16 bytes a
     lane as two 8-byte words) and, on a GPU, compute capability 9.0 (its packed conversions);
@@ -199,7 +199,7 @@ class Fp8Plan:
             dst_k=dst_k, dst_v=dst_v, dst_item=dst_item, dst_dim=dst_dim, dst_page=d.page_size,
             dst_scales_k=dst_scales_k, dst_scales_v=dst_scales_v, dst_scales_item=dst_scales_item,
             dst_scales_dim=dst_scales_dim)
-        self.slots = _wide_slots(mode, head_dim, fp8, self.device, src_scales or dst_scales,
+        self.slots = _wide_slots(mode, head_dim, self.device, src_scales or dst_scales,
                                  self.src if mode == "dequantise" else self.dst)
         if self.slots:
             dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots)
