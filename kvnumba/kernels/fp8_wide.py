@@ -1,5 +1,5 @@
-"""The wide FP8 kernels: quantising and dequantising copies that keep a warp's reads of a whole token in
-flight and convert with the GPU's packed instructions. One memoised kernel per (source layout,
+"""The wide FP8 kernels: quantising and dequantising copies that issue every read of a pass (``slots``
+chunks a lane, over a token's heads) before converting any, and convert with the GPU's packed instructions. One memoised kernel per (source layout,
 destination layout, MLA, mode, FP8 format, plain dtype, slots); the same parameters (``Fp8Args``), work
 split and index guard as ``kernels.fp8_copy``'s kernels, and the same results, bit for bit.
 
@@ -24,7 +24,9 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   chunk, element by element, in loops that stay loops; to dequantise: head by head, ``fp8_copy``'s head
   function).
 
-``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers.
+``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
+1024-thread block's 64 registers a thread spill, and an H200 ran the backup at 41 GB/s of bf16 against 50
+(``scripts/RESULTS.md``). With 8 heads of 128, a token's K and V of one layer take two passes.
 """
 from numba import cuda, types
 
@@ -39,7 +41,7 @@ from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
 
-SLOTS = 2  # chunks a lane keeps in flight (4 spill registers at 64 a thread: slower on an H200)
+SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
 MODES = ("quantise", "dequantise")
 _NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
