@@ -220,8 +220,8 @@ def override(**values):
     """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings, then
     restores them: variables by their short names (``check``, ``batch_copy``, ``chunk_bytes``,
     ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
-    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``, ``fp8_kernel``; see the module
-    docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
+    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``,
+    ``fp8_kernel``; see the module docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
 
     A bad value raises before anything changes: ``SettingError`` for a value a variable cannot take,
     ``TypeError`` for a tuning value of the wrong type, both naming the setting.

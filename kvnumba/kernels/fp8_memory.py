@@ -21,8 +21,8 @@ Names:
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32", "store_i64", "warp_any",
-           "warp_max"]
+__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
+           "store_i64", "warp_any", "warp_max"]
 
 if SIMULATOR:
     from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401

@@ -24,7 +24,8 @@ from ..driver.target import SIMULATOR
 from .fp8_format import fp8_format, plain_dtype
 from .jit import device_function
 
-__all__ = ["magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser", "special_codes"]
+__all__ = ["magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
+           "special_codes"]
 
 if SIMULATOR:
     from .simulator.fp8_packed import magnitudes, make_dequantise4, make_quantise8

@@ -1,7 +1,8 @@
 """The wide FP8 kernels: quantising and dequantising copies that issue every read of a pass (``slots``
-chunks a lane, over a token's heads) before converting any, and convert with the GPU's packed instructions. One memoised kernel per (source layout,
-destination layout, MLA, mode, FP8 format, plain dtype, slots); the same parameters (``Fp8Args``), work
-split and index guard as ``kernels.fp8_copy``'s kernels, and the same results, bit for bit.
+chunks a lane, over a token's heads) before converting any, and convert with the GPU's packed
+instructions. One memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
+dtype, slots); the same parameters (``Fp8Args``), work split and index guard as ``kernels.fp8_copy``'s
+kernels, and the same results, bit for bit.
 
 Why: a backup or load runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
 go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions

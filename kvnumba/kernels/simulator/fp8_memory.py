@@ -1,7 +1,7 @@
-"""The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer addresses
-through ctypes, float32 bit casts through NumPy, and a warp's shuffles and votes (a maximum, a lane's value, any) exchanged
-through a barrier per simulated warp (Numba's simulator has no warp shuffles). Each access checks its address's alignment as the GPU
-does (``simulator.alignment``)."""
+"""The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer
+addresses through ctypes, float32 bit casts and arithmetic through NumPy, and a warp's shuffles and votes
+(a maximum, a lane's value, any) exchanged at a meeting point per simulated warp (Numba's simulator has no
+warp shuffles). Each access checks its address's alignment as the GPU does (``simulator.alignment``)."""
 import ctypes
 import threading
 from typing import Any
@@ -10,8 +10,8 @@ import numpy as np
 
 from .alignment import access, on_fault, raise_block_fault
 
-__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32", "store_i64", "warp_any",
-           "warp_max"]
+__all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
+           "store_i64", "warp_any", "warp_max"]
 
 load_i32, store_i32 = access(ctypes.c_uint32)
 store_i64 = access(ctypes.c_uint64)[1]
