@@ -4,7 +4,7 @@ Barriers are condition variables keyed by address, and ``tensor_load`` walks a t
 own format (``plan.tensor_maps``) row by row. A simulated warp's threads are independent Python threads
 with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``): the stage
 is released only when all of them are done reading it, as on the GPU. The simulator has no warp votes:
-``ballot`` meets the warp's 32 threads at a barrier kept on the simulator's block manager. Every address is
+``ballot`` and ``broadcast`` meet the warp's 32 threads through ``simulator.warp``. Every address is
 checked as the hardware checks it (``simulator.alignment``): a tensor load's shared-memory destination
 128-byte aligned, a bulk copy's addresses and size 16-byte, barriers 8-byte, shared loads and stores
 their width.
@@ -13,7 +13,8 @@ import ctypes
 import threading
 from typing import Any
 
-from .alignment import check_aligned, on_fault, raise_block_fault
+from .alignment import check_aligned, raise_block_fault
+from .warp import exchange
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
            "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
@@ -137,46 +138,12 @@ def load_shared_u128(addr):
     return (ctypes.c_uint64.from_address(addr).value, ctypes.c_uint64.from_address(addr + 8).value)
 
 
-class _Vote:
-    def __init__(self):
-        self.meet = threading.Barrier(32)
-        self.values = [0] * 32
-
-
-def _exchange(value):
-    """Every lane of the calling thread's warp gives ``value``; each gets the 32 values, by lane."""
-    thread: Any = threading.current_thread()  # the simulator's BlockThread
-    block = thread._manager  # the simulator's BlockManager: one per block while it runs
-    warp, lane = thread.thread_id >> 5, thread.thread_id & 31
-    with _barriers_lock:
-        votes = block.__dict__.setdefault("_kvnumba_votes", {})
-        vote = votes.setdefault(warp, _Vote())
-    vote.values[lane] = value
-    try:
-        vote.meet.wait()
-        values = list(vote.values)
-        vote.meet.wait()  # nobody votes again before every lane has read this vote
-    except threading.BrokenBarrierError:  # a lane faulted (_break_votes)
-        raise_block_fault("a lane of the warp failed")
-    return values
-
-
-@on_fault
-def _break_votes(thread):
-    """A thread faulted: its block's votes are broken, so no lane waits for it."""
-    block = getattr(thread, "_manager", None)
-    with _barriers_lock:
-        votes = list(getattr(block, "__dict__", {}).get("_kvnumba_votes", {}).values())
-    for vote in votes:
-        vote.meet.abort()
-
-
 def ballot(predicate):
-    return sum(1 << i for i, bit in enumerate(_exchange(bool(predicate))) if bit)
+    return sum(1 << i for i, bit in enumerate(exchange(bool(predicate))) if bit)
 
 
 def broadcast(value):
-    return _exchange(int(value))[0]
+    return exchange(int(value))[0]
 
 
 def first_set(mask):
