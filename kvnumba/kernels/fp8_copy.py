@@ -21,7 +21,7 @@ words ``i, i + 32, ...``:
 
 - quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
   takes the largest finite magnitude of its elements, the warp's maximum by shuffles
-  (``fp8_memory.warp_max``); lane 0 stores the scale, every lane its codes (four bytes per word),
+  (``fp8_memory.group_max`` over the 32 lanes); lane 0 stores the scale, every lane its codes (four bytes per word),
   reading again only the words past those four;
 - dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
   word of bfloat16/float16;
@@ -36,7 +36,7 @@ from numba import cuda
 
 from ..driver.target import SIMULATOR
 from . import fp8
-from .fp8_memory import load_i32, store_i32, store_i64, warp_max
+from .fp8_memory import group_max, load_i32, store_i32, store_i64
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
@@ -125,7 +125,7 @@ def make_head_op(mode, fmt, dtype):
             while i < words:  # a head longer than the registers hold: its amax read, its codes read again
                 m = max(m, word_magnitude(load_i64(src + i * 8)))
                 i += WARP_SIZE
-            m = warp_max(lane, m)
+            m = group_max(lane, m, WARP_SIZE)
             scale_bits = scale_of(m)
             inverse_bits = inverse_of(scale_bits)
             if lane == 0:

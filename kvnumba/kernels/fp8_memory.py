@@ -1,9 +1,9 @@
-"""What the FP8 kernels (``kernels.fp8_copy``) need besides ``kernels.memory``: 4-byte loads and stores
-(FP8 codes move four to a lane's word, scales are one float32), 8-byte stores of int64 values, float32
-bit casts, and a warp's maximum.
+"""What the FP8 kernels (``kernels.fp8_copy``, ``kernels.fp8_wide``) need besides ``kernels.memory``:
+4-byte loads and stores (FP8 codes move four to a lane's word, scales are one float32), 8-byte stores of
+int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
 
 On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``,
-as ``kernels.memory``) and ``cuda.shfl_xor_sync``; on Numba's CUDA simulator their Python twins
+as ``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their Python twins
 (``kernels.simulator.fp8_memory``), chosen here once, at import. Integers are int64 throughout (a
 4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic never
 mixes signed and unsigned types.
@@ -13,20 +13,20 @@ Names:
     f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
     f32_mul(a_bits, b_bits) -> int64            f32_div(a_bits, b_bits) -> int64 (float32 bits, IEEE-rounded;
         the simulator's twins raise no NumPy warnings where the GPU gives inf or NaN quietly)
-    warp_max(lane, value: int64) -> int64 (every lane of the warp calls it, as for the three below)
     group_max(lane, value, width) -> int64: the largest over the aligned group of ``width`` lanes (a power
-        of two) holding ``lane``; values below 2**31
+        of two; 32: the warp) holding ``lane``; values below 2**31 (every lane of the warp calls it, as
+        the two below)
     lane_value(lane, value, source) -> int64: ``value`` of lane ``source``; values below 2**31
     warp_any(lane, flag) -> bool
 """
 from ..driver.target import SIMULATOR
 
 __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
-           "store_i64", "warp_any", "warp_max"]
+           "store_i64", "warp_any"]
 
 if SIMULATOR:
     from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
-                                       lane_value, load_i32, store_i32, store_i64, warp_any, warp_max)
+                                       lane_value, load_i32, store_i32, store_i64, warp_any)
 else:
     from llvmlite import ir
     from numba import cuda, int32, int64, types
@@ -78,16 +78,6 @@ else:
             return builder.bitcast(builder.trunc(args[0], _I32), _F32)
 
         return types.float32(types.int64), codegen
-
-    @device_function
-    def warp_max(lane, value):
-        v = value
-        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 16))
-        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 8))
-        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 4))
-        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 2))
-        v = max(v, cuda.shfl_xor_sync(0xFFFFFFFF, v, 1))
-        return v
 
     @device_function
     def group_max(lane, value, width):

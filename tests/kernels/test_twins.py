@@ -11,7 +11,7 @@ import pytest
 from numba import cuda
 
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.kernels.fp8_memory import warp_max
+from kvnumba.kernels.fp8_memory import group_max
 
 ROOT = Path(__file__).resolve().parents[2]
 TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
@@ -106,7 +106,7 @@ def _failing_lane(out, failing_lane):
     lane = cuda.threadIdx.x & 31
     if lane == failing_lane:
         raise ValueError("lane failed")
-    out[cuda.threadIdx.x] = warp_max(lane, lane)
+    out[cuda.threadIdx.x] = group_max(lane, lane, 32)
 
 
 @pytest.mark.skipif(not SIMULATOR, reason="the simulator's warp exchanges (Numba's CUDA simulator)")

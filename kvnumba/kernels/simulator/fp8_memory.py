@@ -1,6 +1,6 @@
 """The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer
 addresses through ctypes, float32 bit casts and arithmetic through NumPy, and a warp's shuffles and votes
-(a maximum, a lane's value, any) exchanged through ``simulator.warp`` (Numba's simulator has no warp
+(a group's maximum, a lane's value, any) exchanged through ``simulator.warp`` (Numba's simulator has no warp
 shuffles). Each access checks its address's alignment as the GPU does (``simulator.alignment``)."""
 import ctypes
 
@@ -10,7 +10,7 @@ from .alignment import access
 from .warp import exchange
 
 __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
-           "store_i64", "warp_any", "warp_max"]
+           "store_i64", "warp_any"]
 
 load_i32, store_i32 = access(ctypes.c_uint32)
 store_i64 = access(ctypes.c_uint64)[1]
@@ -36,11 +36,6 @@ def f32_div(a_bits, b_bits):
     """The float32 bits of the quotient (inf or NaN quietly, as on the GPU)."""
     with np.errstate(all="ignore"):
         return f32_bits(f32_from_bits(a_bits) / f32_from_bits(b_bits))
-
-
-def warp_max(lane, value):
-    """The largest ``value`` over the 32 lanes of the calling thread's warp (every lane must call it)."""
-    return max(exchange(value))
 
 
 def group_max(lane, value, width):
