@@ -60,11 +60,17 @@ def slots_for(mode, head_dim):
 
 
 @device_function
-def _place(chunk, shift, heads):
-    """``(kind, head, chunk of the head)`` of a pass chunk: K's heads first, then V's."""
-    kinds_head = chunk >> shift
+def _head_address(kinds_head, heads, k_base, v_base, stride):
+    """Where head ``kinds_head`` of a token's heads starts: K's ``heads`` heads first, then V's."""
     kind = 1 if kinds_head >= heads else 0
-    return kind, kinds_head - kind * heads, chunk & ((1 << shift) - 1)
+    return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
+
+
+@device_function
+def _chunk_address(chunk, shift, heads, k_base, v_base, stride, chunk_bytes):
+    """Where a pass chunk (``chunk_bytes`` long; ``2**shift`` to a head) of a token's heads starts."""
+    return (_head_address(chunk >> shift, heads, k_base, v_base, stride)
+            + (chunk & ((1 << shift) - 1)) * chunk_bytes)
 
 
 @device_function
@@ -89,11 +95,10 @@ def _make_exact_quantise(fmt, dtype):
             dst = 0
             scale_at = -1
             if valid:
-                kind, head, part = _place(chunk, shift, heads)
-                src = (sv if kind else sk) + head * s_stride + part * (2 * CHUNK)
-                dst = (dv if kind else dk) + head * d_stride + part * CHUNK
-                if part == 0:
-                    scale_at = (fv if kind else fk) + head * f_stride
+                src = _chunk_address(chunk, shift, heads, sk, sv, s_stride, 2 * CHUNK)
+                dst = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
+                if chunk & ((1 << shift) - 1) == 0:  # a head's first chunk writes its scale
+                    scale_at = _head_address(chunk >> shift, heads, fk, fv, f_stride)
             m = 0
             e = 0
             while valid and e < CHUNK:
@@ -136,8 +141,7 @@ def _make_quantise_pass(fmt, dtype, slots):
             for w in range(4):
                 held[4 * k + w] = 0
             if chunk < total:
-                kind, head, part = _place(chunk, shift, heads)
-                address = (sv if kind else sk) + head * s_stride + part * (2 * CHUNK)
+                address = _chunk_address(chunk, shift, heads, sk, sv, s_stride, 2 * CHUNK)
                 for w in range(4):
                     held[4 * k + w] = load_i64(address + 8 * w)
         width = 1 << shift
@@ -162,13 +166,11 @@ def _make_quantise_pass(fmt, dtype, slots):
             chunk = base + k * WARP_SIZE + lane
             head_inverse = lane_value(lane, inverse, (k * WARP_SIZE + lane) >> shift)
             if chunk < total:
-                kind, head, part = _place(chunk, shift, heads)
-                address = (dv if kind else dk) + head * d_stride + part * CHUNK
+                address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
                 store_i64(address, quantise8(held[4 * k], held[4 * k + 1], head_inverse))
                 store_i64(address + 8, quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse))
         if owns:
-            kind = 1 if my_head >= heads else 0
-            store_i32((fv if kind else fk) + (my_head - kind * heads) * f_stride, scale)
+            store_i32(_head_address(my_head, heads, fk, fv, f_stride), scale)
 
     return quantise_pass
 
@@ -185,16 +187,14 @@ def _make_dequantise_pass(fmt, dtype, slots):
         owns = ((lane << shift) >> 5) < slots and my_head < (total >> shift)
         scale = 0
         if owns:
-            kind = 1 if my_head >= heads else 0
-            scale = load_i32((fv if kind else fk) + (my_head - kind * heads) * f_stride)
+            scale = load_i32(_head_address(my_head, heads, fk, fv, f_stride))
         held = cuda.local.array(held_words, types.int64)
         for k in range(slots):  # every read first
             chunk = base + k * WARP_SIZE + lane
             held[2 * k] = 0
             held[2 * k + 1] = 0
             if chunk < total:
-                kind, head, part = _place(chunk, shift, heads)
-                address = (sv if kind else sk) + head * s_stride + part * CHUNK
+                address = _chunk_address(chunk, shift, heads, sk, sv, s_stride, CHUNK)
                 held[2 * k] = load_i64(address)
                 held[2 * k + 1] = load_i64(address + 8)
         odd = owns and (scale & 0x7F800000) == 0x7F800000
@@ -205,18 +205,16 @@ def _make_dequantise_pass(fmt, dtype, slots):
             while h < (slots << 5) >> shift:  # the pass again, head by head, exactly
                 kinds_head = (base >> shift) + h
                 if kinds_head < (total >> shift):
-                    kind = 1 if kinds_head >= heads else 0
-                    head = kinds_head - kind * heads
-                    exact_head(lane, (sv if kind else sk) + head * s_stride, (fv if kind else fk) + head * f_stride,
-                               (dv if kind else dk) + head * d_stride, 0, words)
+                    exact_head(lane, _head_address(kinds_head, heads, sk, sv, s_stride),
+                               _head_address(kinds_head, heads, fk, fv, f_stride),
+                               _head_address(kinds_head, heads, dk, dv, d_stride), 0, words)
                 h += 1
             return
         for k in range(slots):
             chunk = base + k * WARP_SIZE + lane
             head_scale = lane_value(lane, scale, (k * WARP_SIZE + lane) >> shift)
             if chunk < total:
-                kind, head, part = _place(chunk, shift, heads)
-                address = (dv if kind else dk) + head * d_stride + part * (2 * CHUNK)
+                address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, 2 * CHUNK)
                 low, high = held[2 * k], held[2 * k + 1]
                 store_i64(address, dequantise4(low, head_scale))
                 store_i64(address + 8, dequantise4(low >> 32, head_scale))
