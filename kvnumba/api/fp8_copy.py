@@ -30,7 +30,7 @@ from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
 from ..kernels import fp8_wide
-from ..plan import routes
+from ..plan import fp8_staged_plan, routes
 from ..checks.user_layouts import check_user_layout
 from ..plan.copy_plan import view_side
 from ..plan.sides import Placement, Side
@@ -206,6 +206,7 @@ class Fp8Plan:
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE), self.device, self.template)
+        self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)
 
@@ -245,7 +246,7 @@ class Fp8Plan:
             capture.refuse(handle, "check=True (it waits for the stream)", "call kv.check_errors() after the replay")
         routes.log.record("kernel")
         items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
-        kernel = self.kernel
+        kernel = self.kernel if self.staged is None else self.staged.kernel_for(count, warps, self.kernel)
         if any(values is not None for _, values in host):  # host indices on a GPU: copied for the kernel
             capture.refuse(handle, "a call with indices in host memory",
                            "pass GPU index arrays (a replay reads their contents then)")

@@ -83,7 +83,21 @@ class Fp8Args(NamedTuple):
 
 SIGNATURE = signature(Fp8Args)
 PER_CALL = Fp8Args._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
+ITEM_ARGS = tuple(f for f in Fp8Args._fields if f not in ("num_items", "items_per_warp"))  # copy_items' args
 HELD = 4  # words a lane keeps in registers between the amax and the codes
+
+
+def word_dequantiser(fmt, dtype):
+    """``word(c, scale_bits)``: the 8-byte word of bfloat16/float16 bits of the four codes in 4-byte word ``c``
+    (the first in its low byte) times the float32 of ``scale_bits`` (a device function)."""
+    dequantise = fp8.dequantiser(fmt, dtype)
+
+    @device_function
+    def word(c, scale_bits):
+        return (dequantise(c & 0xFF, scale_bits) | (dequantise((c >> 8) & 0xFF, scale_bits) << 16)
+                | (dequantise((c >> 16) & 0xFF, scale_bits) << 32) | (dequantise((c >> 24) & 0xFF, scale_bits) << 48))
+
+    return word
 
 
 def make_head_op(mode, fmt, dtype):
@@ -146,18 +160,14 @@ def make_head_op(mode, fmt, dtype):
         return quantise_head
 
     if mode == "dequantise":
-        dequantise = fp8.dequantiser(fmt, dtype)
+        dequantise_word = word_dequantiser(fmt, dtype)
 
         @device_function
         def dequantise_head(lane, src, src_scale, dst, dst_scale, words):
             scale_bits = load_i32(src_scale)
             i = lane
             while i < words:
-                c = load_i32(src + i * 4)
-                store_i64(dst + i * 8, dequantise(c & 0xFF, scale_bits)
-                          | (dequantise((c >> 8) & 0xFF, scale_bits) << 16)
-                          | (dequantise((c >> 16) & 0xFF, scale_bits) << 32)
-                          | (dequantise((c >> 24) & 0xFF, scale_bits) << 48))
+                store_i64(dst + i * 8, dequantise_word(load_i32(src + i * 4), scale_bits))
                 i += WARP_SIZE
 
         return dequantise_head
@@ -174,7 +184,11 @@ def make_head_op(mode, fmt, dtype):
     return copy_head
 
 
-def _build_kernel(src, dst, mla, mode, fmt, dtype):
+def make_items_copy(src, dst, mla, mode, fmt, dtype):
+    """``copy_items(lane, first, j, count, step, args)``, ``args`` the tuple of ``Fp8Args``' values but
+    ``num_items`` and ``items_per_warp`` (``ITEM_ARGS``, in order; a call of more than 30 arguments compiles
+    to a ``*args`` call, which Numba cannot inline): the register path's loop over a warp's items, every
+    layer, K/V and head (the kernels here and ``kernels.fp8_staged``'s items that do not go in bulk)."""
     head_op = make_head_op(mode, fmt, dtype)
     src_scaled, dst_scaled = mode != "quantise", mode != "dequantise"
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
@@ -215,15 +229,13 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype):
                     head_op(lane, s + head * s_stride, ss + head * ss_stride, d + head * d_stride,
                             ds + head * ds_stride, words)
 
-    def fp8_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
-               num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
-               src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k,
-               dst_scales_v, dst_scales_item, dst_scales_dim):
-        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
-        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        first = warp * items_per_warp
-        count = min(items_per_warp, num_items - first)
-        j = 0
+    @device_function
+    def copy_items(lane, first, j, count, step, args):
+        """The warp's items ``first + j``, ``first + j + step``, .. below ``first + count`` (out of bounds:
+        skipped and flagged)."""
+        (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
+         src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
+         dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
         while j < count:
             item = first + j
             s_tok = load_i64(src_indices + item * 8)
@@ -233,7 +245,26 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype):
                            src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
                            dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
                            dst_scales_dim)
-            j += 1
+            j += step
+
+    return copy_items
+
+
+def _build_kernel(src, dst, mla, mode, fmt, dtype):
+    copy_items = make_items_copy(src, dst, mla, mode, fmt, dtype)
+
+    def fp8_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
+               num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
+               src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k,
+               dst_scales_v, dst_scales_item, dst_scales_dim):
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
+        first = warp * items_per_warp
+        args = (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words,
+                error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item,
+                src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
+                dst_scales_dim)
+        copy_items(lane, first, 0, min(items_per_warp, num_items - first), 1, args)
 
     check_parameters(fp8_kv, Fp8Args)
     fp8_kv.__name__ = fp8_kv.__qualname__ = f"fp8_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}"

@@ -146,18 +146,23 @@ def make_few_runs(fallback_runs, head_major):
     return few_runs
 
 
-def _build(src, dst, mla, shape, ring):
-    head_major = src is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
-    layered = src is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
-    dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
-    copy_items = make_items_copy(src, dst, mla, shape)
+@device_function
+def wait_phase(bar, parity):
+    """Until the phase of ``parity`` of barrier ``bar`` has completed."""
+    while try_wait(bar, parity) == 0:
+        pass
+
+
+def make_ring(layout, mla, ring):
+    """``run_block``, what every staged kernel's block runs (this one's and ``kernels.fp8_staged``'s): the
+    ring over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one
+    layer's), given what a kernel does with the items (``make_block``)."""
+    head_major = layout is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
+    layered = layout is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     buffers = 1 if mla else 2
     bulk_stores = ring.bulk_stores
     few_runs = make_few_runs(ring.fallback_runs, head_major)
-    # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
-    # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
-    # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
-    load_data, write_out = ring.leave_out != "data", ring.leave_out != "stores"
+    load_data = ring.leave_out != "data"
     empty_count_per_warp = ARRIVALS_PER_WARP
     stages, stage_bytes, slots = ring.stages, ring.stage_bytes, ring.slots
     direct_batch, store_warps = ring.direct_batch, ring.store_warps
@@ -169,8 +174,7 @@ def _build(src, dst, mla, shape, ring):
     @device_function
     def wait_released(base, k):
         """Until every consumer warp has released the loader's ``k``-th post."""
-        while try_wait(base + empty_at + (k % slots) * 8, (k // slots) & 1) == 0:
-            pass
+        wait_phase(base + empty_at + (k % slots) * 8, (k // slots) & 1)
 
     @device_function
     def claim(smem, base, k, first, count, kind, rot, buffer):
@@ -222,14 +226,14 @@ def _build(src, dst, mla, shape, ring):
         return rot
 
     @device_function
-    def load(lane, smem, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page, maps,
-             max_run_log2, min_run, item_size, stores, consumers):
+    def load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page,
+             maps, max_run_log2, min_run, item_size, stores, consumers):
         """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or,
         for a block of few runs, only the register mark (returns True: the loader then copies its share).
 
         Runs are found 32 items at a time: each lane reads one item's indices, and two votes give
         which items are in range and which continue their predecessor's run. All lanes then walk the
-        window alike; lane 0 posts the stages."""
+        window alike; lane 0 posts the stages. ``holder``: ``MAX_STAGES`` int64 of local memory."""
         if few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
             if lane == 0:
                 post_plain(smem, base, 0, 0, 0, _REGISTER, 0)
@@ -237,7 +241,6 @@ def _build(src, dst, mla, shape, ring):
         longest = 1 << max_run_log2
         k = 0  # posts so far
         pieces = 0  # bulk posts so far (piece p fills data buffer p % stages)
-        holder = cuda.local.array(MAX_STAGES, int64)  # the post that last filled each data buffer
         bulk_rot = 0  # the store warp the next bulk item goes to
         direct_rot = 0  # the consumer warp the next direct item goes to
         i = begin
@@ -305,6 +308,111 @@ def _build(src, dst, mla, shape, ring):
             post_plain(smem, base, k, 0, 0, _END, 0)
         return False
 
+    @device_function
+    def set_up(smem, tid, threads):
+        """Thread 0 makes the block's barriers (the kernel then synchronises the block)."""
+        if tid == 0:
+            base = shared_address(smem)
+            consumers = (threads >> 5) - 1
+            for s in range(slots):
+                barrier_init(base + full_at + s * 8, 1)
+                barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
+                barrier_init(base + posted_at + s * 8, 1)
+            barrier_fence()
+
+    def make_block(take_piece, take_direct):
+        """``(set_up, run_block)``: a block's part of a staged kernel. The kernel (as ``transfer_kv_staged``
+        below) calls ``set_up(smem, tid, threads)`` with its dynamic shared array, synchronises the block, then
+        ``run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices,
+        layer, src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args)`` with ``holder`` a
+        local array of ``MAX_STAGES`` int64: ``cuda``'s thread values are read in the kernel's own module (Numba's
+        simulator gives them to that module only). And
+
+        - ``take_piece(lane, stage, full, parity, first, j, count, n, args)``: the warp's items ``first + j``,
+          ``first + j + n``, .. below ``first + count`` of a bulk piece in shared memory at ``stage``
+          (token-major: item t at ``stage + t * item_size``, V's after K's), which it must not read before
+          barrier ``full``'s phase of ``parity`` completes (``wait_phase``). A ring of ``bulk_stores``
+          gives each piece whole (``j == 0``, ``n == 1``) to one warp;
+        - ``take_direct(lane, first, j, count, n, args)``: the same items, read from the source (also a
+          register-marked block's share, ``n == 1``);
+        - ``args``: the kernel's own values, a tuple handed to both."""
+
+        @device_function
+        def consume(lane, me, smem, base, data, stores, consumers, args):
+            """A consumer warp: the posts in turn until the end mark (False) or the register mark (True)."""
+            k = 0
+            while True:
+                s = k % slots
+                parity = (k // slots) & 1
+                wait_phase(base + posted_at + s * 8, parity)
+                # Lane 0 alone reads the descriptor and hands it round: the slot's only reader is the
+                # lane that releases it, so the loader's next write there is ordered by the barriers
+                # alone (compute-sanitizer's racecheck flagged the other lanes' reads, which reach the
+                # release through __syncwarp).
+                d = descriptors + _FIELDS * s
+                first = count = kind = rot = buffer = 0
+                if lane == 0:
+                    first, count, kind, rot, buffer = smem[d], smem[d + 1], smem[d + 2], smem[d + 3], smem[d + 4]
+                first, count, kind = broadcast(first), broadcast(count), broadcast(kind)
+                rot, buffer = broadcast(rot), broadcast(buffer)
+                if kind == _END:
+                    bulk_wait()  # this thread's bulk stores have written global memory
+                    return False
+                if kind == _REGISTER:
+                    return True
+                # Who takes the post's items: bulk pieces go round the store warps, direct items round
+                # every consumer.
+                n = stores if kind == _BULK else consumers
+                j = me - rot  # items go round the n warps from the post's first warp
+                if j < 0:
+                    j += n
+                if kind != _BULK:
+                    take_direct(lane, first, j, count, n, args)
+                elif me < n and j < count and not (bulk_stores and j != 0):
+                    take_piece(lane, data + buffer * stage_bytes, base + full_at + s * 8, parity, first, j, count,
+                               n, args)
+                release(base + empty_at + s * 8, lane)
+                k += 1
+
+        @device_function
+        def run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices, layer,
+                      src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args):
+            base = shared_address(smem)
+            data = (base + HEADER_BYTES + 127) & ~127
+            warp = tid >> 5
+            lane = tid & (WARP_SIZE - 1)
+            warps = threads >> 5
+            consumers = warps - 1
+            stores = consumers
+            if store_warps != 0:
+                stores = min(stores, store_warps)
+            begin = block * items_per_warp * warps
+            end = min(begin + items_per_warp * warps, num_items)
+            if warp == 0:
+                if not load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit,
+                            dst_limit, page, maps, max_run_log2, min_run, item_size, stores, consumers):
+                    return
+            elif not consume(lane, warp - 1, smem, base, data, stores, consumers, args):
+                return
+            # The register mark: the block is a register kernel's block, each warp copying the items the
+            # register kernel's warp would (kernels.factory's split).
+            share = begin + warp * items_per_warp
+            take_direct(lane, share, 0, min(share + items_per_warp, end) - share, 1, args)
+
+        return set_up, run_block
+
+    return make_block
+
+
+def _build(src, dst, mla, shape, ring):
+    dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
+    copy_items = make_items_copy(src, dst, mla, shape)
+    bulk_stores = ring.bulk_stores
+    # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
+    # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
+    # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
+    write_out = ring.leave_out != "stores"
+
     # A warp writes a piece's item from shared memory out: two 16-byte words a lane per round.
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
 
@@ -349,94 +457,44 @@ def _build(src, dst, mla, shape, ring):
             store_token(lane, stage, count, t, load_i64(dst_indices + (first + t) * 8), layer, dst_k, dst_v,
                         item_size, dst_layout_dim, dst_page_size)
 
+    @device_function
+    def take_piece(lane, stage, full, parity, first, j, count, n, args):
+        (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size,
+         src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag) = args
+        wait_phase(full, parity)
+        if not write_out:
+            return
+        if bulk_stores:
+            write_piece(lane, stage, first, count, dst_indices, layer, dst_k, dst_v, item_size, dst_layout_dim,
+                        dst_page_size)
+            return
+        while j < count:  # the store warps' path (bulk_stores=False)
+            store_token(lane, stage, count, j, load_i64(dst_indices + (first + j) * 8), layer, dst_k, dst_v,
+                        item_size, dst_layout_dim, dst_page_size)
+            j += n
+
+    @device_function
+    def take_direct(lane, first, j, count, n, args):  # through registers
+        (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size,
+         src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag) = args
+        copy_items(lane, first, j, count, n, src_indices, dst_indices, layer, 1, src_token_limit, dst_token_limit,
+                   src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim, src_page_size,
+                   dst_page_size, head_num, error_flag)
+
+    set_up, run_block = make_ring(src, mla, ring)(take_piece, take_direct)
+
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,
                            dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag, maps, max_run_log2,
                            min_run):
+        args = (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v,
+                item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
         smem = cuda.shared.array(0, int64)
-        base = shared_address(smem)
-        data = (base + HEADER_BYTES + 127) & ~127
-        tid = cuda.threadIdx.x
-        warp = tid >> 5
-        lane = tid & (WARP_SIZE - 1)
-        warps = cuda.blockDim.x >> 5
-        consumers = warps - 1
-        stores = consumers
-        if store_warps != 0:
-            stores = min(stores, store_warps)
-        if tid == 0:
-            for s in range(slots):
-                barrier_init(base + full_at + s * 8, 1)
-                barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
-                barrier_init(base + posted_at + s * 8, 1)
-            barrier_fence()
+        set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
         cuda.syncthreads()
-        begin = cuda.blockIdx.x * items_per_warp * warps
-        end = min(begin + items_per_warp * warps, num_items)
-        if warp == 0:
-            if not load(lane, smem, base, data, begin, end, src_indices, dst_indices, first_layer, src_token_limit,
-                        dst_token_limit, src_page_size, maps, max_run_log2, min_run, item_size, stores, consumers):
-                return
-        else:
-            me = warp - 1
-            k = 0
-            while True:
-                s = k % slots
-                parity = (k // slots) & 1
-                while try_wait(base + posted_at + s * 8, parity) == 0:
-                    pass
-                # Lane 0 alone reads the descriptor and hands it round: the slot's only reader is the
-                # lane that releases it, so the loader's next write there is ordered by the barriers
-                # alone (compute-sanitizer's racecheck flagged the other lanes' reads, which reach the
-                # release through __syncwarp).
-                d = descriptors + _FIELDS * s
-                first = count = kind = rot = buffer = 0
-                if lane == 0:
-                    first, count, kind, rot, buffer = smem[d], smem[d + 1], smem[d + 2], smem[d + 3], smem[d + 4]
-                first, count, kind = broadcast(first), broadcast(count), broadcast(kind)
-                rot, buffer = broadcast(rot), broadcast(buffer)
-                if kind == _END:
-                    bulk_wait()  # this thread's bulk stores have written global memory
-                    return
-                if kind == _REGISTER:
-                    break
-                # Who takes the post's items: bulk pieces go round the store warps, direct items round
-                # every consumer.
-                n = stores if kind == _BULK else consumers
-                j = me - rot  # items go round the n warps from the post's first warp
-                if j < 0:
-                    j += n
-                if me >= n or (kind == _BULK and bulk_stores and j != 0):
-                    j = count  # a warp with no items in this post
-                elif kind == _BULK:
-                    while try_wait(base + full_at + s * 8, parity) == 0:
-                        pass
-                    if not write_out:
-                        j = count
-                # Every source's stage holds the piece token-major: item t at stage + t * item_size (V's
-                # after K's).
-                stage = data + buffer * stage_bytes
-                if kind == _BULK and bulk_stores and j < count:
-                    write_piece(lane, stage, first, count, dst_indices, first_layer, dst_k, dst_v, item_size,
-                                dst_layout_dim, dst_page_size)
-                    j = count
-                if kind == _BULK:  # the store warps' path (bulk_stores=False)
-                    while j < count:
-                        store_token(lane, stage, count, j, load_i64(dst_indices + (first + j) * 8), first_layer,
-                                    dst_k, dst_v, item_size, dst_layout_dim, dst_page_size)
-                        j += n
-                else:  # direct items, through registers
-                    copy_items(lane, first, j, count, n, src_indices, dst_indices, first_layer, 1, src_token_limit,
-                               dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
-                               dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
-                release(base + empty_at + s * 8, lane)
-                k += 1
-        # The register mark: the block is a register kernel's block, each warp copying the items the
-        # register kernel's warp would (kernels.factory's split).
-        share = begin + warp * items_per_warp
-        copy_items(lane, share, 0, min(share + items_per_warp, end) - share, 1, src_indices, dst_indices, first_layer,
-                   1, src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim,
-                   dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
+        run_block(smem, cuda.local.array(MAX_STAGES, int64), cuda.threadIdx.x, cuda.blockIdx.x, cuda.blockDim.x,
+                  num_items, items_per_warp, src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit,
+                  src_page_size, maps, max_run_log2, min_run, item_size, args)
 
     check_parameters(transfer_kv_staged, StagedArgs)  # the parameter block's order (kvnumba.kernels.params)
     transfer_kv_staged.__name__ = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
@@ -447,15 +505,20 @@ def _build(src, dst, mla, shape, ring):
 _kernels: dict[tuple, Any] = {}
 
 
+def check_ring(ring):
+    """``ring`` (a ``StagedShape``), or ``ValueError`` when no staged kernel can be built with it."""
+    if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
+            or not 0 <= ring.fallback_runs <= WARP_SIZE or ring.leave_out not in LEAVE_OUT):
+        raise ValueError(f"bad staged ring {ring}")
+    return ring
+
+
 def get_staged_kernel(src, dst, mla, ring=None):
     """The staged kernel for source layout ``src`` (one of ``SOURCES``) and destination ``dst`` (one of
     ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
     if src not in SOURCES or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
-    ring = ring or SHAPE
-    if (not 1 <= ring.stages <= MAX_STAGES or not ring.stages <= ring.slots <= MAX_SLOTS or ring.stage_bytes % 128
-            or not 0 <= ring.fallback_runs <= WARP_SIZE or ring.leave_out not in LEAVE_OUT):
-        raise ValueError(f"bad staged ring {ring}")
+    ring = check_ring(ring or SHAPE)
     shape = copy_shape_for(src, dst, mla)  # the direct items' inner loop: part of the kernel, so of its key
     key = (src, dst, bool(mla), shape, ring)
     built = _kernels.get(key)

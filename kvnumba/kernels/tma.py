@@ -13,7 +13,10 @@ On the GPU these are inline PTX (sm_90+):
 - ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map (the box
   shape is in the map) copied from global memory into shared memory at ``dst``, completing
   ``bar``'s bytes when it lands: ``cp.async.bulk.tensor.5d``;
-- ``load_shared_u128(addr)``: 16 bytes of shared memory;
+- ``load_shared_u128(addr)``: 16 bytes of shared memory (two uint64; ``load_shared_i128``: two int64);
+  ``load_shared_u32(addr)``,
+  ``store_shared_u32(addr, value)``: 4 bytes (zero-extended to int64; the low 32 bits of ``value``);
+- ``sync_warp()``: the warp's lanes meet (``__syncwarp``): shared memory one lane wrote, another reads;
 - ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both
   addresses 16-byte aligned) of shared memory at ``src`` to global memory at ``dst``, asynchronously
   (``cp.async.bulk``, one bulk group per thread); ``bulk_commit()`` closes the thread's group,
@@ -33,14 +36,16 @@ kvnumba's own format (``plan.tensor_maps``) row by row.
 from ..driver.target import SIMULATOR
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
-           "release", "shared_address", "tensor_load", "try_wait"]
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_i128",
+           "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32", "sync_warp",
+           "tensor_load", "try_wait"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
                                 barrier_init, broadcast, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
-                                first_set, load_shared_u128, release, shared_address, tensor_load, try_wait)
+                                first_set, load_shared_i128, load_shared_u128, load_shared_u32, release, shared_address,
+                                store_shared_u32, sync_warp, tensor_load, try_wait)
 else:
     from llvmlite import ir
     from numba import cuda, int64, types, uint32
@@ -154,16 +159,43 @@ else:
     bulk_wait_read = _no_operands("cp.async.bulk.wait_group.read 0;")
     bulk_wait = _no_operands("cp.async.bulk.wait_group 0;")
 
+    def _load_shared_pair(word_type):
+        pair_type = types.UniTuple(word_type, 2)
+
+        @intrinsic
+        def load_pair(typingctx, addr):
+            def codegen(context, builder, sig, args):
+                both = _asm(builder, _PAIR, [_u32(builder, args[0])], "ld.shared.v2.u64 {$0, $1}, [$2];", "=l,=l,r")
+                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
+                return context.make_tuple(builder, pair_type, parts)
+
+            return pair_type(types.int64), codegen
+
+        return load_pair
+
+    load_shared_u128 = _load_shared_pair(types.uint64)
+    load_shared_i128 = _load_shared_pair(types.int64)  # the same 16 bytes as two int64 (for arithmetic)
+
     @intrinsic
-    def load_shared_u128(typingctx, addr):
-        pair_type = types.UniTuple(types.uint64, 2)
-
+    def load_shared_u32(typingctx, addr):
         def codegen(context, builder, sig, args):
-            both = _asm(builder, _PAIR, [_u32(builder, args[0])], "ld.shared.v2.u64 {$0, $1}, [$2];", "=l,=l,r")
-            parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-            return context.make_tuple(builder, pair_type, parts)
+            value = _asm(builder, _I32, [_u32(builder, args[0])], "ld.shared.b32 $0, [$1];", "=r,r,~{memory}")
+            return builder.zext(value, _I64)
 
-        return pair_type(types.int64), codegen
+        return types.int64(types.int64), codegen
+
+    @intrinsic
+    def store_shared_u32(typingctx, addr, value):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
+                 "st.shared.b32 [$0], $1;", "r,r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64), codegen
+
+    @device_function
+    def sync_warp():
+        cuda.syncwarp()
 
     @device_function
     def ballot(predicate):

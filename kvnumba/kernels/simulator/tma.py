@@ -17,8 +17,9 @@ from .alignment import check_aligned, raise_block_fault
 from .warp import exchange
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_u128",
-           "release", "shared_address", "tensor_load", "try_wait"]
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_i128",
+           "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32", "sync_warp",
+           "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -138,8 +139,25 @@ def load_shared_u128(addr):
     return (ctypes.c_uint64.from_address(addr).value, ctypes.c_uint64.from_address(addr + 8).value)
 
 
+def load_shared_i128(addr):
+    addr = int(addr)
+    return (ctypes.c_int64.from_address(addr).value, ctypes.c_int64.from_address(addr + 8).value)
+
+
+def load_shared_u32(addr):
+    return ctypes.c_uint32.from_address(int(addr)).value
+
+
+def store_shared_u32(addr, value):
+    ctypes.c_uint32.from_address(int(addr)).value = int(value) & 0xFFFFFFFF
+
+
 def ballot(predicate):
     return sum(1 << i for i, bit in enumerate(exchange(bool(predicate))) if bit)
+
+
+def sync_warp():
+    exchange(0)
 
 
 def broadcast(value):

@@ -1,0 +1,219 @@
+"""The staged FP8 load: a per-layer load from an FP8 cache (``kv.Fp8View``) in pinned host memory into a
+bfloat16/float16 view on the GPU, dequantising on the way, with the staged kernel's ring
+(``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory,
+warps dequantise them from there and store the plain values. No second pass, no buffer in global memory.
+
+Why: the register FP8 kernel (``kernels.fp8_copy``) reads host memory a 4-byte word a lane at a time, so a
+load's bandwidth is the bytes a block keeps in flight over the PCIe round trip, as for bfloat16 loads
+(``kernels.staged``'s docstring; scripts/RESULTS.md).
+
+Per block, as in ``kernels.staged``: warp 0, the loader, finds runs of consecutive source tokens and posts
+them as bulk pieces (one tensor-map box of K's codes and one of V's per piece, maps over the codes
+buffers: ``plan.fp8_staged_plan``), short runs as direct batches, or the register mark for a block of few
+runs. The other warps:
+
+- **bulk pieces**: every consumer warp takes tokens ``j, j + n, ..`` of a piece (the ring runs with
+  ``bulk_stores=False`` and ``store_warps=0``: dequantising is arithmetic, so every warp shares each piece).
+  A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
+  every source: a page-head box lands so too), then V's, then a *scale area* of ``2 * count * H`` float32
+  (K's, then V's, ``[kind][token][head]``). Scales travel through registers: four bytes a head are too few
+  for the bulk unit (a box row is 16 bytes or more, and a page-first token's scales sit ``L * H * 4``
+  bytes apart), so once a warp sees the post, before the codes land, its lanes read its tokens' scales
+  from host memory, four a lane in flight (one PCIe round trip, while the bulk unit moves the codes), and
+  write them into the scale area. Then, once the codes have landed and the warp's lanes have met
+  (``sync_warp``), each lane takes 16-byte chunks of codes (16 codes of one head: ``D % 16 == 0``), its
+  head's scale from the area, and writes 32 bytes of bfloat16/float16 (``fp8_copy.word_dequantiser``,
+  the register kernel's arithmetic, bit exact) at the destination layout's address (any layout: the
+  stores go through registers);
+- **direct items** and a register-marked block's share: the register FP8 kernel's own loop
+  (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
+
+A stage holds up to ``2**max_run_log2`` tokens of codes and scales (``run_limits``); the tuned ring's three
+64 KB stages fit the H200's 227 KB of shared memory a block.
+
+Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits):
+``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``) is read through one-layer maps (a
+layer-first picture of the layer's buffer).
+"""
+from collections import namedtuple
+from typing import Any
+
+from numba import cuda, int64
+
+from ..driver.target import SIMULATOR
+from . import fp8, fp8_copy, staged
+from .staged import MAX_STAGES
+from .fp8_memory import load_i32, store_i64
+from .jit import WARP_SIZE, device_function, kernel
+from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
+from .memory import load_i64
+from .params import STAGED_EXTRA, check_parameters, signature
+from .tma import load_shared_i128, load_shared_u32, store_shared_u32, sync_warp
+
+Fp8StagedArgs = namedtuple("Fp8StagedArgs", fp8_copy.Fp8Args._fields + STAGED_EXTRA)  # type: ignore[misc]
+SIGNATURE = signature(Fp8StagedArgs)
+SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: a layer-first map of its buffer
+# The tuned bfloat16 ring, every consumer warp sharing each piece (config's staged_shape: another ring,
+# always run so).
+SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0)
+CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
+SCALES_IN_FLIGHT = 4  # scales a lane reads before it writes the first
+
+
+def map_layout(src):
+    """The layout the tensor maps of source ``src`` picture (``plan.tensor_maps``)."""
+    return LAYER_FIRST if src is LAYER_TABLE else src
+
+
+def run_limits(codes_item, heads, mla, ring):
+    """``staged.run_limits`` for a stage that holds each token's codes and scales."""
+    return staged.run_limits(codes_item + 4 * heads, mla, ring)
+
+
+def fits(head_dim):
+    """Whether heads of ``head_dim`` codes can be dequantised from a stage (whole 16-byte chunks)."""
+    return head_dim % CHUNK == 0
+
+
+def _build(src, dst, mla, fmt, dtype, ring):
+    copy_items = fp8_copy.make_items_copy(src, dst, mla, "dequantise", fmt, dtype)
+    word = fp8_copy.word_dequantiser(fmt, dtype)
+    kinds = 1 if mla else 2
+    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
+    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+
+    @device_function
+    def scale_at(f, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item, scales_dim,
+                 page):
+        """``(source address, area address)`` of the ``f``-th scale of the warp's tokens of a piece (by
+        token, then K/V, then head)."""
+        per = kinds * heads
+        i = f // per
+        r = f - i * per
+        kind = r // heads
+        head = r - kind * heads
+        t = j + i * n
+        token = load_i64(src_indices + (first + t) * 8)
+        at = src_lb(scales_k if kind == 0 else scales_v, layer, scales_dim, scales_item, heads, page)
+        at += src_to(token, scales_dim, scales_item, heads, page) + head * src_hs(scales_dim, scales_item, heads, page)
+        return at, area + ((kind * count + t) * heads + head) * 4
+
+    @device_function
+    def fetch_scales(lane, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
+                     scales_dim, page):
+        """The scales of the warp's tokens of a piece, from the source into the piece's scale area:
+        ``SCALES_IN_FLIGHT`` loads a lane before the first store."""
+        total = (count - j + n - 1) // n * kinds * heads
+        f = lane
+        while f < total:
+            a0, s0 = scale_at(f, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
+                              scales_dim, page)
+            v0 = load_i32(a0)
+            f1, f2, f3 = f + WARP_SIZE, f + 2 * WARP_SIZE, f + 3 * WARP_SIZE
+            s1 = s2 = s3 = v1 = v2 = v3 = 0
+            if f1 < total:
+                a1, s1 = scale_at(f1, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+                                  scales_item, scales_dim, page)
+                v1 = load_i32(a1)
+            if f2 < total:
+                a2, s2 = scale_at(f2, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+                                  scales_item, scales_dim, page)
+                v2 = load_i32(a2)
+            if f3 < total:
+                a3, s3 = scale_at(f3, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+                                  scales_item, scales_dim, page)
+                v3 = load_i32(a3)
+            store_shared_u32(s0, v0)
+            if f1 < total:
+                store_shared_u32(s1, v1)
+            if f2 < total:
+                store_shared_u32(s2, v2)
+            if f3 < total:
+                store_shared_u32(s3, v3)
+            f += SCALES_IN_FLIGHT * WARP_SIZE
+
+    @device_function
+    def take_piece(lane, stage, full, parity, first, j, count, n, args):
+        (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag, src_k,
+         src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
+         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+        area = stage + kinds * count * src_item
+        fetch_scales(lane, first, j, count, n, area, src_indices, layer, heads, src_scales_k, src_scales_v,
+                     src_scales_item, src_scales_dim, src_page)
+        staged.wait_phase(full, parity)
+        sync_warp()  # every lane's scales are in the area
+        head_chunks = words * 4 // CHUNK
+        chunks = heads * head_chunks  # an item's
+        per_token = kinds * chunks
+        total = (count - j + n - 1) // n * per_token
+        d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+        c = lane
+        while c < total:
+            i = c // per_token
+            r = c - i * per_token
+            kind = r // chunks
+            q = r - kind * chunks
+            head = q // head_chunks
+            t = j + i * n
+            slot = kind * count + t
+            scale = load_shared_u32(area + (slot * heads + head) * 4)
+            lo, hi = load_shared_i128(stage + slot * src_item + q * CHUNK)
+            token = load_i64(dst_indices + (first + t) * 8)
+            d = (dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page)
+                 + dst_to(token, dst_dim, dst_item, heads, dst_page) + head * d_stride
+                 + (q - head * head_chunks) * 2 * CHUNK)
+            store_i64(d, word(lo & 0xFFFFFFFF, scale))
+            store_i64(d + 8, word((lo >> 32) & 0xFFFFFFFF, scale))
+            store_i64(d + 16, word(hi & 0xFFFFFFFF, scale))
+            store_i64(d + 24, word((hi >> 32) & 0xFFFFFFFF, scale))
+            c += WARP_SIZE
+
+    take_direct = copy_items  # direct items and a register block's share: the register kernel's loop
+
+    set_up, run_block = staged.make_ring(map_layout(src), mla, ring)(take_piece, take_direct)
+
+    def fp8_dequantise_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                              dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
+                              src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
+                              dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim,
+                              maps, max_run_log2, min_run):
+        args = (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words,
+                error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item,
+                src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
+                dst_scales_dim)
+        smem = cuda.shared.array(0, int64)
+        set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
+        cuda.syncthreads()
+        run_block(smem, cuda.local.array(MAX_STAGES, int64), cuda.threadIdx.x, cuda.blockIdx.x,
+                  cuda.blockDim.x, num_items, items_per_warp, src_indices, dst_indices, first_layer, src_token_limit,
+                  dst_token_limit, src_page, maps, max_run_log2, min_run, src_item, args)
+
+    check_parameters(fp8_dequantise_staged, Fp8StagedArgs)
+    fp8_dequantise_staged.__name__ = fp8_dequantise_staged.__qualname__ = (
+        f"fp8_dequantise_staged_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}")
+    return kernel(fp8_dequantise_staged, max_registers=staged.MAX_REGISTERS)
+
+
+_kernels: dict[tuple, Any] = {}
+
+
+def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", ring=None):
+    """The staged dequantising load from source layout ``src`` (one of ``SOURCES``) to any destination
+    layout ``dst`` (``LayoutParts``), built on first request and memoised; ``ring``: a ``staged.StagedShape``
+    (default ``SHAPE``; run with ``bulk_stores=False``)."""
+    if src not in SOURCES or not isinstance(dst, LayoutParts):
+        raise ValueError(f"no staged FP8 kernel from {getattr(src, 'name', src)} to {getattr(dst, 'name', dst)}")
+    ring = staged.check_ring(ring or SHAPE)._replace(bulk_stores=False)
+    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), ring)
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build(*key)
+    return built
+
+
+def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
+    """PTX of one staged FP8 kernel (needs NVVM, not a GPU; not the simulator)."""
+    if SIMULATOR:
+        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
+    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, fmt, dtype).py_func, SIGNATURE, cc=cc)
+    return ptx

@@ -1,0 +1,89 @@
+"""Whether an FP8 dequantising load (``kv.copy(fp8_view, plain_view, ...)``, ``api.fp8_copy``) takes the staged
+kernel (``kernels.fp8_staged``), and that kernel bound for it.
+
+The same setting and rules as bfloat16 loads (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``auto`` stages
+one-layer loads from pinned host memory into GPU memory on sm_90+ for calls of at least
+``staged_plan.AUTO_MIN_ITEMS`` items; ``staged`` wherever the geometry allows (the simulator too);
+``register`` never. The geometry allows it when the source is layer-first (one buffer or a list of
+per-layer arrays), page-first or page-head (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of
+16 codes, and the bulk-copy unit can read the layer's codes buffers (``plan.tensor_maps.source_maps``: 16-byte
+aligned, sizes it can describe). Anything else, and calls of one warp a block or fewer items, run the
+register FP8 kernel. ``watching`` tells tests and tools what a plan chose.
+"""
+import contextlib
+from typing import Any, NamedTuple
+
+from .. import config
+from ..arrays import HOST, array_info
+from ..driver.launch import BoundKernel, launchable
+from ..driver.target import SIMULATOR
+from ..kernels import fp8_staged
+from . import staged_plan, tensor_maps
+
+
+class StagedFp8(NamedTuple):
+    """A plan's staged kernel: bound, its tensor maps (kept alive with it) and the fewest items it takes."""
+
+    kernel: Any  # driver.launch.BoundKernel
+    maps: Any  # plan.tensor_maps.SourceMaps
+    fewest: int
+
+    def kernel_for(self, count, warps, register):
+        """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches (else ``register``)."""
+        return self.kernel if warps > 1 and count >= self.fewest else register
+
+
+_watchers: list = []
+
+
+@contextlib.contextmanager
+def watching(callback):
+    """``with watching(callback):`` calls ``callback(plan, staged)`` for every FP8 plan made in the block
+    (``staged``: its ``StagedFp8``, or None when its calls take the register kernel)."""
+    _watchers.append(callback)
+    try:
+        yield
+    finally:
+        _watchers.remove(callback)
+
+
+def bind_staged(plan, src_view, dst_view):
+    """``StagedFp8`` for ``plan`` (an ``api.fp8_copy.Fp8Plan`` from ``src_view`` to ``dst_view``), or None."""
+    found = _bind(plan, src_view, dst_view)
+    for watch in _watchers:
+        watch(plan, found)
+    return found
+
+
+def _bind(plan, src, dst):
+    path = config.load_path()
+    if path == "register" or plan.mode != "dequantise" or plan.window != 1 or not fp8_staged.fits(src.head_dim):
+        return None
+    parts = plan.src.parts
+    if parts not in fp8_staged.SOURCES:
+        return None
+    layer, codes = plan.first_layer, src.codes
+    buffers = [array_info(codes.buffers(which)[layer if codes.per_layer else 0], f"src_view.codes.{which}")
+               for which in (("k",) if src.mla else ("k", "v"))]  # a per-layer view's: this layer's arrays
+    if path == "auto":
+        dst_info = array_info(next(iter(dst.buffers("k"))), "dst")
+        if (SIMULATOR or buffers[0].device != HOST or dst_info.device == HOST
+                or tensor_maps.compute_capability(plan.device) < (9, 0)):
+            return None
+    ring = config.tuning("staged_shape") or fp8_staged.SHAPE  # config.override(staged_shape=...): another ring
+    g, heads = codes.geometry, src.heads
+    item = g.item_bytes
+    nbytes = min(b.nbytes for b in buffers)
+    ptrs = [b.ptr for b in buffers]
+    if parts is fp8_staged.LAYER_FIRST:  # one [L, T, ...] buffer: the map pictures this layer's part
+        ptrs = [p + layer * g.layout_dim for p in ptrs]
+        nbytes = g.tokens * item
+    run_limits = fp8_staged.run_limits(item, heads, src.mla, ring)
+    maps = tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, item, g.layout_dim,
+                                   g.page_size, heads, src.mla, run_limits, ring.stage_bytes)
+    if maps is None:
+        return None
+    kernel = launchable(fp8_staged.get_kernel(parts, plan.dst.parts, src.mla, plan.fmt, plan.dtype, ring),
+                        fp8_staged.SIGNATURE, ring.shared_bytes)
+    bound = BoundKernel(kernel, plan.device, fp8_staged.Fp8StagedArgs(*plan.template, *maps.args))
+    return StagedFp8(bound, maps, staged_plan.AUTO_MIN_ITEMS if path == "auto" else 1)

@@ -1,0 +1,151 @@
+"""Staged FP8 loads (``kernels.fp8_staged``): ``kv.copy(fp8_view, plain_view, ..., layer)`` from pinned host
+memory through the bulk-copy ring, dequantised from shared memory, byte for byte against
+``kvnumba.quant_reference.copy`` with the destination poisoned. ``KVNUMBA_LOAD_PATH=staged`` forces the
+path (the simulator's TMA twin; on a GPU, sm_90+: the real kernel); ``fp8_staged_plan.watching`` asserts
+it was chosen. Launches are small: the simulator runs a Python thread per CUDA thread."""
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import quant_reference as qr
+from kvnumba.kernels import fp8_staged, staged
+from kvnumba.plan import fp8_staged_plan
+from tests.fp8.cases import make_fp8, make_view, view_bytes
+from tests.helpers.placement import device
+
+pytestmark = pytest.mark.needs_target
+
+T = 64  # tokens
+# A small ring: pieces of a few tokens, two buffers behind eight posts, so buffers and slots come round
+# many times in one call; every block on the ring (no register fallback).
+RING = staged.StagedShape(stages=2, stage_bytes=1024, slots=8, min_bulk_bytes=64, direct_batch=8, fallback_runs=0)
+
+
+@pytest.fixture
+def choices(monkeypatch, fresh_plans):
+    """Forces the staged path; records whether each FP8 plan made took it."""
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
+    chosen = []
+    with fp8_staged_plan.watching(lambda plan, found: chosen.append(found is not None)):
+        yield chosen
+
+
+def _indices(pattern, page):
+    rng = np.random.default_rng(11)
+    if pattern == "runs":
+        src = np.arange(3, 3 + 30)
+    elif pattern == "mixed":
+        src = np.concatenate([np.arange(s, s + n) for s, n in ((0, 1), (4, 2), (9, 3), (14, 9), (30, 5), (40, 11))])
+    elif pattern == "pages":
+        src = (rng.permutation(T // page)[:3, None] * page + np.arange(page)).reshape(-1)
+    else:
+        src = rng.choice(T, 20, replace=False)
+    dst = rng.permutation(T)[:len(src)]
+    return src.astype(np.int64), dst.astype(np.int64)
+
+
+def load_case(fp8_name, plain_name, pattern="mixed", *, H=2, D=16, P=8, mla=False, fmt="e4m3", dtype="bfloat16",
+              layer=1, warps=3, quota=1, seed=0):
+    rng = np.random.default_rng(seed)
+    g = (2, T, P, 1 if mla else H, D)
+    src_np, src = make_fp8(fp8_name, *g, mla=mla, place="host", fmt=fmt, dtype=dtype, rng=rng)
+    dst_np, dst = make_view(plain_name, *g, rng, poison=True, mla=mla, place=("device", "numba"))
+    si, di = _indices(pattern, P)
+    kv.copy(src, dst, device(si), device(di), layer, block_quota=quota, num_warps_per_block=warps)
+    qr.copy(src_np, dst_np, si, di, layer)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want, err_msg=f"{fp8_name} -> {plain_name}, {pattern}")
+
+
+SOURCES = ["PageFirst", "PageHead", "LayerFirst", "LayerFirstList"]
+
+
+@pytest.mark.parametrize("pattern", ["runs", "mixed", "pages", "random"])
+@pytest.mark.parametrize("fp8_name", SOURCES)
+def test_staged_dequantising_load(choices, staged_ring, fp8_name, pattern):
+    staged_ring(RING)
+    load_case(fp8_name, "LayerFirst", pattern)
+    assert choices == [True]
+
+
+@pytest.mark.parametrize("plain_name", ["LayerFirstList", "PageFirst", "VllmFlashAttn", "FlashInferHND"])
+def test_any_destination_layout(choices, staged_ring, plain_name):
+    staged_ring(RING)
+    load_case("PageFirst", plain_name, "mixed", seed=1)
+    assert choices == [True]
+
+
+# The random codes hold e5m2's infinities and some scales are 0: the simulator's float32 product inf * 0 is
+# NaN, as on the GPU, but NumPy warns (the kernel then writes the canonical NaN, as the reference does).
+@pytest.mark.filterwarnings("ignore:.*invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("fmt,dtype", [("e5m2", "float16"), ("e4m3", "float16"), ("e5m2", "bfloat16")])
+def test_formats_and_dtypes(choices, staged_ring, fmt, dtype):
+    staged_ring(RING)
+    load_case("PageHead", "LayerFirst", "runs", fmt=fmt, dtype=dtype, seed=2)
+    assert choices == [True]
+
+
+@pytest.mark.parametrize("fp8_name", ["PageFirst", "LayerFirstList"])
+def test_mla_and_wide_heads(choices, staged_ring, fp8_name):
+    """MLA (one head of 64), then heads of 32 codes: more chunks a token than lanes, more scales than a
+    lane's four loads (five heads, three consumer warps sharing a piece)."""
+    staged_ring(RING._replace(stage_bytes=4096))
+    load_case(fp8_name, "LayerFirst", "runs", H=1, D=64, mla=True, seed=3)
+    load_case(fp8_name, "LayerFirst", "mixed", H=5, D=32, warps=4, seed=4)
+    assert choices == [True, True]
+
+
+def test_tuned_ring_and_register_blocks(choices):
+    """The tuned ring (fallback on): random indices make a block of few runs, copied by the register loop."""
+    load_case("PageFirst", "LayerFirst", "random", warps=2)
+    load_case("PageFirst", "LayerFirst", "pages", P=16, H=4, D=64, warps=2, seed=5)
+    assert choices == [True, True]
+
+
+def test_out_of_range_items_are_skipped_and_reported(choices, staged_ring, device_path):
+    """An out-of-range token inside a run: skipped and flagged, every other item dequantised."""
+    staged_ring(RING)
+    rng = np.random.default_rng(6)
+    g = (2, T, 8, 2, 16)
+    src_np, src = make_fp8("PageFirst", *g, place="host", rng=rng)
+    dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = np.arange(10, 40), np.arange(30)
+    si[12] = T + 5
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst, device(si), device(di), 1, block_quota=1, num_warps_per_block=3, check=True)
+    keep = np.arange(30) != 12
+    qr.copy(src_np, dst_np, si[keep], di[keep], 1)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+    assert choices == [True]
+
+
+@pytest.mark.parametrize("case", ["D=8", "register setting", "two layers", "quantise"])
+def test_what_stays_on_the_register_kernel(choices, monkeypatch, case):
+    """Heads of codes not a multiple of 16, the register setting, windows of more than one layer and
+    quantising copies take the register FP8 kernel (and are still exact)."""
+    rng = np.random.default_rng(7)
+    D = 8 if case == "D=8" else 16
+    if case == "register setting":
+        monkeypatch.setenv("KVNUMBA_LOAD_PATH", "register")
+    g = (2, 16, 4, 2, D)
+    src_np, src = make_fp8("PageFirst", *g, place="host", rng=rng)
+    dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
+    idx = np.arange(8, dtype=np.int64)
+    layers = None if case == "two layers" else 1
+    if case == "quantise":
+        kv.copy(dst, src, device(idx), device(idx), layers, block_quota=1, num_warps_per_block=2)
+        assert choices == [False]
+        return
+    kv.copy(src, dst, device(idx), device(idx), layers, block_quota=1, num_warps_per_block=2)
+    qr.copy(src_np, dst_np, idx, idx, layers)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+    assert choices == [False]
+
+
+def test_stage_holds_codes_and_scales():
+    for item, heads, mla in ((2048, 16, False), (576, 1, True), (32, 2, False)):
+        longest, _ = fp8_staged.run_limits(item, heads, mla, fp8_staged.SHAPE)
+        assert (1 << longest) * (item + 4 * heads) * (1 if mla else 2) <= fp8_staged.SHAPE.stage_bytes
+    assert fp8_staged.SHAPE.shared_bytes <= 227 * 1024

@@ -1,0 +1,31 @@
+"""The staged FP8 kernel compiles for sm_90 (no GPU needed): the bulk unit's tensor loads, shared-memory
+codes and scales, IEEE float32 products. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as
+tests/fp8/test_ptx.py does; skipped where libNVVM is not installed. One kernel (minutes on a busy machine)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+SCRIPT = r"""
+import json, re
+from kvnumba.kernels import fp8_staged, layouts as L
+ptx = fp8_staged.kernel_ptx(L.PAGE_HEAD, L.LAYER_TABLE, False, "e5m2", "float16", cc=(9, 0))
+print(json.dumps({"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
+                  "tensor": "cp.async.bulk.tensor.5d" in ptx,
+                  "shared": sorted(set(re.findall(r"(?:ld|st)\.shared\.[a-z0-9.]+", ptx))),
+                  "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx)))}))
+"""
+
+
+def test_staged_fp8_kernel_compiles_for_sm90():
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
+    done = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=1500)
+    if done.returncode and "NVVM" in done.stderr and "not found" in done.stderr.lower():
+        pytest.skip("libNVVM is not installed (pip install 'numba-cuda[cu13]')")
+    assert done.returncode == 0, done.stderr[-3000:]
+    r = json.loads(done.stdout.strip().splitlines()[-1])
+    assert r["target"] == "sm_90" and r["tensor"]
+    assert {"ld.shared.b32", "st.shared.b32", "ld.shared.v2.u64"} <= set(r["shared"])
+    assert r["float"] in (["mul.f32"], ["mul.rn.f32"])
