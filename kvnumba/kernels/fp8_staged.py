@@ -15,8 +15,9 @@ runs. The other warps:
 - **bulk pieces**: every consumer warp takes tokens ``j, j + n, ..`` of a piece (the ring runs with
   ``bulk_stores=False`` and ``store_warps=0``: dequantising is arithmetic, so every warp shares each piece).
   A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
-  every source: a page-head box lands so too), then V's, then a *scale area* of ``2 * count * H`` float32
-  (K's, then V's, ``[kind][token][head]``). Scales travel through registers: four bytes a head are too few
+  every source: a page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's
+  destination in shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of
+  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). Scales travel through registers: four bytes a head are too few
   for the bulk unit (a box row is 16 bytes or more, and a page-first token's scales sit ``L * H * 4``
   bytes apart), so once a warp sees the post, before the codes land, its lanes read its tokens' scales
   from host memory, four a lane in flight (one PCIe round trip, while the bulk unit moves the codes), and
@@ -28,7 +29,7 @@ runs. The other warps:
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
   (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
 
-A stage holds up to ``2**max_run_log2`` tokens of codes and scales (``run_limits``); the tuned ring's three
+A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the tuned ring's three
 64 KB stages fit the H200's 227 KB of shared memory a block.
 
 Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits):
@@ -66,8 +67,8 @@ def map_layout(src):
 
 
 def run_limits(codes_item, heads, mla, ring):
-    """``staged.run_limits`` for a stage that holds each token's codes and scales."""
-    return staged.run_limits(codes_item + 4 * heads, mla, ring)
+    """``staged.run_limits`` for a stage that holds each token's codes and scales (None: not one token's)."""
+    return staged.run_limits(codes_item, mla, ring, tail=4 * heads)
 
 
 def fits(head_dim):
@@ -137,7 +138,10 @@ def _build(src, dst, mla, fmt, dtype, ring):
         (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag, src_k,
          src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
-        area = stage + kinds * count * src_item
+        second = staged.second_buffer(count, src_item)  # where V's codes start (0 for MLA: no V)
+        if kinds == 1:
+            second = 0
+        area = stage + second + count * src_item
         fetch_scales(lane, first, j, count, n, area, src_indices, layer, heads, src_scales_k, src_scales_v,
                      src_scales_item, src_scales_dim, src_page)
         staged.wait_phase(full, parity)
@@ -157,7 +161,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
             t = j + i * n
             slot = kind * count + t
             scale = load_shared_u32(area + (slot * heads + head) * 4)
-            lo, hi = load_shared_i128(stage + slot * src_item + q * CHUNK)
+            lo, hi = load_shared_i128(stage + kind * second + t * src_item + q * CHUNK)
             token = load_i64(dst_indices + (first + t) * 8)
             d = (dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page)
                  + dst_to(token, dst_dim, dst_item, heads, dst_page) + head * d_stride

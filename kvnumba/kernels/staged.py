@@ -57,7 +57,7 @@ from .factory import MAX_REGISTERS, copy_shape_for
 from .item_copy import make_items_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
-from .memory import load_i64, store_u128
+from .memory import load_i64, store_u64, store_u128
 from .params import StagedArgs, check_parameters, signature
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init, broadcast,
                   bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set, load_shared_u128,
@@ -95,6 +95,7 @@ HEADER_BYTES = 8 * (3 + _FIELDS) * MAX_SLOTS  # barriers and descriptors, before
 MAX_RUN = 32  # tokens per piece, at most (a box dimension may not exceed 256)
 SHAPE = StagedShape()  # what plans use; tuning scripts set another
 MAP_BYTES = 128  # one CUtensorMap
+TMA_ALIGN = 128  # a tensor load's destination in shared memory (cp.async.bulk.tensor, no swizzle)
 
 SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
@@ -105,17 +106,38 @@ _END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, sho
 LEAVE_OUT = ("", "data", "stores")
 
 
-def run_limits(item_size, mla, shape=None):
-    """``(max_run_log2, min_run)`` for items of ``item_size`` bytes: the longest piece a stage holds
-    (a power of two) and the shortest run worth a bulk operation."""
+def second_offset(count, item_size):
+    """Where a piece's second buffer (V's items) starts in its stage: after the first's ``count`` items of
+    ``item_size`` bytes, rounded up to ``TMA_ALIGN``, as a tensor load's destination must be (so the
+    two buffers of a piece sit apart by padding unless ``count * item_size`` is a multiple of 128)."""
+    return (count * item_size + TMA_ALIGN - 1) & ~(TMA_ALIGN - 1)
+
+
+second_buffer = device_function(second_offset)  # the same, in a kernel
+
+
+def piece_bytes(count, item_size, mla, tail=0):
+    """Bytes of a stage that a piece of ``count`` tokens fills: K's items, V's from ``second_offset`` on,
+    then ``tail`` bytes a token a buffer (the FP8 kernel's scales)."""
+    if mla:
+        return count * (item_size + tail)
+    return second_offset(count, item_size) + count * (item_size + 2 * tail)
+
+
+def run_limits(item_size, mla, shape=None, tail=0):
+    """``(max_run_log2, min_run)`` for items of ``item_size`` bytes (and ``tail`` more a token a buffer,
+    ``piece_bytes``): the longest piece a stage holds (a power of two) and the shortest run worth a bulk
+    operation; None when a stage cannot hold a piece of one token."""
     shape = shape or SHAPE
-    buffers = 1 if mla else 2
-    longest = min(MAX_RUN, shape.stage_bytes // (buffers * item_size))
-    max_run_log2 = max(longest.bit_length() - 1, 0)
+    if piece_bytes(1, item_size, mla, tail) > shape.stage_bytes:
+        return None
+    longest = 1
+    while longest < MAX_RUN and piece_bytes(2 * longest, item_size, mla, tail) <= shape.stage_bytes:
+        longest *= 2
     shortest = 1
-    while shortest * item_size < shape.min_bulk_bytes and shortest < (1 << max_run_log2):
+    while shortest * (item_size + tail) < shape.min_bulk_bytes and shortest < longest:
         shortest *= 2
-    return max_run_log2, shortest
+    return longest.bit_length() - 1, shortest
 
 
 def make_few_runs(fallback_runs, head_major):
@@ -210,7 +232,7 @@ def make_ring(layout, mla, ring):
         tensor_load(stage, k_map, 0, c1, c2, c3, c4, full)
         if not mla:
             v_map = k_map + (max_run_log2 + 1) * MAP_BYTES
-            tensor_load(stage + count * item_size, v_map, 0, c1, c2, c3, c4, full)
+            tensor_load(stage + second_buffer(count, item_size), v_map, 0, c1, c2, c3, c4, full)
 
     @device_function
     def post_plain(smem, base, k, first, count, kind, rot):
@@ -417,6 +439,20 @@ def _build(src, dst, mla, shape, ring):
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
 
     @device_function
+    def store_item(lane, src, dst, nbytes):
+        """The warp writes one item from shared memory to ``dst``: 16-byte stores, or 8-byte ones where
+        ``dst`` is only 8-byte aligned (a per-layer table's arrays are checked for 8)."""
+        if (dst & 15) == 0:
+            store_chunk(lane, src, dst, nbytes)
+            return
+        offset = lane * 16
+        while offset < nbytes:
+            lo, hi = load_shared_u128(src + offset)
+            store_u64(dst + offset, lo)
+            store_u64(dst + offset + 8, hi)
+            offset += WARP_SIZE * 16
+
+    @device_function
     def destinations(dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size):
         """Where a token's K and V go (V's is 0 for MLA)."""
         offset = dst_token_offset(dst_token, dst_layout_dim, item_size, 1, dst_page_size)
@@ -430,9 +466,9 @@ def _build(src, dst, mla, shape, ring):
     def store_token(lane, stage, count, t, dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size):
         """The warp writes token ``t`` of a landed piece (K, then V's after all K's) out through its registers."""
         dk, dv = destinations(dst_token, layer, dst_k, dst_v, item_size, dst_layout_dim, dst_page_size)
-        store_chunk(lane, stage + t * item_size, dk, item_size)
+        store_item(lane, stage + t * item_size, dk, item_size)
         if not mla:
-            store_chunk(lane, stage + (count + t) * item_size, dv, item_size)
+            store_item(lane, stage + second_buffer(count, item_size) + t * item_size, dv, item_size)
 
     @device_function
     def write_piece(lane, stage, first, count, dst_indices, layer, dst_k, dst_v, item_size, dst_layout_dim,
@@ -449,7 +485,7 @@ def _build(src, dst, mla, shape, ring):
             if lane < count:
                 bulk_store(dk, stage + lane * item_size, item_size)
                 if not mla:
-                    bulk_store(dv, stage + (count + lane) * item_size, item_size)
+                    bulk_store(dv, stage + second_buffer(count, item_size) + lane * item_size, item_size)
                 bulk_commit()
                 bulk_wait_read()
             return

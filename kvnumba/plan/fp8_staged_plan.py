@@ -6,7 +6,8 @@ one-layer loads from pinned host memory into GPU memory on sm_90+ for calls of a
 ``staged_plan.AUTO_MIN_ITEMS`` items; ``staged`` wherever the geometry allows (the simulator too);
 ``register`` never. The geometry allows it when the source is layer-first (one buffer or a list of
 per-layer arrays), page-first or page-head (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of
-16 codes, and the bulk-copy unit can read the layer's codes buffers (``plan.tensor_maps.source_maps``: 16-byte
+16 codes, a stage of the ring holds at least one token's codes and scales (``fp8_staged.run_limits``),
+and the bulk-copy unit can read the layer's codes buffers (``plan.tensor_maps.source_maps``: 16-byte
 aligned, sizes it can describe). Anything else, and calls of one warp a block or fewer items, run the
 register FP8 kernel. ``watching`` tells tests and tools what a plan chose.
 """
@@ -79,6 +80,8 @@ def _bind(plan, src, dst):
         ptrs = [p + layer * g.layout_dim for p in ptrs]
         nbytes = g.tokens * item
     run_limits = fp8_staged.run_limits(item, heads, src.mla, ring)
+    if run_limits is None:  # a stage cannot hold one token's codes and scales
+        return None
     maps = tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, item, g.layout_dim,
                                    g.page_size, heads, src.mla, run_limits, ring.stage_bytes)
     if maps is None:

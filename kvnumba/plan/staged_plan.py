@@ -90,9 +90,9 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memo
         if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
             return None
     picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
-    if picture is None or plan.item_size * (1 if mla else 2) > ring.stage_bytes:
-        return None
     run_limits = staged.run_limits(plan.item_size, mla, ring)
+    if picture is None or run_limits is None:  # None: a stage cannot hold one token's K and V
+        return None
     if path == "auto" and src_parts is PAGE_HEAD and src_page < tensor_maps.piece_limits(run_limits, True, src_page)[1]:
         return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)

@@ -147,5 +147,8 @@ def test_what_stays_on_the_register_kernel(choices, monkeypatch, case):
 def test_stage_holds_codes_and_scales():
     for item, heads, mla in ((2048, 16, False), (576, 1, True), (32, 2, False)):
         longest, _ = fp8_staged.run_limits(item, heads, mla, fp8_staged.SHAPE)
-        assert (1 << longest) * (item + 4 * heads) * (1 if mla else 2) <= fp8_staged.SHAPE.stage_bytes
+        assert staged.piece_bytes(1 << longest, item, mla, 4 * heads) <= fp8_staged.SHAPE.stage_bytes
+    # V's codes from a 128-byte boundary: one token of 560 codes a buffer and 4 scales fits 1280 bytes, not 1200
+    assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1280)) == (0, 1)
+    assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1152)) is None
     assert fp8_staged.SHAPE.shared_bytes <= 227 * 1024

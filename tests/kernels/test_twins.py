@@ -92,7 +92,8 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
     assert tma.load_shared_u128(base + 16) == (1, 2) and fp8_memory.load_i32(base + 20) == 0
     refused = [(memory.load_u128, (base + 8,)), (memory.store_u64, (base + 4, 0)), (memory.load_i64, (base + 4,)),
                (fp8_memory.load_i32, (base + 2,)), (fp8_memory.store_i64, (base + 4, 0)),
-               (tma.load_shared_u128, (base + 8,)), (tma.barrier_init, (base + 4, 1)),
+               (tma.load_shared_u128, (base + 8,)), (tma.load_shared_i128, (base + 8,)),
+               (tma.store_shared_u32, (base + 2, 0)), (tma.barrier_init, (base + 4, 1)),
                (tma.bulk_store, (base, base + 16, 8)), (tma.bulk_store, (base + 8, base, 16)),
                (tma.tensor_load, (base + 64, base, 0, 0, 0, 0, 0, base))]
     for twin, args in refused:

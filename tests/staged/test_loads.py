@@ -231,11 +231,22 @@ def test_out_of_range_items_are_skipped_and_reported(staged_choices, device_path
 def test_run_limits_fit_a_stage():
     for item, mla in ((1024, False), (2048, False), (1152, True), (4096, False), (16, False)):
         longest, shortest = staged.run_limits(item, mla)
-        assert (1 << longest) * item * (1 if mla else 2) <= staged.SHAPE.stage_bytes
+        assert staged.piece_bytes(1 << longest, item, mla) <= staged.SHAPE.stage_bytes
         assert 1 <= shortest <= 1 << longest
         assert shortest * item >= staged.SHAPE.min_bulk_bytes or shortest == 1 << longest
     # 8 tokens of K and V in 32 KB; 8 KB per operation
     assert staged.run_limits(2048, False, staged.StagedShape(stage_bytes=32 * 1024)) == (3, 4)
+
+
+def test_a_pieces_v_items_start_128_byte_aligned():
+    """A tensor load's shared-memory destination must be 128-byte aligned: V's items start at the next
+    boundary after K's, and the padding counts against the stage (or no token fits: the register kernel)."""
+    assert [staged.second_offset(n, 48) for n in (1, 2, 8)] == [128, 128, 384]
+    assert staged.piece_bytes(2, 48, False) == 128 + 96 and staged.piece_bytes(2, 48, True) == 96
+    ring = staged.StagedShape(stage_bytes=1024)
+    assert staged.run_limits(400, False, ring) == (0, 1)  # 512 + 400 fit; 2 tokens (896 + 800) do not
+    # One token: 640 + 560 bytes, though 2 * 560 would fit: no piece fits
+    assert staged.run_limits(560, False, ring._replace(stage_bytes=1152)) is None
 
 
 def test_page_first_geometry():
