@@ -140,16 +140,16 @@ def load_shared_u128(addr):
 
 
 def load_shared_i128(addr):
-    addr = int(addr)
+    addr = check_aligned(addr, 16, "ld.shared.v2.s64")
     return (ctypes.c_int64.from_address(addr).value, ctypes.c_int64.from_address(addr + 8).value)
 
 
 def load_shared_u32(addr):
-    return ctypes.c_uint32.from_address(int(addr)).value
+    return ctypes.c_uint32.from_address(check_aligned(addr, 4, "ld.shared.u32")).value
 
 
 def store_shared_u32(addr, value):
-    ctypes.c_uint32.from_address(int(addr)).value = int(value) & 0xFFFFFFFF
+    ctypes.c_uint32.from_address(check_aligned(addr, 4, "st.shared.u32")).value = int(value) & 0xFFFFFFFF
 
 
 def ballot(predicate):
