@@ -3,9 +3,9 @@ bfloat16/float16 view on the GPU, dequantising on the way, with the staged kerne
 (``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory,
 warps dequantise them from there and store the plain values. No second pass, no buffer in global memory.
 
-Why: the register FP8 kernel (``kernels.fp8_copy``) reads host memory a 4-byte word a lane at a time, so a
-load's bandwidth is the bytes a block keeps in flight over the PCIe round trip, as for bfloat16 loads
-(``kernels.staged``'s docstring; scripts/RESULTS.md).
+Why: a register kernel's load (``kernels.fp8_wide``, ``kernels.fp8_copy``) moves the bytes its warps hold
+in registers per PCIe round trip, as for bfloat16 loads (``kernels.staged``'s docstring;
+scripts/RESULTS.md); the bulk-copy unit keeps a whole ring of stages in flight.
 
 Per block, as in ``kernels.staged``: warp 0, the loader, finds runs of consecutive source tokens and posts
 them as bulk pieces (one tensor-map box of K's codes and one of V's per piece, maps over the codes
@@ -23,9 +23,11 @@ runs. The other warps:
   from host memory, four a lane in flight (one PCIe round trip, while the bulk unit moves the codes), and
   write them into the scale area. Then, once the codes have landed and the warp's lanes have met
   (``sync_warp``), each lane takes 16-byte chunks of codes (16 codes of one head: ``D % 16 == 0``), its
-  head's scale from the area, and writes 32 bytes of bfloat16/float16 (``fp8_copy.word_dequantiser``,
-  the register kernel's arithmetic, bit exact) at the destination layout's address (any layout: the
-  stores go through registers);
+  head's scale from the area, and writes 32 bytes of bfloat16/float16 at the destination layout's address
+  (any layout: the stores go through registers). The conversion is the wide kernel's packed one
+  (``fp8_packed.dequantise4``); a chunk with a NaN code, an e5m2 infinity or a non-finite scale goes
+  through ``fp8_copy.word_dequantiser``'s exact element functions instead. Lanes walk the warp's chunks
+  by counting, not dividing (``advance``): a 64-bit division costs more than a chunk's conversion;
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
   (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
 
@@ -45,6 +47,7 @@ from ..driver.target import SIMULATOR
 from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
 from .fp8_memory import load_i32, store_i64
+from .fp8_packed import packed_dequantiser, special_codes
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
 from .memory import load_i64
@@ -79,19 +82,28 @@ def fits(head_dim):
 def _build(src, dst, mla, fmt, dtype, ring):
     copy_items = fp8_copy.make_items_copy(src, dst, mla, "dequantise", fmt, dtype)
     word = fp8_copy.word_dequantiser(fmt, dtype)
+    dequantise4 = packed_dequantiser(fmt, dtype)
+    special = special_codes(fmt)
     kinds = 1 if mla else 2
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
 
     @device_function
-    def scale_at(f, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item, scales_dim,
-                 page):
-        """``(source address, area address)`` of the ``f``-th scale of the warp's tokens of a piece (by
-        token, then K/V, then head)."""
-        per = kinds * heads
-        i = f // per
-        r = f - i * per
-        kind = r // heads
+    def advance(i, r, step, per):
+        """Position ``(i, r)`` (the warp's ``i``-th token of a piece, its ``r``-th unit of ``per``) moved on by
+        ``step`` units: no division (``per`` is 16-128 for real caches, ``step`` a warp)."""
+        r += step
+        while r >= per:
+            r -= per
+            i += 1
+        return i, r
+
+    @device_function
+    def scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
+                 scales_dim, page):
+        """``(source address, area address)`` of unit ``r`` (K's heads, then V's) of the warp's ``i``-th token
+        of a piece."""
+        kind = 1 if r >= heads else 0
         head = r - kind * heads
         t = j + i * n
         token = load_i64(src_indices + (first + t) * 8)
@@ -104,34 +116,55 @@ def _build(src, dst, mla, fmt, dtype, ring):
                      scales_dim, page):
         """The scales of the warp's tokens of a piece, from the source into the piece's scale area:
         ``SCALES_IN_FLIGHT`` loads a lane before the first store."""
-        total = (count - j + n - 1) // n * kinds * heads
+        per = kinds * heads
+        total = (count - j + n - 1) // n * per
         f = lane
+        i, r = advance(0, lane, 0, per)
         while f < total:
-            a0, s0 = scale_at(f, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
-                              scales_dim, page)
+            a0, s0 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
+                              scales_item, scales_dim, page)
             v0 = load_i32(a0)
-            f1, f2, f3 = f + WARP_SIZE, f + 2 * WARP_SIZE, f + 3 * WARP_SIZE
+            i, r = advance(i, r, WARP_SIZE, per)
             s1 = s2 = s3 = v1 = v2 = v3 = 0
-            if f1 < total:
-                a1, s1 = scale_at(f1, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+            if f + WARP_SIZE < total:
+                a1, s1 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
                                   scales_item, scales_dim, page)
                 v1 = load_i32(a1)
-            if f2 < total:
-                a2, s2 = scale_at(f2, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+            i, r = advance(i, r, WARP_SIZE, per)
+            if f + 2 * WARP_SIZE < total:
+                a2, s2 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
                                   scales_item, scales_dim, page)
                 v2 = load_i32(a2)
-            if f3 < total:
-                a3, s3 = scale_at(f3, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v,
+            i, r = advance(i, r, WARP_SIZE, per)
+            if f + 3 * WARP_SIZE < total:
+                a3, s3 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
                                   scales_item, scales_dim, page)
                 v3 = load_i32(a3)
+            i, r = advance(i, r, WARP_SIZE, per)
             store_shared_u32(s0, v0)
-            if f1 < total:
+            if f + WARP_SIZE < total:
                 store_shared_u32(s1, v1)
-            if f2 < total:
+            if f + 2 * WARP_SIZE < total:
                 store_shared_u32(s2, v2)
-            if f3 < total:
+            if f + 3 * WARP_SIZE < total:
                 store_shared_u32(s3, v3)
             f += SCALES_IN_FLIGHT * WARP_SIZE
+
+    @device_function
+    def store_chunk(d, lo, hi, scale):
+        """16 codes (``lo``, ``hi``) times ``scale`` as 32 bytes of plain values at ``d``: by the packed
+        conversions, or by the exact element functions for NaN codes, e5m2 infinities and non-finite scales
+        (which the packed ones do not take)."""
+        if (scale & 0x7F800000) == 0x7F800000 or special(lo) or special(hi):
+            store_i64(d, word(lo & 0xFFFFFFFF, scale))
+            store_i64(d + 8, word((lo >> 32) & 0xFFFFFFFF, scale))
+            store_i64(d + 16, word(hi & 0xFFFFFFFF, scale))
+            store_i64(d + 24, word((hi >> 32) & 0xFFFFFFFF, scale))
+        else:
+            store_i64(d, dequantise4(lo, scale))
+            store_i64(d + 8, dequantise4(lo >> 32, scale))
+            store_i64(d + 16, dequantise4(hi, scale))
+            store_i64(d + 24, dequantise4(hi >> 32, scale))
 
     @device_function
     def take_piece(lane, stage, full, parity, first, j, count, n, args):
@@ -146,31 +179,37 @@ def _build(src, dst, mla, fmt, dtype, ring):
                      src_scales_item, src_scales_dim, src_page)
         staged.wait_phase(full, parity)
         sync_warp()  # every lane's scales are in the area
-        head_chunks = words * 4 // CHUNK
-        chunks = heads * head_chunks  # an item's
+        head_chunks = words >> 2  # a head's 16-code chunks (``words``: its 8-byte words of plain values)
+        shift = 0
+        while (1 << shift) < head_chunks:
+            shift += 1
+        whole = (1 << shift) == head_chunks  # a power of two: a chunk's head by a shift
+        chunks = heads * head_chunks  # one kind's chunks of a token
         per_token = kinds * chunks
         total = (count - j + n - 1) // n * per_token
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+        k_layer = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page)
+        v_layer = k_layer
+        if kinds == 2:
+            v_layer = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page)
         c = lane
+        i, r = advance(0, lane, 0, per_token)
+        token_i = -1
+        d_token = 0
         while c < total:
-            i = c // per_token
-            r = c - i * per_token
-            kind = r // chunks
-            q = r - kind * chunks
-            head = q // head_chunks
             t = j + i * n
-            slot = kind * count + t
-            scale = load_shared_u32(area + (slot * heads + head) * 4)
+            if i != token_i:  # a new token: its destination offset
+                d_token = dst_to(load_i64(dst_indices + (first + t) * 8), dst_dim, dst_item, heads, dst_page)
+                token_i = i
+            kind = 1 if r >= chunks else 0
+            q = r - kind * chunks
+            head = q >> shift if whole else q // head_chunks
+            scale = load_shared_u32(area + ((kind * count + t) * heads + head) * 4)
             lo, hi = load_shared_i128(stage + kind * second + t * src_item + q * CHUNK)
-            token = load_i64(dst_indices + (first + t) * 8)
-            d = (dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page)
-                 + dst_to(token, dst_dim, dst_item, heads, dst_page) + head * d_stride
-                 + (q - head * head_chunks) * 2 * CHUNK)
-            store_i64(d, word(lo & 0xFFFFFFFF, scale))
-            store_i64(d + 8, word((lo >> 32) & 0xFFFFFFFF, scale))
-            store_i64(d + 16, word(hi & 0xFFFFFFFF, scale))
-            store_i64(d + 24, word((hi >> 32) & 0xFFFFFFFF, scale))
+            store_chunk((v_layer if kind else k_layer) + d_token + head * d_stride
+                        + (q - head * head_chunks) * 2 * CHUNK, lo, hi, scale)
             c += WARP_SIZE
+            i, r = advance(i, r, WARP_SIZE, per_token)
 
     take_direct = copy_items  # direct items and a register block's share: the register kernel's loop
 
