@@ -144,6 +144,30 @@ def test_what_stays_on_the_register_kernel(choices, monkeypatch, case):
     assert choices == [False]
 
 
+def test_auto_stages_what_the_wide_kernel_does_not_take(monkeypatch, fresh_plans):
+    """``auto`` (a GPU of compute capability 9.0 pictured here) keeps the wide register kernel for heads of
+    16 * 2**k, faster than staging on an H200, and stages other pinned-host -> GPU loads."""
+    from kvnumba.api import fp8_copy
+    from kvnumba.arrays import HOST
+    from kvnumba.plan import tensor_maps
+
+    monkeypatch.setattr(fp8_staged_plan, "SIMULATOR", False)
+    monkeypatch.setattr(tensor_maps, "compute_capability", lambda device: (9, 0))
+    slots = {}
+    for head_dim in (16, 48):
+        _, src = make_fp8("PageFirst", 2, 16, 4, 1, head_dim, place="host", rng=np.random.default_rng(8))
+        _, dst = make_view("LayerFirst", 2, 16, 4, 1, head_dim, np.random.default_rng(8), poison=True, mla=False,
+                           place=("device", "numba"))
+        slots[head_dim] = fp8_copy.plan_for(src, dst, 1).slots
+    assert slots[16] > 0 and slots[48] == 0  # the wide kernel takes heads of 16, not of 48
+    assert not fp8_staged_plan.auto_stages(slots[16], HOST, 0, 0)
+    assert fp8_staged_plan.auto_stages(slots[48], HOST, 0, 0)
+    assert not fp8_staged_plan.auto_stages(slots[48], 0, 0, 0)  # GPU to GPU
+    assert not fp8_staged_plan.auto_stages(slots[48], HOST, HOST, 0)  # host to host
+    monkeypatch.setattr(tensor_maps, "compute_capability", lambda device: (8, 9))
+    assert not fp8_staged_plan.auto_stages(slots[48], HOST, 0, 0)
+
+
 def test_stage_holds_codes_and_scales():
     for item, heads, mla in ((2048, 16, False), (576, 1, True), (32, 2, False)):
         longest, _ = fp8_staged.run_limits(item, heads, mla, fp8_staged.SHAPE)
