@@ -98,7 +98,7 @@ def test_uint16_source_needs_a_dtype():
 
 def test_dtypes_must_agree():
     k = np.zeros((T, L, H, D), ml_dtypes.bfloat16)
-    src = kv.PageFirst(PLACE["device"](k), PLACE["device"](k))
+    src = kv.PageFirst(PLACE["host"](k), PLACE["host"](k))  # pinned: a Numba GPU array cannot hold bfloat16
     _, dst = make_fp8("LayerFirst", L, T, P, H, D, dtype="float16")
     with pytest.raises(TypeError, match="float16"):
         kv.copy(src, dst, IDX, IDX)
@@ -124,7 +124,7 @@ def test_mismatched_geometry():
 
 
 def test_read_only_destination():
-    src, dst = poisoned_pair(dtype="bfloat16")
+    src, dst = poisoned_pair(dtype="bfloat16", place="host")  # NumPy's read-only flag: host arrays
     for buffer in (dst.codes.k, dst.codes.v, dst.scales.k, dst.scales.v):
         np.asarray(buffer).setflags(write=False)
     with pytest.raises(ValueError, match="dst_view.codes.k"):

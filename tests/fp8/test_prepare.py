@@ -16,10 +16,10 @@ CALLS = [(np.array([1, 6], np.int64), np.array([0, 7], np.int64)),
          (np.array([3, 0, 5], np.int64), np.array([2, 4, 6], np.int64))]
 
 
-def quantise_pair(seed=0):
+def quantise_pair(seed=0, place="device"):
     rng = np.random.default_rng(seed)
     src_np, src = make_view("PageFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
-    dst_np, dst = make_fp8("PageHead", L, T, P, H, D)
+    dst_np, dst = make_fp8("PageHead", L, T, P, H, D, place=place)
     return src_np, src, dst_np, dst
 
 
@@ -133,7 +133,7 @@ def test_bad_calls_raise_kv_copys_errors_and_write_nothing(args, kwargs, error, 
 
 
 def test_a_destination_made_read_only_after_prepare():
-    _, src, _, dst = quantise_pair()
+    _, src, _, dst = quantise_pair(place="host")  # NumPy's read-only flag: host arrays
     for bound in ({}, {"layers": None}):
         copy = kv.prepare("copy", src_view=src, dst_view=dst, **bound)
         copy(*CALLS[0], block_quota=1, num_warps_per_block=1)
