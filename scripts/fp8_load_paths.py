@@ -1,0 +1,37 @@
+"""The FP8 one-layer loads of ``scripts/fp8_wire.py`` (8192 tokens of 8 heads of 128, pinned host page-first
+-> GPU layer-first, ``block_quota`` 4 and 2, idle) under each ``KVNUMBA_LOAD_PATH``: ``register`` (the wide
+kernel, ``kernels.fp8_wide``) and ``staged`` (``kernels.fp8_staged``). Each call is checked bit for bit
+against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU only.
+
+    python scripts/fp8_load_paths.py [register] [staged]
+"""
+import os
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench  # noqa: E402 - the bench's buffers and shapes
+import fp8_wire  # noqa: E402
+
+from kvnumba.api import fp8_copy  # noqa: E402
+
+ROWS = ("fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2")
+
+
+def main(paths):
+    shape = bench._shape(SimpleNamespace(quick=False, layers=32, page_size=64, tokens=8192, pool_factor=4,
+                                         block_quota=2, warps=32, repeat=20))
+    backend = bench.TorchBackend()
+    wire = fp8_wire.Bench(backend, shape, bench.Pools(backend, shape), None, bench.build_call)
+    for path in paths:
+        os.environ["KVNUMBA_LOAD_PATH"] = path  # read when a plan is built
+        fp8_copy.clear()
+        for r in fp8_wire.run(wire, words=ROWS):
+            if "under" not in r["case"]:
+                print(f"{path:8} {r['case']:28} {r['bf16_gbps']:6.1f} GB/s of bf16 {r['link_gbps']:6.1f} on the link "
+                      f"{r['gpu_ms']:7.3f} ms  host {r['host_us']:5.1f} us  verified={r['verified']}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ("register", "staged"))
