@@ -216,12 +216,19 @@ def shape_of(buffer, name):
 
 def device_array(a: Any) -> Any:
     """A copy of ``a`` (anything ``numpy.asarray`` takes) in GPU memory: a Numba device array (a NumPy copy
-    on the simulator)."""
+    on the simulator). ``TypeError`` on a GPU for a dtype Numba's arrays cannot hold (bfloat16)."""
     a = np.ascontiguousarray(a)
     if SIMULATOR:
         return a.copy()
     from numba import cuda
+    from numba.core.errors import NumbaNotImplementedError
+    from numba.np.numpy_support import from_dtype
 
+    try:
+        from_dtype(a.dtype)
+    except NumbaNotImplementedError:  # e.g. ml_dtypes' bfloat16: CUDA would fail deep in Numba's copy
+        raise TypeError(f"device_array: a Numba GPU array cannot hold {a.dtype}; copy a view of the same "
+                        f"bytes (a.view(np.uint{8 * a.dtype.itemsize})), or use torch or CuPy") from None
     return cuda.to_device(a)
 
 

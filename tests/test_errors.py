@@ -72,3 +72,16 @@ def test_check_returns_values_or_raises_the_failure():
     assert check((cu.CUresult.CUDA_SUCCESS,), "cuCtxSynchronize") is None
     with pytest.raises(kvnumba.CudaError, match=r"^cuCtxSynchronize failed: CUDA_ERROR_INVALID_CONTEXT \(201\)$"):
         check((cu.CUresult.CUDA_ERROR_INVALID_CONTEXT,), "cuCtxSynchronize")
+
+
+def test_a_gpu_copy_of_a_dtype_numba_cannot_hold_names_it(monkeypatch):
+    """``kvnumba.testing.device_array`` of a bfloat16 array on a GPU (pictured here): a ``TypeError`` that
+    names the dtype and a way out, before any CUDA call, instead of Numba's buffer error from inside its copy."""
+    import ml_dtypes
+    import numpy as np
+
+    from kvnumba import arrays
+
+    monkeypatch.setattr(arrays, "SIMULATOR", False)
+    with pytest.raises(TypeError, match=r"bfloat16.*uint16"):
+        arrays.device_array(np.zeros(4, ml_dtypes.bfloat16))
