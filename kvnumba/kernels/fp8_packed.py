@@ -13,7 +13,9 @@ Names (made per format and plain dtype, memoised; each returns int64 bits):
 - ``dequantise4(codes, scale_bits)``: the 4 bfloat16/float16 elements (one 8-byte word) of the low 4
   codes times the scale, ``float32(decode(c)) * scale`` rounded to nearest even; codes that are not NaN
   (nor e5m2 infinities) and a finite scale, so that no product is NaN;
-- ``special_codes(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take.
+- ``special_codes(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
+- ``chunk_dequantiser``'s ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words)
+  dequantised by ``dequantise4`` into 32 bytes at ``address`` (the wide and the staged kernel's store).
 
 On Numba's CUDA simulator the first three are NumPy twins (``kernels.simulator.fp8_packed``) that compute
 the same definitions with ``ml_dtypes``.
@@ -22,9 +24,10 @@ import functools
 
 from ..driver.target import SIMULATOR
 from .fp8_format import fp8_format, plain_dtype
+from .fp8_memory import store_i64
 from .jit import device_function
 
-__all__ = ["magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
+__all__ = ["chunk_dequantiser", "magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
            "special_codes"]
 
 if SIMULATOR:
@@ -121,6 +124,23 @@ def packed_quantiser(fmt, dtype):
 def packed_dequantiser(fmt, dtype):
     """``dequantise4`` for ``fmt`` and the plain ``dtype`` (see the module docstring)."""
     return make_dequantise4(fp8_format(fmt).name, plain_dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def chunk_dequantiser(fmt, dtype):
+    """``store(address, low, high, scale_bits)`` for ``fmt`` and the plain ``dtype``: the 16 codes of ``low``
+    and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes of bfloat16/float16 at
+    ``address`` (codes and scales ``dequantise4`` takes)."""
+    dequantise4 = packed_dequantiser(fmt, dtype)
+
+    @device_function
+    def store(address, low, high, scale_bits):
+        store_i64(address, dequantise4(low, scale_bits))
+        store_i64(address + 8, dequantise4(low >> 32, scale_bits))
+        store_i64(address + 16, dequantise4(high, scale_bits))
+        store_i64(address + 24, dequantise4(high >> 32, scale_bits))
+
+    return store
 
 
 @functools.lru_cache(maxsize=None)

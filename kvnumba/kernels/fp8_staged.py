@@ -25,7 +25,7 @@ runs. The other warps:
   (``sync_warp``), each lane takes 16-byte chunks of codes (16 codes of one head: ``D % 16 == 0``), its
   head's scale from the area, and writes 32 bytes of bfloat16/float16 at the destination layout's address
   (any layout: the stores go through registers). The conversion is the wide kernel's packed one
-  (``fp8_packed.dequantise4``); a chunk with a NaN code, an e5m2 infinity or a non-finite scale goes
+  (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code, an e5m2 infinity or a non-finite scale goes
   through ``fp8_copy.word_dequantiser``'s exact element functions instead. Lanes walk the warp's chunks
   by counting, not dividing (``advance``): a 64-bit division costs more than a chunk's conversion;
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
@@ -47,7 +47,7 @@ from ..driver.target import SIMULATOR
 from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
 from .fp8_memory import load_i32, store_i64
-from .fp8_packed import packed_dequantiser, special_codes
+from .fp8_packed import chunk_dequantiser, special_codes
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
 from .memory import load_i64
@@ -82,7 +82,7 @@ def fits(head_dim):
 def _build(src, dst, mla, fmt, dtype, ring):
     copy_items = fp8_copy.make_items_copy(src, dst, mla, "dequantise", fmt, dtype)
     word = fp8_copy.word_dequantiser(fmt, dtype)
-    dequantise4 = packed_dequantiser(fmt, dtype)
+    store_packed = chunk_dequantiser(fmt, dtype)
     special = special_codes(fmt)
     kinds = 1 if mla else 2
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
@@ -161,10 +161,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
             store_i64(d + 16, word(hi & 0xFFFFFFFF, scale))
             store_i64(d + 24, word((hi >> 32) & 0xFFFFFFFF, scale))
         else:
-            store_i64(d, dequantise4(lo, scale))
-            store_i64(d + 8, dequantise4(lo >> 32, scale))
-            store_i64(d + 16, dequantise4(hi, scale))
-            store_i64(d + 24, dequantise4(hi >> 32, scale))
+            store_packed(d, lo, hi, scale)
 
     @device_function
     def take_piece(lane, stage, full, parity, first, j, count, n, args):

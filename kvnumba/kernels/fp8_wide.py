@@ -18,7 +18,7 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   for up to 32 heads), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
   multiplies and converts 8 elements at a time. Lane ``j`` writes head ``j``'s scale.
 - **Dequantise.** Lane ``j`` reads pass head ``j``'s scale beside the chunks' codes; each chunk takes its
-  head's scale by a shuffle, ``fp8_packed.dequantise4`` converts 4 codes at a time.
+  head's scale by a shuffle, ``fp8_packed.chunk_dequantiser`` converts and stores its 16 codes.
 - **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows (to
   quantise), a NaN code, an e5m2 infinity or a non-finite scale (to dequantise): the warp sees it by a
   vote and moves that pass again with ``kernels.fp8``'s exact element functions (to quantise: chunk by
@@ -35,7 +35,7 @@ from ..driver.target import SIMULATOR
 from . import fp8
 from .fp8_copy import SIGNATURE, Fp8Args, make_head_op
 from .fp8_memory import group_max, lane_value, load_i32, store_i32, store_i64, warp_any
-from .fp8_packed import magnitudes, packed_dequantiser, packed_quantiser, special_codes
+from .fp8_packed import chunk_dequantiser, magnitudes, packed_quantiser, special_codes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
@@ -176,7 +176,7 @@ def _make_quantise_pass(fmt, dtype, slots):
 
 
 def _make_dequantise_pass(fmt, dtype, slots):
-    dequantise4 = packed_dequantiser(fmt, dtype)
+    store_chunk = chunk_dequantiser(fmt, dtype)
     special = special_codes(fmt)
     exact_head = make_head_op("dequantise", fmt, dtype)
     held_words = 2 * slots
@@ -215,11 +215,7 @@ def _make_dequantise_pass(fmt, dtype, slots):
             head_scale = lane_value(lane, scale, (k * WARP_SIZE + lane) >> shift)
             if chunk < total:
                 address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, 2 * CHUNK)
-                low, high = held[2 * k], held[2 * k + 1]
-                store_i64(address, dequantise4(low, head_scale))
-                store_i64(address + 8, dequantise4(low >> 32, head_scale))
-                store_i64(address + 16, dequantise4(high, head_scale))
-                store_i64(address + 24, dequantise4(high >> 32, head_scale))
+                store_chunk(address, held[2 * k], held[2 * k + 1], head_scale)
 
     return dequantise_pass
 
