@@ -1,6 +1,6 @@
 """What the FP8 kernels (``kernels.fp8_copy``, ``kernels.fp8_wide``) need besides ``kernels.memory``:
-4-byte loads and stores (FP8 codes move four to a lane's word, scales are one float32), 8-byte stores of
-int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
+4-byte loads and stores (FP8 codes move four to a lane's word, scales are one float32), 8- and 16-byte
+stores of int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
 
 On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``,
 as ``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their Python twins
@@ -10,6 +10,9 @@ mixes signed and unsigned types.
 
 Names:
     load_i32(addr) -> int64 (0 .. 2**32 - 1)    store_i32(addr, value)    store_i64(addr, value)
+    store_i128(addr, low, high): 16 bytes (``addr`` 16-byte aligned), ``low`` first. Why: a warp's 8-byte
+        stores 16 or 32 bytes apart write each 32-byte sector in pieces, and an H200 moved a third to a
+        half of the bytes so (scripts/RESULTS.md); 16-byte ones write whole sectors
     f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
     f32_mul(a_bits, b_bits) -> int64            f32_div(a_bits, b_bits) -> int64 (float32 bits, IEEE-rounded;
         the simulator's twins raise no NumPy warnings where the GPU gives inf or NaN quietly)
@@ -22,11 +25,11 @@ Names:
 from ..driver.target import SIMULATOR
 
 __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
-           "store_i64", "warp_any"]
+           "store_i64", "store_i128", "warp_any"]
 
 if SIMULATOR:
     from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
-                                       lane_value, load_i32, store_i32, store_i64, warp_any)
+                                       lane_value, load_i32, store_i32, store_i64, store_i128, warp_any)
 else:
     from llvmlite import ir
     from numba import cuda, int32, int64, types
@@ -64,6 +67,16 @@ else:
             return context.get_dummy_value()
 
         return types.void(types.int64, types.int64), codegen
+
+    @intrinsic
+    def store_i128(typingctx, addr, low, high):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I64.as_pointer(), _I64, _I64]),
+                               "st.global.cg.v2.b64 [$0], {$1, $2};", "l,l,l,~{memory}", side_effect=True)
+            builder.call(asm, [builder.inttoptr(args[0], _I64.as_pointer()), args[1], args[2]])
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64, types.int64), codegen
 
     @intrinsic
     def f32_bits(typingctx, x):

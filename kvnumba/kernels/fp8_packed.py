@@ -24,7 +24,7 @@ import functools
 
 from ..driver.target import SIMULATOR
 from .fp8_format import fp8_format, plain_dtype
-from .fp8_memory import store_i64
+from .fp8_memory import store_i64, store_i128
 from .jit import device_function
 
 __all__ = ["chunk_dequantiser", "magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
@@ -130,15 +130,19 @@ def packed_dequantiser(fmt, dtype):
 def chunk_dequantiser(fmt, dtype):
     """``store(address, low, high, scale_bits)`` for ``fmt`` and the plain ``dtype``: the 16 codes of ``low``
     and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes of bfloat16/float16 at
-    ``address`` (codes and scales ``dequantise4`` takes)."""
+    ``address`` (codes and scales ``dequantise4`` takes), in two 16-byte stores where ``address`` allows."""
     dequantise4 = packed_dequantiser(fmt, dtype)
 
     @device_function
     def store(address, low, high, scale_bits):
-        store_i64(address, dequantise4(low, scale_bits))
-        store_i64(address + 8, dequantise4(low >> 32, scale_bits))
-        store_i64(address + 16, dequantise4(high, scale_bits))
-        store_i64(address + 24, dequantise4(high >> 32, scale_bits))
+        if address & 15 == 0:  # whole 32-byte sectors (fp8_memory.store_i128)
+            store_i128(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
+            store_i128(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
+        else:
+            store_i64(address, dequantise4(low, scale_bits))
+            store_i64(address + 8, dequantise4(low >> 32, scale_bits))
+            store_i64(address + 16, dequantise4(high, scale_bits))
+            store_i64(address + 24, dequantise4(high >> 32, scale_bits))
 
     return store
 

@@ -6,14 +6,21 @@ import ctypes
 
 import numpy as np
 
-from .alignment import access
+from .alignment import access, check_aligned
 from .warp import exchange
 
 __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
-           "store_i64", "warp_any"]
+           "store_i64", "store_i128", "warp_any"]
 
 load_i32, store_i32 = access(ctypes.c_uint32)
 store_i64 = access(ctypes.c_uint64)[1]
+
+
+def store_i128(addr, low, high):
+    """16 bytes at a 16-byte aligned ``addr``: ``low``'s 8, then ``high``'s."""
+    addr = check_aligned(addr, 16, "st.global.v2.b64")
+    ctypes.c_uint64.from_address(addr).value = int(low) & 0xFFFFFFFFFFFFFFFF
+    ctypes.c_uint64.from_address(addr + 8).value = int(high) & 0xFFFFFFFFFFFFFFFF
 
 
 def f32_bits(x):
