@@ -31,7 +31,8 @@ tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
 - ``host_index_checks``: False skips the host-side bounds check of indices the host can read, so
   that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator);
 - ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel (``kvnumba.kernels.fp8_copy`` or
-  ``kvnumba.kernels.fp8_wide``) where both could run, instead of the wide one where it can.
+  ``kvnumba.kernels.fp8_wide`` for quantising copies, ``kvnumba.kernels.fp8_pipelined`` for dequantising ones)
+  where both could run, instead of the fast one where it can.
 """
 import contextlib
 import os

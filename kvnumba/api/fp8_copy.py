@@ -1,6 +1,6 @@
 """``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8 caches,
-in one kernel launch (``kvnumba.kernels.fp8_wide`` where it runs, else ``kvnumba.kernels.fp8_copy``; the
-format: ``kvnumba.quant_reference``).
+in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_pipelined``,
+where they run; else ``kvnumba.kernels.fp8_copy``; the format: ``kvnumba.quant_reference``).
 
 ``kv.copy`` hands such calls here. A plan per (source view, destination view, layers) is built once and
 memoised (the views held weakly): the views checked against each other, every buffer described, aligned
@@ -29,7 +29,7 @@ from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
-from ..kernels import fp8_wide
+from ..kernels import fp8_pipelined, fp8_wide
 from ..plan import fp8_staged_plan, routes
 from ..checks.user_layouts import check_user_layout
 from ..plan.copy_plan import view_side
@@ -113,12 +113,16 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
 
 
 def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
-    """The wide kernel's slots for this copy (``kernels.fp8_wide``), 0 for ``fp8_copy``'s: the wide one
-    needs heads of 16 * 2**k elements, codes on 8-byte boundaries (it reads and writes them 16 bytes a
-    lane as two 8-byte words) and, on a GPU, compute capability 9.0 (its packed conversions);
+    """The slots of the fast kernel for this copy, 0 for ``fp8_copy``'s: the wide kernel's for a quantising
+    copy (``kernels.fp8_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
+    kernel takes (``kernels.fp8_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries (they
+    move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions);
     ``config.override(fp8_kernel=...)`` picks one where both run."""
     chosen = config.tuning("fp8_kernel")
-    slots = fp8_wide.slots_for(mode, head_dim)
+    if mode == "dequantise":
+        slots = 1 if fp8_pipelined.takes(head_dim) else 0
+    else:
+        slots = fp8_wide.slots_for(mode, head_dim)
     if chosen == "general" or not slots or scales is None:
         return 0
     if codes.bases is None or (np.asarray(codes.bases) % 8).any():
@@ -201,11 +205,15 @@ class Fp8Plan:
             dst_scales_dim=dst_scales_dim)
         self.slots = _wide_slots(mode, head_dim, self.device, src_scales or dst_scales,
                                  self.src if mode == "dequantise" else self.dst)
-        if self.slots:
+        shared = 0
+        if self.slots and mode == "dequantise":
+            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype)
+            shared = fp8_pipelined.SHARED_BYTES
+        elif self.slots:
             dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots)
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
-        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE), self.device, self.template)
+        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)

@@ -1,10 +1,10 @@
-"""The wide FP8 kernels: quantising and dequantising copies that issue every read of a pass (``slots``
-chunks a lane, over a token's heads) before converting any, and convert with the GPU's packed
-instructions. One memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
-dtype, slots); the same parameters (``Fp8Args``), work split and index guard as ``kernels.fp8_copy``'s
+"""The wide FP8 kernels: quantising copies (backups) that issue every read of a pass (``slots`` chunks a
+lane, over a token's heads) before converting any, and convert with the GPU's packed instructions
+(dequantising copies, loads: ``kernels.fp8_pipelined``). One memoised kernel per (source layout,
+destination layout, MLA, mode, FP8 format, plain dtype, slots); the same parameters (``Fp8Args``), work split and index guard as ``kernels.fp8_copy``'s
 kernels, and the same results, bit for bit.
 
-Why: a backup or load runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
+Why: a backup runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
 go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions
 an element, so they are bound by latency and by those SMs' issue rate. Here:
 
@@ -16,14 +16,11 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
 - **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
   shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
   for up to 32 heads), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
-  multiplies and converts 8 elements at a time. Lane ``j`` writes head ``j``'s scale.
-- **Dequantise.** Lane ``j`` reads pass head ``j``'s scale beside the chunks' codes; each chunk takes its
-  head's scale by a shuffle, ``fp8_packed.chunk_dequantiser`` converts and stores its 16 codes.
-- **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows (to
-  quantise), a NaN code, an e5m2 infinity or a non-finite scale (to dequantise): the warp sees it by a
-  vote and moves that pass again with ``kernels.fp8``'s exact element functions (to quantise: chunk by
-  chunk, element by element, in loops that stay loops; to dequantise: head by head, ``fp8_copy``'s head
-  function).
+  multiplies and converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte
+  aligned. Lane ``j`` writes head ``j``'s scale.
+- **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
+  warp sees it by a vote and moves that pass again with ``kernels.fp8``'s exact element functions, chunk by
+  chunk, element by element, in loops that stay loops.
 
 ``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
 1024-thread block's 64 registers a thread spill, and an H200 ran the backup at 41 GB/s of bf16 against 50
@@ -33,9 +30,9 @@ from numba import cuda, types
 
 from ..driver.target import SIMULATOR
 from . import fp8
-from .fp8_copy import SIGNATURE, Fp8Args, make_head_op
-from .fp8_memory import group_max, lane_value, load_i32, store_i32, store_i64, warp_any
-from .fp8_packed import chunk_dequantiser, magnitudes, packed_quantiser, special_codes
+from .fp8_copy import SIGNATURE, Fp8Args
+from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_i128, warp_any
+from .fp8_packed import magnitudes, packed_quantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
@@ -44,13 +41,13 @@ from .params import check_parameters
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
-MODES = ("quantise", "dequantise")
+MODES = ("quantise",)  # loads: kernels.fp8_pipelined
 _NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 
 
 def slots_for(mode, head_dim):
     """The slots of the wide kernel for ``mode`` and heads of ``head_dim`` elements, 0 where it does not
-    run (FP8 to FP8 copies, or ``head_dim / 16`` not a power of two up to 32)."""
+    run (loads and FP8 to FP8 copies, or ``head_dim / 16`` not a power of two up to 32)."""
     if mode not in MODES or head_dim % CHUNK:
         return 0
     per_head = head_dim // CHUNK
@@ -60,7 +57,7 @@ def slots_for(mode, head_dim):
 
 
 @device_function
-def _head_address(kinds_head, heads, k_base, v_base, stride):
+def head_address(kinds_head, heads, k_base, v_base, stride):
     """Where head ``kinds_head`` of a token's heads starts: K's ``heads`` heads first, then V's."""
     kind = 1 if kinds_head >= heads else 0
     return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
@@ -69,7 +66,7 @@ def _head_address(kinds_head, heads, k_base, v_base, stride):
 @device_function
 def _chunk_address(chunk, shift, heads, k_base, v_base, stride, chunk_bytes):
     """Where a pass chunk (``chunk_bytes`` long; ``2**shift`` to a head) of a token's heads starts."""
-    return (_head_address(chunk >> shift, heads, k_base, v_base, stride)
+    return (head_address(chunk >> shift, heads, k_base, v_base, stride)
             + (chunk & ((1 << shift) - 1)) * chunk_bytes)
 
 
@@ -98,7 +95,7 @@ def _make_exact_quantise(fmt, dtype):
                 src = _chunk_address(chunk, shift, heads, sk, sv, s_stride, 2 * CHUNK)
                 dst = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
                 if chunk & ((1 << shift) - 1) == 0:  # a head's first chunk writes its scale
-                    scale_at = _head_address(chunk >> shift, heads, fk, fv, f_stride)
+                    scale_at = head_address(chunk >> shift, heads, fk, fv, f_stride)
             m = 0
             e = 0
             while valid and e < CHUNK:
@@ -167,62 +164,21 @@ def _make_quantise_pass(fmt, dtype, slots):
             head_inverse = lane_value(lane, inverse, (k * WARP_SIZE + lane) >> shift)
             if chunk < total:
                 address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
-                store_i64(address, quantise8(held[4 * k], held[4 * k + 1], head_inverse))
-                store_i64(address + 8, quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse))
+                low = quantise8(held[4 * k], held[4 * k + 1], head_inverse)
+                high = quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse)
+                if address & 15 == 0:  # whole sectors (fp8_memory.store_i128)
+                    store_i128(address, low, high)
+                else:
+                    store_i64(address, low)
+                    store_i64(address + 8, high)
         if owns:
-            store_i32(_head_address(my_head, heads, fk, fv, f_stride), scale)
+            store_i32(head_address(my_head, heads, fk, fv, f_stride), scale)
 
     return quantise_pass
 
 
-def _make_dequantise_pass(fmt, dtype, slots):
-    store_chunk = chunk_dequantiser(fmt, dtype)
-    special = special_codes(fmt)
-    exact_head = make_head_op("dequantise", fmt, dtype)
-    held_words = 2 * slots
-
-    @device_function
-    def dequantise_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
-        my_head = (base >> shift) + lane
-        owns = ((lane << shift) >> 5) < slots and my_head < (total >> shift)
-        scale = 0
-        if owns:
-            scale = load_i32(_head_address(my_head, heads, fk, fv, f_stride))
-        held = cuda.local.array(held_words, types.int64)
-        for k in range(slots):  # every read first
-            chunk = base + k * WARP_SIZE + lane
-            held[2 * k] = 0
-            held[2 * k + 1] = 0
-            if chunk < total:
-                address = _chunk_address(chunk, shift, heads, sk, sv, s_stride, CHUNK)
-                held[2 * k] = load_i64(address)
-                held[2 * k + 1] = load_i64(address + 8)
-        odd = owns and (scale & 0x7F800000) == 0x7F800000
-        for k in range(slots):
-            odd = odd or special(held[2 * k]) or special(held[2 * k + 1])
-        if warp_any(lane, odd):
-            h = 0
-            while h < (slots << 5) >> shift:  # the pass again, head by head, exactly
-                kinds_head = (base >> shift) + h
-                if kinds_head < (total >> shift):
-                    exact_head(lane, _head_address(kinds_head, heads, sk, sv, s_stride),
-                               _head_address(kinds_head, heads, fk, fv, f_stride),
-                               _head_address(kinds_head, heads, dk, dv, d_stride), 0, words)
-                h += 1
-            return
-        for k in range(slots):
-            chunk = base + k * WARP_SIZE + lane
-            head_scale = lane_value(lane, scale, (k * WARP_SIZE + lane) >> shift)
-            if chunk < total:
-                address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, 2 * CHUNK)
-                store_chunk(address, held[2 * k], held[2 * k + 1], head_scale)
-
-    return dequantise_pass
-
-
 def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
-    quantise = mode == "quantise"
-    run_pass = (_make_quantise_pass if quantise else _make_dequantise_pass)(fmt, dtype, slots)
+    run_pass = _make_quantise_pass(fmt, dtype, slots)
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
@@ -248,12 +204,8 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
                 s_stride = src_hs(src_dim, src_item, heads, src_page)
                 d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
                 d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-                if quantise:  # the scales are the destination's
-                    f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
-                    f_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)
-                else:
-                    f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
-                    f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+                f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)  # the destination's scales
+                f_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)
                 for layer in range(first_layer, first_layer + num_layers):
                     sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
                     dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
@@ -262,16 +214,10 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
                     if kinds == 2:
                         sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
                         dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                    if quantise:
-                        fk = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
-                        fv = fk
-                        if kinds == 2:
-                            fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
-                    else:
-                        fk = src_lb(src_scales_k, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
-                        fv = fk
-                        if kinds == 2:
-                            fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                    fk = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                    fv = fk
+                    if kinds == 2:
+                        fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
                     base = 0
                     while base < total:
                         run_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv,

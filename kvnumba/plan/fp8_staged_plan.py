@@ -3,11 +3,11 @@ kernel (``kernels.fp8_staged``), and that kernel bound for it.
 
 The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the
 geometry allows (the simulator too), ``register`` never, and ``auto`` stages one-layer loads from pinned host
-memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, *that the wide
-register kernel does not take* (``kernels.fp8_wide``: heads of 16 * 2**k). Where it runs, the wide kernel is
-the faster: on an H200 a load of 8192 tokens of 8 heads of 128 ran at 52 GB/s of bfloat16 (bq=4) and 27
-(bq=2) through it, against 38 and 20 staged (scripts/RESULTS.md). The staged kernel's warps each wait a PCIe
-round trip for their tokens' scales after every post. The geometry allows it when the source is layer-first (one buffer or a list of
+memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, *that the
+pipelined kernel does not take* (``kernels.fp8_pipelined``: heads of 8 * 2**k). Where it runs, the pipelined
+kernel is the faster: on an H200 a load of 8192 tokens of 8 heads of 128 ran at 65 GB/s of bfloat16 (bq=4)
+and 34 (bq=2) through it, against 47 and 25 staged (scripts/RESULTS.md). The staged kernel's warps each wait
+a PCIe round trip for their tokens' scales after every post. The geometry allows it when the source is layer-first (one buffer or a list of
 per-layer arrays), page-first or page-head (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of
 16 codes, a stage of the ring holds at least one token's codes and scales (``fp8_staged.run_limits``),
 and the bulk-copy unit can read the layer's codes buffers (``plan.tensor_maps.source_maps``: 16-byte
@@ -59,11 +59,11 @@ def bind_staged(plan, src_view, dst_view):
     return found
 
 
-def auto_stages(wide_slots, src_device, dst_device, device):
-    """Whether ``auto`` stages a one-layer FP8 load that the geometry allows: not where the wide kernel
-    takes it (``wide_slots``, the plan's), from pinned host memory (``src_device``: ``arrays.HOST``) into GPU
+def auto_stages(fast_slots, src_device, dst_device, device):
+    """Whether ``auto`` stages a one-layer FP8 load that the geometry allows: not where the pipelined kernel
+    takes it (``fast_slots``, the plan's ``slots``), from pinned host memory (``src_device``: ``arrays.HOST``) into GPU
     memory, on a GPU (``device``) of compute capability 9.0 or more, not on the simulator."""
-    return (not wide_slots and not SIMULATOR and src_device == HOST and dst_device != HOST
+    return (not fast_slots and not SIMULATOR and src_device == HOST and dst_device != HOST
             and tensor_maps.compute_capability(device) >= (9, 0))
 
 

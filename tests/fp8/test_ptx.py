@@ -1,8 +1,11 @@
 """The FP8 kernels compile for sm_90 (no GPU needed): IEEE float32 division and multiplication (no
 approximations, no flush to zero), the warp's amax by shuffles, cache-hinted loads and stores, no local
-memory; the wide kernels convert with the GPU's packed FP8 instructions. Runs in a subprocess with
+memory; the wide quantiser and the pipelined dequantiser convert with the GPU's packed FP8 instructions,
+and the pipelined one reads through asynchronous copies into shared memory. Runs in a subprocess with
 NUMBA_ENABLE_CUDASIM=0, as tests/kernels/test_ptx.py does; skipped where libNVVM is not installed. Five
-kernels (the general one per mode, the wide one per mode it takes): compiling takes 8-25 s a kernel."""
+kernels (the general one per mode, the two fast ones): compiling takes 8-25 s a kernel."""
+
+import re
 
 import pytest
 
@@ -11,20 +14,22 @@ from tests.helpers.ptx import ptx_report as run_ptx_script
 SCRIPT = r"""
 import json, re
 from kvnumba.api.views import PageFirstDirect
-from kvnumba.kernels import fp8_copy, fp8_wide, layouts as L
+from kvnumba.kernels import fp8_copy, fp8_pipelined, fp8_wide, layouts as L
 cases = {"quantise": (L.PAGE_FIRST, L.BLOCKS, False, "quantise", "e4m3", "bfloat16"),
          "dequantise": (L.HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
          "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16"),
          "wide quantise": (L.LAYER_TABLE, L.PAGE_FIRST, False, "quantise", "e4m3", "bfloat16"),
-         "wide dequantise": (L.PAGE_FIRST, L.LAYER_TABLE, False, "dequantise", "e5m2", "float16")}
+         "pipelined dequantise": (L.PAGE_FIRST, L.LAYER_TABLE, False, "e5m2", "float16")}
 out = {}
 for name, args in cases.items():
-    ptx = (fp8_wide if name.startswith("wide") else fp8_copy).kernel_ptx(*args, cc=(9, 0))
+    module = fp8_wide if name.startswith("wide") else fp8_pipelined if name.startswith("pipelined") else fp8_copy
+    ptx = module.kernel_ptx(*args, cc=(9, 0))
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx))),
                  "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9.]*(?:e4m3x2|e5m2x2|bf16x2|f16x2)[a-z0-9.]*", ptx))),
                  "u16x2": "max.u16x2" in ptx, "shfl": "shfl.sync.bfly" in ptx, "vote": "vote.sync.any" in ptx,
+                 "async": sorted(set(re.findall(r"cp\.async\.[a-z_.]+(?: \[[^]]*\], \[[^]]*\], \d+)?", ptx))),
                  "local": ".local" in ptx}
 print(json.dumps(out))
 """
@@ -36,7 +41,7 @@ def report():
 
 
 def test_fp8_kernels_compile_for_sm90(report):
-    assert set(report) == {"quantise", "dequantise", "copy", "wide quantise", "wide dequantise"}
+    assert set(report) == {"quantise", "dequantise", "copy", "wide quantise", "pipelined dequantise"}
     for name, r in report.items():
         assert r["target"] == "sm_90", name
         assert not r["local"], f"{name} spills to local memory"
@@ -56,8 +61,16 @@ def test_the_wide_kernels_convert_with_packed_instructions(report):
     found by a warp vote."""
     assert report["wide quantise"]["cvt"] == ["cvt.rn.satfinite.e4m3x2.f32"]
     assert report["wide quantise"]["u16x2"] and report["wide quantise"]["shfl"] and report["wide quantise"]["vote"]
-    assert set(report["wide dequantise"]["cvt"]) == {"cvt.rn.f16x2.e5m2x2", "cvt.rn.f16x2.f32"}
-    assert report["wide dequantise"]["vote"]
+    assert set(report["pipelined dequantise"]["cvt"]) == {"cvt.rn.f16x2.e5m2x2", "cvt.rn.f16x2.f32"}
+
+
+def test_the_pipelined_kernel_reads_through_asynchronous_copies(report):
+    """Codes 8 bytes and scales 4 a lane by cp.async into shared memory, in groups it waits for; no load of
+    global memory but the items' indices (and a layer table's entries)."""
+    kinds = {re.sub(r" \[.*\], (\d+)$", r" \1", op) for op in report["pipelined dequantise"]["async"]}
+    assert kinds == {"cp.async.ca.shared.global 8", "cp.async.ca.shared.global 4", "cp.async.commit_group",
+                     "cp.async.wait_group"}, kinds
+    assert report["pipelined dequantise"]["ops"] == ["ld.global.nc.b64", "st.global.cg.b64", "st.global.cg.v2.b64"]
 
 
 def test_cache_hinted_memory_operations(report):

@@ -144,9 +144,9 @@ def test_what_stays_on_the_register_kernel(choices, monkeypatch, case):
     assert choices == [False]
 
 
-def test_auto_stages_what_the_wide_kernel_does_not_take(monkeypatch, fresh_plans):
-    """``auto`` (a GPU of compute capability 9.0 pictured here) keeps the wide register kernel for heads of
-    16 * 2**k, faster than staging on an H200, and stages other pinned-host -> GPU loads."""
+def test_auto_stages_what_the_pipelined_kernel_does_not_take(monkeypatch, fresh_plans):
+    """``auto`` (a GPU of compute capability 9.0 pictured here) keeps the pipelined kernel for heads of
+    8 * 2**k, faster than staging on an H200, and stages other pinned-host -> GPU loads."""
     from kvnumba.api import fp8_copy
     from kvnumba.arrays import HOST
     from kvnumba.plan import tensor_maps
@@ -159,7 +159,7 @@ def test_auto_stages_what_the_wide_kernel_does_not_take(monkeypatch, fresh_plans
         _, dst = make_view("LayerFirst", 2, 16, 4, 1, head_dim, np.random.default_rng(8), poison=True, mla=False,
                            place=("device", "numba"))
         slots[head_dim] = fp8_copy.plan_for(src, dst, 1).slots
-    assert slots[16] > 0 and slots[48] == 0  # the wide kernel takes heads of 16, not of 48
+    assert slots[16] > 0 and slots[48] == 0  # the pipelined kernel takes heads of 16, not of 48
     assert not fp8_staged_plan.auto_stages(slots[16], HOST, 0, 0)
     assert fp8_staged_plan.auto_stages(slots[48], HOST, 0, 0)
     assert not fp8_staged_plan.auto_stages(slots[48], 0, 0, 0)  # GPU to GPU

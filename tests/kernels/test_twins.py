@@ -19,6 +19,7 @@ TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
          "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit",
          "kvnumba.kernels.fp8_memory": "kvnumba.kernels.simulator.fp8_memory",
          "kvnumba.kernels.fp8_packed": "kvnumba.kernels.simulator.fp8_packed",
+         "kvnumba.kernels.async_copy": "kvnumba.kernels.simulator.async_copy",
          "kvnumba.driver.launch": "kvnumba.driver.simulated_launch"}
 
 

@@ -1,0 +1,86 @@
+"""Per-thread asynchronous copies from global into shared memory (Ampere's ``cp.async``, sm_80+), as the
+pipelined FP8 load uses them (``kernels.fp8_pipelined``), and a thread's own 8-byte shared loads and stores.
+
+A thread issues copies of 4 or 8 bytes that land in shared memory without passing through its registers,
+closes them into a group (``commit``), and later waits until all but its newest ``n`` groups have landed
+(``wait_group(n)``). Why: a load from pinned host memory waits a PCIe round trip (microseconds); bytes in
+flight held in registers are capped by the 64 registers a thread of a 1024-thread block may use, bytes in
+shared memory are not. Each thread reads back only what it copied itself, so no barrier is needed.
+
+Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared_address``):
+    copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)
+    commit(): closes the thread's copies issued since the last commit into a group
+    waiter(n) -> wait(): waits until at most the ``n`` newest groups are still in flight (``n`` is compiled in)
+    load_shared_i64(shared) -> int64        store_shared_i64(shared, value)
+
+On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy happens
+at once, checked for alignment as on the GPU, and waiting does nothing.
+"""
+import functools
+
+from ..driver.target import SIMULATOR
+
+__all__ = ["commit", "copy4", "copy8", "load_shared_i64", "store_shared_i64", "waiter"]
+
+if SIMULATOR:
+    from .simulator.async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter  # noqa: F401
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+
+    def _asm(builder, ret, args, text, constraints):
+        kind = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=True), args)
+
+    def _copy(size):
+        @intrinsic
+        def copy(typingctx, shared, address):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]],
+                     f"cp.async.ca.shared.global [$0], [$1], {size};", "r,l,~{memory}")
+                return context.get_dummy_value()
+
+            return types.void(types.int64, types.int64), codegen
+
+        return copy
+
+    copy4, copy8 = _copy(4), _copy(8)
+
+    @intrinsic
+    def commit(typingctx):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    @functools.lru_cache(maxsize=None)
+    def waiter(n):
+        @intrinsic
+        def wait(typingctx):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}")
+                return context.get_dummy_value()
+
+            return types.void(), codegen
+
+        return wait
+
+    @intrinsic
+    def load_shared_i64(typingctx, shared):
+        def codegen(context, builder, sig, args):
+            return _asm(builder, _I64, [builder.trunc(args[0], _I32)], "ld.shared.b64 $0, [$1];", "=l,r,~{memory}")
+
+        return types.int64(types.int64), codegen
+
+    @intrinsic
+    def store_shared_i64(typingctx, shared, value):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]], "st.shared.b64 [$0], $1;",
+                 "r,l,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64), codegen

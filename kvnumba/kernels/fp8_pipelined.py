@@ -1,0 +1,221 @@
+"""The pipelined FP8 load: a dequantising copy (FP8 codes and scales to bfloat16/float16) whose reads land in
+shared memory by per-thread asynchronous copies (``kernels.async_copy``), a pass ahead of the conversion.
+One memoised kernel per (source layout, destination layout, MLA, FP8 format, plain dtype); the parameters
+(``fp8_copy.Fp8Args``), work split and index guard of ``kernels.fp8_copy``'s kernels, and the same results,
+bit for bit.
+
+Why: a load reads pinned host memory across PCIe, a round trip of microseconds. A register kernel holds its
+reads in registers while it waits (``kernels.fp8_wide``: two 16-byte chunks a lane, 64 registers a thread
+at 1024 threads a block), and its 8-byte stores 32 bytes apart wrote each sector of the destination in
+pieces. On an H200 a probe of this design ran a one-layer load of 8192 tokens of 8 heads of 128 at 90 GB/s
+of bfloat16 on 4 SMs, against 52 for the register kernel (scripts/RESULTS.md).
+
+Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (8 bytes in,
+16 bytes of bfloat16/float16 out); ``D / 8`` must be a power of two (``takes``). A pass is ``PASS`` granules:
+lane ``i`` takes granules ``base + 32 k + i`` for ``k < PER_LANE``, so a warp's reads and stores of one
+``k`` are contiguous within a head. Each warp walks its items' passes (item, layer, base) twice, ``STAGES - 1``
+passes apart:
+
+- **issue**: for each of its granules a lane copies the 8 codes and its head's 4-byte scale into the pass's
+  stage of the warp's ring in shared memory (``copy8``, ``copy4``), and writes the destination's addresses
+  there (its own copy: the stage is the lane's alone); then ``commit``;
+- **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``), a lane reads its
+  granules back and stores 16 bytes each (``fp8_memory.store_i128``; two 8-byte stores where the destination
+  is only 8-byte aligned), converted with the packed instructions (``fp8_packed``), or with ``kernels.fp8``'s
+  exact element functions for a granule with a NaN code, an e5m2 infinity or a non-finite scale.
+
+A stage holds, per lane, its granules' codes (``[k][lane]`` 8 bytes), scales (``[k][lane]`` 4 bytes) and
+the pass's destination addresses and base (``[field][lane]`` 8 bytes): ``STAGE_BYTES`` a warp; a block asks
+for ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
+"""
+from numba import cuda, int64
+
+from ..driver.target import SIMULATOR
+from . import fp8, fp8_copy
+from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
+from .fp8_copy import SIGNATURE, Fp8Args
+from .fp8_memory import store_i64, store_i128
+from .fp8_packed import packed_dequantiser, special_codes
+from .fp8_wide import head_address
+from .item_copy import in_bounds
+from .jit import WARP_SIZE, device_function, kernel
+from .layouts import LayoutParts
+from .memory import load_i64
+from .params import check_parameters
+from .tma import load_shared_u32, shared_address
+
+GRANULE = 8  # codes a lane copies and converts at once
+PER_LANE = 4  # granules a lane holds a pass
+PASS = PER_LANE * WARP_SIZE
+STAGES = 2  # passes of a warp's ring: one lands while the other converts (more measured no faster)
+_CODES, _SCALES, _HEADER = 0, 8 * PASS, 12 * PASS  # a stage's parts, bytes from its start
+STAGE_BYTES = _HEADER + 4 * 8 * WARP_SIZE  # header: dk, dv, d_stride, base, a copy a lane
+MAX_WARPS = 32  # the most warps of a block a call may ask for (launch.MAX_WARPS)
+SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES
+
+
+def takes(head_dim):
+    """Whether the kernel takes heads of ``head_dim`` codes: ``head_dim / 8`` a power of two."""
+    granules = head_dim // GRANULE
+    return head_dim % GRANULE == 0 and granules > 0 and granules & (granules - 1) == 0
+
+
+def _make_stage_ops(fmt, dtype):
+    dequantise4 = packed_dequantiser(fmt, dtype)
+    exact4 = fp8_copy.word_dequantiser(fmt, dtype)
+    special = special_codes(fmt)
+
+    @device_function
+    def issue(stage, lane, base, total, shift, heads, sk, sv, s_stride, fk, fv, f_stride, dk, dv, d_stride):
+        for k in range(PER_LANE):
+            g = base + k * WARP_SIZE + lane
+            if g < total:
+                head = g >> shift
+                copy8(stage + _CODES + 8 * (k * WARP_SIZE + lane),
+                      head_address(head, heads, sk, sv, s_stride) + (g & ((1 << shift) - 1)) * GRANULE)
+                copy4(stage + _SCALES + 4 * (k * WARP_SIZE + lane), head_address(head, heads, fk, fv, f_stride))
+        store_shared_i64(stage + _HEADER + 8 * lane, dk)
+        store_shared_i64(stage + _HEADER + 8 * (WARP_SIZE + lane), dv)
+        store_shared_i64(stage + _HEADER + 8 * (2 * WARP_SIZE + lane), d_stride)
+        store_shared_i64(stage + _HEADER + 8 * (3 * WARP_SIZE + lane), base)
+
+    @device_function
+    def convert(stage, lane, total, shift, heads):
+        dk = load_shared_i64(stage + _HEADER + 8 * lane)
+        dv = load_shared_i64(stage + _HEADER + 8 * (WARP_SIZE + lane))
+        d_stride = load_shared_i64(stage + _HEADER + 8 * (2 * WARP_SIZE + lane))
+        base = load_shared_i64(stage + _HEADER + 8 * (3 * WARP_SIZE + lane))
+        for k in range(PER_LANE):
+            g = base + k * WARP_SIZE + lane
+            if g < total:
+                codes = load_shared_i64(stage + _CODES + 8 * (k * WARP_SIZE + lane))
+                scale = load_shared_u32(stage + _SCALES + 4 * (k * WARP_SIZE + lane))
+                address = (head_address(g >> shift, heads, dk, dv, d_stride)
+                           + (g & ((1 << shift) - 1)) * 2 * GRANULE)
+                if (scale & 0x7F800000) == 0x7F800000 or special(codes):  # the exact element functions
+                    low = exact4(codes & 0xFFFFFFFF, scale)
+                    high = exact4((codes >> 32) & 0xFFFFFFFF, scale)
+                else:
+                    low = dequantise4(codes, scale)
+                    high = dequantise4(codes >> 32, scale)
+                if address & 15 == 0:
+                    store_i128(address, low, high)
+                else:
+                    store_i64(address, low)
+                    store_i64(address + 8, high)
+
+    return issue, convert
+
+
+def _build_kernel(src, dst, mla, fmt, dtype):
+    issue, convert = _make_stage_ops(fmt, dtype)
+    wait_steady, wait_all = waiter(STAGES - 1), waiter(0)
+    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
+    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    kinds = 1 if mla else 2
+
+    def fp8_pipelined(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                      dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
+                      src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim,
+                      dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+        smem = cuda.shared.array(0, int64)
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
+        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (STAGES * STAGE_BYTES)
+        shift = 0
+        while (1 << shift) < (words >> 1):  # a head's granules: D / 8 (words = D / 4), a power of two
+            shift += 1
+        total = (kinds * heads) << shift
+        first = warp * items_per_warp
+        count = min(items_per_warp, num_items - first)
+        end_layer = first_layer + num_layers
+        # The issuing walk over (item j, layer, base), set one pass before the first.
+        j = -1
+        layer = end_layer - 1
+        base = total - PASS
+        s_off = s_stride = d_off = d_stride = f_off = f_stride = 0
+        sk = sv = dk = dv = fk = fv = 0
+        more = True
+        issued = converted = 0
+        slot_in = slot_out = 0
+        while True:
+            if more:
+                base += PASS
+                if base >= total:
+                    base = 0
+                    layer += 1
+                    if layer >= end_layer:  # the next item whose indices are in bounds
+                        layer = first_layer
+                        j += 1
+                        searching = True
+                        while searching and j < count:
+                            s_tok = load_i64(src_indices + (first + j) * 8)
+                            d_tok = load_i64(dst_indices + (first + j) * 8)
+                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                                searching = False
+                                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                                s_stride = src_hs(src_dim, src_item, heads, src_page)
+                                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+                                f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                                f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+                            else:
+                                j += 1
+                        more = not searching
+                    if more:
+                        sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
+                        dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
+                        fk = src_lb(src_scales_k, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                        sv = sk
+                        dv = dk
+                        fv = fk
+                        if kinds == 2:
+                            sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
+                            dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
+                            fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                if more:
+                    issue(ring + slot_in * STAGE_BYTES, lane, base, total, shift, heads, sk, sv, s_stride, fk, fv,
+                          f_stride, dk, dv, d_stride)
+                    slot_in = slot_in + 1 if slot_in + 1 < STAGES else 0
+                    issued += 1
+            commit()  # one group an iteration, empty or not: pass q is group q
+            if more and issued - converted < STAGES:
+                continue
+            if converted == issued:
+                break
+            if more:
+                wait_steady()  # pass `converted` was committed STAGES - 1 groups ago
+            else:
+                wait_all()
+            convert(ring + slot_out * STAGE_BYTES, lane, total, shift, heads)
+            slot_out = slot_out + 1 if slot_out + 1 < STAGES else 0
+            converted += 1
+
+    check_parameters(fp8_pipelined, Fp8Args)
+    fp8_pipelined.__name__ = fp8_pipelined.__qualname__ = (f"fp8_pipelined_{fmt}_{dtype}_{src.name}_{dst.name}"
+                                                           f"{'_mla' if mla else ''}")
+    return kernel(fp8_pipelined, max_registers=64)
+
+
+_kernels: dict = {}
+
+
+def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16"):
+    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype), built on
+    first request and memoised; ``src``/``dst``: ``LayoutParts``. Launch it with ``SHARED_BYTES`` of dynamic
+    shared memory and at most ``MAX_WARPS`` warps a block."""
+    if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
+        raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
+    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype))
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build_kernel(*key)
+    return built
+
+
+def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
+    """PTX of one pipelined kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
+    if SIMULATOR:
+        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
+    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, fmt, dtype).py_func, SIGNATURE, cc=cc)
+    return ptx
