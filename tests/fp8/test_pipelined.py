@@ -1,0 +1,76 @@
+"""The pipelined FP8 load (``kvnumba.kernels.fp8_pipelined``): which copies take it, and that it writes what the
+reference writes, byte for byte, where its ring of passes is exercised: many items a warp, several passes an
+item (the last part-filled), windows of several layers, heads of 8 and of 1024, and items whose indices are out
+of range (skipped and flagged while the walk goes on). Every layout pair, formats, MLA and special codes go
+through it in ``tests/fp8/test_copy.py`` (heads of 8 there)."""
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import quant_reference as qr
+from kvnumba.api import fp8_copy
+from kvnumba.kernels import fp8_pipelined
+from tests.fp8.cases import make_fp8, make_view, view_bytes
+from tests.helpers.placement import PLACE
+
+pytestmark = pytest.mark.needs_target
+
+
+def test_which_heads_it_takes():
+    assert [fp8_pipelined.takes(d) for d in (8, 16, 64, 128, 512, 1024)] == [True] * 6
+    assert [fp8_pipelined.takes(d) for d in (0, 4, 12, 48, 96, 576)] == [False] * 6
+    rng = np.random.default_rng(0)
+    for head_dim, fast in ((8, True), (48, False)):
+        _, src = make_fp8("PageFirst", 1, 4, 2, 2, head_dim, rng=rng)
+        _, dst = make_view("LayerFirst", 1, 4, 2, 2, head_dim, rng, poison=True, mla=False,
+                           place=("device", "numba"))
+        assert bool(fp8_copy.Fp8Plan(src, dst, None).slots) is fast, head_dim
+
+
+def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0):
+    rng = np.random.default_rng(seed)
+    src_np, src = make_fp8(fp8_name, *g, mla=mla, rng=rng)
+    dst_np, dst = make_view(plain_name, *g, rng, poison=True, mla=mla, place=("device", "numba"))
+    assert fp8_copy.plan_for(src, dst, layers).slots  # the pipelined kernel
+    kv.copy(src, dst, si, di, layers, block_quota=1, num_warps_per_block=warps)
+    qr.copy(src_np, dst_np, si, di, layers)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_many_items_and_passes_through_one_warps_ring():
+    """One warp, 6 items of 2 layers, 20 heads of 64: 320 granules an item and layer, three passes (the last
+    part-filled), 36 passes through a ring of two stages."""
+    rng = np.random.default_rng(1)
+    si, di = rng.choice(8, 6, replace=False), rng.choice(8, 6, replace=False)
+    _load("PageFirst", "LayerFirst", (2, 8, 4, 20, 64), si, di)
+    _load("LayerFirst", "PageHead", (2, 8, 4, 20, 64), si, di, seed=2)
+
+
+def test_a_window_of_layers_and_more_warps_than_items():
+    rng = np.random.default_rng(3)
+    si, di = rng.choice(8, 3, replace=False), rng.choice(8, 3, replace=False)
+    _load("PageHead", "PageFirst", (3, 8, 4, 2, 16), si, di, layers=range(1, 3), warps=4)
+
+
+def test_heads_of_8_and_of_1024():
+    _load("PageFirst", "LayerFirst", (1, 4, 2, 3, 8), np.array([3, 0, 2]), np.array([1, 2, 3]))
+    _load("LayerFirst", "PageFirst", (1, 4, 2, 1, 1024), np.array([1, 3]), np.array([0, 2]), mla=True)
+
+
+def test_out_of_range_items_are_skipped_and_flagged(device_path):
+    """Items 2 and 5 out of range (source, then destination): skipped, flagged, and the walk goes on to the
+    items after them, in the same warp."""
+    g = (1, 8, 4, 4, 32)
+    rng = np.random.default_rng(4)
+    src_np, src = make_fp8("PageFirst", *g, rng=rng)
+    dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = np.arange(7, dtype=np.int64), np.arange(7, dtype=np.int64)[::-1].copy()
+    si[2], di[5] = 8 + 3, -1
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=1,
+                check=True)
+    keep = (np.arange(7) != 2) & (np.arange(7) != 5)
+    qr.copy(src_np, dst_np, si[keep], di[keep])
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
