@@ -14,11 +14,11 @@ words (``warp_copy``).
 from numba import cuda
 
 from .. import config
-from ..driver.target import SIMULATOR
 from .jit import WARP_SIZE, kernel
 from .layouts import PARTS, Layout, LayoutParts
 from .item_copy import make_items_copy
 from .params import SIGNATURE, KernelArgs, check_parameters
+from .ptx import ptx_of
 from .warp_copy import CopyShape
 
 # The inner loop's shape per kernel, chosen on the H200 (scripts/RESULTS.md, "Tuning"): device time
@@ -104,7 +104,4 @@ def _parts(layout):
 
 def kernel_ptx(src_layout, dst_layout, mla, cc=(9, 0)):
     """PTX of one kernel for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_kernel(src_layout, dst_layout, mla).py_func, SIGNATURE, cc=cc)
-    return ptx
+    return ptx_of(get_kernel(src_layout, dst_layout, mla), SIGNATURE, cc)

@@ -1,6 +1,6 @@
 """The general FP8 kernels: they quantise to FP8, dequantise from it, or copy FP8 caches, inside the copy,
-for every head size (``kernels.fp8_wide`` takes the quantising and dequantising copies of heads of 16 * 2**k
-elements, faster); one memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
+for every head size (``kernels.fp8_wide`` takes the quantising copies of heads of 16 * 2**k elements and
+``kernels.fp8_pipelined`` the dequantising ones of heads of 8 * 2**k, faster); one memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
 dtype).
 
 The format is ``kvnumba.quant_reference``'s (its docstring, byte for byte); the arithmetic is
@@ -34,7 +34,6 @@ from typing import NamedTuple
 
 from numba import cuda
 
-from ..driver.target import SIMULATOR
 from . import fp8
 from .fp8_memory import group_max, load_i32, store_i32, store_i64
 from .item_copy import in_bounds
@@ -42,6 +41,7 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters, signature
+from .ptx import ptx_of
 
 MODES = ("quantise", "dequantise", "copy")
 
@@ -290,7 +290,4 @@ def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16"):
 
 def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
     """PTX of one FP8 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, mode, fmt, dtype).py_func, SIGNATURE, cc=cc)
-    return ptx
+    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype), SIGNATURE, cc)

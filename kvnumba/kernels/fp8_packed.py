@@ -15,7 +15,7 @@ Names (made per format and plain dtype, memoised; each returns int64 bits):
   (nor e5m2 infinities) and a finite scale, so that no product is NaN;
 - ``special_codes(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
 - ``chunk_dequantiser``'s ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words)
-  dequantised by ``dequantise4`` into 32 bytes at ``address`` (the wide and the staged kernel's store).
+  dequantised by ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
 
 On Numba's CUDA simulator the first three are NumPy twins (``kernels.simulator.fp8_packed``) that compute
 the same definitions with ``ml_dtypes``.

@@ -30,7 +30,6 @@ for ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, 
 """
 from numba import cuda, int64
 
-from ..driver.target import SIMULATOR
 from . import fp8, fp8_copy
 from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
 from .fp8_copy import SIGNATURE, Fp8Args
@@ -42,6 +41,7 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
+from .ptx import ptx_of
 from .tma import load_shared_u32, shared_address
 
 GRANULE = 8  # codes a lane copies and converts at once
@@ -215,7 +215,4 @@ def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16"):
 
 def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
     """PTX of one pipelined kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, fmt, dtype).py_func, SIGNATURE, cc=cc)
-    return ptx
+    return ptx_of(get_kernel(src, dst, mla, fmt, dtype), SIGNATURE, cc)

@@ -3,7 +3,7 @@ bfloat16/float16 view on the GPU, dequantising on the way, with the staged kerne
 (``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory,
 warps dequantise them from there and store the plain values. No second pass, no buffer in global memory.
 
-Why: a register kernel's load (``kernels.fp8_wide``, ``kernels.fp8_copy``) moves the bytes its warps hold
+Why: a register kernel's load (``kernels.fp8_copy``) moves the bytes its warps hold
 in registers per PCIe round trip, as for bfloat16 loads (``kernels.staged``'s docstring;
 scripts/RESULTS.md); the bulk-copy unit keeps a whole ring of stages in flight.
 
@@ -43,7 +43,6 @@ from typing import Any
 
 from numba import cuda, int64
 
-from ..driver.target import SIMULATOR
 from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
 from .fp8_memory import load_i32, store_i64
@@ -52,6 +51,7 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
 from .memory import load_i64
 from .params import STAGED_EXTRA, check_parameters, signature
+from .ptx import ptx_of
 from .tma import load_shared_i128, load_shared_u32, store_shared_u32, sync_warp
 
 Fp8StagedArgs = namedtuple("Fp8StagedArgs", fp8_copy.Fp8Args._fields + STAGED_EXTRA)  # type: ignore[misc]
@@ -253,7 +253,4 @@ def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", ring=None):
 
 def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
     """PTX of one staged FP8 kernel (needs NVVM, not a GPU; not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, fmt, dtype).py_func, SIGNATURE, cc=cc)
-    return ptx
+    return ptx_of(get_kernel(src, dst, mla, fmt, dtype), SIGNATURE, cc)

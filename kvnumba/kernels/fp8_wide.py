@@ -28,7 +28,6 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
 """
 from numba import cuda, types
 
-from ..driver.target import SIMULATOR
 from . import fp8
 from .fp8_copy import SIGNATURE, Fp8Args
 from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_i128, warp_any
@@ -38,6 +37,7 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
+from .ptx import ptx_of
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
@@ -252,7 +252,4 @@ def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS):
 
 def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, cc=(9, 0)):
     """PTX of one wide kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("kernel_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_kernel(src, dst, mla, mode, fmt, dtype, slots).py_func, SIGNATURE, cc=cc)
-    return ptx
+    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype, slots), SIGNATURE, cc)
