@@ -34,7 +34,7 @@ from ..plan import fp8_staged_plan, routes
 from ..checks.user_layouts import check_user_layout
 from ..plan.copy_plan import view_side
 from ..plan.sides import Placement, Side
-from ..plan.tensor_maps import compute_capability
+from ..plan.tensor_maps import compute_capability, shared_limit
 from .fp8_views import Fp8View, plain_dtype_of, plan_window
 from .views import CacheView, LayerTable
 
@@ -116,7 +116,8 @@ def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, code
     """The slots of the fast kernel for this copy, 0 for ``fp8_copy``'s: the wide kernel's for a quantising
     copy (``kernels.fp8_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
     kernel takes (``kernels.fp8_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries (they
-    move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions);
+    move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
+    pipelined one also a block's worth of shared memory for its rings (``fp8_pipelined.SHARED_BYTES``);
     ``config.override(fp8_kernel=...)`` picks one where both run."""
     chosen = config.tuning("fp8_kernel")
     if mode == "dequantise":
@@ -129,6 +130,8 @@ def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, code
         return 0
     if not SIMULATOR and compute_capability(device) < (9, 0):
         return 0
+    if mode == "dequantise" and not SIMULATOR and shared_limit(device) < fp8_pipelined.SHARED_BYTES:
+        return 0  # the pipelined kernel's rings do not fit in a block's shared memory there (sm_120)
     return slots
 
 

@@ -81,6 +81,8 @@ def _bind(plan, src, dst):
                                           array_info(next(iter(dst.buffers("k"))), "dst").device, plan.device):
         return None
     ring = config.tuning("staged_shape") or fp8_staged.SHAPE  # config.override(staged_shape=...): another ring
+    if path == "auto" and tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # too big a block (sm_120)
+        return None
     g, heads = codes.geometry, src.heads
     item = g.item_bytes
     nbytes = min(b.nbytes for b in buffers)

@@ -89,6 +89,8 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memo
         src_host, dst_host = memory
         if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
             return None
+        if tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # the ring does not fit a block (sm_120)
+            return None
     picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
     run_limits = staged.run_limits(plan.item_size, mla, ring)
     if picture is None or run_limits is None:  # None: a stage cannot hold one token's K and V

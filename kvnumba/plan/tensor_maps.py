@@ -229,3 +229,18 @@ def compute_capability(device):
 
 
 _capabilities: dict[int, tuple[int, int]] = {}
+
+
+def shared_limit(device):
+    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes (memoised): 227 KiB
+    on an H100 or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
+    known = _shared_limits.get(device)
+    if known is None:
+        from ..driver.bindings import check, cu
+
+        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
+        known = _shared_limits[device] = int(check(cu.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"))
+    return known
+
+
+_shared_limits: dict[int, int] = {}

@@ -27,6 +27,22 @@ def test_which_heads_it_takes():
         assert bool(fp8_copy.Fp8Plan(src, dst, None).slots) is fast, head_dim
 
 
+def test_not_where_its_rings_do_not_fit(monkeypatch):
+    """On a GPU whose blocks may ask for less shared memory than the rings take (sm_120: 99 KiB), a load goes
+    through the general kernel; on an H200 (227 KiB) through the pipelined one."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(fp8_copy, "SIMULATOR", False)
+    monkeypatch.setattr(fp8_copy, "compute_capability", lambda device: (12, 0))
+    codes = SimpleNamespace(bases=[0, 4096])
+    monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 99 * 1024)
+    assert fp8_copy._wide_slots("dequantise", 128, 0, object(), codes) == 0
+    assert fp8_copy._wide_slots("quantise", 128, 0, object(), codes)  # the wide quantiser needs none
+    monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 227 * 1024)
+    assert fp8_pipelined.SHARED_BYTES <= 227 * 1024
+    assert fp8_copy._wide_slots("dequantise", 128, 0, object(), codes) == 1
+
+
 def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0):
     rng = np.random.default_rng(seed)
     src_np, src = make_fp8(fp8_name, *g, mla=mla, rng=rng)

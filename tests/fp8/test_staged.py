@@ -168,6 +168,24 @@ def test_auto_stages_what_the_pipelined_kernel_does_not_take(monkeypatch, fresh_
     assert not fp8_staged_plan.auto_stages(slots[48], HOST, 0, 0)
 
 
+def test_auto_does_not_stage_where_the_ring_does_not_fit(monkeypatch, fresh_plans):
+    """``auto`` binds the staged kernel only where a block may ask for the ring's shared memory: on an H200
+    (227 KiB), not on sm_120 (99 KiB), where the launch would fail."""
+    from kvnumba.api import fp8_copy
+    from kvnumba.plan import tensor_maps
+
+    _, src = make_fp8("PageFirst", 2, 16, 4, 1, 48, place="host", rng=np.random.default_rng(8))
+    _, dst = make_view("LayerFirst", 2, 16, 4, 1, 48, np.random.default_rng(8), poison=True, mla=False,
+                       place=("device", "numba"))
+    plan = fp8_copy.plan_for(src, dst, 1)
+    monkeypatch.setattr(fp8_staged_plan, "auto_stages", lambda *args: True)  # a pinned-host -> GPU load on sm_90+
+    monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: 227 * 1024)
+    assert fp8_staged_plan.fp8_staged.SHAPE.shared_bytes <= 227 * 1024
+    assert fp8_staged_plan.bind_staged(plan, src, dst) is not None
+    monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: 99 * 1024)
+    assert fp8_staged_plan.bind_staged(plan, src, dst) is None
+
+
 def test_stage_holds_codes_and_scales():
     for item, heads, mla in ((2048, 16, False), (576, 1, True), (32, 2, False)):
         longest, _ = fp8_staged.run_limits(item, heads, mla, fp8_staged.SHAPE)

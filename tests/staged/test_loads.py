@@ -354,3 +354,27 @@ def test_a_forced_copy_shape_builds_its_own_staged_kernel():
         forced = staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False)
     assert forced is not tuned
     assert staged.get_staged_kernel(PAGE_FIRST, LAYER_FIRST, False) is tuned
+
+
+def test_auto_stages_only_where_the_ring_fits_a_block(monkeypatch):
+    """``auto`` takes the staged kernel for a pinned-host -> GPU load on sm_90+ only where a block may ask for
+    the ring's shared memory: on an H200 (227 KiB), not on sm_120 (99 KiB), where its launch would fail."""
+    from types import SimpleNamespace
+
+    from kvnumba.kernels import layouts, staged
+    from kvnumba.plan import staged_plan, tensor_maps
+
+    item, tokens = 2048, 64
+    plan = SimpleNamespace(window=1, device=0, src=SimpleNamespace(nbytes=2 * tokens * item), item_size=item,
+                           head_num=8)
+    monkeypatch.setattr(staged_plan, "SIMULATOR", False)
+    monkeypatch.setattr(tensor_maps, "compute_capability", lambda device: (12, 0))
+
+    def recipe(limit):
+        monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: limit)
+        return staged_plan._recipe("auto", staged.SHAPE, plan, layouts.PAGE_FIRST, layouts.LAYER_FIRST, False,
+                                   2 * item, 16, (True, False))
+
+    assert staged.SHAPE.shared_bytes <= 227 * 1024
+    assert recipe(227 * 1024) is not None
+    assert recipe(99 * 1024) is None
