@@ -1,6 +1,7 @@
 """The FP8 one-layer loads of ``scripts/fp8_wire.py`` (8192 tokens of 8 heads of 128, pinned host page-first
--> GPU layer-first, ``block_quota`` 4 and 2, idle) under each ``KVNUMBA_LOAD_PATH``: ``register`` (the wide
-kernel, ``kernels.fp8_wide``) and ``staged`` (``kernels.fp8_staged``). Each call is checked bit for bit
+-> GPU layer-first, ``block_quota`` 4 and 2, idle) under each ``KVNUMBA_LOAD_PATH``: ``register`` (no staging:
+the pipelined kernel, ``kernels.fp8_pipelined``; before 2026-12-02 the wide kernel's dequantising pass) and
+``staged`` (``kernels.fp8_staged``). Each call is checked bit for bit
 against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU only.
 
     python scripts/fp8_load_paths.py [register] [staged]
