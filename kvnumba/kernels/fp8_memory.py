@@ -13,6 +13,8 @@ Names:
     store_i128(addr, low, high): 16 bytes (``addr`` 16-byte aligned), ``low`` first. Why: a warp's 8-byte
         stores 16 or 32 bytes apart write each 32-byte sector in pieces, and an H200 moved a third to a
         half of the bytes so (scripts/RESULTS.md); 16-byte ones write whole sectors
+    store_pair(addr, low, high): the same 16 bytes at any 8-byte aligned ``addr``: one ``store_i128`` where
+        ``addr`` is 16-byte aligned, else two ``store_i64`` (a device function of the two, both worlds)
     f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
     f32_mul(a_bits, b_bits) -> int64            f32_div(a_bits, b_bits) -> int64 (float32 bits, IEEE-rounded;
         the simulator's twins raise no NumPy warnings where the GPU gives inf or NaN quietly)
@@ -23,9 +25,10 @@ Names:
     warp_any(lane, flag) -> bool
 """
 from ..driver.target import SIMULATOR
+from .jit import device_function
 
 __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane_value", "load_i32", "store_i32",
-           "store_i64", "store_i128", "warp_any"]
+           "store_i64", "store_i128", "store_pair", "warp_any"]
 
 if SIMULATOR:
     from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
@@ -34,8 +37,6 @@ else:
     from llvmlite import ir
     from numba import cuda, int32, int64, types
     from numba.cuda.extending import intrinsic
-
-    from .jit import device_function
 
     _I32, _I64, _F32 = ir.IntType(32), ir.IntType(64), ir.FloatType()
 
@@ -116,3 +117,13 @@ else:
     @device_function
     def f32_div(a_bits, b_bits):
         return f32_bits(f32_from_bits(a_bits) / f32_from_bits(b_bits))
+
+
+@device_function
+def store_pair(addr, low, high):
+    """16 bytes at 8-byte aligned ``addr``, ``low`` first: one 16-byte store where ``addr`` allows."""
+    if addr & 15 == 0:
+        store_i128(addr, low, high)
+    else:
+        store_i64(addr, low)
+        store_i64(addr + 8, high)

@@ -24,7 +24,7 @@ import functools
 
 from ..driver.target import SIMULATOR
 from .fp8_format import fp8_format, plain_dtype
-from .fp8_memory import store_i64, store_i128
+from .fp8_memory import store_pair
 from .jit import device_function
 
 __all__ = ["chunk_dequantiser", "magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
@@ -135,14 +135,8 @@ def chunk_dequantiser(fmt, dtype):
 
     @device_function
     def store(address, low, high, scale_bits):
-        if address & 15 == 0:  # whole 32-byte sectors (fp8_memory.store_i128)
-            store_i128(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
-            store_i128(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
-        else:
-            store_i64(address, dequantise4(low, scale_bits))
-            store_i64(address + 8, dequantise4(low >> 32, scale_bits))
-            store_i64(address + 16, dequantise4(high, scale_bits))
-            store_i64(address + 24, dequantise4(high >> 32, scale_bits))
+        store_pair(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
+        store_pair(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
 
     return store
 

@@ -20,7 +20,7 @@ passes apart:
   stage of the warp's ring in shared memory (``copy8``, ``copy4``), and writes the destination's addresses
   there (its own copy: the stage is the lane's alone); then ``commit``;
 - **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``), a lane reads its
-  granules back and stores 16 bytes each (``fp8_memory.store_i128``; two 8-byte stores where the destination
+  granules back and stores 16 bytes each (``fp8_memory.store_pair``: two 8-byte stores where the destination
   is only 8-byte aligned), converted with the packed instructions (``fp8_packed``), or with ``kernels.fp8``'s
   exact element functions for a granule with a NaN code, an e5m2 infinity or a non-finite scale.
 
@@ -33,7 +33,7 @@ from numba import cuda, int64
 from . import fp8, fp8_copy
 from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
 from .fp8_copy import SIGNATURE, Fp8Args
-from .fp8_memory import store_i64, store_i128
+from .fp8_memory import store_pair
 from .fp8_packed import packed_dequantiser, special_codes
 from .fp8_wide import head_address
 from .item_copy import in_bounds
@@ -98,11 +98,7 @@ def _make_stage_ops(fmt, dtype):
                 else:
                     low = dequantise4(codes, scale)
                     high = dequantise4(codes >> 32, scale)
-                if address & 15 == 0:
-                    store_i128(address, low, high)
-                else:
-                    store_i64(address, low)
-                    store_i64(address + 8, high)
+                store_pair(address, low, high)
 
     return issue, convert
 

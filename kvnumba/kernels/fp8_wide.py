@@ -30,7 +30,7 @@ from numba import cuda, types
 
 from . import fp8
 from .fp8_copy import SIGNATURE, Fp8Args
-from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_i128, warp_any
+from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_pair, warp_any
 from .fp8_packed import magnitudes, packed_quantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
@@ -166,11 +166,7 @@ def _make_quantise_pass(fmt, dtype, slots):
                 address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
                 low = quantise8(held[4 * k], held[4 * k + 1], head_inverse)
                 high = quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse)
-                if address & 15 == 0:  # whole sectors (fp8_memory.store_i128)
-                    store_i128(address, low, high)
-                else:
-                    store_i64(address, low)
-                    store_i64(address + 8, high)
+                store_pair(address, low, high)  # whole sectors where aligned (fp8_memory.store_i128)
         if owns:
             store_i32(head_address(my_head, heads, fk, fv, f_stride), scale)
 
