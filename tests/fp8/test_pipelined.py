@@ -90,3 +90,22 @@ def test_out_of_range_items_are_skipped_and_flagged(device_path):
     qr.copy(src_np, dst_np, si[keep], di[keep])
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_more_than_32_items_a_warp(device_path):
+    """One warp walks 70 items, one pass each, through its ring; items 31, 32 and 69 (the last) are out of range
+    (past the end, negative, 2**40): skipped and flagged, and the walk goes on after each."""
+    g = (1, 80, 4, 1, 8)  # 80 tokens; a token's K and V of a layer are one pass
+    rng = np.random.default_rng(5)
+    src_np, src = make_fp8("PageFirst", *g, rng=rng)
+    dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = rng.permutation(80)[:70], rng.permutation(80)[:70]
+    si[31], di[32], si[69] = 80, -3, 1 << 40
+    assert fp8_copy.plan_for(src, dst, None).slots  # the pipelined kernel
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=1,
+                check=True)
+    keep = ~np.isin(np.arange(70), (31, 32, 69))
+    qr.copy(src_np, dst_np, si[keep], di[keep])
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
