@@ -210,7 +210,7 @@ class Fp8Plan:
                                  self.src if mode == "dequantise" else self.dst)
         shared = 0
         if self.slots and mode == "dequantise":
-            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype)
+            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim)
             shared = fp8_pipelined.SHARED_BYTES
         elif self.slots:
             dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots)

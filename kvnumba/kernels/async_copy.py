@@ -5,7 +5,8 @@ A thread issues copies of 4 or 8 bytes that land in shared memory without passin
 closes them into a group (``commit``), and later waits until all but its newest ``n`` groups have landed
 (``wait_group(n)``). Why: a load from pinned host memory waits a PCIe round trip (microseconds); bytes in
 flight held in registers are capped by the 64 registers a thread of a 1024-thread block may use, bytes in
-shared memory are not. Each thread reads back only what it copied itself, so no barrier is needed.
+shared memory are not. A thread's wait covers its own copies only: threads that read what another
+copied meet first (``tma.sync_warp``, as the pipelined load's lanes do for a head's scale).
 
 Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared_address``):
     copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)

@@ -1,14 +1,17 @@
 """The pipelined FP8 load: a dequantising copy (FP8 codes and scales to bfloat16/float16) whose reads land in
 shared memory by per-thread asynchronous copies (``kernels.async_copy``), a pass ahead of the conversion.
-One memoised kernel per (source layout, destination layout, MLA, FP8 format, plain dtype); the parameters
-(``fp8_copy.Fp8Args``), work split and index guard of ``kernels.fp8_copy``'s kernels, and the same results,
-bit for bit.
+One memoised kernel per (source layout, destination layout, MLA, FP8 format, plain dtype, head size); the
+parameters (``fp8_copy.Fp8Args``), work split and index guard of ``kernels.fp8_copy``'s kernels, and the same
+results, bit for bit.
 
 Why: a load reads pinned host memory across PCIe, a round trip of microseconds. A register kernel holds its
 reads in registers while it waits (``kernels.fp8_wide``: two 16-byte chunks a lane, 64 registers a thread
 at 1024 threads a block), and its 8-byte stores 32 bytes apart wrote each sector of the destination in
 pieces. On an H200 a probe of this design ran a one-layer load of 8192 tokens of 8 heads of 128 at 90 GB/s
-of bfloat16 on 4 SMs, against 52 for the register kernel (scripts/RESULTS.md).
+of bfloat16 on 4 SMs, against 52 for the register kernel (scripts/RESULTS.md). Once the reads were in flight
+the kernel was bound by the instructions it issues (Nsight Compute: its schedulers issued on 87% of cycles),
+so the per-granule work is kept small: the head size is compiled in, a head's scale is copied once a pass,
+and a granule's destination address is found once, when its codes are copied.
 
 Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (8 bytes in,
 16 bytes of bfloat16/float16 out); ``D / 8`` must be a power of two (``takes``). A pass is ``PASS`` granules:
@@ -16,17 +19,19 @@ lane ``i`` takes granules ``base + 32 k + i`` for ``k < PER_LANE``, so a warp's 
 ``k`` are contiguous within a head. Each warp walks its items' passes (item, layer, base) twice, ``STAGES - 1``
 passes apart:
 
-- **issue**: for each of its granules a lane copies the 8 codes and its head's 4-byte scale into the pass's
-  stage of the warp's ring in shared memory (``copy8``, ``copy4``), and writes the destination's addresses
-  there (its own copy: the stage is the lane's alone); then ``commit``;
-- **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``), a lane reads its
-  granules back and stores 16 bytes each (``fp8_memory.store_pair``: two 8-byte stores where the destination
-  is only 8-byte aligned), converted with the packed instructions (``fp8_packed``), or with ``kernels.fp8``'s
-  exact element functions for a granule with a NaN code, an e5m2 infinity or a non-finite scale.
+- **issue**: for each of its granules a lane copies the 8 codes into the pass's stage of the warp's ring in
+  shared memory (``copy8``) and writes the granule's destination address there (0: no granule); lanes
+  ``j < PASS / (D / 8)`` copy the scale of the pass's head ``j`` (``copy4``); then ``commit``;
+- **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``) and the warp has met
+  (``sync_warp``: a lane reads scales that others copied), a lane reads its granules back and stores 16 bytes
+  each (``fp8_memory.store_pair``: two 8-byte stores where the destination is only 8-byte aligned), converted
+  with the packed instructions (``fp8_packed``), or with ``kernels.fp8``'s exact element functions for a
+  granule with a NaN code, an e5m2 infinity or a non-finite scale; the warp meets again before the stage is
+  refilled.
 
-A stage holds, per lane, its granules' codes (``[k][lane]`` 8 bytes), scales (``[k][lane]`` 4 bytes) and
-the pass's destination addresses and base (``[field][lane]`` 8 bytes): ``STAGE_BYTES`` a warp; a block asks
-for ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
+A stage holds the pass's codes (granule ``32 k + lane`` at ``8 (32 k + lane)``), its heads' scales (4 bytes a
+head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES`` a warp; a block asks for
+``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
 """
 from numba import cuda, int64
 
@@ -42,14 +47,14 @@ from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .tma import load_shared_u32, shared_address
+from .tma import load_shared_u32, shared_address, sync_warp
 
 GRANULE = 8  # codes a lane copies and converts at once
 PER_LANE = 4  # granules a lane holds a pass
 PASS = PER_LANE * WARP_SIZE
 STAGES = 2  # passes of a warp's ring: one lands while the other converts (more measured no faster)
-_CODES, _SCALES, _HEADER = 0, 8 * PASS, 12 * PASS  # a stage's parts, bytes from its start
-STAGE_BYTES = _HEADER + 4 * 8 * WARP_SIZE  # header: dk, dv, d_stride, base, a copy a lane
+_CODES, _SCALES, _TARGETS = 0, 8 * PASS, 12 * PASS  # a stage's parts, bytes from its start
+STAGE_BYTES = _TARGETS + 8 * PASS  # codes, scales (a head's once), and each granule's destination address
 MAX_WARPS = 32  # the most warps of a block a call may ask for (launch.MAX_WARPS)
 SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES
 
@@ -60,38 +65,47 @@ def takes(head_dim):
     return head_dim % GRANULE == 0 and granules > 0 and granules & (granules - 1) == 0
 
 
-def _make_stage_ops(fmt, dtype):
+def _make_stage_ops(fmt, dtype, shift):
     dequantise4 = packed_dequantiser(fmt, dtype)
     exact4 = fp8_copy.word_dequantiser(fmt, dtype)
     special = special_codes(fmt)
+    mask = (1 << shift) - 1  # a head's granules: 2**shift, compiled in (shifts and masks by constants)
+    heads_a_pass = max(PASS >> shift, 1)  # the heads a pass's granules fall in (a head of more: 1)
+    scale_rows = (heads_a_pass + WARP_SIZE - 1) // WARP_SIZE
+    long_heads = PASS < (1 << shift)  # a head longer than a pass: a pass may start inside one
 
     @device_function
-    def issue(stage, lane, base, total, shift, heads, sk, sv, s_stride, fk, fv, f_stride, dk, dv, d_stride):
+    def issue(stage, lane, base, kinds_heads, heads, sk, sv, s_stride, fk, fv, f_stride, dk, dv, d_stride):
+        first_head = base >> shift
         for k in range(PER_LANE):
-            g = base + k * WARP_SIZE + lane
-            if g < total:
-                head = g >> shift
-                copy8(stage + _CODES + 8 * (k * WARP_SIZE + lane),
-                      head_address(head, heads, sk, sv, s_stride) + (g & ((1 << shift) - 1)) * GRANULE)
-                copy4(stage + _SCALES + 4 * (k * WARP_SIZE + lane), head_address(head, heads, fk, fv, f_stride))
-        store_shared_i64(stage + _HEADER + 8 * lane, dk)
-        store_shared_i64(stage + _HEADER + 8 * (WARP_SIZE + lane), dv)
-        store_shared_i64(stage + _HEADER + 8 * (2 * WARP_SIZE + lane), d_stride)
-        store_shared_i64(stage + _HEADER + 8 * (3 * WARP_SIZE + lane), base)
+            i = k * WARP_SIZE + lane
+            at = (base & mask) + i if long_heads else i  # granule `at` of head first_head
+            head = first_head + (at >> shift)
+            target = 0  # no granule: convert skips it
+            if head < kinds_heads:
+                if head < heads:
+                    source = sk + head * s_stride
+                    target = dk + head * d_stride
+                else:
+                    source = sv + (head - heads) * s_stride
+                    target = dv + (head - heads) * d_stride
+                copy8(stage + _CODES + 8 * i, source + (at & mask) * GRANULE)
+                target += (at & mask) * 2 * GRANULE
+            store_shared_i64(stage + _TARGETS + 8 * i, target)
+        for r in range(scale_rows):  # a head's scale once a pass: slot j holds head first_head + j's
+            slot = r * WARP_SIZE + lane
+            head = first_head + slot
+            if slot < heads_a_pass and head < kinds_heads:
+                copy4(stage + _SCALES + 4 * slot, head_address(head, heads, fk, fv, f_stride))
 
     @device_function
-    def convert(stage, lane, total, shift, heads):
-        dk = load_shared_i64(stage + _HEADER + 8 * lane)
-        dv = load_shared_i64(stage + _HEADER + 8 * (WARP_SIZE + lane))
-        d_stride = load_shared_i64(stage + _HEADER + 8 * (2 * WARP_SIZE + lane))
-        base = load_shared_i64(stage + _HEADER + 8 * (3 * WARP_SIZE + lane))
+    def convert(stage, lane):
         for k in range(PER_LANE):
-            g = base + k * WARP_SIZE + lane
-            if g < total:
-                codes = load_shared_i64(stage + _CODES + 8 * (k * WARP_SIZE + lane))
-                scale = load_shared_u32(stage + _SCALES + 4 * (k * WARP_SIZE + lane))
-                address = (head_address(g >> shift, heads, dk, dv, d_stride)
-                           + (g & ((1 << shift) - 1)) * 2 * GRANULE)
+            i = k * WARP_SIZE + lane
+            address = load_shared_i64(stage + _TARGETS + 8 * i)
+            if address != 0:
+                codes = load_shared_i64(stage + _CODES + 8 * i)
+                scale = load_shared_u32(stage + _SCALES + 4 * (i >> shift))  # a pass's heads from slot 0
                 if (scale & 0x7F800000) == 0x7F800000 or special(codes):  # the exact element functions
                     low = exact4(codes & 0xFFFFFFFF, scale)
                     high = exact4((codes >> 32) & 0xFFFFFFFF, scale)
@@ -103,8 +117,9 @@ def _make_stage_ops(fmt, dtype):
     return issue, convert
 
 
-def _build_kernel(src, dst, mla, fmt, dtype):
-    issue, convert = _make_stage_ops(fmt, dtype)
+def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
+    shift = (head_dim // GRANULE).bit_length() - 1
+    issue, convert = _make_stage_ops(fmt, dtype, shift)
     wait_steady, wait_all = waiter(STAGES - 1), waiter(0)
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
@@ -118,10 +133,8 @@ def _build_kernel(src, dst, mla, fmt, dtype):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (STAGES * STAGE_BYTES)
-        shift = 0
-        while (1 << shift) < (words >> 1):  # a head's granules: D / 8 (words = D / 4), a power of two
-            shift += 1
-        total = (kinds * heads) << shift
+        kinds_heads = kinds * heads
+        total = kinds_heads << shift
         first = warp * items_per_warp
         count = min(items_per_warp, num_items - first)
         end_layer = first_layer + num_layers
@@ -170,7 +183,7 @@ def _build_kernel(src, dst, mla, fmt, dtype):
                             dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
                             fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
                 if more:
-                    issue(ring + slot_in * STAGE_BYTES, lane, base, total, shift, heads, sk, sv, s_stride, fk, fv,
+                    issue(ring + slot_in * STAGE_BYTES, lane, base, kinds_heads, heads, sk, sv, s_stride, fk, fv,
                           f_stride, dk, dv, d_stride)
                     slot_in = slot_in + 1 if slot_in + 1 < STAGES else 0
                     issued += 1
@@ -183,7 +196,9 @@ def _build_kernel(src, dst, mla, fmt, dtype):
                 wait_steady()  # pass `converted` was committed STAGES - 1 groups ago
             else:
                 wait_all()
-            convert(ring + slot_out * STAGE_BYTES, lane, total, shift, heads)
+            sync_warp()  # the pass's scales, copied by some lanes, are seen by every lane
+            convert(ring + slot_out * STAGE_BYTES, lane)
+            sync_warp()  # every lane has read the stage's scales before the next pass's copies land there
             slot_out = slot_out + 1 if slot_out + 1 < STAGES else 0
             converted += 1
 
@@ -196,19 +211,22 @@ def _build_kernel(src, dst, mla, fmt, dtype):
 _kernels: dict = {}
 
 
-def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16"):
-    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype), built on
-    first request and memoised; ``src``/``dst``: ``LayoutParts``. Launch it with ``SHARED_BYTES`` of dynamic
-    shared memory and at most ``MAX_WARPS`` warps a block."""
+def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", head_dim=128):
+    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype, head size),
+    built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``: elements a head, one
+    that ``takes`` (compiled in: a head's granules found by constant shifts and masks). Launch it with
+    ``SHARED_BYTES`` of dynamic shared memory and at most ``MAX_WARPS`` warps a block."""
     if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
         raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
-    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype))
+    if not isinstance(head_dim, int) or not takes(head_dim):
+        raise ValueError(f"head_dim must be 8 * 2**k elements, got {head_dim!r}")
+    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), head_dim)
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
+def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0), head_dim=128):
     """PTX of one pipelined kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, fmt, dtype), SIGNATURE, cc)
+    return ptx_of(get_kernel(src, dst, mla, fmt, dtype, head_dim), SIGNATURE, cc)
