@@ -9,7 +9,8 @@ Modes (what a lane stores):
     2: two granules of 8 codes, lanes side by side: a warp's 16-byte stores are contiguous
     3: mode 2's reads and stores without the conversion (its output is not checked)
 
-    python scripts/fp8_async_probe.py
+    python scripts/fp8_async_probe.py             # the modes above
+    python scripts/fp8_async_probe.py --shared    # mode 2 asking for more shared memory than it uses (less L1)
 
 Results: scripts/RESULTS.md (H200, 2026-12-02); kvnumba.kernels.fp8_pipelined is the kernel built from it.
 It ran at ``40a35eb`` with its own copies of the inline PTX below; since then it takes them from
@@ -17,6 +18,8 @@ It ran at ``40a35eb`` with its own copies of the inline PTX below; since then it
 spells out the 8-byte stores ``fp8_packed.chunk_dequantiser`` made then. Its kernels' PTX is the same as it
 was, modulo names (compared by compiling both for sm_90).
 """
+
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -126,7 +129,9 @@ def allow_shared(k, shm):
     assert err == cu.CUresult.CUDA_SUCCESS, err
 
 
-def main():
+def _buffers():
+    """The probe's data: 8192 tokens of 8 heads of 128 codes (no NaN code) and their scales in pinned host memory,
+    a GPU buffer for the bfloat16, the kernels' arguments, the chunk count and the bytes expected."""
     chunks = 8192 * 128  # 16-code chunks: 8192 tokens of 8 heads of 128, K and V
     rng = np.random.default_rng(0)
     values = rng.integers(0, 256, chunks * 16, dtype=np.uint8)
@@ -139,6 +144,21 @@ def main():
     want = (values.view(ml_dtypes.float8_e4m3fn).astype(np.float32).reshape(-1, 128) * scales[:, None])
     want = want.astype(ml_dtypes.bfloat16).view(np.uint8).reshape(-1)
     args = (codes.ctypes.data, scales.ctypes.data, out.__cuda_array_interface__["data"][0])
+    return (codes, scales), out, args, chunks, want
+
+
+def _gbps(launch, args, passes, chunks):
+    start, end = cuda.event(), cuda.event()
+    start.record()
+    for _ in range(20):
+        launch(*args, passes)
+    end.record()
+    end.synchronize()
+    return chunks * 32 / (cuda.event_elapsed_time(start, end) / 20) / 1e6
+
+
+def main():
+    pinned, out, args, chunks, want = _buffers()  # pinned: the host buffers, alive while the kernels read them
     print("mode  S slots  bq  GB/s bf16   link ok")
     for S, slots, mode in ((4, 2, 0), (4, 2, 1), (4, 2, 2), (4, 2, 3), (8, 1, 2), (2, 2, 2), (2, 1, 2)):
         k, shm = make(S, slots, mode)
@@ -149,15 +169,27 @@ def main():
             launch(*args, passes)
             cuda.synchronize()
             ok = np.array_equal(out.copy_to_host(), want)
-            start, end = cuda.event(), cuda.event()
-            start.record()
-            for _ in range(20):
-                launch(*args, passes)
-            end.record()
-            end.synchronize()
-            gbps = chunks * 32 / (cuda.event_elapsed_time(start, end) / 20) / 1e6
-            print(f"mode {mode} {S:>2} {slots:>5} {bq:>3} {gbps:10.1f} {gbps / 2 * (1 + 4 / 256):6.1f} {ok}", flush=True)
+            gbps = _gbps(launch, args, passes, chunks)
+            print(f"mode {mode} {S:>2} {slots:>5} {bq:>3} {gbps:10.1f} {gbps / 2 * (1 + 4 / 256):6.1f} {ok}",
+                  flush=True)
+
+
+def shared_sweep():
+    """Mode 2 (S=2, 2 slots: 96 KiB of shared memory a block) launched asking for more dynamic shared memory than
+    it uses: what the L1 left beside shared memory does to the asynchronous copies from host memory."""
+    pinned, out, args, chunks, want = _buffers()  # pinned: the host buffers, alive while the kernels read them
+    k, shm = make(2, 2, 2)
+    passes = chunks // 64
+    for asked in (shm, 132 * 1024, 164 * 1024, 200 * 1024, 227 * 1024):
+        allow_shared(k, asked)
+        for bq in (2, 4):
+            launch = k[bq, 1024, 0, asked]
+            launch(*args, passes)
+            cuda.synchronize()
+            assert np.array_equal(out.copy_to_host(), want)
+            print(f"probe mode 2 S=2 slots=2 shared asked {asked // 1024:4d} KiB (uses {shm // 1024}) bq={bq}: "
+                  f"{_gbps(launch, args, passes, chunks):6.1f} GB/s of bf16", flush=True)
 
 
 if __name__ == "__main__":
-    main()
+    shared_sweep() if "--shared" in sys.argv[1:] else main()
