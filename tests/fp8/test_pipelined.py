@@ -109,3 +109,12 @@ def test_more_than_32_items_a_warp(device_path):
     qr.copy(src_np, dst_np, si[keep], di[keep])
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_pass_of_many_heads_and_heads_longer_than_a_pass():
+    """A pass's scales come one a head, copied by lanes 0.. of the warp: 40 heads of 8 (80 K and V heads, three
+    rows of lanes) and of 16 (two rows); heads of 2048 codes span two passes each (one scale for both)."""
+    _load("PageFirst", "LayerFirst", (1, 4, 2, 40, 8), np.array([3, 0, 2]), np.array([1, 2, 3]))
+    _load("LayerFirst", "PageHead", (2, 4, 2, 40, 16), np.array([1, 3]), np.array([0, 2]), seed=1)
+    _load("PageFirst", "LayerFirst", (1, 4, 2, 1, 2048), np.array([2, 1]), np.array([3, 0]), seed=2)
+    _load("LayerFirst", "PageFirst", (1, 4, 2, 1, 2048), np.array([1]), np.array([2]), mla=True, seed=3)
