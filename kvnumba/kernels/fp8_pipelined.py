@@ -33,6 +33,8 @@ A stage holds the pass's codes (granule ``32 k + lane`` at ``8 (32 k + lane)``),
 head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES`` a warp; a block asks for
 ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
 """
+import numbers
+
 from numba import cuda, int64
 
 from . import fp8, fp8_copy
@@ -218,9 +220,9 @@ def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", head_dim=128):
     ``SHARED_BYTES`` of dynamic shared memory and at most ``MAX_WARPS`` warps a block."""
     if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
         raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
-    if not isinstance(head_dim, int) or not takes(head_dim):
+    if not isinstance(head_dim, numbers.Integral) or isinstance(head_dim, bool) or not takes(int(head_dim)):
         raise ValueError(f"head_dim must be 8 * 2**k elements, got {head_dim!r}")
-    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), head_dim)
+    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), int(head_dim))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)

@@ -27,6 +27,14 @@ def test_which_heads_it_takes():
         assert bool(fp8_copy.Fp8Plan(src, dst, None).slots) is fast, head_dim
 
 
+@pytest.mark.parametrize("head_dim", [48, 0, 128.0, True])
+def test_a_head_size_it_does_not_take_is_a_value_error(head_dim):
+    from kvnumba.kernels import layouts
+
+    with pytest.raises(ValueError, match="head_dim"):
+        fp8_pipelined.get_kernel(layouts.PAGE_FIRST, layouts.LAYER_TABLE, False, head_dim=head_dim)
+
+
 def test_not_where_its_rings_do_not_fit(monkeypatch):
     """On a GPU whose blocks may ask for less shared memory than the rings take (sm_120: 99 KiB), a load goes
     through the general kernel; on an H200 (227 KiB) through the pipelined one."""
