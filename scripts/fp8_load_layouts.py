@@ -5,17 +5,24 @@ page-first) bound the FP8 load? Each FP8 call is checked bit for bit on 32 token
 ``kvnumba.quant_reference`` before it is timed. Prints GB/s of bf16 bytes, link GB/s and host microseconds per
 call of the FP8 load, and GB/s of the bf16 load (``route="kernel"``) beside it. A GPU and torch only.
 
-    python scripts/fp8_load_layouts.py
+    python scripts/fp8_load_layouts.py [--only pf lf pfd] [--no-bf16] [--reps N]
 
-Settings: ``ONLY="pf lf pfd"`` (the layouts run), ``NOBF16=1`` (no bf16 row), ``REPS=n`` (n untimed FP8 loads at
-``block_quota=2`` and no timing: for a profiler, e.g. Nsight Compute). Results: scripts/RESULTS.md (2026-12-02)."""
+``--only``: the layouts run; ``--no-bf16``: no bf16 row; ``--reps N``: N untimed FP8 loads at ``block_quota=2`` and
+no timing, for a profiler (e.g. Nsight Compute). Results: scripts/RESULTS.md (2026-12-02)."""
+import argparse
+
 import numpy as np
 import torch
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.tools.timing import gpu_time, host_time
 
-import os
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("--only", nargs="+", default=["pf", "lf", "pfd"], choices=["pf", "lf", "pfd"])
+parser.add_argument("--no-bf16", action="store_true")
+parser.add_argument("--reps", type=int, default=0)
+args = parser.parse_args()
+ONLY, REPS = args.only, args.reps
 
 T, L, H, D, P, N, LAYER = 16384, 32, 8, 128, 64, 8192, 3  # pool tokens, layers, heads, head size, page, tokens moved
 WARPS = 32
@@ -36,8 +43,6 @@ src_idx = ((pages[:N // P, None] * P + np.arange(P)).reshape(-1)).astype(np.int6
 dst_idx = ((pages[N // P:, None] * P + np.arange(P)).reshape(-1)).astype(np.int64)
 si, di = torch.from_numpy(src_idx).cuda(), torch.from_numpy(dst_idx).cuda()
 sample = np.sort(rng.choice(N, 32, replace=False))
-ONLY = os.environ.get("ONLY", "pf lf pfd").split()
-REPS = int(os.environ.get("REPS", "0"))
 for name, (cls, shape, at) in shapes.items():
     if name not in ONLY:
         continue
@@ -67,7 +72,7 @@ for name, (cls, shape, at) in shapes.items():
         fp8_s = gpu_time(call, 10, groups=5, warmup=2)
         fp8_h = host_time(call, 50, groups=3)
         bcall = lambda: kv.copy(bf16, device, si, di, LAYER, route="kernel", **launch)
-        bf_s = gpu_time(bcall, 10, groups=5, warmup=2) if not os.environ.get("NOBF16") else float("nan")
+        bf_s = gpu_time(bcall, 10, groups=5, warmup=2) if not args.no_bf16 else float("nan")
         gb = N * 2 * H * D * 2 / 1e9
         link = N * 2 * (H * D + 4 * H) / 1e9
         print(f"{name:4} bq={bq} fp8 {gb / fp8_s:6.1f} GB/s of bf16 ({link / fp8_s:5.1f} link) "
