@@ -85,14 +85,8 @@ def _make_stage_ops(fmt, dtype, shift):
             head = first_head + (at >> shift)
             target = 0  # no granule: convert skips it
             if head < kinds_heads:
-                if head < heads:
-                    source = sk + head * s_stride
-                    target = dk + head * d_stride
-                else:
-                    source = sv + (head - heads) * s_stride
-                    target = dv + (head - heads) * d_stride
-                copy8(stage + _CODES + 8 * i, source + (at & mask) * GRANULE)
-                target += (at & mask) * 2 * GRANULE
+                copy8(stage + _CODES + 8 * i, head_address(head, heads, sk, sv, s_stride) + (at & mask) * GRANULE)
+                target = head_address(head, heads, dk, dv, d_stride) + (at & mask) * 2 * GRANULE
             store_shared_i64(stage + _TARGETS + 8 * i, target)
         for r in range(scale_rows):  # a head's scale once a pass: slot j holds head first_head + j's
             slot = r * WARP_SIZE + lane
