@@ -6,7 +6,6 @@ against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU o
 
     python scripts/fp8_load_paths.py [register] [staged]
 """
-import os
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,7 +14,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402 - the bench's buffers and shapes
 import fp8_wire  # noqa: E402
 
-from kvnumba.api import fp8_copy  # noqa: E402
+from kvnumba import config  # noqa: E402
+from kvnumba.plan import fp8_staged_plan  # noqa: E402
 
 ROWS = ("fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2")
 
@@ -26,12 +26,20 @@ def main(paths):
     backend = bench.TorchBackend()
     wire = fp8_wire.Bench(backend, shape, bench.Pools(backend, shape), None, bench.build_call)
     for path in paths:
-        os.environ["KVNUMBA_LOAD_PATH"] = path  # read when a plan is built
-        fp8_copy.clear()
-        for r in fp8_wire.run(wire, words=ROWS):
-            if "under" not in r["case"]:
-                print(f"{path:8} {r['case']:28} {r['bf16_gbps']:6.1f} GB/s of bf16 {r['link_gbps']:6.1f} on the link "
-                      f"{r['gpu_ms']:7.3f} ms  host {r['host_us']:5.1f} us  verified={r['verified']}", flush=True)
+        chosen = []  # what each load's plan bound: the staged kernel, or None (the register kernels)
+
+        def note(plan, staged, chosen=chosen):
+            if plan.mode == "dequantise":
+                chosen.append(staged)
+
+        with config.override(load_path=path), fp8_staged_plan.watching(note):
+            for r in fp8_wire.run(wire, words=ROWS):
+                if "under" not in r["case"]:
+                    print(f"{path:8} {r['case']:28} {r['bf16_gbps']:6.1f} GB/s of bf16 {r['link_gbps']:6.1f} on the "
+                          f"link {r['gpu_ms']:7.3f} ms  host {r['host_us']:5.1f} us  verified={r['verified']}",
+                          flush=True)
+        kernels = sorted({"staged" if staged else "register" for staged in chosen})
+        print(f"{path:8} the loads' kernels: {', '.join(kernels)}", flush=True)
 
 
 if __name__ == "__main__":

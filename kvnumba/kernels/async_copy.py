@@ -12,19 +12,23 @@ Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared
     copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)
     commit(): closes the thread's copies issued since the last commit into a group
     waiter(n) -> wait(): waits until at most the ``n`` newest groups are still in flight (``n`` is compiled in)
+    landed_arrive(bar): the current phase of mbarrier ``bar`` (``tma``) does not complete before the thread's
+        copies issued so far have landed (``cp.async.mbarrier.arrive``: it adds one pending arrival now and
+        makes it when they land, so the barrier's count is unchanged); threads that wait on the phase see them
     load_shared_i64(shared) -> int64        store_shared_i64(shared, value)
 
 On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy happens
-at once, checked for alignment as on the GPU, and waiting does nothing.
+at once, checked for alignment as on the GPU, and waiting (or arriving when landed) does nothing.
 """
 import functools
 
 from ..driver.target import SIMULATOR
 
-__all__ = ["commit", "copy4", "copy8", "load_shared_i64", "store_shared_i64", "waiter"]
+__all__ = ["commit", "copy4", "copy8", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
 
 if SIMULATOR:
-    from .simulator.async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter  # noqa: F401
+    from .simulator.async_copy import (commit, copy4, copy8, landed_arrive, load_shared_i64,  # noqa: F401
+                                       store_shared_i64, waiter)
 else:
     from llvmlite import ir
     from numba import types
@@ -69,6 +73,15 @@ else:
             return types.void(), codegen
 
         return wait
+
+    @intrinsic
+    def landed_arrive(typingctx, bar):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32)], "cp.async.mbarrier.arrive.shared.b64 [$0];",
+                 "r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64), codegen
 
     @intrinsic
     def load_shared_i64(typingctx, shared):

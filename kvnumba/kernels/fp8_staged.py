@@ -17,17 +17,18 @@ runs. The other warps:
   A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
   every source: a page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's
   destination in shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of
-  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). Scales travel through registers: four bytes a head are too few
-  for the bulk unit (a box row is 16 bytes or more, and a page-first token's scales sit ``L * H * 4``
-  bytes apart), so once a warp sees the post, before the codes land, its lanes read its tokens' scales
-  from host memory, four a lane in flight (one PCIe round trip, while the bulk unit moves the codes), and
-  write them into the scale area. Then, once the codes have landed and the warp's lanes have met
-  (``sync_warp``), each lane takes 16-byte chunks of codes (16 codes of one head: ``D % 16 == 0``), its
-  head's scale from the area, and writes 32 bytes of bfloat16/float16 at the destination layout's address
-  (any layout: the stores go through registers). The conversion is the wide kernel's packed one
-  (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code, an e5m2 infinity or a non-finite scale goes
-  through ``fp8_copy.word_dequantiser``'s exact element functions instead. Lanes walk the warp's chunks
-  by counting, not dividing (``advance``): a 64-bit division costs more than a chunk's conversion;
+  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). The scales come with the codes: four
+  bytes a head are too few for a box row of the bulk unit (16 bytes or more, and a page-first token's scales
+  sit ``L * H * 4`` bytes apart), so the loader warp's lanes copy them into the area with per-thread
+  asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie them to
+  the piece's barrier (``async_copy.landed_arrive``): the piece's phase ends once codes and scales have
+  landed, and no consumer waits a PCIe round trip of its own. Once it has, each lane takes 16-byte chunks
+  of codes (16 codes of one head: ``D % 16 == 0``), its head's scale from the area, and writes 32 bytes of
+  bfloat16/float16 at the destination layout's address (any layout: the stores go through registers). The
+  conversion is the wide kernel's packed one (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code,
+  an e5m2 infinity or a non-finite scale goes through ``fp8_copy.word_dequantiser``'s exact element
+  functions instead. Lanes walk the warp's chunks by counting, not dividing (``advance``): a 64-bit
+  division costs more than a chunk's conversion;
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
   (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
 
@@ -45,14 +46,15 @@ from numba import cuda, int64
 
 from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
-from .fp8_memory import load_i32, store_i64
+from .async_copy import copy4, landed_arrive
+from .fp8_memory import store_i64
 from .fp8_packed import chunk_dequantiser, special_codes
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
 from .memory import load_i64
 from .params import STAGED_EXTRA, check_parameters, signature
 from .ptx import ptx_of
-from .tma import load_shared_i128, load_shared_u32, store_shared_u32, sync_warp
+from .tma import load_shared_i128, load_shared_u32
 
 Fp8StagedArgs = namedtuple("Fp8StagedArgs", fp8_copy.Fp8Args._fields + STAGED_EXTRA)  # type: ignore[misc]
 SIGNATURE = signature(Fp8StagedArgs)
@@ -61,7 +63,6 @@ SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: 
 # always run so).
 SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0)
 CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
-SCALES_IN_FLIGHT = 4  # scales a lane reads before it writes the first
 
 
 def map_layout(src):
@@ -99,56 +100,31 @@ def _build(src, dst, mla, fmt, dtype, ring):
         return i, r
 
     @device_function
-    def scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
-                 scales_dim, page):
-        """``(source address, area address)`` of unit ``r`` (K's heads, then V's) of the warp's ``i``-th token
-        of a piece."""
-        kind = 1 if r >= heads else 0
-        head = r - kind * heads
-        t = j + i * n
-        token = load_i64(src_indices + (first + t) * 8)
-        at = src_lb(scales_k if kind == 0 else scales_v, layer, scales_dim, scales_item, heads, page)
-        at += src_to(token, scales_dim, scales_item, heads, page) + head * src_hs(scales_dim, scales_item, heads, page)
-        return at, area + ((kind * count + t) * heads + head) * 4
-
-    @device_function
-    def fetch_scales(lane, first, j, count, n, area, src_indices, layer, heads, scales_k, scales_v, scales_item,
-                     scales_dim, page):
-        """The scales of the warp's tokens of a piece, from the source into the piece's scale area:
-        ``SCALES_IN_FLIGHT`` loads a lane before the first store."""
-        per = kinds * heads
-        total = (count - j + n - 1) // n * per
-        f = lane
-        i, r = advance(0, lane, 0, per)
-        while f < total:
-            a0, s0 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
-                              scales_item, scales_dim, page)
-            v0 = load_i32(a0)
-            i, r = advance(i, r, WARP_SIZE, per)
-            s1 = s2 = s3 = v1 = v2 = v3 = 0
-            if f + WARP_SIZE < total:
-                a1, s1 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
-                                  scales_item, scales_dim, page)
-                v1 = load_i32(a1)
-            i, r = advance(i, r, WARP_SIZE, per)
-            if f + 2 * WARP_SIZE < total:
-                a2, s2 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
-                                  scales_item, scales_dim, page)
-                v2 = load_i32(a2)
-            i, r = advance(i, r, WARP_SIZE, per)
-            if f + 3 * WARP_SIZE < total:
-                a3, s3 = scale_at(i, r, first, j, n, count, area, src_indices, layer, heads, scales_k, scales_v,
-                                  scales_item, scales_dim, page)
-                v3 = load_i32(a3)
-            i, r = advance(i, r, WARP_SIZE, per)
-            store_shared_u32(s0, v0)
-            if f + WARP_SIZE < total:
-                store_shared_u32(s1, v1)
-            if f + 2 * WARP_SIZE < total:
-                store_shared_u32(s2, v2)
-            if f + 3 * WARP_SIZE < total:
-                store_shared_u32(s3, v3)
-            f += SCALES_IN_FLIGHT * WARP_SIZE
+    def fill_scales(lane, stage, full, first, count, layer, args):
+        """The loader warp's lanes copy a bulk piece's scales into its scale area (``async_copy``, four bytes
+        each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
+        ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``)."""
+        (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
+         src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
+         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+        second = 0
+        if kinds == 2:
+            second = staged.second_buffer(count, src_item)
+        area = stage + second + count * src_item
+        token0 = load_i64(src_indices + first * 8)
+        per = count * heads  # one kind's scales of the piece, [token][head]
+        stride = src_hs(scales_dim, scales_item, heads, src_page)
+        for kind in range(kinds):
+            at = src_lb(scales_k if kind == 0 else scales_v, layer, scales_dim, scales_item, heads, src_page)
+            t = lane // heads  # once a piece; then by counting (advance)
+            head = lane - t * heads
+            u = lane
+            while u < per:
+                copy4(area + (kind * per + u) * 4,
+                      at + src_to(token0 + t, scales_dim, scales_item, heads, src_page) + head * stride)
+                t, head = advance(t, head, WARP_SIZE, heads)
+                u += WARP_SIZE
+        landed_arrive(full)
 
     @device_function
     def store_chunk(d, lo, hi, scale):
@@ -172,10 +148,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
         if kinds == 1:
             second = 0
         area = stage + second + count * src_item
-        fetch_scales(lane, first, j, count, n, area, src_indices, layer, heads, src_scales_k, src_scales_v,
-                     src_scales_item, src_scales_dim, src_page)
-        staged.wait_phase(full, parity)
-        sync_warp()  # every lane's scales are in the area
+        staged.wait_phase(full, parity)  # codes and scales (fill_scales) have landed
         head_chunks = words >> 2  # a head's 16-code chunks (``words``: its 8-byte words of plain values)
         shift = 0
         while (1 << shift) < head_chunks:
@@ -210,7 +183,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
 
     take_direct = copy_items  # direct items and a register block's share: the register kernel's loop
 
-    set_up, run_block = staged.make_ring(map_layout(src), mla, ring)(take_piece, take_direct)
+    set_up, run_block = staged.make_ring(map_layout(src), mla, ring, fill_scales)(take_piece, take_direct)
 
     def fp8_dequantise_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                               dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,

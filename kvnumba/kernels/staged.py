@@ -61,7 +61,7 @@ from .memory import load_i64, store_u64, store_u128
 from .params import StagedArgs, check_parameters, signature
 from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init, broadcast,
                   bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set, load_shared_u128,
-                  release, shared_address, tensor_load, try_wait)
+                  release, shared_address, sync_warp, tensor_load, try_wait)
 from .warp_copy import warp_loop
 
 
@@ -169,16 +169,28 @@ def make_few_runs(fallback_runs, head_major):
 
 
 @device_function
+def _no_fill(lane, stage, full, first, count, layer, args):
+    pass  # make_ring without fill_piece: never called (its calls are compiled out)
+
+
+@device_function
 def wait_phase(bar, parity):
     """Until the phase of ``parity`` of barrier ``bar`` has completed."""
     while try_wait(bar, parity) == 0:
         pass
 
 
-def make_ring(layout, mla, ring):
+def make_ring(layout, mla, ring, fill_piece=None):
     """``run_block``, what every staged kernel's block runs (this one's and ``kernels.fp8_staged``'s): the
     ring over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one
-    layer's), given what a kernel does with the items (``make_block``)."""
+    layer's), given what a kernel does with the items (``make_block``).
+
+    ``fill_piece(lane, stage, full, first, count, layer, args)``, where given: every lane of the loader warp
+    calls it for each bulk piece once the piece's stage and slot are free and before the piece's boxes are
+    posted, to bring more of the piece into its stage (the FP8 kernel's scales, by ``async_copy``'s copies
+    tied to barrier ``full`` with ``landed_arrive``: the piece's phase then waits for them too)."""
+    fills = fill_piece is not None
+    fill = fill_piece if fills else _no_fill
     head_major = layout is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
     layered = layout is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     buffers = 1 if mla else 2
@@ -217,6 +229,11 @@ def make_ring(layout, mla, ring):
     def post_bulk(smem, base, data, k, first, count, log2, rot, buffer, src_indices, layer, page, maps, max_run_log2,
                   item_size):
         s = claim(smem, base, k, first, count, _BULK, rot, buffer)
+        send_boxes(base, data, s, first, count, log2, buffer, src_indices, layer, page, maps, max_run_log2, item_size)
+
+    @device_function
+    def send_boxes(base, data, s, first, count, log2, buffer, src_indices, layer, page, maps, max_run_log2, item_size):
+        """The tensor loads of a claimed bulk piece (slot ``s``), completing its ``full`` barrier's phase."""
         full = base + full_at + s * 8
         if not load_data:
             arrive(full)
@@ -249,7 +266,7 @@ def make_ring(layout, mla, ring):
 
     @device_function
     def load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page,
-             maps, max_run_log2, min_run, item_size, stores, consumers):
+             maps, max_run_log2, min_run, item_size, stores, consumers, args):
         """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or,
         for a block of few runs, only the register mark (returns True: the loader then copies its share).
 
@@ -306,8 +323,19 @@ def make_ring(layout, mla, ring):
                         # claiming that slot already waited for it.
                         if pieces >= stages and k - holder[buffer] < slots:
                             wait_released(base, holder[buffer])
-                        post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
-                                  layer, page, maps, max_run_log2, item_size)
+                        if not fills:
+                            post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
+                                      layer, page, maps, max_run_log2, item_size)
+                    if fills:  # lane 0 claims, every lane fills, then lane 0 sends the boxes
+                        if lane == 0:
+                            claim(smem, base, k, i + p, 1 << log2, _BULK, bulk_rot, buffer)
+                        sync_warp()
+                        fill(lane, data + buffer * stage_bytes, base + full_at + (k % slots) * 8, i + p, 1 << log2,
+                             layer, args)
+                        sync_warp()  # every lane's pending arrival is on the barrier before its phase can end
+                        if lane == 0:
+                            send_boxes(base, data, k % slots, i + p, 1 << log2, log2, buffer, src_indices, layer, page,
+                                       maps, max_run_log2, item_size)
                     holder[buffer] = k
                     bulk_rot = turn(bulk_rot, 1 if bulk_stores else 1 << log2, stores)
                     pieces += 1
@@ -412,7 +440,7 @@ def make_ring(layout, mla, ring):
             end = min(begin + items_per_warp * warps, num_items)
             if warp == 0:
                 if not load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit,
-                            dst_limit, page, maps, max_run_log2, min_run, item_size, stores, consumers):
+                            dst_limit, page, maps, max_run_log2, min_run, item_size, stores, consumers, args):
                     return
             elif not consume(lane, warp - 1, smem, base, data, stores, consumers, args):
                 return

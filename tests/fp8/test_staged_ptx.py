@@ -1,5 +1,6 @@
-"""The staged FP8 kernel compiles for sm_90 (no GPU needed): the bulk unit's tensor loads, shared-memory
-codes and scales, IEEE float32 products, the packed FP8 conversion. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as
+"""The staged FP8 kernel compiles for sm_90 (no GPU needed): the bulk unit's tensor loads, the loader's
+asynchronous scale copies tied to the piece's barrier, shared-memory codes and scales, IEEE float32 products,
+the packed FP8 conversion. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as
 tests/fp8/test_ptx.py does; skipped where libNVVM is not installed. One kernel (minutes on a busy machine)."""
 import json
 import os
@@ -14,6 +15,7 @@ from kvnumba.kernels import fp8_staged, layouts as L
 ptx = fp8_staged.kernel_ptx(L.PAGE_HEAD, L.LAYER_TABLE, False, "e5m2", "float16", cc=(9, 0))
 print(json.dumps({"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                   "tensor": "cp.async.bulk.tensor.5d" in ptx,
+                  "scales": ["cp.async.ca.shared.global" in ptx, "cp.async.mbarrier.arrive.shared.b64" in ptx],
                   "shared": sorted(set(re.findall(r"(?:ld|st)\.shared\.[a-z0-9.]+", ptx))),
                   "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx))),
                   "packed": "cvt.rn.f16x2.e5m2x2" in ptx}))
@@ -28,6 +30,7 @@ def test_staged_fp8_kernel_compiles_for_sm90():
     assert done.returncode == 0, done.stderr[-3000:]
     r = json.loads(done.stdout.strip().splitlines()[-1])
     assert r["target"] == "sm_90" and r["tensor"]
-    assert {"ld.shared.b32", "st.shared.b32", "ld.shared.v2.u64"} <= set(r["shared"])
+    assert r["scales"] == [True, True]  # the loader's 4-byte copies, and the barrier waits for them
+    assert {"ld.shared.b32", "ld.shared.v2.u64"} <= set(r["shared"])
     assert set(r["float"]) <= {"mul.f32", "mul.rn.f32"} and r["float"]  # products, no division
     assert r["packed"]  # the packed conversion of the wide kernel
