@@ -4,8 +4,12 @@ the pipelined kernel, ``kernels.fp8_pipelined``; before 2026-12-02 the wide kern
 ``staged`` (``kernels.fp8_staged``). Each call is checked bit for bit
 against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU only.
 
-    python scripts/fp8_load_paths.py [register] [staged]
+    python scripts/fp8_load_paths.py [register] [staged] [--ring 3x64 --ring 6x32 ...]
+
+``--ring STAGESxKIB``: the staged path with that ring (stages of KIB KiB; the kernel's own ring,
+``kernels.fp8_staged.SHAPE``, otherwise), once per ring given.
 """
+import argparse
 import sys
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,32 +19,47 @@ import bench  # noqa: E402 - the bench's buffers and shapes
 import fp8_wire  # noqa: E402
 
 from kvnumba import config  # noqa: E402
+from kvnumba.kernels import fp8_staged  # noqa: E402
 from kvnumba.plan import fp8_staged_plan  # noqa: E402
 
 ROWS = ("fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2")
 
 
-def main(paths):
+def ring(text):
+    """``3x64`` -> the staged FP8 kernel's ring with 3 stages of 64 KiB."""
+    stages, kib = (int(part) for part in text.lower().split("x"))
+    return fp8_staged.SHAPE._replace(stages=stages, stage_bytes=kib * 1024)
+
+
+def main(paths, rings):
     shape = bench._shape(SimpleNamespace(quick=False, layers=32, page_size=64, tokens=8192, pool_factor=4,
                                          block_quota=2, warps=32, repeat=20))
     backend = bench.TorchBackend()
     wire = fp8_wire.Bench(backend, shape, bench.Pools(backend, shape), None, bench.build_call)
-    for path in paths:
+    runs = [(path, None) for path in paths if path != "staged" or not rings]
+    runs += [("staged", r) for r in rings if "staged" in paths]
+    for path, staged_shape in runs:
+        name = path if staged_shape is None else f"staged {staged_shape.stages}x{staged_shape.stage_bytes // 1024}"
         chosen = []  # what each load's plan bound: the staged kernel, or None (the register kernels)
 
         def note(plan, staged, chosen=chosen):
             if plan.mode == "dequantise":
                 chosen.append(staged)
 
-        with config.override(load_path=path), fp8_staged_plan.watching(note):
+        tuning = {} if staged_shape is None else {"staged_shape": staged_shape}
+        with config.override(load_path=path, **tuning), fp8_staged_plan.watching(note):
             for r in fp8_wire.run(wire, words=ROWS):
                 if "under" not in r["case"]:
-                    print(f"{path:8} {r['case']:28} {r['bf16_gbps']:6.1f} GB/s of bf16 {r['link_gbps']:6.1f} on the "
+                    print(f"{name:12} {r['case']:28} {r['bf16_gbps']:6.1f} GB/s of bf16 {r['link_gbps']:6.1f} on the "
                           f"link {r['gpu_ms']:7.3f} ms  host {r['host_us']:5.1f} us  verified={r['verified']}",
                           flush=True)
         kernels = sorted({"staged" if staged else "register" for staged in chosen})
-        print(f"{path:8} the loads' kernels: {', '.join(kernels)}", flush=True)
+        print(f"{name:12} the loads' kernels: {', '.join(kernels)}", flush=True)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ("register", "staged"))
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("paths", nargs="*", choices=("register", "staged"), default=["register", "staged"])
+    parser.add_argument("--ring", type=ring, action="append", default=[], help="staged ring: STAGESxKIB")
+    args = parser.parse_args()
+    main(args.paths, args.ring)
