@@ -12,29 +12,27 @@ them as bulk pieces (one tensor-map box of K's codes and one of V's per piece, m
 buffers: ``plan.fp8_staged_plan``), short runs as direct batches, or the register mark for a block of few
 runs. The other warps:
 
-- **bulk pieces**: the consumer warps deal a piece's 16-code chunks round themselves, 32 at a time (the
-  ring runs with ``bulk_stores=False`` and ``store_warps=0``: dequantising is arithmetic, so every warp
-  shares each piece, chunk by chunk, and none holds a stage a token longer than the others). A stage holds
-  the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for every source: a
-  page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's destination in
-  shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of ``2 * count * H``
-  float32 (K's, then V's, ``[kind][token][head]``), then the tokens' destination indices (int64, 8-byte
-  aligned). Scales and indices come with the codes: four bytes a head are too few for a box row of the bulk
-  unit (16 bytes or more, and a page-first token's scales sit ``L * H * 4`` bytes apart), so the loader
-  warp's lanes copy them into the stage with per-thread asynchronous copies (``fill_piece``,
-  ``async_copy.copy4`` and ``copy8``) before the boxes are posted, and tie them to the piece's barrier
-  (``async_copy.landed_arrive``): the piece's phase ends once all have landed, and no consumer waits a
-  round trip of its own. Then each lane takes 16-byte chunks of codes (16 codes of one head: ``D % 16 ==
-  0``), its head's scale and its token's index from the stage, and writes 32 bytes of bfloat16/float16 at
-  the destination layout's address (any layout: the stores go through registers). The conversion is the
-  wide kernel's packed one (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code, an e5m2 infinity
-  or a non-finite scale goes through ``fp8_copy.word_dequantiser``'s exact element functions instead. A
-  chunk's token and head come by shifts where a token's chunks and a head's are powers of two (a 64-bit
-  division costs more than a chunk's conversion), by division otherwise;
+- **bulk pieces**: every consumer warp takes tokens ``j, j + n, ..`` of a piece (the ring runs with
+  ``bulk_stores=False`` and ``store_warps=0``: dequantising is arithmetic, so every warp shares each piece).
+  A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
+  every source: a page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's
+  destination in shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of
+  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). The scales come with the codes: four
+  bytes a head are too few for a box row of the bulk unit (16 bytes or more, and a page-first token's scales
+  sit ``L * H * 4`` bytes apart), so the loader warp's lanes copy them into the area with per-thread
+  asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie them to
+  the piece's barrier (``async_copy.landed_arrive``): the piece's phase ends once codes and scales have
+  landed, and no consumer waits a PCIe round trip of its own. Once it has, each lane takes 16-byte chunks
+  of codes (16 codes of one head: ``D % 16 == 0``), its head's scale from the area, and writes 32 bytes of
+  bfloat16/float16 at the destination layout's address (any layout: the stores go through registers). The
+  conversion is the wide kernel's packed one (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code,
+  an e5m2 infinity or a non-finite scale goes through ``fp8_copy.word_dequantiser``'s exact element
+  functions instead. Lanes walk the warp's chunks by counting, not dividing (``advance``): a 64-bit
+  division costs more than a chunk's conversion;
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
   (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
 
-A stage holds up to ``2**max_run_log2`` tokens of codes, padding, scales and indices (``run_limits``); the tuned ring's three
+A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the tuned ring's three
 64 KB stages fit the H200's 227 KB of shared memory a block.
 
 Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits):
@@ -48,7 +46,7 @@ from numba import cuda, int64
 
 from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
-from .async_copy import copy4, copy8, landed_arrive, load_shared_i64
+from .async_copy import copy4, landed_arrive
 from .fp8_memory import store_i64
 from .fp8_packed import chunk_dequantiser, special_codes
 from .jit import WARP_SIZE, device_function, kernel
@@ -73,10 +71,8 @@ def map_layout(src):
 
 
 def run_limits(codes_item, heads, mla, ring):
-    """``staged.run_limits`` for a stage that holds each token's codes, scales and destination index (None:
-    not one token's). The tail a token a buffer: its scales, and 12 bytes that hold its 8-byte index and the
-    padding to its alignment whatever the scales' count."""
-    return staged.run_limits(codes_item, mla, ring, tail=4 * heads + 12)
+    """``staged.run_limits`` for a stage that holds each token's codes and scales (None: not one token's)."""
+    return staged.run_limits(codes_item, mla, ring, tail=4 * heads)
 
 
 def fits(head_dim):
@@ -94,11 +90,6 @@ def _build(src, dst, mla, fmt, dtype, ring):
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
 
     @device_function
-    def destinations_area(area, count, heads):
-        """Where a piece's destination indices sit in its stage: after its scales, 8-byte aligned."""
-        return (area + kinds * count * heads * 4 + 7) & ~7
-
-    @device_function
     def advance(i, r, step, per):
         """Position ``(i, r)`` (the warp's ``i``-th token of a piece, its ``r``-th unit of ``per``) moved on by
         ``step`` units: no division (``per`` is 16-128 for real caches, ``step`` a warp)."""
@@ -109,11 +100,10 @@ def _build(src, dst, mla, fmt, dtype, ring):
         return i, r
 
     @device_function
-    def fill_piece(lane, stage, full, first, count, layer, args):
+    def fill_scales(lane, stage, full, first, count, layer, args):
         """The loader warp's lanes copy a bulk piece's scales into its scale area (``async_copy``, four bytes
-        each, while the bulk unit brings the codes) and its tokens' destination indices after them (eight
-        bytes a lane: a piece has at most 32 tokens), and tie them to the piece's barrier ``full``: its phase
-        ends once all have landed. A piece's source tokens are consecutive (``token0 + t``)."""
+        each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
+        ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``)."""
         (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
          src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
@@ -134,8 +124,6 @@ def _build(src, dst, mla, fmt, dtype, ring):
                       at + src_to(token0 + t, scales_dim, scales_item, heads, src_page) + head * stride)
                 t, head = advance(t, head, WARP_SIZE, heads)
                 u += WARP_SIZE
-        if lane < count:
-            copy8(destinations_area(area, count, heads) + lane * 8, dst_indices + (first + lane) * 8)
         landed_arrive(full)
 
     @device_function
@@ -160,8 +148,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
         if kinds == 1:
             second = 0
         area = stage + second + count * src_item
-        targets = destinations_area(area, count, heads)
-        staged.wait_phase(full, parity)  # codes, scales and destination indices (fill_piece) landed
+        staged.wait_phase(full, parity)  # codes and scales (fill_scales) have landed
         head_chunks = words >> 2  # a head's 16-code chunks (``words``: its 8-byte words of plain values)
         shift = 0
         while (1 << shift) < head_chunks:
@@ -169,36 +156,34 @@ def _build(src, dst, mla, fmt, dtype, ring):
         whole = (1 << shift) == head_chunks  # a power of two: a chunk's head by a shift
         chunks = heads * head_chunks  # one kind's chunks of a token
         per_token = kinds * chunks
-        token_shift = 0
-        while (1 << token_shift) < per_token:
-            token_shift += 1
-        token_whole = (1 << token_shift) == per_token
+        total = (count - j + n - 1) // n * per_token
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
         k_layer = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page)
         v_layer = k_layer
         if kinds == 2:
             v_layer = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page)
-        # The piece's chunks, dealt round the warps that take part (the ring calls warps j < min(n, count)):
-        # every warp has the same share, so the stage is released when its chunks are, not a token later.
-        total = count * per_token
-        step = min(n, count) * WARP_SIZE
-        c = j * WARP_SIZE + lane
+        c = lane
+        i, r = advance(0, lane, 0, per_token)
+        token_i = -1
+        d_token = 0
         while c < total:
-            t = c >> token_shift if token_whole else c // per_token
-            r = c - t * per_token
+            t = j + i * n
+            if i != token_i:  # a new token: its destination offset
+                d_token = dst_to(load_i64(dst_indices + (first + t) * 8), dst_dim, dst_item, heads, dst_page)
+                token_i = i
             kind = 1 if r >= chunks else 0
             q = r - kind * chunks
             head = q >> shift if whole else q // head_chunks
             scale = load_shared_u32(area + ((kind * count + t) * heads + head) * 4)
             lo, hi = load_shared_i128(stage + kind * second + t * src_item + q * CHUNK)
-            d_token = dst_to(load_shared_i64(targets + t * 8), dst_dim, dst_item, heads, dst_page)
             store_chunk((v_layer if kind else k_layer) + d_token + head * d_stride
                         + (q - head * head_chunks) * 2 * CHUNK, lo, hi, scale)
-            c += step
+            c += WARP_SIZE
+            i, r = advance(i, r, WARP_SIZE, per_token)
 
     take_direct = copy_items  # direct items and a register block's share: the register kernel's loop
 
-    set_up, run_block = staged.make_ring(map_layout(src), mla, ring, fill_piece)(take_piece, take_direct)
+    set_up, run_block = staged.make_ring(map_layout(src), mla, ring, fill_scales)(take_piece, take_direct)
 
     def fp8_dequantise_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                               dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
