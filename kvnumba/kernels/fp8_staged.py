@@ -32,8 +32,8 @@ runs. The other warps:
 - **direct items** and a register-marked block's share: the register FP8 kernel's own loop
   (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
 
-A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the tuned ring's three
-64 KB stages fit the H200's 227 KB of shared memory a block.
+A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the ring's three
+72 KiB stages (``SHAPE``) fit the H200's 227 KiB of shared memory a block.
 
 Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits):
 ``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``) is read through one-layer maps (a
@@ -60,8 +60,11 @@ Fp8StagedArgs = namedtuple("Fp8StagedArgs", fp8_copy.Fp8Args._fields + STAGED_EX
 SIGNATURE = signature(Fp8StagedArgs)
 SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: a layer-first map of its buffer
 # The tuned bfloat16 ring, every consumer warp sharing each piece (config's staged_shape: another ring,
-# always run so).
-SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0)
+# always run so), with stages of 72 KiB: a piece of 32 tokens of 8 heads of 128 codes and their scales
+# (66 KiB) fits one, where 64 KiB held 16. The rate follows the piece: on an H200 a one-layer load of 8192
+# such tokens ran at 60.2 and 34.3 GB/s of bfloat16 at bq=4 and 2 with 72 KiB, 56.3 and 30.2 with 64 KiB
+# and 37.4 and 19.4 with six of 32 KiB (scripts/RESULTS.md).
+SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0, stage_bytes=72 * 1024)
 CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
 
 

@@ -5,14 +5,14 @@ The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``
 geometry allows (the simulator too), ``register`` never, and ``auto`` stages one-layer loads from pinned host
 memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, *that the
 pipelined kernel does not take* (``kernels.fp8_pipelined``: heads of 8 * 2**k). Where it runs, the pipelined
-kernel is the faster: on an H200 a load of 8192 tokens of 8 heads of 128 ran at 65 GB/s of bfloat16 (bq=4)
-and 34 (bq=2) through it, against 47 and 25 staged (scripts/RESULTS.md). The staged kernel's warps each wait
-a PCIe round trip for their tokens' scales after every post. The geometry allows it when the source is layer-first (one buffer or a list of
-per-layer arrays), page-first or page-head (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of
-16 codes, a stage of the ring holds at least one token's codes and scales (``fp8_staged.run_limits``),
-and the bulk-copy unit can read the layer's codes buffers (``plan.tensor_maps.source_maps``: 16-byte
-aligned, sizes it can describe). Anything else, and calls of one warp a block or fewer items, run the
-register FP8 kernel. ``watching`` tells tests and tools what a plan chose.
+kernel is the faster: on an H200 a load of 8192 tokens of 8 heads of 128 ran at 77 GB/s of bfloat16 (bq=4)
+and 40 (bq=2) through it, against 60 and 34 staged (scripts/RESULTS.md, 2026-12-02). The geometry allows it
+when the source is layer-first (one buffer or a list of per-layer arrays), page-first or page-head
+(``kernels.fp8_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
+one token's codes and scales (``fp8_staged.run_limits``), and the bulk-copy unit can read the layer's codes
+buffers (``plan.tensor_maps.source_maps``: 16-byte aligned, sizes it can describe). Anything else, and calls
+of one warp a block or fewer items, run the register FP8 kernel. ``watching`` tells tests and tools what a
+plan chose.
 """
 import contextlib
 from typing import Any, NamedTuple

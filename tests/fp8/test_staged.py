@@ -194,3 +194,5 @@ def test_stage_holds_codes_and_scales():
     assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1280)) == (0, 1)
     assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1152)) is None
     assert fp8_staged.SHAPE.shared_bytes <= 227 * 1024
+    # the ring's stage holds the longest piece (32 tokens) of 8 heads of 128 codes with their scales
+    assert fp8_staged.run_limits(8 * 128, 8, False, fp8_staged.SHAPE)[0] == 5
