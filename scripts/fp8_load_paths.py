@@ -12,7 +12,6 @@ against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU o
 import argparse
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench  # noqa: E402 - the bench's buffers and shapes
@@ -32,8 +31,7 @@ def ring(text):
 
 
 def main(paths, rings):
-    shape = bench._shape(SimpleNamespace(quick=False, layers=32, page_size=64, tokens=8192, pool_factor=4,
-                                         block_quota=2, warps=32, repeat=20))
+    shape = bench.Shape(layers=32, page_size=64, tokens=8192, pool_factor=4, block_quota=2, warps=32, repeat=20)
     backend = bench.TorchBackend()
     wire = fp8_wire.Bench(backend, shape, bench.Pools(backend, shape), None, bench.build_call)
     runs = [(path, None) for path in paths if path != "staged" or not rings]
