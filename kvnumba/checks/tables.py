@@ -41,7 +41,9 @@ class LayerRecord(NamedTuple):
     ref: weakref.ref  # to the layer
 
 
-_lock = threading.Lock()
+# Reentrant: a layer's weakref callback (``_forget``) takes it, and the garbage collector may run that
+# callback on this thread while ``register_layers`` holds it (any allocation there can start a collection).
+_lock = threading.RLock()
 _registry: dict[int, LayerRecord] = {}  # address -> LayerRecord
 
 

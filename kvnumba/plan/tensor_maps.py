@@ -65,7 +65,9 @@ class MapStore:
     RECYCLE_AT = 64
 
     def __init__(self):
-        self._lock = threading.Lock()
+        # Reentrant: ``retire`` runs from a ``SourceMaps`` finalizer, which the garbage collector may call on
+        # this thread while ``take`` holds the lock (a slab's allocation can start a collection).
+        self._lock = threading.RLock()
         self._slabs = []  # keeps the memory alive
         self._free = []  # block addresses
         self._retired = []
@@ -83,11 +85,12 @@ class MapStore:
 
     def _refill(self):
         if len(self._retired) >= self.RECYCLE_AT:
+            retired, self._retired = self._retired, []  # blocks retired from here on wait for the next round
             if not SIMULATOR:  # simulated launches are synchronous
                 from ..driver.devices import synchronize_all
 
                 synchronize_all()
-            self._free, self._retired = self._retired, []
+            self._free = retired
             return
         nbytes = self.SLAB_BLOCKS * self.BLOCK_MAPS * MAP_BYTES
         if SIMULATOR:
