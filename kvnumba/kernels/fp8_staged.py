@@ -103,6 +103,16 @@ def _build(src, dst, mla, fmt, dtype, ring):
         return i, r
 
     @device_function
+    def scale_area(stage, count, codes_item):
+        """Where a piece's scale area starts in its stage: after its K codes, the padding and its V codes
+        (``staged.second_buffer``; no V for MLA). The loader (``fill_scales``) and the consumers (``take_piece``)
+        both find it here."""
+        second = 0
+        if kinds == 2:
+            second = staged.second_buffer(count, codes_item)
+        return stage + second + count * codes_item
+
+    @device_function
     def fill_scales(lane, stage, full, first, count, layer, args):
         """The loader warp's lanes copy a bulk piece's scales into its scale area (``async_copy``, four bytes
         each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
@@ -110,10 +120,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
         (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
          src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
-        second = 0
-        if kinds == 2:
-            second = staged.second_buffer(count, src_item)
-        area = stage + second + count * src_item
+        area = scale_area(stage, count, src_item)
         token0 = load_i64(src_indices + first * 8)
         per = count * heads  # one kind's scales of the piece, [token][head]
         stride = src_hs(scales_dim, scales_item, heads, src_page)
@@ -147,10 +154,8 @@ def _build(src, dst, mla, fmt, dtype, ring):
         (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag, src_k,
          src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
-        second = staged.second_buffer(count, src_item)  # where V's codes start (0 for MLA: no V)
-        if kinds == 1:
-            second = 0
-        area = stage + second + count * src_item
+        second = staged.second_buffer(count, src_item)  # where V's codes start (unused for MLA: no V)
+        area = scale_area(stage, count, src_item)
         staged.wait_phase(full, parity)  # codes and scales (fill_scales) have landed
         head_chunks = words >> 2  # a head's 16-code chunks (``words``: its 8-byte words of plain values)
         shift = 0

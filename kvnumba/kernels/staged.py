@@ -226,12 +226,6 @@ def make_ring(layout, mla, ring, fill_piece=None):
         return s
 
     @device_function
-    def post_bulk(smem, base, data, k, first, count, log2, rot, buffer, src_indices, layer, page, maps, max_run_log2,
-                  item_size):
-        s = claim(smem, base, k, first, count, _BULK, rot, buffer)
-        send_boxes(base, data, s, first, count, log2, buffer, src_indices, layer, page, maps, max_run_log2, item_size)
-
-    @device_function
     def send_boxes(base, data, s, first, count, log2, buffer, src_indices, layer, page, maps, max_run_log2, item_size):
         """The tensor loads of a claimed bulk piece (slot ``s``), completing its ``full`` barrier's phase."""
         full = base + full_at + s * 8
@@ -323,19 +317,15 @@ def make_ring(layout, mla, ring, fill_piece=None):
                         # claiming that slot already waited for it.
                         if pieces >= stages and k - holder[buffer] < slots:
                             wait_released(base, holder[buffer])
-                        if not fills:
-                            post_bulk(smem, base, data, k, i + p, 1 << log2, log2, bulk_rot, buffer, src_indices,
-                                      layer, page, maps, max_run_log2, item_size)
-                    if fills:  # lane 0 claims, every lane fills, then lane 0 sends the boxes
-                        if lane == 0:
-                            claim(smem, base, k, i + p, 1 << log2, _BULK, bulk_rot, buffer)
+                        claim(smem, base, k, i + p, 1 << log2, _BULK, bulk_rot, buffer)
+                    if fills:  # every lane brings its share of the piece into the stage before the boxes go
                         sync_warp()
                         fill(lane, data + buffer * stage_bytes, base + full_at + (k % slots) * 8, i + p, 1 << log2,
                              layer, args)
                         sync_warp()  # every lane's pending arrival is on the barrier before its phase can end
-                        if lane == 0:
-                            send_boxes(base, data, k % slots, i + p, 1 << log2, log2, buffer, src_indices, layer, page,
-                                       maps, max_run_log2, item_size)
+                    if lane == 0:
+                        send_boxes(base, data, k % slots, i + p, 1 << log2, log2, buffer, src_indices, layer, page,
+                                   maps, max_run_log2, item_size)
                     holder[buffer] = k
                     bulk_rot = turn(bulk_rot, 1 if bulk_stores else 1 << log2, stores)
                     pieces += 1
