@@ -213,7 +213,7 @@ class Fp8Plan:
             dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim)
             shared = fp8_pipelined.SHARED_BYTES
         elif self.slots:
-            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots)
+            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots, head_dim)
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)

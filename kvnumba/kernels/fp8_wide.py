@@ -1,8 +1,8 @@
 """The wide FP8 kernels: quantising copies (backups) that issue every read of a pass (``slots`` chunks a
 lane, over a token's heads) before converting any, and convert with the GPU's packed instructions
 (dequantising copies, loads: ``kernels.fp8_pipelined``). One memoised kernel per (source layout,
-destination layout, MLA, mode, FP8 format, plain dtype, slots); the same parameters (``Fp8Args``), work split and index guard as ``kernels.fp8_copy``'s
-kernels, and the same results, bit for bit.
+destination layout, MLA, mode, FP8 format, plain dtype, slots, head size); the same parameters (``Fp8Args``),
+work split and index guard as ``kernels.fp8_copy``'s kernels, and the same results, bit for bit.
 
 Why: a backup runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
 go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions
@@ -12,10 +12,15 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   bytes of bfloat16/float16, 16 bytes of codes). Lane ``i`` takes chunks ``base + 32 k + i`` for ``k <
   slots``: it issues every read of its ``slots`` chunks before it uses one (a pass), then the next pass.
   ``D / 16`` must be a power of two up to 32 (``D`` = 16 ... 512), so a head's chunks are an aligned group
-  of lanes in one row of the pass, and a pass holds at most 32 heads.
+  of lanes in one row of the pass, and a pass holds at most 32 heads. ``D`` is compiled in: a chunk's head
+  and the shuffles' groups go by constant shifts.
+- **Whole passes.** Where a kind's ``H * D / 16`` chunks fill whole passes (8 heads of 128, say), each pass
+  is of one kind and every chunk in range, so a lane's addresses are offsets fixed for the copy plus the
+  pass's (``whole_pass``): no per-chunk head, kind or range arithmetic. Other copies (few heads) take
+  ``general_pass``, whose passes may cross from K into V and end part-filled.
 - **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
   shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
-  for up to 32 heads), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
+  for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
   multiplies and converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte
   aligned. Lane ``j`` writes head ``j``'s scale.
 - **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
@@ -24,7 +29,7 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
 
 ``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
 1024-thread block's 64 registers a thread spill, and an H200 ran the backup at 41 GB/s of bf16 against 50
-(``scripts/RESULTS.md``). With 8 heads of 128, a token's K and V of one layer take two passes.
+(``scripts/RESULTS.md``). With 8 heads of 128, a token's K and V of one layer take two whole passes.
 """
 from numba import cuda, types
 
@@ -43,6 +48,7 @@ SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
 MODES = ("quantise",)  # loads: kernels.fp8_pipelined
 _NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
+_PLAIN_MAGNITUDE = 0x3C00  # a normal magnitude in both dtypes: the amax of lanes that own no head
 
 
 def slots_for(mode, head_dim):
@@ -123,15 +129,45 @@ def _make_exact_quantise(fmt, dtype):
     return exact
 
 
-def _make_quantise_pass(fmt, dtype, slots):
+def _make_passes(fmt, dtype, slots, shift):
+    """``(general_pass, whole_pass)`` for heads of ``2**shift`` chunks: each reads its pass's chunks, finds
+    their heads' scales and, unless a head needs the exact functions (it then returns True having written
+    nothing), writes codes and scales."""
     quantise8 = packed_quantiser(fmt, dtype)
     _, scale_of, inverse_of, _ = fp8.quantiser(fmt, dtype)
-    exact = _make_exact_quantise(fmt, dtype)
     non_finite = _NON_FINITE[dtype]
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
+    width = 1 << shift  # a head's chunks: lanes of one row of the pass
+    pass_heads = slots * WARP_SIZE >> shift
+    head_step = WARP_SIZE >> shift  # heads from one row of the pass to the next
 
     @device_function
-    def quantise_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
+    def pass_scales(lane, held, owns):
+        """``(scale, inverse, exact)`` for pass head ``lane`` (where ``owns``): each chunk's largest magnitude,
+        its head's by shuffles, gathered at the lane of its pass head; ``exact``: some head of the warp's
+        pass needs the exact functions. Lanes that own no head take a plain value (a zero one would send
+        every division of the warp down its slow path)."""
+        row = (lane << shift) >> 5  # pass head `lane` starts in this row, at lane `source`
+        source = (lane << shift) & (WARP_SIZE - 1)
+        amax = 0
+        for k in range(slots):
+            m = group_max(lane, magnitudes(held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3]), width)
+            m = lane_value(lane, m, source)
+            if row == k:
+                amax = m
+        finite = amax < non_finite
+        scale = scale_of(amax if finite and owns else (0 if owns else _PLAIN_MAGNITUDE))
+        inverse = inverse_of(scale)
+        return scale, inverse, warp_any(lane, owns and (not finite or inverse == 0))
+
+    @device_function
+    def quantise_chunk(held, k, head_inverse, address):
+        store_pair(address, quantise8(held[4 * k], held[4 * k + 1], head_inverse),
+                   quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse))  # whole sectors where aligned
+
+    @device_function
+    def general_pass(lane, base, total, heads, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
+        """Chunks ``base ..`` of a token's K and V heads, some past ``total`` or across K and V."""
         held = cuda.local.array(held_words, types.int64)
         for k in range(slots):  # every read first
             chunk = base + k * WARP_SIZE + lane
@@ -141,43 +177,55 @@ def _make_quantise_pass(fmt, dtype, slots):
                 address = _chunk_address(chunk, shift, heads, sk, sv, s_stride, 2 * CHUNK)
                 for w in range(4):
                     held[4 * k + w] = load_i64(address + 8 * w)
-        width = 1 << shift
-        row = (lane << shift) >> 5  # pass head `lane` starts in this row, at lane `source`
-        source = (lane << shift) & (WARP_SIZE - 1)
-        amax = 0
-        for k in range(slots):
-            m = group_max(lane, magnitudes(held[4 * k], held[4 * k + 1], held[4 * k + 2], held[4 * k + 3]), width)
-            m = lane_value(lane, m, source)
-            if row == k:
-                amax = m
         my_head = (base >> shift) + lane
-        owns = row < slots and my_head < (total >> shift)
-        finite = amax < non_finite
-        scale = scale_of(amax if finite else 0)
-        inverse = inverse_of(scale)
-        if warp_any(lane, owns and (not finite or inverse == 0)):  # the pass again, exactly
-            exact(lane, base, total, shift, heads, min(slots, (total - base + WARP_SIZE - 1) >> 5), sk, sv, s_stride,
-                  dk, dv, d_stride, fk, fv, f_stride)
-            return
+        owns = lane < pass_heads and my_head < (total >> shift)
+        scale, inverse, exact = pass_scales(lane, held, owns)
+        if exact:
+            return True
         for k in range(slots):
             chunk = base + k * WARP_SIZE + lane
             head_inverse = lane_value(lane, inverse, (k * WARP_SIZE + lane) >> shift)
             if chunk < total:
-                address = _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK)
-                low = quantise8(held[4 * k], held[4 * k + 1], head_inverse)
-                high = quantise8(held[4 * k + 2], held[4 * k + 3], head_inverse)
-                store_pair(address, low, high)  # whole sectors where aligned (fp8_memory.store_i128)
+                quantise_chunk(held, k, head_inverse, _chunk_address(chunk, shift, heads, dk, dv, d_stride, CHUNK))
         if owns:
             store_i32(head_address(my_head, heads, fk, fv, f_stride), scale)
+        return False
 
-    return quantise_pass
+    @device_function
+    def whole_pass(lane, base, per_kind, sk, sv, s_stride, s_lane, dk, dv, d_stride, d_lane, fk, fv, f_stride):
+        """Chunks ``base ..`` of a token's K and V heads where a kind's ``per_kind`` chunks fill whole passes:
+        every chunk is in range and of one kind, so a lane's addresses are its offsets ``s_lane``/``d_lane``
+         plus the pass's; no chunk is checked."""
+        kind = 1 if base >= per_kind else 0
+        first_head = (base - kind * per_kind) >> shift
+        held = cuda.local.array(held_words, types.int64)
+        src = (sv if kind else sk) + first_head * s_stride + s_lane
+        for k in range(slots):  # every read first
+            for w in range(4):
+                held[4 * k + w] = load_i64(src + k * head_step * s_stride + 8 * w)
+        scale, inverse, exact = pass_scales(lane, held, lane < pass_heads)
+        if exact:
+            return True
+        dst = (dv if kind else dk) + first_head * d_stride + d_lane
+        for k in range(slots):
+            head_inverse = lane_value(lane, inverse, k * head_step + (lane >> shift))
+            quantise_chunk(held, k, head_inverse, dst + k * head_step * d_stride)
+        if lane < pass_heads:
+            store_i32((fv if kind else fk) + (first_head + lane) * f_stride, scale)
+        return False
+
+    return general_pass, whole_pass
 
 
-def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
-    run_pass = _make_quantise_pass(fmt, dtype, slots)
+def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
+    shift = (head_dim // CHUNK).bit_length() - 1  # a head's chunks: 2**shift
+    general_pass, whole_pass = _make_passes(fmt, dtype, slots, shift)
+    exact = _make_exact_quantise(fmt, dtype)
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
+    width = 1 << shift
+    pass_chunks = slots * WARP_SIZE
 
     def fp8_wide(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                  num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
@@ -185,10 +233,14 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
                  dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        shift = 0
-        while (1 << shift) < (words >> 2):  # a head's chunks: D / 16, a power of two
-            shift += 1
-        total = (kinds * heads) << shift
+        per_kind = heads << shift  # one kind's chunks of a token
+        total = kinds * per_kind
+        whole = per_kind % pass_chunks == 0  # every pass whole and of one kind: whole_pass
+        s_stride = src_hs(src_dim, src_item, heads, src_page)
+        d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+        f_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)  # the destination's scales
+        s_lane = (lane >> shift) * s_stride + (lane & (width - 1)) * 2 * CHUNK  # a lane's chunk in a pass
+        d_lane = (lane >> shift) * d_stride + (lane & (width - 1)) * CHUNK
         first = warp * items_per_warp
         count = min(items_per_warp, num_items - first)
         j = 0
@@ -197,11 +249,8 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
             d_tok = load_i64(dst_indices + (first + j) * 8)
             if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
                 s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
-                s_stride = src_hs(src_dim, src_item, heads, src_page)
                 d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
-                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-                f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)  # the destination's scales
-                f_stride = dst_hs(dst_scales_dim, dst_scales_item, heads, dst_page)
+                f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
                 for layer in range(first_layer, first_layer + num_layers):
                     sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
                     dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
@@ -216,36 +265,46 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots):
                         fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
                     base = 0
                     while base < total:
-                        run_pass(lane, base, total, shift, heads, words, sk, sv, s_stride, dk, dv, d_stride, fk, fv,
-                                 f_stride)
-                        base += slots * WARP_SIZE
+                        if whole:
+                            odd = whole_pass(lane, base, per_kind, sk, sv, s_stride, s_lane, dk, dv, d_stride, d_lane,
+                                             fk, fv, f_stride)
+                        else:
+                            odd = general_pass(lane, base, total, heads, sk, sv, s_stride, dk, dv, d_stride, fk, fv,
+                                               f_stride)
+                        if odd:  # the pass again, exactly
+                            exact(lane, base, total, shift, heads, min(slots, (total - base + WARP_SIZE - 1) >> 5),
+                                  sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride)
+                        base += pass_chunks
             j += 1
 
     check_parameters(fp8_wide, Fp8Args)
     fp8_wide.__name__ = fp8_wide.__qualname__ = (f"fp8_wide_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}"
-                                                 f"{'_mla' if mla else ''}_{slots}")
+                                                 f"{'_mla' if mla else ''}_{slots}_d{head_dim}")
     return kernel(fp8_wide, max_registers=64)
 
 
 _kernels: dict = {}
 
 
-def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS):
-    """The wide kernel for one (source layout, destination layout, MLA, mode, format, plain dtype, slots),
-    built on first request and memoised; ``src``/``dst``: ``LayoutParts``."""
+def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, head_dim=128):
+    """The wide kernel for one (source layout, destination layout, MLA, mode, format, plain dtype, slots, head
+    size), built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``: elements a head,
+    16 * 2**k up to 512 (compiled in: a head's chunks go by constant shifts); ``slots`` up to ``head_dim / 16``."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
         raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
-    if not (isinstance(slots, int) and 1 <= slots <= WARP_SIZE):
-        raise ValueError(f"slots must be an int from 1 to {WARP_SIZE}, got {slots!r}")
-    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), slots)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not slots_for(mode, head_dim):
+        raise ValueError(f"head_dim must be 16 * 2**k elements up to {CHUNK * WARP_SIZE}, got {head_dim!r}")
+    if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= head_dim // CHUNK:
+        raise ValueError(f"slots must be an int from 1 to head_dim / 16 = {head_dim // CHUNK}, got {slots!r}")
+    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), slots, head_dim)
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, cc=(9, 0)):
+def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, cc=(9, 0), head_dim=128):
     """PTX of one wide kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype, slots), SIGNATURE, cc)
+    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim), SIGNATURE, cc)

@@ -49,6 +49,26 @@ GEOMETRIES = {"many heads, passes of 32": (1, 4, 2, 20, 16), "a part-filled pass
               "heads of 64": (1, 4, 2, 2, 64)}
 
 
+# A kind's chunks fill whole passes (H * D / 16 a multiple of 32 * slots): the kernel's whole passes, where a lane's
+# addresses are offsets fixed for the copy and no chunk is checked.
+WHOLE = {"8 heads of 128": (1, 4, 2, 8, 128), "32 heads of 16": (1, 4, 2, 32, 16), "2 heads of 512": (1, 4, 2, 2, 512)}
+
+
+@pytest.mark.parametrize("name", WHOLE)
+@pytest.mark.parametrize("fmt,dtype", [("e4m3", "bfloat16"), ("e5m2", "float16")])
+def test_whole_passes_quantise_as_the_reference(name, fmt, dtype):
+    """Finite values (random bit patterns would send most heads of 128 to the exact functions)."""
+    g = WHOLE[name]
+
+    def normal(buffer):
+        values = np.random.default_rng(7).normal(size=np.shape(buffer)) * 3
+        buffer[...] = values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16).view(np.uint16)
+
+    quantise_case("LayerFirst", "PageFirst", geometry=g, fmt=fmt, dtype=dtype, count=3, launch=(1, 2), plain=normal)
+    quantise_case("PageHead", "LayerFirstList", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1), seed=4,
+                  plain=normal)
+
+
 @pytest.mark.parametrize("name", GEOMETRIES)
 @pytest.mark.parametrize("fmt,dtype", [("e4m3", "bfloat16"), ("e5m2", "float16")])
 def test_quantise_and_dequantise_as_the_reference(name, fmt, dtype):
@@ -70,10 +90,12 @@ def _bits(values):
     return np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
-def test_odd_heads_beside_plain_ones():
+@pytest.mark.parametrize("H", [40, 32])
+def test_odd_heads_beside_plain_ones(H):
     """Passes of 32 heads of 16 elements, some holding an infinity, a NaN, only zeros, or values so small that
-    their scale's inverse overflows (the format divides there), the rest normal values: both kinds of pass."""
-    L, T, P, H, D = 1, 4, 2, 40, 16
+    their scale's inverse overflows (the format divides there), the rest normal values: both kinds of pass
+    (40 heads: a pass across K and V; 32: whole passes)."""
+    L, T, P, D = 1, 4, 2, 16
 
     def fill(buffer):
         local = np.random.default_rng(11)
@@ -86,8 +108,8 @@ def test_odd_heads_beside_plain_ones():
             if (row // 7) % 4 == 3:
                 flat[row] = _bits(local.normal(size=D) * 1e-38)
     quantise_case("LayerFirst", "PageHead", geometry=(L, T, P, H, D), plain=fill, count=3, launch=(1, 1))
-    quantise_case("PageFirst", "PageFirst", geometry=(L, T, P, 2, 128), plain=fill, count=2, launch=(1, 1),
-                  fmt="e5m2")
+    quantise_case("PageFirst", "PageFirst", geometry=(L, T, P, 2 if H == 40 else 8, 128), plain=fill, count=2,
+                  launch=(1, 1), fmt="e5m2")
 
 
 def _eight_past_sixteen(values):
@@ -104,11 +126,11 @@ def _eight_past_sixteen(values):
     return placed
 
 
-@pytest.mark.parametrize("mode", ["quantise", "dequantise"])
-def test_destinations_only_8_byte_aligned(mode):
+@pytest.mark.parametrize("mode,H", [("quantise", 2), ("quantise", 32), ("dequantise", 2)])
+def test_destinations_only_8_byte_aligned(mode, H):
     """The wide kernels store 16 bytes at once where the destination allows, 8 where it is 8 bytes past a
-    16-byte boundary: both write what the reference writes."""
-    L, T, P, H, D = 1, 4, 2, 2, 32
+    16-byte boundary: both write what the reference writes (32 heads of 32: the quantiser's whole passes)."""
+    L, T, P, D = 1, 4, 2, 32
     rng = np.random.default_rng(5)
     si, di = tokens(rng, 3, T)
     if mode == "quantise":
