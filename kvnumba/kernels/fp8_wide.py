@@ -20,9 +20,10 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   ``general_pass``, whose passes may cross from K into V and end part-filled.
 - **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
   shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
-  for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path), each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8``
-  multiplies and converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte
-  aligned. Lane ``j`` writes head ``j``'s scale.
+  for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path),
+  each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8`` multiplies and
+  converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte aligned. Lane
+  ``j`` writes head ``j``'s scale.
 - **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
   warp sees it by a vote and moves that pass again with ``kernels.fp8``'s exact element functions, chunk by
   chunk, element by element, in loops that stay loops.
@@ -195,7 +196,7 @@ def _make_passes(fmt, dtype, slots, shift):
     def whole_pass(lane, base, per_kind, sk, sv, s_stride, s_lane, dk, dv, d_stride, d_lane, fk, fv, f_stride):
         """Chunks ``base ..`` of a token's K and V heads where a kind's ``per_kind`` chunks fill whole passes:
         every chunk is in range and of one kind, so a lane's addresses are its offsets ``s_lane``/``d_lane``
-         plus the pass's; no chunk is checked."""
+        plus the pass's; no chunk is checked."""
         kind = 1 if base >= per_kind else 0
         first_head = (base - kind * per_kind) >> shift
         held = cuda.local.array(held_words, types.int64)
