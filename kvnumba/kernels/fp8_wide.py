@@ -45,7 +45,7 @@ from .async_copy import commit, copy16, load_shared_i64, store_shared_i64, waite
 from .fp8_copy import SIGNATURE, Fp8Args
 from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_i128, store_pair, warp_any
 from .fp8_packed import magnitudes, packed_quantiser
-from .item_copy import in_bounds
+from .item_copy import in_bounds, next_in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
 from .memory import load_i64
@@ -236,13 +236,35 @@ def _make_passes(fmt, dtype, slots, shift, aligned=False):
     return general_pass, whole_pass, quantise_held
 
 
+def _make_layer_bases(src, dst, kinds):
+    """``layer_bases(layer, heads, s_off, <source K, V, item, dim, page>, d_off, <destination's>, f_off,
+    <scales' K, V, item, dim>) -> (sk, sv, dk, dv, fk, fv)``: where a token's K and V heads of ``layer`` start in
+    the source, the destination's codes and its scales (``*_off``: the token's offsets; MLA: V's are K's)."""
+    src_lb, dst_lb = src.layer_base, dst.layer_base
+
+    @device_function
+    def layer_bases(layer, heads, s_off, src_k, src_v, src_item, src_dim, src_page, d_off, dst_k, dst_v, dst_item,
+                    dst_dim, dst_page, f_off, scales_k, scales_v, scales_item, scales_dim):
+        sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
+        dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
+        fk = dst_lb(scales_k, layer, scales_dim, scales_item, heads, dst_page) + f_off
+        if kinds == 1:
+            return sk, sk, dk, dk, fk, fk
+        return (sk, src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off,
+                dk, dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off,
+                fk, dst_lb(scales_v, layer, scales_dim, scales_item, heads, dst_page) + f_off)
+
+    return layer_bases
+
+
 def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     shift = (head_dim // CHUNK).bit_length() - 1  # a head's chunks: 2**shift
     general_pass, whole_pass, _ = _make_passes(fmt, dtype, slots, shift)
     exact = _make_exact_quantise(fmt, dtype)
-    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
-    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    src_to, src_hs = src.token_offset, src.head_stride
+    dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
+    layer_bases = _make_layer_bases(src, dst, kinds)
     width = 1 << shift
     pass_chunks = slots * WARP_SIZE
 
@@ -271,17 +293,9 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                 d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
                 f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
                 for layer in range(first_layer, first_layer + num_layers):
-                    sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
-                    dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                    sv = sk
-                    dv = dk
-                    if kinds == 2:
-                        sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
-                        dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                    fk = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
-                    fv = fk
-                    if kinds == 2:
-                        fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                    sk, sv, dk, dv, fk, fv = layer_bases(
+                        layer, heads, s_off, src_k, src_v, src_item, src_dim, src_page, d_off, dst_k, dst_v, dst_item,
+                        dst_dim, dst_page, f_off, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim)
                     base = 0
                     while base < total:
                         if whole:
@@ -331,9 +345,10 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     _, _, quantise_held = _make_passes(fmt, dtype, slots, shift, aligned=True)
     exact = _make_exact_quantise(fmt, dtype)
     wait_steady, wait_all = waiter(RING_STAGES - 1), waiter(0)
-    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
-    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    src_to, src_hs = src.token_offset, src.head_stride
+    dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
+    layer_bases = _make_layer_bases(src, dst, kinds)
     width = 1 << shift
     pass_chunks = slots * WARP_SIZE
     pass_heads = pass_chunks >> shift
@@ -424,27 +439,18 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                         layer += 1
                         if layer >= end_layer:  # the next item whose indices are in bounds
                             layer = first_layer
-                            j += 1
-                            searching = True
-                            while searching and j < count:
-                                s_tok = load_i64(src_indices + (first + j) * 8)
-                                d_tok = load_i64(dst_indices + (first + j) * 8)
-                                if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                                    searching = False
-                                    s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
-                                    d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
-                                    f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
-                                else:
-                                    j += 1
-                            more = not searching
+                            j, s_tok, d_tok = next_in_bounds(lane, j + 1, count, first, src_indices, dst_indices,
+                                                             src_token_limit, dst_token_limit, error_flag)
+                            more = j < count
+                            if more:
+                                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                                f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
                         if more:
-                            at_s = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
-                            at_d = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                            at_f = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
-                            if kinds == 2:
-                                sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
-                                dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                                fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                            at_s, sv, at_d, dv, at_f, fv = layer_bases(
+                                layer, heads, s_off, src_k, src_v, src_item, src_dim, src_page, d_off, dst_k, dst_v,
+                                dst_item, dst_dim, dst_page, f_off, dst_scales_k, dst_scales_v, dst_scales_item,
+                                dst_scales_dim)
                 if more:
                     issue(ring + slot_in * stage_bytes, lane, at_s, at_d, at_f, s_lane, s_stride)
                     slot_in = slot_in + 1 if slot_in + 1 < RING_STAGES else 0

@@ -204,3 +204,26 @@ def test_destinations_only_8_byte_aligned(mode, H):
     want = fp8_bytes(dst_np) if mode == "quantise" else view_bytes(dst_np)
     for g, w in zip(got, want):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("kernel", ["ring", "register"])
+def test_out_of_range_items_are_skipped_and_flagged(kernel, device_path):
+    """An item whose index is out of range (indices in GPU memory: the kernel's guard) is skipped and flagged;
+    the items before and after it are written as the reference writes them, and its destination keeps its
+    poison. 8 heads of 128: whole passes, through the ring and the register kernel."""
+    L, T, P, H, D = 2, 8, 4, 8, 128
+    rng = np.random.default_rng(12)
+    plain = rng.normal(size=(L, T, H, D)).astype(ml_dtypes.bfloat16).view(np.uint16)
+    src = kv.LayerFirst(PLACE["device"](plain), PLACE["device"](plain[:, ::-1].copy()))
+    src_np = kv.LayerFirst(plain, plain[:, ::-1].copy())
+    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
+    si, di = np.array([3, 99, 5], np.int64), np.array([1, 2, 6], np.int64)
+    with config.override(fp8_kernel=KERNELS[kernel]):
+        assert fp8_copy.Fp8Plan(src, dst[1], None).ring == (kernel == "ring")
+        with pytest.raises(kv.IndexOutOfRangeError):
+            kv.copy(src, dst[1], PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2,
+                    check=True)
+    keep = np.array([True, False, True])
+    qr.copy(src_np, dst_np[1], si[keep], di[keep])  # the reference of the items in range; item 1's stays poison
+    for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
+        np.testing.assert_array_equal(g, w)
