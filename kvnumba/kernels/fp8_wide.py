@@ -28,8 +28,9 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   keeps ``RING_STAGES`` passes in shared memory: a lane copies its chunks of the next pass there with 16-byte
   asynchronous copies (``async_copy.copy16``), with the pass's addresses, then converts the pass before, whose
   reads have landed meanwhile; no register holds a read in flight, so a pass's reads overlap the conversion
-  of the one before. The walk carries each pass's addresses forward by adds. A lane reads back only what it
-  copied, so the warp never meets; its codes go out in 16-byte stores.
+  of the one before. The walk carries each pass's addresses forward by adds. A lane reads back only the chunks
+  it copied; the warp meets twice a pass, for the pass's addresses (lane 0 writes them). Codes go out in
+  16-byte stores.
 - **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
   warp sees it by a vote and moves that pass again with ``kernels.fp8``'s exact element functions, chunk by
   chunk, element by element, in loops that stay loops.
@@ -51,7 +52,7 @@ from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .tma import load_shared_i128, shared_address
+from .tma import load_shared_i128, shared_address, sync_warp
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
@@ -316,13 +317,14 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     return kernel(fp8_wide, max_registers=64)
 
 
-RING_STAGES = 2  # passes of a warp's ring: one lands while the other converts
+RING_STAGES = 2  # passes of a warp's ring: one lands while the others convert (read when a ring kernel is built)
+_HEADER = 32  # a stage's pass addresses (source, destination, scale: 24 bytes), on a 16-byte boundary
 
 
 def ring_stage_bytes(slots):
-    """Bytes of one stage of a warp's ring: the pass's chunks (``slots * 32`` of 32 bytes) and each lane's
-    three addresses (the pass's first source head, destination head and scale)."""
-    return slots * WARP_SIZE * 2 * CHUNK + 3 * 8 * WARP_SIZE
+    """Bytes of one stage of a warp's ring: the pass's chunks (``slots * 32`` of 32 bytes) and its three
+    addresses (its first head's source, destination and scale)."""
+    return slots * WARP_SIZE * 2 * CHUNK + _HEADER
 
 
 def ring_shared_bytes(slots=SLOTS, warps=32):
@@ -344,7 +346,8 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     shift = (head_dim // CHUNK).bit_length() - 1
     _, _, quantise_held = _make_passes(fmt, dtype, slots, shift, aligned=True)
     exact = _make_exact_quantise(fmt, dtype)
-    wait_steady, wait_all = waiter(RING_STAGES - 1), waiter(0)
+    stages = RING_STAGES
+    wait_steady, wait_all = waiter(stages - 1), waiter(0)
     src_to, src_hs = src.token_offset, src.head_stride
     dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
@@ -354,23 +357,23 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     pass_heads = pass_chunks >> shift
     head_step = WARP_SIZE >> shift
     stage_bytes = ring_stage_bytes(slots)
-    header = pass_chunks * 2 * CHUNK  # a stage's lane addresses start here
+    header = pass_chunks * 2 * CHUNK  # a stage's pass addresses start here
     half = WARP_SIZE * CHUNK  # bytes between the two halves of a row of chunks in a stage
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
 
     @device_function
     def issue(stage, lane, s_pass, d_pass, f_pass, s_lane, s_stride):
         """The lane's chunks of the pass at ``s_pass`` into ``stage`` (each 16-byte half of a row of the pass
-        contiguous there: no bank conflicts when it is read back), and the pass's addresses."""
+        contiguous there: no bank conflicts when it is read back); lane 0 writes the pass's addresses."""
         for k in range(slots):
             at = s_pass + s_lane + k * head_step * s_stride
             row = stage + 2 * k * half + CHUNK * lane
             copy16(row, at)
             copy16(row + half, at + CHUNK)
-        mine = stage + header + 24 * lane
-        store_shared_i64(mine, s_pass)
-        store_shared_i64(mine + 8, d_pass)
-        store_shared_i64(mine + 16, f_pass)
+        if lane == 0:
+            store_shared_i64(stage + header, s_pass)
+            store_shared_i64(stage + header + 8, d_pass)
+            store_shared_i64(stage + header + 16, f_pass)
 
     @device_function
     def convert(stage, lane, d_lane, s_stride, d_stride, f_stride):
@@ -379,13 +382,14 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
             row = stage + 2 * k * half + CHUNK * lane
             held[4 * k], held[4 * k + 1] = load_shared_i128(row)
             held[4 * k + 2], held[4 * k + 3] = load_shared_i128(row + half)
-        mine = stage + header + 24 * lane
-        d_pass = load_shared_i64(mine + 8)
-        f_pass = load_shared_i64(mine + 16)
+        sync_warp()  # lane 0's addresses of the pass are seen by every lane
+        d_pass = load_shared_i64(stage + header + 8)
+        f_pass = load_shared_i64(stage + header + 16)
         if quantise_held(lane, held, d_pass + d_lane, d_stride, f_pass + lane * f_stride):
-            s_pass = load_shared_i64(mine)  # the pass again from global memory, exactly; its heads all one kind
+            s_pass = load_shared_i64(stage + header)  # the pass again from global memory, exactly; one kind
             exact(lane, 0, pass_chunks, shift, pass_heads, slots, s_pass, s_pass, s_stride, d_pass, d_pass,
                   d_stride, f_pass, f_pass, f_stride)
+        sync_warp()  # every lane has read the addresses before lane 0 writes the stage's next pass's
 
     def fp8_wide_ring(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                       dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
@@ -394,7 +398,7 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
         smem = cuda.shared.array(0, int64)
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (RING_STAGES * stage_bytes)
+        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (stages * stage_bytes)
         per_kind = heads << shift
         s_stride = src_hs(src_dim, src_item, heads, src_page)
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
@@ -453,19 +457,19 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                                 dst_scales_dim)
                 if more:
                     issue(ring + slot_in * stage_bytes, lane, at_s, at_d, at_f, s_lane, s_stride)
-                    slot_in = slot_in + 1 if slot_in + 1 < RING_STAGES else 0
+                    slot_in = slot_in + 1 if slot_in + 1 < stages else 0
                     issued += 1
             commit()  # one group an iteration, empty or not: pass q is group q
-            if more and issued - converted < RING_STAGES:
+            if more and issued - converted < stages:
                 continue
             if converted == issued:
                 break
             if more:
-                wait_steady()  # pass `converted` was committed RING_STAGES - 1 groups ago
+                wait_steady()  # pass `converted` was committed stages - 1 groups ago
             else:
                 wait_all()
             convert(ring + slot_out * stage_bytes, lane, d_lane, s_stride, d_stride, f_stride)
-            slot_out = slot_out + 1 if slot_out + 1 < RING_STAGES else 0
+            slot_out = slot_out + 1 if slot_out + 1 < stages else 0
             converted += 1
 
     check_parameters(fp8_wide_ring, Fp8Args)
@@ -492,9 +496,10 @@ def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, h
     if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= head_dim // CHUNK:
         raise ValueError(f"slots must be an int from 1 to head_dim / 16 = {head_dim // CHUNK}, got {slots!r}")
     key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), slots, head_dim)
-    built = _kernels.get(key + (bool(ring),))
+    key += (RING_STAGES if ring else 0,)  # the ring's stages are compiled in
+    built = _kernels.get(key)
     if built is None:
-        built = _kernels[key + (bool(ring),)] = (_build_ring_kernel if ring else _build_kernel)(*key)
+        built = _kernels[key] = (_build_ring_kernel if ring else _build_kernel)(*key[:-1])
     return built
 
 

@@ -227,3 +227,16 @@ def test_out_of_range_items_are_skipped_and_flagged(kernel, device_path):
     qr.copy(src_np, dst_np[1], si[keep], di[keep])  # the reference of the items in range; item 1's stays poison
     for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
         np.testing.assert_array_equal(g, w)
+
+
+def test_a_ring_of_three_stages(monkeypatch):
+    """The ring's depth is compiled in (``RING_STAGES``): three stages, two passes in flight while one converts,
+    write what the reference writes, with items that end part-way through the ring."""
+    monkeypatch.setattr(fp8_wide, "RING_STAGES", 3)
+
+    def normal(buffer):
+        buffer[...] = np.random.default_rng(8).normal(size=np.shape(buffer)).astype(ml_dtypes.bfloat16).view(np.uint16)
+
+    with config.override(fp8_kernel=None):  # plans built now, with the three-stage ring
+        assert fp8_wide.ring_shared_bytes() == 3 * 32 * fp8_wide.ring_stage_bytes(fp8_wide.SLOTS)
+        quantise_case("LayerFirst", "PageFirst", geometry=(2, 4, 2, 8, 128), count=3, launch=(1, 2), plain=normal)
