@@ -48,11 +48,11 @@ from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_i128,
 from .fp8_packed import magnitudes, packed_quantiser
 from .item_copy import in_bounds, next_in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LayoutParts
+from .layouts import PAGE_FIRST, LayoutParts
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .tma import load_shared_i128, shared_address, sync_warp
+from .tma import load_shared_i128, load_shared_u32, shared_address, store_shared_u32, sync_warp
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
@@ -139,11 +139,12 @@ def _make_exact_quantise(fmt, dtype):
     return exact
 
 
-def _make_passes(fmt, dtype, slots, shift, aligned=False):
+def _make_passes(fmt, dtype, slots, shift, aligned=False, scales_shared=False):
     """``(general_pass, whole_pass, quantise_held)`` for heads of ``2**shift`` chunks: each reads its pass's
     chunks (``quantise_held``: has them), finds their heads' scales and, unless a head needs the exact
     functions (it then returns True having written nothing), writes codes and scales; ``aligned``: every
-    chunk's codes start on a 16-byte boundary (one 16-byte store, no test)."""
+    chunk's codes start on a 16-byte boundary (one 16-byte store, no test); ``scales_shared``:
+    ``quantise_held``'s ``scale_at`` is in shared memory (the ring's gathered scales)."""
     quantise8 = packed_quantiser(fmt, dtype)
     _, scale_of, inverse_of, _ = fp8.quantiser(fmt, dtype)
     non_finite = _NON_FINITE[dtype]
@@ -172,6 +173,7 @@ def _make_passes(fmt, dtype, slots, shift, aligned=False):
         return scale, inverse, warp_any(lane, owns and (not finite or inverse == 0))
 
     store16 = store_i128 if aligned else store_pair
+    store_scale = store_shared_u32 if scales_shared else store_i32
 
     @device_function
     def quantise_chunk(held, k, head_inverse, address):
@@ -216,7 +218,7 @@ def _make_passes(fmt, dtype, slots, shift, aligned=False):
             head_inverse = lane_value(lane, inverse, k * head_step + (lane >> shift))
             quantise_chunk(held, k, head_inverse, dst + k * head_step * d_stride)
         if lane < pass_heads:
-            store_i32(scale_at, scale)
+            store_scale(scale_at, scale)
         return False
 
     @device_function
@@ -327,9 +329,13 @@ def ring_stage_bytes(slots):
     return slots * WARP_SIZE * 2 * CHUNK + _HEADER
 
 
+GATHER = 1024  # bytes of scales a warp gathers a kind before it writes them (page-first destinations)
+
+
 def ring_shared_bytes(slots=SLOTS, warps=32):
-    """Dynamic shared memory a block of ``warps`` warps asks for: their rings."""
-    return warps * RING_STAGES * ring_stage_bytes(slots)
+    """Dynamic shared memory a block of ``warps`` warps asks for: their rings, and where each warp gathers
+    scales (two kinds' ``GATHER`` bytes and where each run starts and how long it is)."""
+    return warps * (RING_STAGES * ring_stage_bytes(slots) + 2 * (GATHER + 16))
 
 
 def ring_takes(heads, head_dim, slots, aligned):
@@ -344,7 +350,8 @@ def ring_takes(heads, head_dim, slots, aligned):
 def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     """The ring kernel: whole passes whose reads land in shared memory a pass ahead of their conversion."""
     shift = (head_dim // CHUNK).bit_length() - 1
-    _, _, quantise_held = _make_passes(fmt, dtype, slots, shift, aligned=True)
+    gather = dst is PAGE_FIRST  # a token's layers' scales lie side by side there: gathered, written as runs
+    _, _, quantise_held = _make_passes(fmt, dtype, slots, shift, aligned=True, scales_shared=gather)
     exact = _make_exact_quantise(fmt, dtype)
     stages = RING_STAGES
     wait_steady, wait_all = waiter(stages - 1), waiter(0)
@@ -360,9 +367,23 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     header = pass_chunks * 2 * CHUNK  # a stage's pass addresses start here
     half = WARP_SIZE * CHUNK  # bytes between the two halves of a row of chunks in a stage
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
+    pass_scales_bytes = pass_heads * 4
+    warp_bytes = stages * stage_bytes + 2 * (GATHER + 16)  # a warp's ring, then its runs of scales
 
     @device_function
-    def issue(stage, lane, s_pass, d_pass, f_pass, s_lane, s_stride):
+    def flush(lane, runs, kind):
+        """Writes the run of scales gathered for ``kind`` (its start and length at ``runs + 16 * kind``, its
+        bytes from ``runs + 32 + GATHER * kind``) to global memory, the warp's 4-byte stores side by side."""
+        start = load_shared_i64(runs + 16 * kind)
+        length = load_shared_i64(runs + 16 * kind + 8)
+        gathered = runs + 32 + GATHER * kind
+        w = 4 * lane
+        while w < length:
+            store_i32(start + w, load_shared_u32(gathered + w))
+            w += 4 * WARP_SIZE
+
+    @device_function
+    def issue(stage, lane, s_pass, d_pass, f_pass, kind, s_lane, s_stride):
         """The lane's chunks of the pass at ``s_pass`` into ``stage`` (each 16-byte half of a row of the pass
         contiguous there: no bank conflicts when it is read back); lane 0 writes the pass's addresses."""
         for k in range(slots):
@@ -374,22 +395,42 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
             store_shared_i64(stage + header, s_pass)
             store_shared_i64(stage + header + 8, d_pass)
             store_shared_i64(stage + header + 16, f_pass)
+            store_shared_i64(stage + header + 24, kind)
 
     @device_function
-    def convert(stage, lane, d_lane, s_stride, d_stride, f_stride):
+    def convert(stage, lane, d_lane, s_stride, d_stride, f_stride, runs):
+        """Quantises the pass in ``stage``. Where scales are gathered, a pass's scales join its kind's run
+        when they follow it (the same token's next layer, page-first), else the run is written and a new one
+        starts: 32 bytes a pass written one by one would each be a partial line across PCIe."""
         held = cuda.local.array(held_words, types.int64)
         for k in range(slots):
             row = stage + 2 * k * half + CHUNK * lane
             held[4 * k], held[4 * k + 1] = load_shared_i128(row)
             held[4 * k + 2], held[4 * k + 3] = load_shared_i128(row + half)
-        sync_warp()  # lane 0's addresses of the pass are seen by every lane
+        sync_warp()  # lane 0's addresses of the pass (and its runs) are seen by every lane
         d_pass = load_shared_i64(stage + header + 8)
         f_pass = load_shared_i64(stage + header + 16)
-        if quantise_held(lane, held, d_pass + d_lane, d_stride, f_pass + lane * f_stride):
+        scale_at = f_pass + lane * f_stride
+        kind = start = length = 0
+        if gather:
+            kind = load_shared_i64(stage + header + 24)
+            start = load_shared_i64(runs + 16 * kind)
+            length = load_shared_i64(runs + 16 * kind + 8)
+            if f_pass != start + length or length + pass_scales_bytes > GATHER:
+                flush(lane, runs, kind)
+                start = f_pass
+                length = 0
+            scale_at = runs + 32 + GATHER * kind + length + 4 * lane  # heads side by side: f_stride is 4
+        if quantise_held(lane, held, d_pass + d_lane, d_stride, scale_at):
             s_pass = load_shared_i64(stage + header)  # the pass again from global memory, exactly; one kind
             exact(lane, 0, pass_chunks, shift, pass_heads, slots, s_pass, s_pass, s_stride, d_pass, d_pass,
-                  d_stride, f_pass, f_pass, f_stride)
-        sync_warp()  # every lane has read the addresses before lane 0 writes the stage's next pass's
+                  d_stride, f_pass, f_pass, f_stride)  # its scales straight to global memory, outside the run
+        else:
+            length += pass_scales_bytes
+        sync_warp()  # every lane has read the addresses and runs before lane 0 writes the next ones
+        if gather and lane == 0:
+            store_shared_i64(runs + 16 * kind, start)
+            store_shared_i64(runs + 16 * kind + 8, length)
 
     def fp8_wide_ring(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                       dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
@@ -398,7 +439,13 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
         smem = cuda.shared.array(0, int64)
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (stages * stage_bytes)
+        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * warp_bytes
+        runs = ring + stages * stage_bytes
+        if gather and lane == 0:
+            for kind in range(2):  # no run yet
+                store_shared_i64(runs + 16 * kind, 0)
+                store_shared_i64(runs + 16 * kind + 8, 0)
+        sync_warp()
         per_kind = heads << shift
         s_stride = src_hs(src_dim, src_item, heads, src_page)
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
@@ -456,7 +503,7 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                                 dst_item, dst_dim, dst_page, f_off, dst_scales_k, dst_scales_v, dst_scales_item,
                                 dst_scales_dim)
                 if more:
-                    issue(ring + slot_in * stage_bytes, lane, at_s, at_d, at_f, s_lane, s_stride)
+                    issue(ring + slot_in * stage_bytes, lane, at_s, at_d, at_f, kind, s_lane, s_stride)
                     slot_in = slot_in + 1 if slot_in + 1 < stages else 0
                     issued += 1
             commit()  # one group an iteration, empty or not: pass q is group q
@@ -468,9 +515,13 @@ def _build_ring_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                 wait_steady()  # pass `converted` was committed stages - 1 groups ago
             else:
                 wait_all()
-            convert(ring + slot_out * stage_bytes, lane, d_lane, s_stride, d_stride, f_stride)
+            convert(ring + slot_out * stage_bytes, lane, d_lane, s_stride, d_stride, f_stride, runs)
             slot_out = slot_out + 1 if slot_out + 1 < stages else 0
             converted += 1
+        if gather:  # the runs still gathered
+            sync_warp()
+            for kind in range(kinds):
+                flush(lane, runs, kind)
 
     check_parameters(fp8_wide_ring, Fp8Args)
     fp8_wide_ring.__name__ = fp8_wide_ring.__qualname__ = (f"fp8_wide_ring_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}"

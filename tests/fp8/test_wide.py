@@ -229,14 +229,24 @@ def test_out_of_range_items_are_skipped_and_flagged(kernel, device_path):
         np.testing.assert_array_equal(g, w)
 
 
-def test_a_ring_of_three_stages(monkeypatch):
-    """The ring's depth is compiled in (``RING_STAGES``): three stages, two passes in flight while one converts,
-    write what the reference writes, with items that end part-way through the ring."""
-    monkeypatch.setattr(fp8_wide, "RING_STAGES", 3)
 
-    def normal(buffer):
-        buffer[...] = np.random.default_rng(8).normal(size=np.shape(buffer)).astype(ml_dtypes.bfloat16).view(np.uint16)
-
-    with config.override(fp8_kernel=None):  # plans built now, with the three-stage ring
-        assert fp8_wide.ring_shared_bytes() == 3 * 32 * fp8_wide.ring_stage_bytes(fp8_wide.SLOTS)
-        quantise_case("LayerFirst", "PageFirst", geometry=(2, 4, 2, 8, 128), count=3, launch=(1, 2), plain=normal)
+def test_page_first_scales_are_gathered_into_runs():
+    """Into a page-first destination the ring gathers a token's layers' scales (and the next token's, where it
+    follows) into runs of up to ``GATHER`` bytes a kind before writing them: 8 consecutive tokens of 8 layers
+    make runs past ``GATHER`` (64 passes of 32 bytes a kind), and heads with an infinity, a NaN or only zeros
+    (the exact functions, whose scales go out directly) break runs in the middle; one warp walks them all."""
+    L, T, P, H, D = 5, 16, 4, 8, 128
+    rng = np.random.default_rng(21)
+    plain = _bits(rng.normal(size=(L, T, H, D)))
+    plain[2, 4, 3, 7], plain[1, 12, 0, 0], plain[3, 12, 5] = 0x7F80, 0xFFC1, 0  # an infinity, a NaN, a zero head
+    other = plain[:, ::-1].copy()
+    src = kv.LayerFirst(PLACE["device"](plain), PLACE["device"](other))
+    src_np = kv.LayerFirst(plain, other)
+    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
+    si = np.array([5, 8, 9, 0, 1, 2, 3, 4, 12], np.int64)
+    di = np.array([3, 4, 5, 6, 7, 8, 9, 10, 0], np.int64)  # a run of 8 tokens, then one apart
+    assert fp8_copy.Fp8Plan(src, dst[1], None).ring and fp8_wide.GATHER < 40 * 32
+    kv.copy(src, dst[1], si, di, block_quota=1, num_warps_per_block=1)
+    qr.copy(src_np, dst_np[1], si, di)
+    for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
+        np.testing.assert_array_equal(g, w)
