@@ -135,18 +135,6 @@ def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, code
     return slots
 
 
-def _ring_takes(heads: int, head_dim: int, slots: int, src: Side, codes: Side, device: int) -> bool:
-    """Whether a quantising copy takes the wide kernel's ring (``fp8_wide.ring_takes``: whole passes, a
-    source and codes on 16-byte boundaries), unless ``config.override(fp8_kernel="wide")`` asks for the
-    register one, and a block's shared memory holds the rings."""
-    if config.tuning("fp8_kernel") == "wide" or src.bases is None or codes.bases is None:
-        return False
-    aligned = not (np.asarray(src.bases) % 16).any() and not (np.asarray(codes.bases) % 16).any()
-    if not fp8_wide.ring_takes(heads, head_dim, slots, aligned):
-        return False
-    return SIMULATOR or shared_limit(device) >= fp8_wide.ring_shared_bytes(slots)
-
-
 def _numbers(side: Side | None) -> tuple[int, int, int, int]:
     """``(k, v, item bytes, layout_dim)`` of a side as the kernel takes them (zeros: no scales)."""
     if side is None:
@@ -221,15 +209,11 @@ class Fp8Plan:
         self.slots = _wide_slots(mode, head_dim, self.device, src_scales or dst_scales,
                                  self.src if mode == "dequantise" else self.dst)
         shared = 0
-        self.ring = (mode == "quantise" and bool(self.slots)
-                     and _ring_takes(heads, head_dim, self.slots, s, d, self.device))
         if self.slots and mode == "dequantise":
             dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim)
             shared = fp8_pipelined.SHARED_BYTES
         elif self.slots:
-            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots, head_dim,
-                                             self.ring)
-            shared = fp8_wide.ring_shared_bytes(self.slots) if self.ring else 0
+            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots, head_dim)
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)

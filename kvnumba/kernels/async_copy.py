@@ -10,8 +10,6 @@ copied meet first (``tma.sync_warp``, as the pipelined load's lanes do for a hea
 
 Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared_address``):
     copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)
-    copy16(shared, address): 16 bytes, both addresses 16-byte aligned (``cp.async.cg``: cached in L2 only, the
-        form the hardware has for 16 bytes; the FP8 backup's ring, ``kernels.fp8_wide``)
     commit(): closes the thread's copies issued since the last commit into a group
     waiter(n) -> wait(): waits until at most the ``n`` newest groups are still in flight (``n`` is compiled in)
     landed_arrive(bar): the current phase of mbarrier ``bar`` (``tma``) does not complete before the thread's
@@ -26,11 +24,11 @@ import functools
 
 from ..driver.target import SIMULATOR
 
-__all__ = ["commit", "copy4", "copy8", "copy16", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
+__all__ = ["commit", "copy4", "copy8", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
 
 if SIMULATOR:
-    from .simulator.async_copy import (commit, copy4, copy8, copy16, landed_arrive,  # noqa: F401
-                                       load_shared_i64, store_shared_i64, waiter)
+    from .simulator.async_copy import (commit, copy4, copy8, landed_arrive, load_shared_i64,  # noqa: F401
+                                       store_shared_i64, waiter)
 else:
     from llvmlite import ir
     from numba import types
@@ -42,19 +40,19 @@ else:
         kind = ir.FunctionType(ret, [a.type for a in args])
         return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=True), args)
 
-    def _copy(size, cache="ca"):
+    def _copy(size):
         @intrinsic
         def copy(typingctx, shared, address):
             def codegen(context, builder, sig, args):
                 _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]],
-                     f"cp.async.{cache}.shared.global [$0], [$1], {size};", "r,l,~{memory}")
+                     f"cp.async.ca.shared.global [$0], [$1], {size};", "r,l,~{memory}")
                 return context.get_dummy_value()
 
             return types.void(types.int64, types.int64), codegen
 
         return copy
 
-    copy4, copy8, copy16 = _copy(4), _copy(8), _copy(16, "cg")
+    copy4, copy8 = _copy(4), _copy(8)
 
     @intrinsic
     def commit(typingctx):

@@ -43,9 +43,10 @@ from .fp8_copy import SIGNATURE, Fp8Args
 from .fp8_memory import store_pair
 from .fp8_packed import packed_dequantiser, special_codes
 from .fp8_wide import head_address
-from .item_copy import next_in_bounds
+from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
+from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
 from .tma import load_shared_u32, shared_address, sync_warp
@@ -150,16 +151,22 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
                     layer += 1
                     if layer >= end_layer:  # the next item whose indices are in bounds
                         layer = first_layer
-                        j, s_tok, d_tok = next_in_bounds(lane, j + 1, count, first, src_indices, dst_indices,
-                                                         src_token_limit, dst_token_limit, error_flag)
-                        more = j < count
-                        if more:
-                            s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
-                            s_stride = src_hs(src_dim, src_item, heads, src_page)
-                            d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
-                            d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-                            f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
-                            f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+                        j += 1
+                        searching = True
+                        while searching and j < count:
+                            s_tok = load_i64(src_indices + (first + j) * 8)
+                            d_tok = load_i64(dst_indices + (first + j) * 8)
+                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                                searching = False
+                                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                                s_stride = src_hs(src_dim, src_item, heads, src_page)
+                                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+                                f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                                f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
+                            else:
+                                j += 1
+                        more = not searching
                     if more:
                         sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
                         dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off

@@ -22,21 +22,6 @@ def in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, erro
     return True
 
 
-@device_function
-def next_in_bounds(lane, j, count, first, src_indices, dst_indices, src_token_limit, dst_token_limit, error_flag):
-    """``(j, src_token, dst_token)``: the first of a warp's items ``first + j ..`` below ``first + count`` whose
-    indices are in bounds (those before it skipped and flagged by ``in_bounds``); ``j == count``: none is
-    left. The walks of the pipelined kernels (``kernels.fp8_pipelined``, ``kernels.fp8_wide``'s ring)."""
-    src_token = dst_token = 0
-    while j < count:
-        src_token = load_i64(src_indices + (first + j) * 8)
-        dst_token = load_i64(dst_indices + (first + j) * 8)
-        if in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, error_flag):
-            return j, src_token, dst_token
-        j += 1
-    return j, src_token, dst_token
-
-
 def make_item_copy(src, dst, mla, copy_shape):
     """``copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
     item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)``: the warp copies

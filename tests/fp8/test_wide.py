@@ -45,43 +45,6 @@ def test_a_plan_takes_the_wide_kernel_where_it_runs_unless_told():
             pass
 
 
-def test_whole_passes_on_16_byte_boundaries_take_the_ring():
-    """The ring kernel takes a quantising copy whose kind's chunks fill whole passes and whose source starts on
-    16-byte boundaries (its reads are 16-byte asynchronous copies), unless told to take the register kernel."""
-    slots = fp8_wide.SLOTS
-    assert fp8_wide.ring_takes(8, 128, slots, True) and fp8_wide.ring_takes(32, 16, 1, True)
-    assert not fp8_wide.ring_takes(3, 128, slots, True)  # passes across K and V: the general pass
-    assert not fp8_wide.ring_takes(8, 128, slots, False)  # a source only 8-byte aligned
-    assert not fp8_wide.ring_takes(8, 8, 1, True)  # heads the wide kernel does not take
-    rng = np.random.default_rng(0)
-    _, src = make_view("LayerFirst", 1, 4, 2, 8, 128, rng, poison=False, mla=False, place=("device", "numba"))
-    _, dst = make_fp8("PageFirst", 1, 4, 2, 8, 128)
-    assert fp8_copy.Fp8Plan(src, dst, None).ring
-    with config.override(fp8_kernel="wide"):
-        plan = fp8_copy.Fp8Plan(src, dst, None)
-        assert plan.slots and not plan.ring
-    _, dst3 = make_fp8("PageFirst", 1, 4, 2, 3, 128)
-    _, src3 = make_view("LayerFirst", 1, 4, 2, 3, 128, rng, poison=False, mla=False, place=("device", "numba"))
-    assert not fp8_copy.Fp8Plan(src3, dst3, None).ring
-
-
-def test_a_source_8_bytes_past_16_takes_the_register_kernel():
-    """A source 8 bytes past a 16-byte boundary: no 16-byte copies, the register kernel's whole passes."""
-    L, T, P, H, D = 1, 4, 2, 8, 128
-    rng = np.random.default_rng(9)
-    plain = np.random.default_rng(2).normal(size=(L, T, H, D)).astype(ml_dtypes.bfloat16).view(np.uint16)
-    src = kv.LayerFirst(_eight_past_sixteen(plain), _eight_past_sixteen(plain[:, ::-1].copy()))
-    src_np = kv.LayerFirst(plain.copy(), plain[:, ::-1].copy())
-    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
-    plan = fp8_copy.Fp8Plan(src, dst[1], None)
-    assert plan.slots and not plan.ring
-    si, di = tokens(rng, 3, T)
-    kv.copy(src, dst[1], si, di, block_quota=1, num_warps_per_block=1)
-    qr.copy(src_np, dst_np[1], si, di)
-    for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
-        np.testing.assert_array_equal(g, w)
-
-
 GEOMETRIES = {"many heads, passes of 32": (1, 4, 2, 20, 16), "a part-filled pass": (2, 4, 2, 3, 32),
               "heads of 64": (1, 4, 2, 2, 64)}
 
@@ -95,27 +58,18 @@ FINITE = {"whole: 8 heads of 128": (1, 4, 2, 8, 128), "whole: 32 heads of 16": (
           "general: 5 heads of 64": (1, 4, 2, 5, 64)}
 
 
-# Whole passes run in the ring kernel by default (their reads land in shared memory a pass ahead) and in the
-# register kernel when told (fp8_kernel="wide"); both are checked. The general pass has no ring.
-KERNELS = {"ring": None, "register": "wide", "default": None}
-FINITE_RUNS = [(name, kernel) for name in FINITE
-               for kernel in (("ring", "register") if name.startswith("whole") else ("default",))]
-
-
-@pytest.mark.parametrize("name,kernel", FINITE_RUNS)
+@pytest.mark.parametrize("name", FINITE)
 @pytest.mark.parametrize("fmt,dtype", [("e4m3", "bfloat16"), ("e5m2", "float16")])
-def test_finite_heads_quantise_as_the_reference(name, kernel, fmt, dtype):
+def test_finite_heads_quantise_as_the_reference(name, fmt, dtype):
     g = FINITE[name]
 
     def normal(buffer):
         values = np.random.default_rng(7).normal(size=np.shape(buffer)) * 3
         buffer[...] = values.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.float16).view(np.uint16)
 
-    with config.override(fp8_kernel=KERNELS[kernel]):
-        quantise_case("LayerFirst", "PageFirst", geometry=g, fmt=fmt, dtype=dtype, count=3, launch=(1, 2),
-                      plain=normal)
-        quantise_case("PageHead", "LayerFirstList", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1), seed=4,
-                      plain=normal)
+    quantise_case("LayerFirst", "PageFirst", geometry=g, fmt=fmt, dtype=dtype, count=3, launch=(1, 2), plain=normal)
+    quantise_case("PageHead", "LayerFirstList", geometry=g, fmt=fmt, dtype=dtype, count=2, launch=(1, 1), seed=4,
+                  plain=normal)
 
 
 @pytest.mark.parametrize("name", GEOMETRIES)
@@ -139,11 +93,11 @@ def _bits(values):
     return np.asarray(values, np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
-@pytest.mark.parametrize("H,kernel", [(40, "default"), (32, "ring"), (32, "register")])
-def test_odd_heads_beside_plain_ones(H, kernel):
+@pytest.mark.parametrize("H", [40, 32])
+def test_odd_heads_beside_plain_ones(H):
     """Passes of 32 heads of 16 elements, some holding an infinity, a NaN, only zeros, or values so small that
     their scale's inverse overflows (the format divides there), the rest normal values: both kinds of pass
-    (40 heads: a pass across K and V; 32: whole passes, in the ring kernel and the register one)."""
+    (40 heads: a pass across K and V; 32: whole passes)."""
     L, T, P, D = 1, 4, 2, 16
 
     def fill(buffer):
@@ -156,10 +110,9 @@ def test_odd_heads_beside_plain_ones(H, kernel):
                 flat[row] = 0
             if (row // 7) % 4 == 3:
                 flat[row] = _bits(local.normal(size=D) * 1e-38)
-    with config.override(fp8_kernel=KERNELS[kernel]):
-        quantise_case("LayerFirst", "PageHead", geometry=(L, T, P, H, D), plain=fill, count=3, launch=(1, 1))
-        quantise_case("PageFirst", "PageFirst", geometry=(L, T, P, 2 if H == 40 else 8, 128), plain=fill, count=2,
-                      launch=(1, 1), fmt="e5m2")
+    quantise_case("LayerFirst", "PageHead", geometry=(L, T, P, H, D), plain=fill, count=3, launch=(1, 1))
+    quantise_case("PageFirst", "PageFirst", geometry=(L, T, P, 2 if H == 40 else 8, 128), plain=fill, count=2,
+                  launch=(1, 1), fmt="e5m2")
 
 
 def _eight_past_sixteen(values):
@@ -206,11 +159,10 @@ def test_destinations_only_8_byte_aligned(mode, H):
         np.testing.assert_array_equal(g, w)
 
 
-@pytest.mark.parametrize("kernel", ["ring", "register"])
-def test_out_of_range_items_are_skipped_and_flagged(kernel, device_path):
+def test_out_of_range_items_are_skipped_and_flagged(device_path):
     """An item whose index is out of range (indices in GPU memory: the kernel's guard) is skipped and flagged;
     the items before and after it are written as the reference writes them, and its destination keeps its
-    poison. 8 heads of 128: whole passes, through the ring and the register kernel."""
+    poison. 8 heads of 128: the wide kernel's whole passes."""
     L, T, P, H, D = 2, 8, 4, 8, 128
     rng = np.random.default_rng(12)
     plain = rng.normal(size=(L, T, H, D)).astype(ml_dtypes.bfloat16).view(np.uint16)
@@ -218,35 +170,11 @@ def test_out_of_range_items_are_skipped_and_flagged(kernel, device_path):
     src_np = kv.LayerFirst(plain, plain[:, ::-1].copy())
     dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
     si, di = np.array([3, 99, 5], np.int64), np.array([1, 2, 6], np.int64)
-    with config.override(fp8_kernel=KERNELS[kernel]):
-        assert fp8_copy.Fp8Plan(src, dst[1], None).ring == (kernel == "ring")
-        with pytest.raises(kv.IndexOutOfRangeError):
-            kv.copy(src, dst[1], PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2,
-                    check=True)
+    assert fp8_copy.Fp8Plan(src, dst[1], None).slots  # the wide kernel
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst[1], PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2,
+                check=True)
     keep = np.array([True, False, True])
     qr.copy(src_np, dst_np[1], si[keep], di[keep])  # the reference of the items in range; item 1's stays poison
-    for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
-        np.testing.assert_array_equal(g, w)
-
-
-
-def test_page_first_scales_are_gathered_into_runs():
-    """Into a page-first destination the ring gathers a token's layers' scales (and the next token's, where it
-    follows) into runs of up to ``GATHER`` bytes a kind before writing them: 8 consecutive tokens of 8 layers
-    make runs past ``GATHER`` (64 passes of 32 bytes a kind), and heads with an infinity, a NaN or only zeros
-    (the exact functions, whose scales go out directly) break runs in the middle; one warp walks them all."""
-    L, T, P, H, D = 5, 16, 4, 8, 128
-    rng = np.random.default_rng(21)
-    plain = _bits(rng.normal(size=(L, T, H, D)))
-    plain[2, 4, 3, 7], plain[1, 12, 0, 0], plain[3, 12, 5] = 0x7F80, 0xFFC1, 0  # an infinity, a NaN, a zero head
-    other = plain[:, ::-1].copy()
-    src = kv.LayerFirst(PLACE["device"](plain), PLACE["device"](other))
-    src_np = kv.LayerFirst(plain, other)
-    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
-    si = np.array([5, 8, 9, 0, 1, 2, 3, 4, 12], np.int64)
-    di = np.array([3, 4, 5, 6, 7, 8, 9, 10, 0], np.int64)  # a run of 8 tokens, then one apart
-    assert fp8_copy.Fp8Plan(src, dst[1], None).ring and fp8_wide.GATHER < 40 * 32
-    kv.copy(src, dst[1], si, di, block_quota=1, num_warps_per_block=1)
-    qr.copy(src_np, dst_np[1], si, di)
     for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
         np.testing.assert_array_equal(g, w)
