@@ -165,16 +165,15 @@ def test_out_of_range_items_are_skipped_and_flagged(device_path):
     poison. 8 heads of 128: the wide kernel's whole passes."""
     L, T, P, H, D = 2, 8, 4, 8, 128
     rng = np.random.default_rng(12)
-    plain = rng.normal(size=(L, T, H, D)).astype(ml_dtypes.bfloat16).view(np.uint16)
-    src = kv.LayerFirst(PLACE["device"](plain), PLACE["device"](plain[:, ::-1].copy()))
-    src_np = kv.LayerFirst(plain, plain[:, ::-1].copy())
-    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D, place=None), make_fp8("PageFirst", L, T, P, H, D)
+    k, v = (rng.normal(size=(L, T, H, D)).astype(ml_dtypes.bfloat16).view(np.uint16) for _ in range(2))
+    src = kv.LayerFirst(PLACE["device"](k), PLACE["device"](v))
+    src_np = kv.LayerFirst(k, v)
+    dst_np, dst = make_fp8("PageFirst", L, T, P, H, D)  # both poisoned
     si, di = np.array([3, 99, 5], np.int64), np.array([1, 2, 6], np.int64)
-    assert fp8_copy.Fp8Plan(src, dst[1], None).slots  # the wide kernel
+    assert fp8_copy.Fp8Plan(src, dst, None).slots  # the wide kernel
     with pytest.raises(kv.IndexOutOfRangeError):
-        kv.copy(src, dst[1], PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2,
-                check=True)
+        kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2, check=True)
     keep = np.array([True, False, True])
-    qr.copy(src_np, dst_np[1], si[keep], di[keep])  # the reference of the items in range; item 1's stays poison
-    for g, w in zip(fp8_bytes(dst[1]), fp8_bytes(dst_np[1])):
+    qr.copy(src_np, dst_np, si[keep], di[keep])  # the reference of the items in range; item 1's stays poison
+    for g, w in zip(fp8_bytes(dst), fp8_bytes(dst_np)):
         np.testing.assert_array_equal(g, w)
