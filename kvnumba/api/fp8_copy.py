@@ -112,12 +112,12 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
     return side(name, view, 8), None
 
 
-def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
+def _wide_slots(mode: str, heads: int, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
     """The slots of the fast kernel for this copy, 0 for ``fp8_copy``'s: the wide kernel's for a quantising
     copy (``kernels.fp8_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
     kernel takes (``kernels.fp8_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries (they
     move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
-    pipelined one also a block's worth of shared memory for its rings (``fp8_pipelined.SHARED_BYTES``);
+    pipelined one also a block's worth of shared memory for its rings (``fp8_pipelined.shared_bytes``);
     ``config.override(fp8_kernel=...)`` picks one where both run."""
     chosen = config.tuning("fp8_kernel")
     if mode == "dequantise":
@@ -130,7 +130,7 @@ def _wide_slots(mode: str, head_dim: int, device: int, scales: Side | None, code
         return 0
     if not SIMULATOR and compute_capability(device) < (9, 0):
         return 0
-    if mode == "dequantise" and not SIMULATOR and shared_limit(device) < fp8_pipelined.SHARED_BYTES:
+    if mode == "dequantise" and not SIMULATOR and shared_limit(device) < fp8_pipelined.shared_bytes(heads, head_dim):
         return 0  # the pipelined kernel's rings do not fit in a block's shared memory there (sm_120)
     return slots
 
@@ -206,12 +206,13 @@ class Fp8Plan:
             dst_k=dst_k, dst_v=dst_v, dst_item=dst_item, dst_dim=dst_dim, dst_page=d.page_size,
             dst_scales_k=dst_scales_k, dst_scales_v=dst_scales_v, dst_scales_item=dst_scales_item,
             dst_scales_dim=dst_scales_dim)
-        self.slots = _wide_slots(mode, head_dim, self.device, src_scales or dst_scales,
+        self.slots = _wide_slots(mode, heads, head_dim, self.device, src_scales or dst_scales,
                                  self.src if mode == "dequantise" else self.dst)
         shared = 0
         if self.slots and mode == "dequantise":
-            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim)
-            shared = fp8_pipelined.SHARED_BYTES
+            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim,
+                                                  fp8_pipelined.takes_whole(heads, head_dim))
+            shared = fp8_pipelined.shared_bytes(heads, head_dim)
         elif self.slots:
             dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots, head_dim)
         else:

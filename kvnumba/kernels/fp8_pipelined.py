@@ -32,6 +32,14 @@ passes apart:
 A stage holds the pass's codes (granule ``32 k + lane`` at ``8 (32 k + lane)``), its heads' scales (4 bytes a
 head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES`` a warp; a block asks for
 ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
+
+**Whole passes** (``takes_whole``: a head of at most 32 granules, and one kind's granules of a token fill whole
+passes, as 8 heads of 128 do): every granule of a pass is in range and of one kind, and granule ``32 k + lane``
+lies ``k`` steps of ``32 / (D / 8)`` heads past the lane's own, so a lane's addresses are offsets fixed for the
+copy plus the pass's first head's (the wide quantiser's ``whole_pass`` does the same). The kernel compiled for
+them (``whole=True``) keeps no destination address a granule: a stage is the codes, the scales and the pass's
+first destination address, less than half as long, so a warp's ring holds ``WHOLE_STAGES`` passes in less
+shared memory (``shared_bytes``).
 """
 import numbers
 
@@ -57,8 +65,32 @@ PASS = PER_LANE * WARP_SIZE
 STAGES = 2  # passes of a warp's ring: one lands while the other converts (more measured no faster)
 _CODES, _SCALES, _TARGETS = 0, 8 * PASS, 12 * PASS  # a stage's parts, bytes from its start
 STAGE_BYTES = _TARGETS + 8 * PASS  # codes, scales (a head's once), and each granule's destination address
+WHOLE_STAGES = 2  # passes of a warp's ring in whole passes (3 and 4 measured no faster)
 MAX_WARPS = 32  # the most warps of a block a call may ask for (launch.MAX_WARPS)
-SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES
+SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES  # the most any of these kernels asks for
+
+
+def takes_whole(heads, head_dim):
+    """Whether a copy of ``heads`` heads of ``head_dim`` codes goes in whole passes: a head is at most 32
+    granules (a row of lanes holds whole heads) and one kind's granules of a token fill whole passes, so
+    every granule of a pass is in range, of one kind and at an offset fixed for the copy plus the pass's."""
+    granules = head_dim // GRANULE
+    return takes(head_dim) and granules <= WARP_SIZE and (heads * granules) % PASS == 0
+
+
+def _whole_layout(head_dim):
+    """``(scales, destination, stage bytes)`` of a whole-pass stage: the pass's codes, its heads' scales, then
+    the address of its first head in the destination (8 bytes, for the whole pass)."""
+    scales = 8 * PASS
+    destination = (scales + 4 * (PASS // (head_dim // GRANULE)) + 7) & ~7
+    return scales, destination, (destination + 8 + 15) & ~15
+
+
+def shared_bytes(heads, head_dim):
+    """The dynamic shared memory a block of the kernel for ``heads`` heads of ``head_dim`` codes asks for."""
+    if takes_whole(heads, head_dim):
+        return MAX_WARPS * WHOLE_STAGES * _whole_layout(head_dim)[2]
+    return SHARED_BYTES
 
 
 def takes(head_dim):
@@ -95,28 +127,63 @@ def _make_stage_ops(fmt, dtype, shift):
                 copy4(stage + _SCALES + 4 * slot, head_address(head, heads, fk, fv, f_stride))
 
     @device_function
+    def convert_granule(codes, scale, address):
+        """8 codes times their head's scale, 16 bytes at ``address``: packed, or with the exact element
+        functions where a code is NaN (e5m2: or infinite) or the scale is not finite."""
+        if (scale & 0x7F800000) == 0x7F800000 or special(codes):
+            low = exact4(codes & 0xFFFFFFFF, scale)
+            high = exact4((codes >> 32) & 0xFFFFFFFF, scale)
+        else:
+            low = dequantise4(codes, scale)
+            high = dequantise4(codes >> 32, scale)
+        store_pair(address, low, high)
+
+    @device_function
     def convert(stage, lane):
         for k in range(PER_LANE):
             i = k * WARP_SIZE + lane
             address = load_shared_i64(stage + _TARGETS + 8 * i)
             if address != 0:
-                codes = load_shared_i64(stage + _CODES + 8 * i)
                 scale = load_shared_u32(stage + _SCALES + 4 * (i >> shift))  # a pass's heads from slot 0
-                if (scale & 0x7F800000) == 0x7F800000 or special(codes):  # the exact element functions
-                    low = exact4(codes & 0xFFFFFFFF, scale)
-                    high = exact4((codes >> 32) & 0xFFFFFFFF, scale)
-                else:
-                    low = dequantise4(codes, scale)
-                    high = dequantise4(codes >> 32, scale)
-                store_pair(address, low, high)
+                convert_granule(load_shared_i64(stage + _CODES + 8 * i), scale, address)
 
-    return issue, convert
+    # Whole passes (``takes_whole``): granule `32 k + lane` of a pass is granule `lane & mask` of the pass's
+    # head `k * head_step + (lane >> shift)`, so a lane's addresses are its offset plus the pass's first head's
+    # and `k` steps of `head_step` heads; nothing is checked or kept a granule.
+    scales_at, first_at, _ = _whole_layout(GRANULE << shift)
+    head_step = max(WARP_SIZE >> shift, 1)
+
+    @device_function
+    def issue_whole(stage, lane, base, per_kind, sk, sv, s_stride, fk, fv, f_stride, dk, dv, d_stride):
+        kind = 1 if base >= per_kind else 0
+        first_head = (base - kind * per_kind) >> shift
+        src = (sv if kind else sk) + (first_head + (lane >> shift)) * s_stride + (lane & mask) * GRANULE
+        for k in range(PER_LANE):
+            copy8(stage + 8 * (k * WARP_SIZE + lane), src + k * head_step * s_stride)
+        scales = (fv if kind else fk) + first_head * f_stride
+        for r in range(scale_rows):
+            slot = r * WARP_SIZE + lane
+            if slot < heads_a_pass:
+                copy4(stage + scales_at + 4 * slot, scales + slot * f_stride)
+        if lane == 0:  # the others read it after the warp meets
+            store_shared_i64(stage + first_at, (dv if kind else dk) + first_head * d_stride)
+
+    @device_function
+    def convert_whole(stage, lane, d_stride):
+        dst = load_shared_i64(stage + first_at) + (lane >> shift) * d_stride + (lane & mask) * 2 * GRANULE
+        for k in range(PER_LANE):
+            i = k * WARP_SIZE + lane
+            scale = load_shared_u32(stage + scales_at + 4 * (i >> shift))
+            convert_granule(load_shared_i64(stage + _CODES + 8 * i), scale, dst + k * head_step * d_stride)
+
+    return issue, convert, issue_whole, convert_whole
 
 
-def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
+def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
     shift = (head_dim // GRANULE).bit_length() - 1
-    issue, convert = _make_stage_ops(fmt, dtype, shift)
-    wait_steady, wait_all = waiter(STAGES - 1), waiter(0)
+    issue, convert, issue_whole, convert_whole = _make_stage_ops(fmt, dtype, shift)
+    stages, stage_bytes = (WHOLE_STAGES, _whole_layout(head_dim)[2]) if whole else (STAGES, STAGE_BYTES)
+    wait_steady, wait_all = waiter(stages - 1), waiter(0)
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
@@ -128,8 +195,9 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
         smem = cuda.shared.array(0, int64)
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (STAGES * STAGE_BYTES)
+        ring = shared_address(smem) + (cuda.threadIdx.x >> 5) * (stages * stage_bytes)
         kinds_heads = kinds * heads
+        per_kind = heads << shift
         total = kinds_heads << shift
         first = warp * items_per_warp
         count = min(items_per_warp, num_items - first)
@@ -179,12 +247,16 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
                             dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
                             fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
                 if more:
-                    issue(ring + slot_in * STAGE_BYTES, lane, base, kinds_heads, heads, sk, sv, s_stride, fk, fv,
-                          f_stride, dk, dv, d_stride)
-                    slot_in = slot_in + 1 if slot_in + 1 < STAGES else 0
+                    if whole:
+                        issue_whole(ring + slot_in * stage_bytes, lane, base, per_kind, sk, sv, s_stride, fk, fv,
+                                    f_stride, dk, dv, d_stride)
+                    else:
+                        issue(ring + slot_in * stage_bytes, lane, base, kinds_heads, heads, sk, sv, s_stride, fk,
+                              fv, f_stride, dk, dv, d_stride)
+                    slot_in = slot_in + 1 if slot_in + 1 < stages else 0
                     issued += 1
             commit()  # one group an iteration, empty or not: pass q is group q
-            if more and issued - converted < STAGES:
+            if more and issued - converted < stages:
                 continue
             if converted == issued:
                 break
@@ -193,36 +265,43 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim):
             else:
                 wait_all()
             sync_warp()  # the pass's scales, copied by some lanes, are seen by every lane
-            convert(ring + slot_out * STAGE_BYTES, lane)
+            if whole:
+                convert_whole(ring + slot_out * stage_bytes, lane, d_stride)
+            else:
+                convert(ring + slot_out * stage_bytes, lane)
             sync_warp()  # every lane has read the stage's scales before the next pass's copies land there
-            slot_out = slot_out + 1 if slot_out + 1 < STAGES else 0
+            slot_out = slot_out + 1 if slot_out + 1 < stages else 0
             converted += 1
 
     check_parameters(fp8_pipelined, Fp8Args)
     fp8_pipelined.__name__ = fp8_pipelined.__qualname__ = (f"fp8_pipelined_{fmt}_{dtype}_{src.name}_{dst.name}"
-                                                           f"{'_mla' if mla else ''}")
+                                                           f"{'_mla' if mla else ''}_d{head_dim}"
+                                                           f"{'_whole' if whole else ''}")
     return kernel(fp8_pipelined, max_registers=64)
 
 
 _kernels: dict = {}
 
 
-def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", head_dim=128):
-    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype, head size),
-    built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``: elements a head, one
-    that ``takes`` (compiled in: a head's granules found by constant shifts and masks). Launch it with
-    ``SHARED_BYTES`` of dynamic shared memory and at most ``MAX_WARPS`` warps a block."""
+def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", head_dim=128, whole=False):
+    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype, head size,
+    whole passes), built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``:
+    elements a head, one that ``takes`` (compiled in: a head's granules found by constant shifts and masks);
+    ``whole``: the copy's heads ``takes_whole`` (its walk then keeps no per-granule state). Launch it with
+    ``shared_bytes(heads, head_dim)`` of dynamic shared memory and at most ``MAX_WARPS`` warps a block."""
     if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
         raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
     if not isinstance(head_dim, numbers.Integral) or isinstance(head_dim, bool) or not takes(int(head_dim)):
         raise ValueError(f"head_dim must be 8 * 2**k elements, got {head_dim!r}")
-    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), int(head_dim))
+    if whole and int(head_dim) > GRANULE * WARP_SIZE:
+        raise ValueError(f"whole passes take heads of at most {GRANULE * WARP_SIZE} codes, got {head_dim!r}")
+    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), int(head_dim), bool(whole))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0), head_dim=128):
+def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0), head_dim=128, whole=False):
     """PTX of one pipelined kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, fmt, dtype, head_dim), SIGNATURE, cc)
+    return ptx_of(get_kernel(src, dst, mla, fmt, dtype, head_dim, whole), SIGNATURE, cc)

@@ -10,10 +10,11 @@ import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.api import fp8_copy
 from kvnumba.kernels import fp8_pipelined
-from tests.fp8.cases import make_fp8, make_view, view_bytes
+from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE
 
 pytestmark = pytest.mark.needs_target
+PLAIN_LAYOUTS = list(LAYOUTS)
 
 
 def test_which_heads_it_takes():
@@ -37,18 +38,20 @@ def test_a_head_size_it_does_not_take_is_a_value_error(head_dim):
 
 def test_not_where_its_rings_do_not_fit(monkeypatch):
     """On a GPU whose blocks may ask for less shared memory than the rings take (sm_120: 99 KiB), a load goes
-    through the general kernel; on an H200 (227 KiB) through the pipelined one."""
+    through the general kernel, unless it goes in whole passes (8 heads of 128), whose rings are shorter; on an
+    H200 (227 KiB) every such load goes through the pipelined one."""
     from types import SimpleNamespace
 
     monkeypatch.setattr(fp8_copy, "SIMULATOR", False)
     monkeypatch.setattr(fp8_copy, "compute_capability", lambda device: (12, 0))
     codes = SimpleNamespace(bases=[0, 4096])
     monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 99 * 1024)
-    assert fp8_copy._wide_slots("dequantise", 128, 0, object(), codes) == 0
-    assert fp8_copy._wide_slots("quantise", 128, 0, object(), codes)  # the wide quantiser needs none
+    assert fp8_copy._wide_slots("dequantise", 2, 128, 0, object(), codes) == 0
+    assert fp8_copy._wide_slots("dequantise", 8, 128, 0, object(), codes) == 1
+    assert fp8_copy._wide_slots("quantise", 2, 128, 0, object(), codes)  # the wide quantiser needs none
     monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 227 * 1024)
     assert fp8_pipelined.SHARED_BYTES <= 227 * 1024
-    assert fp8_copy._wide_slots("dequantise", 128, 0, object(), codes) == 1
+    assert fp8_copy._wide_slots("dequantise", 2, 128, 0, object(), codes) == 1
 
 
 def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0):
@@ -126,3 +129,58 @@ def test_a_pass_of_many_heads_and_heads_longer_than_a_pass():
     _load("LayerFirst", "PageHead", (2, 4, 2, 40, 16), np.array([1, 3]), np.array([0, 2]), seed=1)
     _load("PageFirst", "LayerFirst", (1, 4, 2, 1, 2048), np.array([2, 1]), np.array([3, 0]), seed=2)
     _load("LayerFirst", "PageFirst", (1, 4, 2, 1, 2048), np.array([1]), np.array([2]), mla=True, seed=3)
+
+
+# Whole passes (``fp8_pipelined.takes_whole``): one kind's granules of a token fill whole passes of 128, so
+# the kernel keeps no per-granule state. Every FP8 layout as the source, the plain layouts in turn as the
+# destination; then the head sizes whose lanes map to heads differently (a row of lanes two heads, one head,
+# 32 heads) and two passes a kind.
+WHOLE_PAIRS = [(q, PLAIN_LAYOUTS[i % len(PLAIN_LAYOUTS)]) for i, q in enumerate(FP8_LAYOUTS)]
+
+
+@pytest.mark.parametrize("fp8_name,plain_name", WHOLE_PAIRS, ids=[f"{q}-{p}" for q, p in WHOLE_PAIRS])
+def test_whole_passes_every_fp8_layout(fp8_name, plain_name):
+    assert fp8_pipelined.takes_whole(8, 128)
+    _load(fp8_name, plain_name, (1, 4, 2, 8, 128), np.array([3, 0]), np.array([1, 2]))
+
+
+@pytest.mark.parametrize("heads,head_dim", [(16, 64), (4, 256), (128, 8), (32, 32), (16, 128)])
+def test_whole_passes_of_each_head_size(heads, head_dim):
+    assert fp8_pipelined.takes_whole(heads, head_dim)
+    _load("PageFirst", "LayerFirst", (2, 4, 2, heads, head_dim), np.array([2, 0, 3]), np.array([1, 3, 0]),
+          layers=range(0, 2))
+
+
+def test_which_copies_go_in_whole_passes():
+    assert [fp8_pipelined.takes_whole(h, d) for h, d in ((8, 128), (16, 64), (4, 256), (128, 8))] == [True] * 4
+    # heads longer than 32 granules, a kind short of a pass, a kind ending part-way through one, a head it does
+    # not take
+    assert [fp8_pipelined.takes_whole(h, d) for h, d in ((1, 1024), (2, 512), (2, 128), (12, 128), (16, 48))] == \
+        [False] * 5
+    assert fp8_pipelined.shared_bytes(8, 128) < fp8_pipelined.shared_bytes(2, 128) == fp8_pipelined.SHARED_BYTES
+
+
+def test_whole_passes_with_non_finite_scales_and_out_of_range_items(device_path):
+    """A head scaled by infinity, one by NaN (the exact element functions), NaN codes among the rest, and items 1
+    and 4 out of range (source past the end, destination negative): skipped and flagged, the walk goes on."""
+    g = (1, 8, 4, 8, 128)
+    rng = np.random.default_rng(6)
+    src_np, src = make_fp8("PageFirst", *g, rng=rng)
+    for view in (src_np, src):
+        for which, value in (("k", np.inf), ("v", np.nan)):
+            buffer = view.scales.buffers(which)[0]
+            if hasattr(buffer, "copy_to_host"):  # a GPU array's bytes are not NumPy's
+                values = buffer.copy_to_host()
+                values[2, 0, 5] = value  # token 2, layer 0, head 5
+                buffer.copy_to_device(values)
+            else:
+                buffer[2, 0, 5] = value
+    dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = np.array([2, 9, 0, 5, 7, 1]), np.array([6, 0, 3, 1, -2, 4])
+    with pytest.raises(kv.IndexOutOfRangeError):
+        kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=1,
+                check=True)
+    keep = (np.arange(6) != 1) & (np.arange(6) != 4)
+    qr.copy(src_np, dst_np, si[keep], di[keep])
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
