@@ -53,7 +53,7 @@ from .fp8_packed import packed_dequantiser, special_codes
 from .fp8_wide import head_address
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LayoutParts
+from .layouts import LayoutParts, kv_layer_bases
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
@@ -184,9 +184,10 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
     issue, convert, issue_whole, convert_whole = _make_stage_ops(fmt, dtype, shift)
     stages, stage_bytes = (WHOLE_STAGES, _whole_layout(head_dim)[2]) if whole else (STAGES, STAGE_BYTES)
     wait_steady, wait_all = waiter(stages - 1), waiter(0)
-    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
-    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    src_to, src_hs = src.token_offset, src.head_stride
+    dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
+    src_bases, dst_bases = kv_layer_bases(src, kinds), kv_layer_bases(dst, kinds)
 
     def fp8_pipelined(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                       dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
@@ -236,16 +237,10 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
                                 j += 1
                         more = not searching
                     if more:
-                        sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
-                        dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                        fk = src_lb(src_scales_k, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
-                        sv = sk
-                        dv = dk
-                        fv = fk
-                        if kinds == 2:
-                            sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
-                            dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                            fv = src_lb(src_scales_v, layer, src_scales_dim, src_scales_item, heads, src_page) + f_off
+                        sk, sv = src_bases(src_k, src_v, layer, src_dim, src_item, heads, src_page, s_off)
+                        dk, dv = dst_bases(dst_k, dst_v, layer, dst_dim, dst_item, heads, dst_page, d_off)
+                        fk, fv = src_bases(src_scales_k, src_scales_v, layer, src_scales_dim, src_scales_item, heads,
+                                           src_page, f_off)
                 if more:
                     if whole:
                         issue_whole(ring + slot_in * stage_bytes, lane, base, per_kind, sk, sv, s_stride, fk, fv,

@@ -40,7 +40,7 @@ from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_pair,
 from .fp8_packed import magnitudes, packed_quantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LayoutParts
+from .layouts import LayoutParts, kv_layer_bases
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
@@ -222,9 +222,10 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     shift = (head_dim // CHUNK).bit_length() - 1  # a head's chunks: 2**shift
     general_pass, whole_pass = _make_passes(fmt, dtype, slots, shift)
     exact = _make_exact_quantise(fmt, dtype)
-    src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
-    dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
+    src_to, src_hs = src.token_offset, src.head_stride
+    dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
+    src_bases, dst_bases = kv_layer_bases(src, kinds), kv_layer_bases(dst, kinds)
     width = 1 << shift
     pass_chunks = slots * WARP_SIZE
 
@@ -253,17 +254,10 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                 d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
                 f_off = dst_to(d_tok, dst_scales_dim, dst_scales_item, heads, dst_page)
                 for layer in range(first_layer, first_layer + num_layers):
-                    sk = src_lb(src_k, layer, src_dim, src_item, heads, src_page) + s_off
-                    dk = dst_lb(dst_k, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                    sv = sk
-                    dv = dk
-                    if kinds == 2:
-                        sv = src_lb(src_v, layer, src_dim, src_item, heads, src_page) + s_off
-                        dv = dst_lb(dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                    fk = dst_lb(dst_scales_k, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
-                    fv = fk
-                    if kinds == 2:
-                        fv = dst_lb(dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads, dst_page) + f_off
+                    sk, sv = src_bases(src_k, src_v, layer, src_dim, src_item, heads, src_page, s_off)
+                    dk, dv = dst_bases(dst_k, dst_v, layer, dst_dim, dst_item, heads, dst_page, d_off)
+                    fk, fv = dst_bases(dst_scales_k, dst_scales_v, layer, dst_scales_dim, dst_scales_item, heads,
+                                       dst_page, f_off)
                     base = 0
                     while base < total:
                         if whole:

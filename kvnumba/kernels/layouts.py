@@ -171,6 +171,22 @@ PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layou
          Layout.PAGE_HEAD: PAGE_HEAD}
 
 
+def kv_layer_bases(parts, kinds):
+    """``bases(k, v, layer, layout_dim, item_size, heads, page_size, offset) -> (K's, V's)``: a device function
+    giving where a token's K and V items of ``layer`` start in buffers ``k`` and ``v`` of layout ``parts``
+    (``offset``: the token's ``token_offset``); ``kinds == 1`` (MLA): ``v`` is not read, V's is K's."""
+    layer_base = parts.layer_base
+
+    @device_function
+    def bases(k, v, layer, layout_dim, item_size, heads, page_size, offset):
+        k_base = layer_base(k, layer, layout_dim, item_size, heads, page_size) + offset
+        if kinds == 1:
+            return k_base, k_base
+        return k_base, layer_base(v, layer, layout_dim, item_size, heads, page_size) + offset
+
+    return bases
+
+
 def address(parts, base, layer, layout_dim, token, item_size, head, heads, page_size):
     """One item's address, whole (for reading and teaching; kernels use the parts where they change).
     Plain Python: ``base`` is a buffer's address (for a table layout, a layer's address)."""
