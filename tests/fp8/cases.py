@@ -3,6 +3,7 @@ host memory) with the same buffers in NumPy for ``kvnumba.quant_reference.copy``
 import numpy as np
 
 import kvnumba as kv
+from kvnumba.arrays import array_info
 from tests.helpers.placement import PLACE
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, UNIFIED, make_view, view_bytes  # noqa: F401 - the tests' names
 
@@ -58,3 +59,25 @@ def make_fp8(name, L, T, P, H, D, *, mla=False, place="device", fmt="e4m3", dtyp
 def fp8_bytes(view):
     """Every buffer of a (placed) Fp8View, codes then scales, as NumPy bytes."""
     return view_bytes(view.codes) + view_bytes(view.scales)
+
+
+def put_values(placed, values):
+    """NumPy ``values`` into a placed buffer: a GPU array's bytes are not NumPy's (``np.asarray`` of it is a copy)."""
+    if hasattr(placed, "copy_to_device"):
+        placed.copy_to_device(np.ascontiguousarray(values))
+    else:
+        np.asarray(placed)[...] = values
+
+
+def eight_past_sixteen(values):
+    """A copy of ``values`` in GPU memory (NumPy on the simulator) that starts 8 bytes past a 16-byte boundary."""
+    values = np.ascontiguousarray(values)
+    spare = 16 // values.itemsize
+    whole = PLACE["device"](np.zeros(values.size + spare, values.dtype))
+    skip = ((8 - array_info(whole, "whole").ptr) % 16) // values.itemsize
+    padded = np.zeros(values.size + spare, values.dtype)
+    padded[skip:skip + values.size] = values.reshape(-1)
+    put_values(whole, padded)
+    placed = whole[skip:skip + values.size].reshape(values.shape)
+    assert array_info(placed, "placed").ptr % 16 == 8
+    return placed

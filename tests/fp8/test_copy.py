@@ -9,7 +9,8 @@ import pytest
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from tests.helpers.view_cases import assert_same_bytes
-from tests.fp8.cases import FP8_LAYOUTS, FP8_POISON, KV_ONLY, LAYOUTS, fp8_bytes, make_fp8, make_view, view_bytes
+from tests.fp8.cases import (FP8_LAYOUTS, FP8_POISON, KV_ONLY, LAYOUTS, fp8_bytes, make_fp8, make_view, put_values,
+                             view_bytes)
 from tests.helpers.placement import PLACE
 
 pytestmark = pytest.mark.needs_target
@@ -22,14 +23,6 @@ def tokens(rng, count, total=T):
             rng.choice(total, count, replace=False).astype(np.int64))
 
 
-def _put(placed, values):
-    """NumPy ``values`` into a placed buffer: a GPU array's bytes are not NumPy's (``np.asarray`` of it is a copy)."""
-    if hasattr(placed, "copy_to_device"):
-        placed.copy_to_device(np.ascontiguousarray(values))
-    else:
-        np.asarray(placed)[...] = values
-
-
 def quantise_case(plain_name, fp8_name, *, mla=False, fmt="e4m3", dtype="bfloat16", count=3, seed=0,
                   geometry=(L, T, P, H, D), layers=None, places=("device", "device"), launch=(1, 2), plain=None):
     rng = np.random.default_rng(seed)
@@ -39,7 +32,7 @@ def quantise_case(plain_name, fp8_name, *, mla=False, fmt="e4m3", dtype="bfloat1
         for which in ("k",) if mla else ("k", "v"):
             for values, placed in zip(src_np.buffers(which), src.buffers(which)):
                 plain(values)
-                _put(placed, values)
+                put_values(placed, values)
     dst_np, dst = make_fp8(fp8_name, *g, mla=mla, place=places[1], fmt=fmt, dtype=dtype)
     si, di = tokens(rng, count, g[1])
     put = PLACE["device"]
@@ -178,7 +171,7 @@ def test_extreme_values():
         _, dst = make_fp8("PageHead", L, T, P, H, D, fmt=fmt)
         for got, want in zip((dst.codes.k, dst.codes.v, dst.scales.k, dst.scales.v),
                              (dst_np.codes.k, dst_np.codes.v, dst_np.scales.k, dst_np.scales.v)):
-            _put(got, want)  # the same quantised tokens, placed
+            put_values(got, want)  # the same quantised tokens, placed
         idx = np.arange(T, dtype=np.int64)
         kv.copy(dst, back, idx, idx, block_quota=2, num_warps_per_block=1)
         qr.copy(dst_np, back_np, idx, idx)

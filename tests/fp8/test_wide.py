@@ -10,9 +10,8 @@ import kvnumba as kv
 from kvnumba import config
 from kvnumba.api import fp8_copy
 from kvnumba.kernels import fp8_wide
-from kvnumba.arrays import array_info
-from tests.fp8.test_copy import _put, dequantise_case, quantise_case, tokens
-from tests.fp8.cases import fp8_bytes, make_fp8, make_view
+from tests.fp8.test_copy import dequantise_case, quantise_case, tokens
+from tests.fp8.cases import eight_past_sixteen, fp8_bytes, make_fp8, make_view
 from tests.helpers.placement import PLACE
 from tests.helpers.view_cases import view_bytes
 from kvnumba import quant_reference as qr
@@ -115,20 +114,6 @@ def test_odd_heads_beside_plain_ones(H):
                   launch=(1, 1), fmt="e5m2")
 
 
-def _eight_past_sixteen(values):
-    """A copy of ``values`` in GPU memory (NumPy on the simulator) that starts 8 bytes past a 16-byte boundary."""
-    values = np.ascontiguousarray(values)
-    spare = 16 // values.itemsize
-    whole = PLACE["device"](np.zeros(values.size + spare, values.dtype))
-    skip = ((8 - array_info(whole, "whole").ptr) % 16) // values.itemsize
-    padded = np.zeros(values.size + spare, values.dtype)
-    padded[skip:skip + values.size] = values.reshape(-1)
-    _put(whole, padded)
-    placed = whole[skip:skip + values.size].reshape(values.shape)
-    assert array_info(placed, "placed").ptr % 16 == 8
-    return placed
-
-
 @pytest.mark.parametrize("mode,H", [("quantise", 2), ("quantise", 32), ("dequantise", 2)])
 def test_destinations_only_8_byte_aligned(mode, H):
     """The wide kernels store 16 bytes at once where the destination allows, 8 where it is 8 bytes past a
@@ -143,13 +128,13 @@ def test_destinations_only_8_byte_aligned(mode, H):
         scales = [np.asarray(b) for b in (poisoned.scales.k, poisoned.scales.v)]
         dst_np = kv.Fp8View(kv.PageFirst(*[c.copy() for c in codes]), kv.PageFirst(*[s.copy() for s in scales]), "e4m3",
                             dtype="bfloat16")
-        dst = kv.Fp8View(kv.PageFirst(*[_eight_past_sixteen(c) for c in codes]),
+        dst = kv.Fp8View(kv.PageFirst(*[eight_past_sixteen(c) for c in codes]),
                          kv.PageFirst(*[PLACE["device"](s) for s in scales]), "e4m3", dtype="bfloat16")
     else:
         src_np, src = make_fp8("PageFirst", L, T, P, H, D, rng=rng, special_codes=False)
         poison = np.full((L, T, H, D), 0xA5A5, np.uint16)
         dst_np = kv.LayerFirst(poison.copy(), poison.copy())
-        dst = kv.LayerFirst(_eight_past_sixteen(poison), _eight_past_sixteen(poison))
+        dst = kv.LayerFirst(eight_past_sixteen(poison), eight_past_sixteen(poison))
     assert fp8_copy.Fp8Plan(src, dst, None).slots  # the wide kernel
     kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
     qr.copy(src_np, dst_np, si, di)
