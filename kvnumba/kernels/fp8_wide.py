@@ -41,7 +41,7 @@ from .fp8_packed import magnitudes, packed_quantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts, kv_layer_bases
-from .memory import load_i64
+from .memory import load_i128, load_i64
 from .params import check_parameters
 from .ptx import ptx_of
 
@@ -201,9 +201,15 @@ def _make_passes(fmt, dtype, slots, shift):
         first_head = (base - kind * per_kind) >> shift
         held = cuda.local.array(held_words, types.int64)
         src = (sv if kind else sk) + first_head * s_stride + s_lane
-        for k in range(slots):  # every read first
-            for w in range(4):
-                held[4 * k + w] = load_i64(src + k * head_step * s_stride + 8 * w)
+        step = head_step * s_stride
+        if ((src | step) & 15) == 0:  # every read first, 16 bytes at once (half the load instructions)
+            for k in range(slots):
+                for w in range(2):
+                    held[4 * k + 2 * w], held[4 * k + 2 * w + 1] = load_i128(src + k * step + 16 * w)
+        else:
+            for k in range(slots):
+                for w in range(4):
+                    held[4 * k + w] = load_i64(src + k * step + 8 * w)
         scale, inverse, exact = pass_scales(lane, held, lane < pass_heads)
         if exact:
             return True

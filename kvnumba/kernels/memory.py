@@ -13,15 +13,16 @@ Names:
     load_u64(addr) -> uint64            store_u64(addr, value)
     load_u128(addr) -> (lo, hi)         store_u128(addr, pair)
     load_i64(addr) -> int64             (indices and layer-table entries)
+    load_i128(addr) -> (lo, hi)         16 bytes as two int64 (the FP8 kernels' arithmetic is on int64)
     make_loads(qualifier) -> (load_u64, load_u128) with other ld.global qualifiers
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
+__all__ = ["load_i64", "load_i128", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
-    from .simulator.memory import load_i64, load_u64, load_u128, make_loads, store_u64, store_u128  # noqa: F401
+    from .simulator.memory import load_i64, load_i128, load_u64, load_u128, make_loads, store_u64, store_u128  # noqa: F401
 else:
     from llvmlite import ir
     from numba import types
@@ -112,3 +113,15 @@ else:
             return builder.call(asm, [_pointer(builder, args[0])])
 
         return types.int64(types.int64), codegen
+
+    @intrinsic
+    def load_i128(typingctx, addr):
+        pair_type = types.UniTuple(types.int64, 2)
+
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.b64 {$0, $1}, [$2];", "=l,=l,l")
+            both = builder.call(asm, [_pointer(builder, args[0])])
+            parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
+            return context.make_tuple(builder, pair_type, parts)
+
+        return pair_type(types.int64), codegen

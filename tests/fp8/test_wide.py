@@ -144,6 +144,24 @@ def test_destinations_only_8_byte_aligned(mode, H):
         np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("H,D", [(32, 32), (8, 128)])
+def test_sources_only_8_byte_aligned(H, D):
+    """The quantiser's whole passes read a lane's chunks 16 bytes at once where the source allows, 8 at once
+    where it starts 8 bytes past a 16-byte boundary: both write what the reference writes."""
+    L, T, P = 1, 4, 2
+    rng = np.random.default_rng(6)
+    si, di = tokens(rng, 3, T)
+    k, v = (_bits(rng.normal(size=(L, T, H, D))) for _ in range(2))
+    src_np, src = kv.LayerFirst(k, v), kv.LayerFirst(eight_past_sixteen(k), eight_past_sixteen(v))
+    for placed in (src, kv.LayerFirst(PLACE["device"](k), PLACE["device"](v))):
+        dst_np, dst = make_fp8("PageFirst", L, T, P, H, D)  # both poisoned
+        assert fp8_copy.Fp8Plan(placed, dst, None).slots  # the wide kernel
+        kv.copy(placed, dst, si, di, block_quota=1, num_warps_per_block=1)
+        qr.copy(src_np, dst_np, si, di)
+        for g, w in zip(fp8_bytes(dst), fp8_bytes(dst_np)):
+            np.testing.assert_array_equal(g, w)
+
+
 def test_out_of_range_items_are_skipped_and_flagged(device_path):
     """An item whose index is out of range (indices in GPU memory: the kernel's guard) is skipped and flagged;
     the items before and after it are written as the reference writes them, and its destination keeps its

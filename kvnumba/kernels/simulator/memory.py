@@ -8,7 +8,7 @@ import ctypes
 
 from .alignment import check_aligned
 
-__all__ = ["load_i64", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
+__all__ = ["load_i64", "load_i128", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
 _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
@@ -36,6 +36,11 @@ def store_u128(addr, pair):
 
 def load_i64(addr):
     return _i64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
+
+
+def load_i128(addr):
+    addr = check_aligned(addr, 16, "ld.global.v2.b64")
+    return (_i64.from_address(addr).value, _i64.from_address(addr + 8).value)
 
 
 def make_loads(qualifier="nc"):
