@@ -14,6 +14,9 @@ Names (made per format and plain dtype, memoised; each returns int64 bits):
   codes times the scale, ``float32(decode(c)) * scale`` rounded to nearest even; codes that are not NaN
   (nor e5m2 infinities) and a finite scale, so that no product is NaN;
 - ``special_codes(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
+- ``packed_takes(fmt)``'s ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes 16 codes (two words)
+  with that scale: a finite scale and no special code, in a few whole-word operations (the fast kernels'
+  test before they convert a lane's codes straight through);
 - ``chunk_dequantiser``'s ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words)
   dequantised by ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
 
@@ -28,7 +31,7 @@ from .fp8_memory import store_pair
 from .jit import device_function
 
 __all__ = ["chunk_dequantiser", "magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
-           "special_codes"]
+           "packed_takes", "special_codes"]
 
 if SIMULATOR:
     from .simulator.fp8_packed import magnitudes, make_dequantise4, make_quantise8
@@ -155,3 +158,20 @@ def special_codes(fmt):
         return ((low | high) & 0x80808080) != 0
 
     return special
+
+
+@functools.lru_cache(maxsize=None)
+def packed_takes(fmt):
+    """``takes(scale_bits, low, high)``: whether ``dequantise4`` takes the 16 codes of int64 words ``low`` and
+    ``high`` times the float32 whose bits are ``scale_bits``: the scale is finite and no code is special
+    (``special_codes``' test, on the four 32-bit halves at once: done on whole int64 words, a top byte's sum
+    would overflow the sign bit, which the compiler may take never to happen)."""
+    carry = 0x01010101 if fp8_format(fmt).name == "e4m3" else 0x04040404
+
+    @device_function
+    def takes(scale_bits, low, high):
+        sums = (((low & 0x7F7F7F7F) + carry) | (((low >> 32) & 0x7F7F7F7F) + carry)
+                | ((high & 0x7F7F7F7F) + carry) | (((high >> 32) & 0x7F7F7F7F) + carry))
+        return ((sums & 0x80808080) == 0) & ((scale_bits & 0x7F800000) != 0x7F800000)
+
+    return takes

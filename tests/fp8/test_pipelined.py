@@ -10,7 +10,7 @@ import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.api import fp8_copy
 from kvnumba.kernels import fp8_pipelined
-from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, make_fp8, make_view, view_bytes
+from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, eight_past_sixteen, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE
 
 pytestmark = pytest.mark.needs_target
@@ -54,9 +54,10 @@ def test_not_where_its_rings_do_not_fit(monkeypatch):
     assert fp8_copy._wide_slots("dequantise", 2, 128, 0, object(), codes) == 1
 
 
-def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0):
+def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0, fmt="e4m3", dtype="bfloat16",
+          special_codes=True):
     rng = np.random.default_rng(seed)
-    src_np, src = make_fp8(fp8_name, *g, mla=mla, rng=rng)
+    src_np, src = make_fp8(fp8_name, *g, mla=mla, rng=rng, fmt=fmt, dtype=dtype, special_codes=special_codes)
     dst_np, dst = make_view(plain_name, *g, rng, poison=True, mla=mla, place=("device", "numba"))
     assert fp8_copy.plan_for(src, dst, layers).slots  # the pipelined kernel
     kv.copy(src, dst, si, di, layers, block_quota=1, num_warps_per_block=warps)
@@ -149,6 +150,37 @@ def test_whole_passes_of_each_head_size(heads, head_dim):
     assert fp8_pipelined.takes_whole(heads, head_dim)
     _load("PageFirst", "LayerFirst", (2, 4, 2, heads, head_dim), np.array([2, 0, 3]), np.array([1, 3, 0]),
           layers=range(0, 2))
+
+
+@pytest.mark.parametrize("heads,head_dim,fmt,dtype", [(8, 128, "e4m3", "bfloat16"), (16, 64, "e5m2", "float16"),
+                                                      (4, 256, "e4m3", "float16"), (32, 32, "e5m2", "bfloat16"),
+                                                      (128, 8, "e4m3", "bfloat16")])
+def test_whole_passes_of_plain_codes(heads, head_dim, fmt, dtype):
+    """No NaN code (nor e5m2 infinity) and finite scales: a lane converts its pass with the packed conversions
+    alone, 16 codes at once (one code in 128 is special in the random cases above, so nearly every lane there
+    takes the exact element functions)."""
+    _load("PageFirst", "LayerFirst", (2, 4, 2, heads, head_dim), np.array([2, 0, 3]), np.array([1, 3, 0]),
+          fmt=fmt, dtype=dtype, special_codes=False, seed=7)
+
+
+@pytest.mark.parametrize("special_codes", [False, True])
+def test_whole_passes_8_bytes_past_16(special_codes):
+    """Codes and destination 8 bytes past a 16-byte boundary: the lanes copy and store 8 bytes at a time where
+    whole passes otherwise take 16, and write what the reference writes."""
+    L, T, P, H, D = 1, 4, 2, 8, 128
+    rng = np.random.default_rng(8)
+    src_np, placed = make_fp8("PageFirst", L, T, P, H, D, rng=rng, special_codes=special_codes)
+    src = kv.Fp8View(kv.PageFirst(*[eight_past_sixteen(np.asarray(c)) for c in (src_np.codes.k, src_np.codes.v)]),
+                     placed.scales, "e4m3", dtype="bfloat16")
+    poison = np.full((L, T, H, D), 0xA5A5, np.uint16)
+    dst_np = kv.LayerFirst(poison.copy(), poison.copy())
+    dst = kv.LayerFirst(eight_past_sixteen(poison), eight_past_sixteen(poison))
+    si, di = np.array([3, 0, 2]), np.array([1, 2, 0])
+    assert fp8_copy.plan_for(src, dst, None).slots  # the pipelined kernel
+    kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
+    qr.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_which_copies_go_in_whole_passes():

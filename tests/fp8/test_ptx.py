@@ -76,3 +76,31 @@ def test_the_pipelined_kernel_reads_through_asynchronous_copies(report):
 def test_cache_hinted_memory_operations(report):
     for name, r in report.items():
         assert all(op.startswith(("ld.global.nc", "st.global.cg")) for op in r["ops"]), (name, r["ops"])
+
+
+TAKES_SCRIPT = r"""
+import json, re
+from numba import cuda, types
+from kvnumba.kernels.fp8_packed import packed_takes
+out = {}
+for fmt in ("e4m3", "e5m2"):
+    takes = packed_takes(fmt)
+
+    def kernel(flags, words):
+        flags[0] = 1 if takes(words[0], words[1], words[2]) else 0
+
+    ptx, _ = cuda.compile_ptx(kernel, (types.int64[:], types.int64[:]), cc=(9, 0))
+    out[fmt] = sorted({int(v) for v in re.findall(r"and\.b64\s+%rd\d+, %rd\d+, (\d+);", ptx)})
+print(json.dumps(out))
+"""
+
+
+def test_the_packed_test_of_16_codes_looks_at_every_byte():
+    """``fp8_packed.packed_takes`` tests each code's magnitude plus a carry for a top bit. Done on whole int64
+    words, a top byte's sum overflows the sign bit, and NVVM, taking signed overflow never to happen, dropped
+    the top byte of each word (masks 0x007F7F7F7F7F7F7F and 0x0080808080808080): on an H200 NaN codes there
+    went through the packed conversions (2026-12-03). On 32-bit halves every byte is masked and tested."""
+    masks = run_ptx_script(TAKES_SCRIPT, timeout=300)
+    for fmt, found in masks.items():
+        assert {0x7F7F7F7F, 0x80808080, 0x7F800000} <= set(found), (fmt, [hex(m) for m in found])
+        assert all(m < 1 << 32 for m in found), (fmt, [hex(m) for m in found])
