@@ -16,8 +16,10 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   and the shuffles' groups go by constant shifts.
 - **Whole passes.** Where a kind's ``H * D / 16`` chunks fill whole passes (8 heads of 128, say), each pass
   is of one kind and every chunk in range, so a lane's addresses are offsets fixed for the copy plus the
-  pass's (``whole_pass``): no per-chunk head, kind or range arithmetic. Other copies (few heads) take
-  ``general_pass``, whose passes may cross from K into V and end part-filled.
+  pass's (``whole_pass``): no per-chunk head, kind or range arithmetic, and a lane reads its 32-byte chunks
+  16 bytes at once where the source is 16-byte aligned (half the load instructions; on an H200 the backup of 8
+  heads of 128 went from 70.1 to 73.5 GB/s of bf16). Other copies (few heads) take ``general_pass``, whose
+  passes may cross from K into V and end part-filled.
 - **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
   shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
   for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path),
