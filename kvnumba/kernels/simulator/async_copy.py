@@ -19,8 +19,10 @@ def copy8(shared, address):
 
 
 def copy16(shared, address):
-    value = (ctypes.c_uint64 * 2).from_address(check_aligned(address, 16, "cp.async 16 (global)"))[:]
-    (ctypes.c_uint64 * 2).from_address(check_aligned(shared, 16, "cp.async 16 (shared)"))[:] = value
+    source = check_aligned(address, 16, "cp.async 16 (global)")
+    target = check_aligned(shared, 16, "cp.async 16 (shared)")
+    for offset in (0, 8):
+        ctypes.c_uint64.from_address(target + offset).value = ctypes.c_uint64.from_address(source + offset).value
 
 
 def commit():
