@@ -154,13 +154,13 @@ def _make_stage_ops(fmt, dtype, shift):
                 scale = load_shared_u32(stage + _SCALES + 4 * (i >> shift))  # a pass's heads from slot 0
                 convert_granule(load_shared_i64(stage + _CODES + 8 * i), scale, address)
 
-    # Whole passes (``takes_whole``): a lane takes ``UNIT`` neighbouring granules of one head at once (a unit:
-    # 16 codes where a head has two granules or more, one 16-byte copy, load and check), lanes side by side
-    # in a row of ``WARP_SIZE * UNIT`` granules, rows ``row_heads`` heads apart; so a lane's addresses are its
+    # Whole passes (``takes_whole``): a lane takes ``unit`` neighbouring granules of one head at once (16 codes
+    # where a head has two granules or more: one 16-byte copy, load and check), lanes side by side in a row
+    # of ``WARP_SIZE * unit`` granules, rows ``row_heads`` heads apart; so a lane's addresses are its
     # offset plus the pass's first head's and ``k`` rows, and nothing is checked or kept a granule.
     scales_at, first_at, _ = _whole_layout(GRANULE << shift)
     unit = 2 if shift >= 1 else 1
-    units = PER_LANE // unit  # (convert_whole's straight path is written for two)  # a lane's units a pass
+    units = PER_LANE // unit  # a lane's units a pass (convert_whole's straight path is written for two)
     row = WARP_SIZE * unit
     row_heads = max(row >> shift, 1)
 
