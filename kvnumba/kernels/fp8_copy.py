@@ -94,8 +94,12 @@ def word_dequantiser(fmt, dtype):
 
     @device_function
     def word(c, scale_bits):
-        return (dequantise(c & 0xFF, scale_bits) | (dequantise((c >> 8) & 0xFF, scale_bits) << 16)
-                | (dequantise((c >> 16) & 0xFF, scale_bits) << 32) | (dequantise((c >> 24) & 0xFF, scale_bits) << 48))
+        # A loop, not four calls: Numba's inliner copies the whole callee (with all it inlines) at each call
+        # site, and a kernel's build time grows with the copies (NVVM unrolls the loop again).
+        out = 0
+        for e in range(4):
+            out |= dequantise((c >> (8 * e)) & 0xFF, scale_bits) << (16 * e)
+        return out
 
     return word
 
@@ -107,15 +111,17 @@ def make_head_op(mode, fmt, dtype):
 
         @device_function
         def word_magnitude(w):
-            return max(max(magnitude(w & 0xFFFF), magnitude((w >> 16) & 0xFFFF)),
-                       max(magnitude((w >> 32) & 0xFFFF), magnitude((w >> 48) & 0xFFFF)))
+            m = 0
+            for e in range(4):  # a loop, not four calls: see ``word_dequantiser``
+                m = max(m, magnitude((w >> (16 * e)) & 0xFFFF))
+            return m
 
         @device_function
         def word_codes(w, scale_bits, inverse_bits):
-            return (quantise(w & 0xFFFF, scale_bits, inverse_bits)
-                    | (quantise((w >> 16) & 0xFFFF, scale_bits, inverse_bits) << 8)
-                    | (quantise((w >> 32) & 0xFFFF, scale_bits, inverse_bits) << 16)
-                    | (quantise((w >> 48) & 0xFFFF, scale_bits, inverse_bits) << 24))
+            codes = 0
+            for e in range(4):
+                codes |= quantise((w >> (16 * e)) & 0xFFFF, scale_bits, inverse_bits) << (8 * e)
+            return codes
 
         @device_function
         def quantise_head(lane, src, src_scale, dst, dst_scale, words):
