@@ -1,7 +1,8 @@
 """The staged FP8 kernel compiles for sm_90 (no GPU needed): the bulk unit's tensor loads, the loader's
 asynchronous scale copies tied to the piece's barrier, shared-memory codes and scales, IEEE float32 products,
-the packed FP8 conversion. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as
-tests/fp8/test_ptx.py does; skipped where libNVVM is not installed. One kernel (minutes on a busy machine)."""
+the packed FP8 conversion; and how many copies of the exact element conversion Numba inlined into it (its
+build time grows with them). Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0, as tests/fp8/test_ptx.py does;
+skipped where libNVVM is not installed. One kernel (16 s on a 2-core machine)."""
 import json
 import os
 import subprocess
@@ -10,15 +11,26 @@ import sys
 import pytest
 
 SCRIPT = r"""
-import json, re
+import collections, json, re
+from numba.cuda.core.inline_closurecall import InlineWorker
 from kvnumba.kernels import fp8_staged, layouts as L
+
+inlined = collections.Counter()  # device functions by name, once per call site Numba inlined
+inline_function = InlineWorker.inline_function
+
+def counted(self, caller_ir, block, i, function, arg_typs=None):
+    inlined[function.__qualname__] += 1
+    return inline_function(self, caller_ir, block, i, function, arg_typs)
+
+InlineWorker.inline_function = counted
 ptx = fp8_staged.kernel_ptx(L.PAGE_HEAD, L.LAYER_TABLE, False, "e5m2", "float16", cc=(9, 0))
 print(json.dumps({"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                   "tensor": "cp.async.bulk.tensor.5d" in ptx,
                   "scales": ["cp.async.ca.shared.global" in ptx, "cp.async.mbarrier.arrive.shared.b64" in ptx],
                   "shared": sorted(set(re.findall(r"(?:ld|st)\.shared\.[a-z0-9.]+", ptx))),
                   "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx))),
-                  "packed": "cvt.rn.f16x2.e5m2x2" in ptx}))
+                  "packed": "cvt.rn.f16x2.e5m2x2" in ptx,
+                  "element": inlined["_dequantiser.<locals>.dequantise"], "inlined": sum(inlined.values())}))
 """
 
 
@@ -34,3 +46,6 @@ def test_staged_fp8_kernel_compiles_for_sm90():
     assert {"ld.shared.b32", "ld.shared.v2.u64"} <= set(r["shared"])
     assert set(r["float"]) <= {"mul.f32", "mul.rn.f32"} and r["float"]  # products, no division
     assert r["packed"]  # the packed conversion of the wide kernel
+    # One copy per call site of a word function (each loops over its four codes): 6 at 2026-12-03, against 24
+    # when each word called it four times and the kernel took 3x as long to build (scripts/RESULTS.md).
+    assert 1 <= r["element"] <= 8, f"the element conversion inlined {r['element']} times ({r['inlined']} in all)"
