@@ -3,7 +3,7 @@ approximations, no flush to zero), the warp's amax by shuffles, cache-hinted loa
 memory; the wide quantiser and the pipelined dequantiser convert with the GPU's packed FP8 instructions,
 and the pipelined one reads through asynchronous copies into shared memory. Runs in a subprocess with
 NUMBA_ENABLE_CUDASIM=0, as tests/kernels/test_ptx.py does; skipped where libNVVM is not installed. Five
-kernels (the general one per mode, the two fast ones): compiling takes 8-25 s a kernel."""
+kernels (the general one per mode, the two fast ones): 1-10 s each on a 2-core machine."""
 
 import re
 
