@@ -35,6 +35,23 @@ else:
     def _pointer(builder, address):
         return builder.inttoptr(address, _I64_PTR)
 
+    def _pair_load(instruction, element, side_effect):
+        """An intrinsic ``load(addr) -> (lo, hi)``: 16 bytes by one ``instruction`` (``ld.global...v2...``), as two
+        ``element`` values; ``side_effect``: volatile (see below)."""
+        pair_type = types.UniTuple(element, 2)
+
+        def typer(typingctx, addr):
+            def codegen(context, builder, sig, args):
+                asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]), f"{instruction} {{$0, $1}}, [$2];", "=l,=l,l",
+                                   side_effect=side_effect)
+                both = builder.call(asm, [_pointer(builder, args[0])])
+                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
+                return context.make_tuple(builder, pair_type, parts)
+
+            return pair_type(types.int64), codegen
+
+        return intrinsic(typer)
+
     # Loads and stores are volatile: the compiler keeps them in program order, so the copy loop's
     # explicit batch of loads-then-stores is what decides the bytes in flight. Pure loads let it
     # hoist loads of unrolled iterations above earlier stores, which spilled registers (~350 B a thread).
@@ -58,19 +75,7 @@ else:
 
             return types.uint64(types.int64), codegen
 
-        @intrinsic
-        def load_u128(typingctx, addr):
-            pair_type = types.UniTuple(types.uint64, 2)
-
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]),
-                                   f"ld.global.{qualifier}.v2.u64 {{$0, $1}}, [$2];", "=l,=l,l", side_effect=True)
-                both = builder.call(asm, [_pointer(builder, args[0])])
-                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-                return context.make_tuple(builder, pair_type, parts)
-
-            return pair_type(types.int64), codegen
-
+        load_u128 = _pair_load(f"ld.global.{qualifier}.v2.u64", types.uint64, side_effect=True)
         _loads[qualifier] = (load_u64, load_u128)
         return load_u64, load_u128
 
@@ -114,14 +119,4 @@ else:
 
         return types.int64(types.int64), codegen
 
-    @intrinsic
-    def load_i128(typingctx, addr):
-        pair_type = types.UniTuple(types.int64, 2)
-
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]), "ld.global.nc.v2.b64 {$0, $1}, [$2];", "=l,=l,l")
-            both = builder.call(asm, [_pointer(builder, args[0])])
-            parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-            return context.make_tuple(builder, pair_type, parts)
-
-        return pair_type(types.int64), codegen
+    load_i128 = _pair_load("ld.global.nc.v2.b64", types.int64, side_effect=False)  # pure, as load_i64
