@@ -48,7 +48,7 @@ from . import fp8, fp8_copy, staged
 from .staged import MAX_STAGES
 from .async_copy import copy4, landed_arrive
 from .fp8_memory import store_i64
-from .fp8_packed import chunk_dequantiser, special_codes
+from .fp8_packed import chunk_dequantiser, packed_takes
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
 from .memory import load_i64
@@ -87,7 +87,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
     copy_items = fp8_copy.make_items_copy(src, dst, mla, "dequantise", fmt, dtype)
     word = fp8_copy.word_dequantiser(fmt, dtype)
     store_packed = chunk_dequantiser(fmt, dtype)
-    special = special_codes(fmt)
+    takes = packed_takes(fmt)
     kinds = 1 if mla else 2
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
@@ -141,13 +141,13 @@ def _build(src, dst, mla, fmt, dtype, ring):
         """16 codes (``lo``, ``hi``) times ``scale`` as 32 bytes of plain values at ``d``: by the packed
         conversions, or by the exact element functions for NaN codes, e5m2 infinities and non-finite scales
         (which the packed ones do not take)."""
-        if (scale & 0x7F800000) == 0x7F800000 or special(lo) or special(hi):
+        if takes(scale, lo, hi):
+            store_packed(d, lo, hi, scale)
+        else:
             store_i64(d, word(lo & 0xFFFFFFFF, scale))
             store_i64(d + 8, word((lo >> 32) & 0xFFFFFFFF, scale))
             store_i64(d + 16, word(hi & 0xFFFFFFFF, scale))
             store_i64(d + 24, word((hi >> 32) & 0xFFFFFFFF, scale))
-        else:
-            store_packed(d, lo, hi, scale)
 
     @device_function
     def take_piece(lane, stage, full, parity, first, j, count, n, args):
