@@ -10,7 +10,6 @@ copied meet first (``tma.sync_warp``, as the pipelined load's lanes do for a hea
 
 Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared_address``):
     copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)
-    copy16(shared, address): 16 bytes (``cp.async.cg``: the L2 only, the one cache a 16-byte copy may take)
     commit(): closes the thread's copies issued since the last commit into a group
     waiter(n) -> wait(): waits until at most the ``n`` newest groups are still in flight (``n`` is compiled in)
     landed_arrive(bar): the current phase of mbarrier ``bar`` (``tma``) does not complete before the thread's
@@ -25,10 +24,10 @@ import functools
 
 from ..driver.target import SIMULATOR
 
-__all__ = ["commit", "copy4", "copy8", "copy16", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
+__all__ = ["commit", "copy4", "copy8", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
 
 if SIMULATOR:
-    from .simulator.async_copy import (commit, copy4, copy8, copy16, landed_arrive, load_shared_i64,  # noqa: F401
+    from .simulator.async_copy import (commit, copy4, copy8, landed_arrive, load_shared_i64,  # noqa: F401
                                        store_shared_i64, waiter)
 else:
     from llvmlite import ir
@@ -46,14 +45,14 @@ else:
         def copy(typingctx, shared, address):
             def codegen(context, builder, sig, args):
                 _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]],
-                     f"cp.async.{'cg' if size == 16 else 'ca'}.shared.global [$0], [$1], {size};", "r,l,~{memory}")
+                     f"cp.async.ca.shared.global [$0], [$1], {size};", "r,l,~{memory}")
                 return context.get_dummy_value()
 
             return types.void(types.int64, types.int64), codegen
 
         return copy
 
-    copy4, copy8, copy16 = _copy(4), _copy(8), _copy(16)
+    copy4, copy8 = _copy(4), _copy(8)
 
     @intrinsic
     def commit(typingctx):

@@ -34,28 +34,27 @@ head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES
 ``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
 
 **Whole passes** (``takes_whole``: a head of at most 32 granules, and one kind's granules of a token fill whole
-passes, as 8 heads of 128 do): every granule of a pass is in range and of one kind, so a lane's addresses are
-offsets fixed for the copy plus the pass's first head's (the wide quantiser's ``whole_pass`` does the same). The
-kernel compiled for them (``whole=True``) keeps no destination address a granule: a stage is the codes, the
-scales and the pass's first destination address, less than half as long, so a warp's ring holds
-``WHOLE_STAGES`` passes in less shared memory (``shared_bytes``). Where a head has two granules or more, a lane
-takes two neighbouring ones at once (a unit of 16 codes: one 16-byte copy and one 16-byte shared load where
-the source allows), tests its 32 codes and two scales once (``fp8_packed.packed_takes``), and converts them
-straight through into four 16-byte stores; anything else (a special code, a non-finite scale, a destination
-only 8-byte aligned) goes granule by granule as in the general walk. Why: Nsight Compute counted about 566 warp
-instructions a pass of 1024 codes, most of them per-granule bookkeeping around 26 instructions of conversion a
-granule; a pass's conversion side is about 170 instructions on the straight path where it was about 320 (ptxas,
-sm_90). A layout's head strides (each may be a 64-bit division) are found once a kernel, not once an item.
+passes, as 8 heads of 128 do): every granule of a pass is in range and of one kind, and granule ``32 k + lane``
+lies ``k`` steps of ``32 / (D / 8)`` heads past the lane's own, so a lane's addresses are offsets fixed for the
+copy plus the pass's first head's (the wide quantiser's ``whole_pass`` does the same). The kernel compiled for
+them (``whole=True``) keeps no destination address a granule: a stage is the codes, the scales and the pass's
+first destination address, less than half as long, so a warp's ring holds ``WHOLE_STAGES`` passes in less
+shared memory (``shared_bytes``).
+
+Not so: a lane taking 16 codes at once (one 16-byte copy, one test, four 16-byte stores) has about half the
+conversion's instructions, but it needs more than the 64 registers a thread of a 32-warp block has; its spills
+halved the load on an H200 (47.6 against 93.5 GB/s of bf16 at ``block_quota=4``, same call, 2026-12-03;
+scripts/RESULTS.md). A change here is measured on a GPU, and ``ptxas -v`` shows no spills.
 """
 import numbers
 
 from numba import cuda, int64
 
 from . import fp8, fp8_copy
-from .async_copy import commit, copy4, copy8, copy16, load_shared_i64, store_shared_i64, waiter
+from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
 from .fp8_copy import SIGNATURE, Fp8Args
-from .fp8_memory import store_i128, store_pair
-from .fp8_packed import packed_dequantiser, packed_takes, special_codes
+from .fp8_memory import store_pair
+from .fp8_packed import packed_dequantiser, special_codes
 from .fp8_wide import head_address
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
@@ -63,7 +62,7 @@ from .layouts import LayoutParts, kv_layer_bases
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .tma import load_shared_i128, load_shared_u32, shared_address, sync_warp
+from .tma import load_shared_u32, shared_address, sync_warp
 
 GRANULE = 8  # codes a lane copies and converts at once
 PER_LANE = 4  # granules a lane holds a pass
@@ -109,7 +108,6 @@ def _make_stage_ops(fmt, dtype, shift):
     dequantise4 = packed_dequantiser(fmt, dtype)
     exact4 = fp8_copy.word_dequantiser(fmt, dtype)
     special = special_codes(fmt)
-    plain16 = packed_takes(fmt)  # whether 16 codes and their scale go straight through
     mask = (1 << shift) - 1  # a head's granules: 2**shift, compiled in (shifts and masks by constants)
     heads_a_pass = max(PASS >> shift, 1)  # the heads a pass's granules fall in (a head of more: 1)
     scale_rows = (heads_a_pass + WARP_SIZE - 1) // WARP_SIZE
@@ -154,30 +152,19 @@ def _make_stage_ops(fmt, dtype, shift):
                 scale = load_shared_u32(stage + _SCALES + 4 * (i >> shift))  # a pass's heads from slot 0
                 convert_granule(load_shared_i64(stage + _CODES + 8 * i), scale, address)
 
-    # Whole passes (``takes_whole``): a lane takes ``unit`` neighbouring granules of one head at once (16 codes
-    # where a head has two granules or more: one 16-byte copy, load and check), lanes side by side in a row
-    # of ``WARP_SIZE * unit`` granules, rows ``row_heads`` heads apart; so a lane's addresses are its
-    # offset plus the pass's first head's and ``k`` rows, and nothing is checked or kept a granule.
+    # Whole passes (``takes_whole``): granule `32 k + lane` of a pass is granule `lane & mask` of the pass's
+    # head `k * head_step + (lane >> shift)`, so a lane's addresses are its offset plus the pass's first head's
+    # and `k` steps of `head_step` heads; nothing is checked or kept a granule.
     scales_at, first_at, _ = _whole_layout(GRANULE << shift)
-    unit = 2 if shift >= 1 else 1
-    units = PER_LANE // unit  # a lane's units a pass (convert_whole's straight path is written for two)
-    row = WARP_SIZE * unit
-    row_heads = max(row >> shift, 1)
+    head_step = max(WARP_SIZE >> shift, 1)
 
     @device_function
     def issue_whole(stage, lane, base, per_kind, sk, sv, s_stride, fk, fv, f_stride, dk, dv, d_stride):
         kind = 1 if base >= per_kind else 0
         first_head = (base - kind * per_kind) >> shift
-        g = unit * lane
-        src = (sv if kind else sk) + (first_head + (g >> shift)) * s_stride + (g & mask) * GRANULE
-        step = row_heads * s_stride
-        if unit == 2 and ((src | step) & 15) == 0:
-            for k in range(units):
-                copy16(stage + 16 * (k * WARP_SIZE + lane), src + k * step)
-        else:
-            for k in range(units):
-                for h in range(unit):
-                    copy8(stage + 8 * (unit * (k * WARP_SIZE + lane) + h), src + k * step + h * GRANULE)
+        src = (sv if kind else sk) + (first_head + (lane >> shift)) * s_stride + (lane & mask) * GRANULE
+        for k in range(PER_LANE):
+            copy8(stage + 8 * (k * WARP_SIZE + lane), src + k * head_step * s_stride)
         scales = (fv if kind else fk) + first_head * f_stride
         for r in range(scale_rows):
             slot = r * WARP_SIZE + lane
@@ -188,25 +175,11 @@ def _make_stage_ops(fmt, dtype, shift):
 
     @device_function
     def convert_whole(stage, lane, d_stride):
-        g = unit * lane
-        dst = load_shared_i64(stage + first_at) + (g >> shift) * d_stride + (g & mask) * 2 * GRANULE
-        step = row_heads * d_stride
-        if unit == 2:  # a lane's two units, straight through where nothing asks for the exact functions
-            s0 = load_shared_u32(stage + scales_at + 4 * (g >> shift))
-            s1 = load_shared_u32(stage + scales_at + 4 * ((row + g) >> shift))
-            w0, w1 = load_shared_i128(stage + 16 * lane)
-            w2, w3 = load_shared_i128(stage + 16 * (WARP_SIZE + lane))
-            if (((dst | step) & 15) == 0) & plain16(s0, w0, w1) & plain16(s1, w2, w3):
-                store_i128(dst, dequantise4(w0, s0), dequantise4(w0 >> 32, s0))
-                store_i128(dst + 2 * GRANULE, dequantise4(w1, s0), dequantise4(w1 >> 32, s0))
-                store_i128(dst + step, dequantise4(w2, s1), dequantise4(w2 >> 32, s1))
-                store_i128(dst + step + 2 * GRANULE, dequantise4(w3, s1), dequantise4(w3 >> 32, s1))
-                return
-        for k in range(units):
-            scale = load_shared_u32(stage + scales_at + 4 * ((k * row + g) >> shift))
-            for h in range(unit):
-                codes = load_shared_i64(stage + 8 * (unit * (k * WARP_SIZE + lane) + h))
-                convert_granule(codes, scale, dst + k * step + h * 2 * GRANULE)
+        dst = load_shared_i64(stage + first_at) + (lane >> shift) * d_stride + (lane & mask) * 2 * GRANULE
+        for k in range(PER_LANE):
+            i = k * WARP_SIZE + lane
+            scale = load_shared_u32(stage + scales_at + 4 * (i >> shift))
+            convert_granule(load_shared_i64(stage + _CODES + 8 * i), scale, dst + k * head_step * d_stride)
 
     return issue, convert, issue_whole, convert_whole
 
@@ -239,11 +212,7 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
         j = -1
         layer = end_layer - 1
         base = total - PASS
-        # A layout's head strides do not depend on the token: found once (each may be a 64-bit division).
-        s_stride = src_hs(src_dim, src_item, heads, src_page)
-        d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-        f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
-        s_off = d_off = f_off = 0
+        s_off = s_stride = d_off = d_stride = f_off = f_stride = 0
         sk = sv = dk = dv = fk = fv = 0
         more = True
         issued = converted = 0
@@ -264,8 +233,11 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
                             if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
                                 searching = False
                                 s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                                s_stride = src_hs(src_dim, src_item, heads, src_page)
                                 d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
                                 f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                                f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
                             else:
                                 j += 1
                         more = not searching

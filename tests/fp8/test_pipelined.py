@@ -157,16 +157,16 @@ def test_whole_passes_of_each_head_size(heads, head_dim):
                                                       (128, 8, "e4m3", "bfloat16")])
 def test_whole_passes_of_plain_codes(heads, head_dim, fmt, dtype):
     """No NaN code (nor e5m2 infinity) and finite scales: a lane converts its pass with the packed conversions
-    alone, 16 codes at once (one code in 128 is special in the random cases above, so nearly every lane there
-    takes the exact element functions)."""
+    alone (one code in 128 is special in the random cases above, so nearly every lane there takes the exact
+    element functions)."""
     _load("PageFirst", "LayerFirst", (2, 4, 2, heads, head_dim), np.array([2, 0, 3]), np.array([1, 3, 0]),
           fmt=fmt, dtype=dtype, special_codes=False, seed=7)
 
 
 @pytest.mark.parametrize("special_codes", [False, True])
 def test_whole_passes_8_bytes_past_16(special_codes):
-    """Codes and destination 8 bytes past a 16-byte boundary: the lanes copy and store 8 bytes at a time where
-    whole passes otherwise take 16, and write what the reference writes."""
+    """Codes and destination 8 bytes past a 16-byte boundary: the lanes store 8 bytes at a time where whole
+    passes otherwise store 16, and write what the reference writes."""
     L, T, P, H, D = 1, 4, 2, 8, 128
     rng = np.random.default_rng(8)
     src_np, placed = make_fp8("PageFirst", L, T, P, H, D, rng=rng, special_codes=special_codes)

@@ -5,7 +5,7 @@ import functools
 
 from .alignment import check_aligned
 
-__all__ = ["commit", "copy4", "copy8", "copy16", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
+__all__ = ["commit", "copy4", "copy8", "landed_arrive", "load_shared_i64", "store_shared_i64", "waiter"]
 
 
 def copy4(shared, address):
@@ -16,13 +16,6 @@ def copy4(shared, address):
 def copy8(shared, address):
     value = ctypes.c_uint64.from_address(check_aligned(address, 8, "cp.async 8 (global)")).value
     ctypes.c_uint64.from_address(check_aligned(shared, 8, "cp.async 8 (shared)")).value = value
-
-
-def copy16(shared, address):
-    source = check_aligned(address, 16, "cp.async 16 (global)")
-    target = check_aligned(shared, 16, "cp.async 16 (shared)")
-    for offset in (0, 8):
-        ctypes.c_uint64.from_address(target + offset).value = ctypes.c_uint64.from_address(source + offset).value
 
 
 def commit():
