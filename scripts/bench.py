@@ -47,6 +47,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+# This checkout's package, ahead of PYTHONPATH and any installed one: a script that imports this module runs
+# the checkout's kernels whatever PYTHONPATH says (the meta's ``kvnumba_from`` names the folder it ran).
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import kvnumba  # noqa: E402
 from kvnumba.plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS, PAGE_FIRST_DIRECT, SPECS  # noqa: E402
@@ -632,8 +634,10 @@ def _on_side_stream(backend, call):
 
 
 def _provenance(args):
-    """``commit`` and ``machine`` for the meta, where given (the docs' captions name them)."""
-    return {key: getattr(args, key) for key in ("commit", "machine") if getattr(args, key, None)}
+    """``commit`` and ``machine`` for the meta, where given (the docs' captions name them), and the folder the
+    measured package was imported from (``kvnumba_from``)."""
+    given = {key: getattr(args, key) for key in ("commit", "machine") if getattr(args, key, None)}
+    return {**given, "kvnumba_from": os.path.dirname(os.path.realpath(kvnumba.__file__))}
 
 
 def _versions():

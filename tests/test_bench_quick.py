@@ -143,6 +143,7 @@ def test_quick_fp8_runs_every_row(tmp_path, capsys):
     data = json.loads(out.read_text())
     meta, records = data["meta"], data["records"]
     assert (meta["section"], meta["commit"], meta["machine"], meta["shape"]["layers"]) == ("fp8", "0123abc", "sim", 2)
+    assert meta["kvnumba_from"] == os.path.realpath(os.path.join(HERE, "..", "kvnumba"))  # the checkout's package
     assert [r["case"] for r in records] == FP8_ROWS
     assert [t[1] for t in meta["targets"]] == FP8_ROWS[:1] * 2 + ["fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2"]
     tokens, layers = meta["shape"]["tokens"], meta["shape"]["layers"]
