@@ -2,7 +2,7 @@
 
 They are committed executed, with their outputs and pictures, so that GitHub shows them
 (``scripts/render_notebooks.py``): 01, 02 and 04 from Numba's CUDA simulator, 03 from the saved H200
-run, 06 and 07 from both (07's GPU figures once ``scripts/results/h200-2026-12-02-fp8-backup-whole-passes.json`` is saved). Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
+run, 06 and 07 from both (07's GPU figures once ``scripts/results/h200-2026-12-03-fp8-13ad9fa.json`` is saved). Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
 simulator when there is no GPU), the way the render script does it, in memory: a cell that raises
 fails the test, and the committed files are never written."""
 import importlib.util
@@ -29,7 +29,7 @@ MAX_BYTES = 300_000  # what a reader downloads to see one on GitHub
 FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_layout", "05_disaggregated_handoff",
                       "06_transfers_under_load", "07_kv_on_the_wire_fp8"}
 # 07 plots the FP8 bench run once it is saved (``bench.py --only fp8``), and says so until then
-FP8_RUN = "h200-2026-12-02-fp8-backup-whole-passes.json"
+FP8_RUN = "h200-2026-12-03-fp8-13ad9fa.json"
 FP8_SAVED = (ROOT / "scripts" / "results" / FP8_RUN).is_file()
 FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json",
                    **({"07_kv_on_the_wire_fp8": FP8_RUN} if FP8_SAVED else {})}
