@@ -42,9 +42,9 @@ first destination address, less than half as long, so a warp's ring holds ``WHOL
 shared memory (``shared_bytes``).
 
 Not so: a lane taking 16 codes at once (one 16-byte copy, one test, four 16-byte stores) has about half the
-conversion's instructions, but it needs more than the 64 registers a thread of a 32-warp block has; its spills
-halved the load on an H200 (47.6 against 93.5 GB/s of bf16 at ``block_quota=4``, same call, 2026-12-03;
-scripts/RESULTS.md). A change here is measured on a GPU, and ``ptxas -v`` shows no spills.
+conversion's instructions, but it holds more values than the 64 registers a thread of a 32-warp block has
+(ptxas spills more of it), and it loaded at half the rate on an H200 (47.6 against 93.5 GB/s of bf16 at
+``block_quota=4``, same call, 2026-12-03; scripts/RESULTS.md). A change here is measured on a GPU.
 """
 import numbers
 
