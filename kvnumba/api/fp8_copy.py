@@ -21,7 +21,7 @@ import numpy as np
 from .. import config
 from ..arrays import HOST, WRITEABLE
 from ..checks import bounds, guard, validate
-from ..checks.overlap import check_disjoint
+from ..checks.overlap import Clearance, check_disjoint
 from ..driver import capture
 from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, launch_shape, launchable
@@ -189,6 +189,7 @@ class Fp8Plan:
         self.dst, dst_scales = _sides(place, "dst_view", dst, True, self.first_layer, self.window)
         self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
         check_disjoint(self.destinations, place.guides)
+        self.clearance = Clearance(self.destinations)  # every call's index arrays against them
         self.tokens = (src.geometry.tokens, dst.geometry.tokens)
         self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
         self.fmt, self.dtype = fp8.fmt, dtype
@@ -245,7 +246,7 @@ class Fp8Plan:
             on_host = SIMULATOR or info.device == HOST
             if not on_host and info.device != self.device:
                 raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
-            check_disjoint(self.destinations, [(name, info.ptr, info.ptr + 8 * count)])
+            self.clearance.check(name, info.ptr, info.ptr + 8 * count)
             values = bounds.host_indices(info) if on_host else None
             if on_host and count and self.host_index_checks:
                 bounds.check_indices(name, values, tokens, label)

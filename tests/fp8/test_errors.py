@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
-from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view
+from kvnumba.driver.target import SIMULATOR
+from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE
 
 pytestmark = pytest.mark.needs_target
@@ -139,3 +140,24 @@ def test_device_indices_out_of_range_are_skipped_and_flagged(device_path):
                 block_quota=1, num_warps_per_block=2, check=True)
     codes = np.asarray(dst.codes.k)
     assert (codes[:, 0] != FP8_POISON).any() and (codes[:, 1] == FP8_POISON).all()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="builds index arrays inside a destination's NumPy memory")
+@pytest.mark.parametrize("side", ["src_indices", "dst_indices"])
+@pytest.mark.parametrize("mode", ["quantise", "dequantise"])
+def test_index_arrays_inside_a_destination_are_refused(mode, side):
+    """Index arrays whose memory is one of many destination buffers' (a middle layer's of per-layer arrays,
+    which a call finds among the plan's sorted destination ranges): OverlapError naming both, nothing written."""
+    layers = 8
+    _, plain = make_view("LayerFirstList", layers, T, P, H, D, np.random.default_rng(1), poison=True, mla=False)
+    _, fp8 = make_fp8("LayerFirstList", layers, T, P, H, D, place=None)
+    src, dst = (plain, fp8) if mode == "quantise" else (fp8, plain)
+    buffers = fp8.codes.buffers("k") if mode == "quantise" else plain.buffers("k")
+    inside = np.asarray(buffers[layers // 2]).view(np.uint8).reshape(-1)[:8 * len(IDX)].view(np.int64)
+    inside[:] = IDX
+    before = [b.copy() for b in (fp8_bytes(dst) if mode == "quantise" else view_bytes(dst))]
+    indices = {"src_indices": IDX, "dst_indices": IDX, side: inside}
+    with pytest.raises(kv.OverlapError, match=rf"dst_view\S*\[{layers // 2}\]\S* overlaps {side}"):
+        kv.copy(src, dst, indices["src_indices"], indices["dst_indices"], block_quota=1, num_warps_per_block=1)
+    after = fp8_bytes(dst) if mode == "quantise" else view_bytes(dst)
+    assert all(np.array_equal(a, b) for a, b in zip(after, before))

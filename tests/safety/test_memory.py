@@ -216,3 +216,26 @@ def test_merged_destination_ranges_find_every_overlap():
             end = start + int(rng.integers(1, 40))
             want = any(s < end and start < e for _, s, e in ranges if e > s)
             assert overlaps_any(starts, ends, start, end) == want, (ranges, start, end)
+
+
+def test_clearance_raises_as_the_plain_scan_does():
+    """``Clearance.check`` (an FP8 plan's per-call test of its index arrays) raises exactly where
+    ``check_disjoint`` does, with the same message; empty ranges, on either side, overlap nothing."""
+    from kvnumba.checks.overlap import Clearance, check_disjoint
+
+    def outcome(check):
+        try:
+            check()
+        except kv.OverlapError as e:
+            return str(e)
+        return None
+
+    rng = np.random.default_rng(1)
+    for _ in range(200):
+        ranges = [(f"d{i}", int(s), int(s + n)) for i, (s, n) in
+                  enumerate(zip(rng.integers(0, 1000, 8), rng.integers(0, 60, 8)))]
+        clearance = Clearance(ranges)
+        for start in range(0, 1100, 11):
+            end = start + int(rng.integers(0, 40))
+            want = outcome(lambda: check_disjoint(ranges, [("idx", start, end)]))
+            assert outcome(lambda: clearance.check("idx", start, end)) == want, (ranges, start, end)
