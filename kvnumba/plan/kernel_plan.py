@@ -16,7 +16,7 @@ from typing import Any
 from .. import config
 from ..arrays import HOST
 from ..checks import guard, pinned, validate
-from ..checks.overlap import check_disjoint, hull
+from ..checks.overlap import Clearance, check_disjoint
 from ..driver.launch import BoundKernel, launchable
 from ..kernels.factory import get_kernel
 from ..kernels.layouts import Layout
@@ -86,7 +86,7 @@ class KernelPlan:
         """What every plan does once its sides are known: refuse destinations over the tables, choose
         and load the kernel, fill the parameter values that never change."""
         check_disjoint(self.destinations, self.guides)
-        self.dst_low, self.dst_high = hull(self.destinations)
+        self.clearance = Clearance(self.destinations)  # every call's index arrays against them (per_call)
         self.windows = {}
         self.packed = {}  # layer -> (first_layer, src_limit, dst_limit): the parameters a layer changes
         first = None
@@ -162,7 +162,7 @@ class KernelPlan:
                 pinned.require(name, infos[name])
         ptrs = [infos[n].ptr if n else 0 for n in names]
         plan.destinations = [(n, infos[n].ptr, infos[n].ptr + infos[n].nbytes) for n in (names[1], names[3]) if n]
-        plan.dst_low, plan.dst_high = hull(plan.destinations)
+        plan.clearance = Clearance(plan.destinations)
         plan.template = self.template._replace(src_k=ptrs[0], dst_k=ptrs[1], src_v=ptrs[2], dst_v=ptrs[3])
         plan._bind()
         return plan

@@ -31,7 +31,7 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
-from ..checks.overlap import check_disjoint, merged, overlaps_any
+from ..checks.overlap import overlaps_any
 from ..driver import batch_copy, capture
 from ..driver.bindings import cu
 from ..driver.devices import on_device
@@ -135,9 +135,7 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
 def _clear_of_destinations(plan, src, dst):
     """Index arrays must not overlap a destination (the kernel would overwrite them mid-transfer)."""
     for index, name in ((src, "src_indices"), (dst, "dst_indices")):
-        start, end = index.address, index.address + 8 * index.length
-        if start < plan.dst_high and end > plan.dst_low:
-            check_disjoint(plan.destinations, [(name, start, end)])
+        plan.clearance.check(name, index.address, index.address + 8 * index.length)
 
 
 def _check_host_indices(plan, src, dst, window):
@@ -274,8 +272,9 @@ def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
     tensor, int64, one = torch.Tensor, torch.int64, (1,)
     current_stream = torch._C._cuda_getCurrentRawStream
     flag, packed, per_layer = plan.flag, plan.packed, plan.spec.per_layer
-    device, low, high = plan.device, plan.dst_low, plan.dst_high
-    starts, ends = merged(plan.destinations)
+    device, clearance = plan.device, plan.clearance
+    low, high = clearance.low, clearance.high  # Clearance.check, inlined below
+    starts, ends = clearance.starts, clearance.ends
     # The plan's kernel, and the register kernel for calls below plan.staged_from items (the same kernel
     # unless the plan is staged: kvnumba.plan.staged_plan); one-warp blocks take the narrow build.
     staged_launch, register_launch = plan.kernel.launch_values, plan.register_kernel.launch_values

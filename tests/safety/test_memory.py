@@ -219,7 +219,7 @@ def test_merged_destination_ranges_find_every_overlap():
 
 
 def test_clearance_raises_as_the_plain_scan_does():
-    """``Clearance.check`` (an FP8 plan's per-call test of its index arrays) raises exactly where
+    """``Clearance.check`` (every plan's per-call test of its index arrays) raises exactly where
     ``check_disjoint`` does, with the same message; empty ranges, on either side, overlap nothing."""
     from kvnumba.checks.overlap import Clearance, check_disjoint
 
