@@ -32,7 +32,9 @@ tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
   that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator);
 - ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel (``kvnumba.kernels.fp8_copy`` or
   ``kvnumba.kernels.fp8_wide`` for quantising copies, ``kvnumba.kernels.fp8_pipelined`` for dequantising ones)
-  where both could run, instead of the fast one where it can.
+  where both could run, instead of the fast one where it can;
+- ``scale_boxes``: False has the staged FP8 load's loader warp copy the scales four bytes a lane, where the
+  bulk unit could bring them (``kvnumba.plan.fp8_staged_plan``); to compare the two.
 """
 import contextlib
 import os
@@ -199,7 +201,7 @@ _TUNING_TYPES = {  # the class each takes, by name (l2_promotion takes a name, h
     "copy_shape": "kvnumba.kernels.warp_copy.CopyShape", "staged_shape": "kvnumba.kernels.staged.StagedShape",
     "map_store": "kvnumba.plan.tensor_maps.MapStore"}
 _TUNING = {"copy_shape": None, "staged_shape": None, "l2_promotion": None, "map_store": None, "host_index_checks": None,
-           "fp8_kernel": None}
+           "fp8_kernel": None, "scale_boxes": None}
 _tuning = dict(_TUNING)  # the values in force (None: kvnumba's own choice)
 L2_PROMOTIONS = ("NONE", "L2_64B", "L2_128B", "L2_256B")
 FP8_KERNELS = ("general", "wide")
@@ -222,7 +224,8 @@ def override(**values):
     restores them: variables by their short names (``check``, ``batch_copy``, ``chunk_bytes``,
     ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
     (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``,
-    ``fp8_kernel``; see the module docstring). Cached plans are dropped on entry and exit, so the block's calls follow the new values.
+    ``fp8_kernel``, ``scale_boxes``; see the module docstring). Cached plans are dropped on entry and exit,
+    so the block's calls follow the new values.
 
     A bad value raises before anything changes: ``SettingError`` for a value a variable cannot take,
     ``TypeError`` for a tuning value of the wrong type, both naming the setting.
@@ -299,9 +302,9 @@ def _check_tuning(name, value):
         if value not in FP8_KERNELS:
             raise SettingError(f"fp8_kernel must be one of {', '.join(FP8_KERNELS)}, got {value!r}")
         return
-    if name == "host_index_checks":
+    if name in ("host_index_checks", "scale_boxes"):
         if not isinstance(value, bool):
-            raise TypeError(f"host_index_checks must be True, False or None, got {type(value).__name__}")
+            raise TypeError(f"{name} must be True, False or None, got {type(value).__name__}")
         return
     expected = _TUNING_TYPES[name]  # by name: config imports nothing of kvnumba's higher layers
     if expected not in {f"{c.__module__}.{c.__qualname__}" for c in type(value).__mro__}:

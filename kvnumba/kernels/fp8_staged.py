@@ -17,12 +17,15 @@ runs. The other warps:
   A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
   every source: a page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's
   destination in shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of
-  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). The scales come with the codes: four
-  bytes a head are too few for a box row of the bulk unit (16 bytes or more, and a page-first token's scales
-  sit ``L * H * 4`` bytes apart), so the loader warp's lanes copy them into the area with per-thread
-  asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie them to
-  the piece's barrier (``async_copy.landed_arrive``): the piece's phase ends once codes and scales have
-  landed, and no consumer waits a PCIe round trip of its own. Once it has, each lane takes 16-byte chunks
+  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). The scales come with the codes, on
+  the piece's barrier: the piece's phase ends once codes and scales have landed, and no consumer waits a
+  PCIe round trip of its own. Where a token's scales of a layer make a box row (``H * 4`` bytes, a multiple
+  of 16) and each kind's land 128-byte aligned, the bulk unit brings them too, a box a kind, through the
+  scales' own tensor maps (``scale_maps``: ``plan.fp8_staged_plan``; ``tma.expect_bytes`` adds their bytes
+  to the phase). Otherwise (page-head sources, heads of 1 or 2) the loader warp's lanes copy them with
+  per-thread asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie
+  them to the barrier (``async_copy.landed_arrive``): on an H200 those copies halved the ring's rate at two
+  SMs (scripts/RESULTS.md, 2026-12-03). Once it has, each lane takes 16-byte chunks
   of codes (16 codes of one head: ``D % 16 == 0``), its head's scale from the area, and writes 32 bytes of
   bfloat16/float16 at the destination layout's address (any layout: the stores go through registers). The
   conversion is the wide kernel's packed one (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code,
@@ -35,9 +38,9 @@ runs. The other warps:
 A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the ring's three
 72 KiB stages (``SHAPE``) fit the H200's 227 KiB of shared memory a block.
 
-Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits):
-``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``) is read through one-layer maps (a
-layer-first picture of the layer's buffer).
+Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits)
+and ``scale_maps`` (the scales' maps, or 0): ``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``)
+is read through one-layer maps (a layer-first picture of the layer's buffer).
 """
 from collections import namedtuple
 from typing import Any
@@ -45,7 +48,7 @@ from typing import Any
 from numba import cuda, int64
 
 from . import fp8, fp8_copy, staged
-from .staged import MAX_STAGES
+from .staged import MAP_BYTES, MAX_STAGES
 from .async_copy import copy4, landed_arrive
 from .fp8_memory import store_i64
 from .fp8_packed import chunk_dequantiser, packed_takes
@@ -54,9 +57,12 @@ from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutPart
 from .memory import load_i64
 from .params import STAGED_EXTRA, check_parameters, signature
 from .ptx import ptx_of
-from .tma import load_shared_i128, load_shared_u32
+from .tma import expect_bytes, load_shared_i128, load_shared_u32, tensor_load
 
-Fp8StagedArgs = namedtuple("Fp8StagedArgs", fp8_copy.Fp8Args._fields + STAGED_EXTRA)  # type: ignore[misc]
+# ``scale_maps``: the scales' tensor maps (``plan.tensor_maps.source_maps`` over the scales buffers, with the
+# codes' run limits), or 0: the loader's lanes copy the scales four bytes at a time
+Fp8StagedArgs = namedtuple("Fp8StagedArgs",  # type: ignore[misc]
+                           fp8_copy.Fp8Args._fields + STAGED_EXTRA + ("scale_maps",))
 SIGNATURE = signature(Fp8StagedArgs)
 SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: a layer-first map of its buffer
 # The tuned bfloat16 ring, every consumer warp sharing each piece (config's staged_shape: another ring,
@@ -89,6 +95,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
     store_packed = chunk_dequantiser(fmt, dtype)
     takes = packed_takes(fmt)
     kinds = 1 if mla else 2
+    layered = map_layout(src) is not LAYER_FIRST  # the layer is a coordinate of the maps
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
 
@@ -116,12 +123,29 @@ def _build(src, dst, mla, fmt, dtype, ring):
     def fill_scales(lane, stage, full, first, count, layer, args):
         """The loader warp's lanes copy a bulk piece's scales into its scale area (``async_copy``, four bytes
         each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
-        ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``)."""
+        ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``). Where the
+        plan made tensor maps of the scales (``scale_maps``), lane 0 has the bulk unit bring them instead, a box
+        a kind (the per-thread copies of a piece's 512 scales halved the ring's rate at two SMs on an H200)."""
         (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
          src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
-         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args[0]
+        scale_maps, max_run_log2 = args[1], args[2]
         area = scale_area(stage, count, src_item)
         token0 = load_i64(src_indices + first * 8)
+        if scale_maps != 0:
+            if lane == 0:
+                log2 = 0
+                while (1 << log2) < count:  # a bulk piece is 2**log2 tokens
+                    log2 += 1
+                each = count * heads * 4  # one kind's scales: [token][head], as the box lands
+                expect_bytes(full, kinds * each)  # the phase waits for these boxes too
+                k_map = scale_maps + log2 * MAP_BYTES
+                tensor_load(area, k_map, 0, 0, layer if layered else 0, token0, 0, full)
+                if kinds == 2:
+                    tensor_load(area + each, k_map + (max_run_log2 + 1) * MAP_BYTES, 0, 0, layer if layered else 0,
+                                token0, 0, full)
+            landed_arrive(full)  # every lane's arrival, as below (no copies of its own in flight)
+            return
         per = count * heads  # one kind's scales of the piece, [token][head]
         stride = src_hs(scales_dim, scales_item, heads, src_page)
         for kind in range(kinds):
@@ -153,7 +177,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
     def take_piece(lane, stage, full, parity, first, j, count, n, args):
         (src_indices, dst_indices, layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag, src_k,
          src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
-         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+         dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args[0]
         second = staged.second_buffer(count, src_item)  # where V's codes start (unused for MLA: no V)
         area = scale_area(stage, count, src_item)
         staged.wait_phase(full, parity)  # codes and scales (fill_scales) have landed
@@ -189,7 +213,10 @@ def _build(src, dst, mla, fmt, dtype, ring):
             c += WARP_SIZE
             i, r = advance(i, r, WARP_SIZE, per_token)
 
-    take_direct = copy_items  # direct items and a register block's share: the register kernel's loop
+    @device_function
+    def take_direct(lane, first, j, count, n, args):
+        """Direct items and a register block's share: the register kernel's loop."""
+        copy_items(lane, first, j, count, n, args[0])
 
     set_up, run_block = staged.make_ring(map_layout(src), mla, ring, fill_scales)(take_piece, take_direct)
 
@@ -197,11 +224,11 @@ def _build(src, dst, mla, fmt, dtype, ring):
                               dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
                               src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
                               dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim,
-                              maps, max_run_log2, min_run):
-        args = (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words,
+                              maps, max_run_log2, min_run, scale_maps):
+        args = ((src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words,
                 error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item,
                 src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
-                dst_scales_dim)
+                dst_scales_dim), scale_maps, max_run_log2)
         smem = cuda.shared.array(0, int64)
         set_up(smem, cuda.threadIdx.x, cuda.blockDim.x)
         cuda.syncthreads()

@@ -8,6 +8,8 @@ On the GPU these are inline PTX (sm_90+):
   phase, made visible to the bulk-copy unit;
 - ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also tells the
   barrier to wait for ``nbytes`` of bulk copies before its phase completes);
+- ``expect_bytes(bar, nbytes)``: the barrier's current phase also waits for ``nbytes`` more of bulk
+  copies, with no arrival (``mbarrier.expect_tx``: a second party's boxes on the same phase);
 - ``try_wait(bar, parity)``: 1 once the phase of that parity has completed, else 0 (after the
   hardware's own short wait);
 - ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map (the box
@@ -36,16 +38,16 @@ kvnumba's own format (``plan.tensor_maps``) row by row.
 from ..driver.target import SIMULATOR
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_i128",
-           "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32", "sync_warp",
-           "tensor_load", "try_wait"]
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "expect_bytes", "first_set",
+           "load_shared_i128", "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32",
+           "sync_warp", "tensor_load", "try_wait"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
                                 barrier_init, broadcast, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
-                                first_set, load_shared_i128, load_shared_u128, load_shared_u32, release, shared_address,
-                                store_shared_u32, sync_warp, tensor_load, try_wait)
+                                expect_bytes, first_set, load_shared_i128, load_shared_u128, load_shared_u32, release,
+                                shared_address, store_shared_u32, sync_warp, tensor_load, try_wait)
 else:
     from llvmlite import ir
     from numba import cuda, int64, types, uint32
@@ -106,6 +108,15 @@ else:
         def codegen(context, builder, sig, args):
             _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
                  "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64, types.int64), codegen
+
+    @intrinsic
+    def expect_bytes(typingctx, bar, nbytes):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
+                 "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;", "r,r,~{memory}")
             return context.get_dummy_value()
 
         return types.void(types.int64, types.int64), codegen

@@ -12,7 +12,9 @@ when the source is layer-first (one buffer or a list of per-layer arrays), page-
 one token's codes and scales (``fp8_staged.run_limits``), and the bulk-copy unit can read the layer's codes
 buffers (``plan.tensor_maps.source_maps``: 16-byte aligned, sizes it can describe). Anything else, and calls
 of one warp a block or fewer items, run the register FP8 kernel. ``watching`` tells tests and tools what a
-plan chose.
+plan chose. The scales come through tensor maps of their own where the bulk unit can bring them
+(``_scale_maps``), else by the loader's lanes (``kernels.fp8_staged``; ``config.override(scale_boxes=False)``:
+always so).
 """
 import contextlib
 from typing import Any, NamedTuple
@@ -21,7 +23,7 @@ from .. import config
 from ..arrays import HOST, array_info
 from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
-from ..kernels import fp8_staged
+from ..kernels import fp8_staged, staged
 from . import staged_plan, tensor_maps
 
 
@@ -31,6 +33,7 @@ class StagedFp8(NamedTuple):
     kernel: Any  # driver.launch.BoundKernel
     maps: Any  # plan.tensor_maps.SourceMaps
     fewest: int
+    scale_maps: Any = None  # the scales' SourceMaps, or None: the loader's lanes copy them
 
     def kernel_for(self, count, warps, register):
         """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches (else ``register``)."""
@@ -97,7 +100,32 @@ def _bind(plan, src, dst):
                                    g.page_size, heads, src.mla, run_limits, ring.stage_bytes)
     if maps is None:
         return None
+    scale_maps = _scale_maps(src, parts, layer, run_limits, item, ring)
     kernel = launchable(fp8_staged.get_kernel(parts, plan.dst.parts, src.mla, plan.fmt, plan.dtype, ring),
                         fp8_staged.SIGNATURE, ring.shared_bytes)
-    bound = BoundKernel(kernel, plan.device, fp8_staged.Fp8StagedArgs(*plan.template, *maps.args))
-    return StagedFp8(bound, maps, staged_plan.AUTO_MIN_ITEMS if path == "auto" else 1)
+    scales_at = scale_maps.args[0] if scale_maps else 0  # the kernel's scale_maps: 0 for none
+    bound = BoundKernel(kernel, plan.device, fp8_staged.Fp8StagedArgs._make((*plan.template, *maps.args, scales_at)))
+    return StagedFp8(bound, maps, staged_plan.AUTO_MIN_ITEMS if path == "auto" else 1, scale_maps)
+
+
+def _scale_maps(src, parts, layer, run_limits, codes_item, ring):
+    """Tensor maps of the scales of ``src`` (an ``Fp8View``), for the bulk unit to bring a piece's scales a box
+    a kind, or None where it cannot: a row of a box is 16 bytes or more (a token's scales of one layer: 4 bytes
+    a head, so heads of a multiple of 4, which a page-head layout does not keep together), and each box lands
+    128-byte aligned in the stage (the smallest piece's codes and scales are multiples of 128 bytes)."""
+    if config.tuning("scale_boxes") is False or parts is fp8_staged.PAGE_HEAD:
+        return None
+    heads, scales = src.heads, src.scales
+    piece = 1 << (run_limits[1].bit_length() - 1)  # the fewest tokens a bulk piece holds (a power of two)
+    if (piece * heads * 4) % staged.TMA_ALIGN or (piece * codes_item) % staged.TMA_ALIGN:
+        return None
+    g = scales.geometry
+    buffers = [array_info(scales.buffers(which)[layer if scales.per_layer else 0], f"src_view.scales.{which}")
+               for which in (("k",) if src.mla else ("k", "v"))]
+    ptrs = [b.ptr for b in buffers]
+    nbytes = min(b.nbytes for b in buffers)
+    if parts is fp8_staged.LAYER_FIRST:
+        ptrs = [p + layer * g.layout_dim for p in ptrs]
+        nbytes = g.tokens * g.item_bytes
+    return tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, g.item_bytes,
+                                   g.layout_dim, g.page_size, heads, src.mla, run_limits, ring.stage_bytes)

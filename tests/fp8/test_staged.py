@@ -196,3 +196,42 @@ def test_stage_holds_codes_and_scales():
     assert fp8_staged.SHAPE.shared_bytes <= 227 * 1024
     # the ring's stage holds the longest piece (32 tokens) of 8 heads of 128 codes with their scales
     assert fp8_staged.run_limits(8 * 128, 8, False, fp8_staged.SHAPE)[0] == 5
+
+
+# Heads of 8: a token's scales of one layer are 32 bytes, a row the bulk unit can bring. Pieces of 4 or 8
+# tokens (512-byte codes per buffer at least): each kind's scales are then a multiple of 128 bytes.
+RING_BOXES = staged.StagedShape(stages=2, stage_bytes=4096, slots=8, min_bulk_bytes=512, direct_batch=8,
+                                fallback_runs=0)
+
+
+@pytest.fixture
+def found(monkeypatch, fresh_plans):
+    """Forces the staged path; records each FP8 plan's ``StagedFp8`` (None: the register kernel)."""
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
+    seen = []
+    with fp8_staged_plan.watching(lambda plan, staged_fp8: seen.append(staged_fp8)):
+        yield seen
+
+
+@pytest.mark.parametrize("pattern", ["runs", "pages", "mixed"])
+@pytest.mark.parametrize("fp8_name", ["PageFirst", "LayerFirst", "LayerFirstList"])
+def test_scales_come_in_boxes(found, staged_ring, fp8_name, pattern):
+    """Heads of a multiple of 4: the bulk unit brings a piece's scales (a box a kind) with its codes, and the
+    load writes what the reference writes."""
+    staged_ring(RING_BOXES)
+    load_case(fp8_name, "LayerFirst", pattern, H=8, D=16, seed=5)
+    assert [f is not None and f.scale_maps is not None for f in found] == [True]
+
+
+def test_scales_by_the_loaders_lanes_where_boxes_cannot(found, staged_ring):
+    """A page-head source (a head's scale alone, 4 bytes, between other heads'), heads of 2 (8-byte rows) and
+    ``scale_boxes=False``: the loader's lanes copy the scales, and the loads write what the reference writes."""
+    from kvnumba import config
+
+    staged_ring(RING_BOXES)
+    load_case("PageHead", "LayerFirst", "runs", H=8, D=16, seed=6)
+    load_case("PageFirst", "LayerFirst", "runs", H=2, D=64, seed=6)
+    with config.override(scale_boxes=False):
+        load_case("PageFirst", "LayerFirst", "runs", H=8, D=16, seed=6)
+    assert [f is not None for f in found] == [True] * 3
+    assert [f.scale_maps for f in found] == [None] * 3

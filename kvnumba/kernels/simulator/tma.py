@@ -17,9 +17,9 @@ from .alignment import check_aligned, raise_block_fault
 from .warp import exchange
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "first_set", "load_shared_i128",
-           "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32", "sync_warp",
-           "tensor_load", "try_wait"]
+           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "expect_bytes", "first_set",
+           "load_shared_i128", "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32",
+           "sync_warp", "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -73,6 +73,12 @@ def arrive_expect_bytes(bar, nbytes):
         b.bytes += nbytes
         b.pending -= 1
         b._complete_if_done()
+
+
+def expect_bytes(bar, nbytes):
+    b = _barrier(bar)
+    with b.cond:
+        b.bytes += nbytes
 
 
 def try_wait(bar, parity):
