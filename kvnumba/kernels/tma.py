@@ -76,14 +76,23 @@ else:
 
         return types.int64(array), codegen
 
-    @intrinsic
-    def barrier_init(typingctx, bar, count):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
-                 "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r,~{memory}")
-            return context.get_dummy_value()
+    def _barrier_op(ptx):
+        """An intrinsic ``op(bar, value)``: the one mbarrier instruction ``ptx`` on barrier ``bar`` (a shared
+        address) with a 32-bit ``value`` (``barrier_init``'s count, the others' bytes)."""
 
-        return types.void(types.int64, types.int64), codegen
+        @intrinsic
+        def op(typingctx, bar, value):
+            def codegen(context, builder, sig, args):
+                _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])], ptx, "r,r,~{memory}")
+                return context.get_dummy_value()
+
+            return types.void(types.int64, types.int64), codegen
+
+        return op
+
+    barrier_init = _barrier_op("mbarrier.init.shared::cta.b64 [$0], $1;")
+    arrive_expect_bytes = _barrier_op("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;")
+    expect_bytes = _barrier_op("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;")
 
     @intrinsic
     def barrier_fence(typingctx):
@@ -102,24 +111,6 @@ else:
             return context.get_dummy_value()
 
         return types.void(types.int64), codegen
-
-    @intrinsic
-    def arrive_expect_bytes(typingctx, bar, nbytes):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
-                 "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64, types.int64), codegen
-
-    @intrinsic
-    def expect_bytes(typingctx, bar, nbytes):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
-                 "mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;", "r,r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64, types.int64), codegen
 
     @intrinsic
     def try_wait(typingctx, bar, parity):
