@@ -258,8 +258,10 @@ class Fp8Plan:
         if check:
             capture.refuse(handle, "check=True (it waits for the stream)", "call kv.check_errors() after the replay")
         routes.log.record("kernel")
+        kernel = self.kernel
+        if self.staged is not None:  # its blocks may have fewer warps than asked for (fp8_staged.WARPS)
+            kernel, warps = self.staged.kernel_for(count, warps, kernel)
         items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
-        kernel = self.kernel if self.staged is None else self.staged.kernel_for(count, warps, self.kernel)
         if any(values is not None for _, values in host):  # host indices on a GPU: copied for the kernel
             capture.refuse(handle, "a call with indices in host memory",
                            "pass GPU index arrays (a replay reads their contents then)")

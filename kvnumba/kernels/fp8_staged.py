@@ -38,6 +38,8 @@ runs. The other warps:
 A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the ring's three
 72 KiB stages (``SHAPE``) fit the H200's 227 KiB of shared memory a block.
 
+A block has at most ``WARPS`` warps, so that a thread holds its values in registers (``REGISTERS``).
+
 Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits)
 and ``scale_maps`` (the scales' maps, or 0): ``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``)
 is read through one-layer maps (a layer-first picture of the layer's buffer).
@@ -72,6 +74,14 @@ SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: 
 # and 37.4 and 19.4 with six of 32 KiB (scripts/RESULTS.md).
 SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0, stage_bytes=72 * 1024)
 CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
+# A block's warps, at most (``Fp8Plan.run`` launches fewer than a call asks for where it asks for more), and so
+# the registers a thread may hold: 65536 a block. At 32 warps and 64 registers the consumers' chunk loop spilled
+# (ptxas 13.0: 204 bytes) into a local memory that the ring's shared memory leaves little L1 for; at 128 it
+# spills nothing. On an H200, one call, one-layer loads of 8192 tokens of 8 heads of 128 (GB/s of bfloat16,
+# bq=4 / bq=2): 32 warps 70.5 / 35.4, 20 warps (96 registers) 79.6 / 52.1, 16 warps 89.4 / 54.6, 12 warps
+# 82.7 / 49.3, 8 warps 82.6 / 42.8 (scripts/RESULTS.md, 2026-12-03).
+WARPS = 16
+REGISTERS = 65536 // (WARPS * WARP_SIZE)
 
 
 def map_layout(src):
@@ -239,7 +249,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
     check_parameters(fp8_dequantise_staged, Fp8StagedArgs)
     fp8_dequantise_staged.__name__ = fp8_dequantise_staged.__qualname__ = (
         f"fp8_dequantise_staged_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}")
-    return kernel(fp8_dequantise_staged, max_registers=staged.MAX_REGISTERS)
+    return kernel(fp8_dequantise_staged, max_registers=REGISTERS)
 
 
 _kernels: dict[tuple, Any] = {}

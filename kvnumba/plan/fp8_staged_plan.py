@@ -36,8 +36,11 @@ class StagedFp8(NamedTuple):
     scale_maps: Any = None  # the scales' SourceMaps, or None: the loader's lanes copy them
 
     def kernel_for(self, count, warps, register):
-        """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches (else ``register``)."""
-        return self.kernel if warps > 1 and count >= self.fewest else register
+        """``(kernel, warps)``: the bound kernel a call of ``count`` items in blocks of ``warps`` warps launches
+        (else ``register``), and its blocks' warps (the staged kernel's: at most ``fp8_staged.WARPS``)."""
+        if warps > 1 and count >= self.fewest:
+            return self.kernel, min(warps, fp8_staged.WARPS)
+        return register, warps
 
 
 _watchers: list = []

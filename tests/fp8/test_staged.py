@@ -102,6 +102,23 @@ def test_tuned_ring_and_register_blocks(choices):
     assert choices == [True, True]
 
 
+def test_blocks_of_at_most_the_kernels_warps(choices, staged_ring, monkeypatch):
+    """A call that asks for more warps a block than the staged kernel's ``WARPS`` (compiled for the registers of
+    that many) launches blocks of ``WARPS``, more items a warp, and copies every item; the register kernel's
+    calls keep the warps they ask for."""
+    from kvnumba.api import fp8_copy
+
+    launched = []
+    real = fp8_copy.launch_shape
+    monkeypatch.setattr(fp8_copy, "launch_shape",
+                        lambda count, quota, warps: launched.append(warps) or real(count, quota, warps))
+    monkeypatch.setattr(fp8_staged, "WARPS", 2)  # a small block for the simulator
+    load_case("PageFirst", "LayerFirst", "mixed", warps=4, seed=6)
+    load_case("LayerFirst", "PageFirst", "runs", warps=1, seed=7)  # one warp a block: the register kernel
+    assert choices == [True, True] and launched == [2, 1]
+    assert fp8_staged.REGISTERS * 32 * 16 == 65536  # the real kernel's 16 warps of 128 registers fill the file
+
+
 def test_out_of_range_items_are_skipped_and_reported(choices, staged_ring, device_path):
     """An out-of-range token inside a run: skipped and flagged, every other item dequantised."""
     staged_ring(RING)
