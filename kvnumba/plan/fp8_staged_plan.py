@@ -3,10 +3,11 @@ kernel (``kernels.fp8_staged``), and that kernel bound for it.
 
 The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the
 geometry allows (the simulator too), ``register`` never, and ``auto`` stages one-layer loads from pinned host
-memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, *that the
-pipelined kernel does not take* (``kernels.fp8_pipelined``: heads of 8 * 2**k). Where it runs, the pipelined
-kernel is the faster: on an H200 a load of 8192 tokens of 8 heads of 128 ran at 77 GB/s of bfloat16 (bq=4)
-and 40 (bq=2) through it, against 60 and 34 staged (scripts/RESULTS.md, 2026-12-02). The geometry allows it
+memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, heads of 8 * 2**k
+too, which the pipelined kernel (``kernels.fp8_pipelined``) would take otherwise: since the staged kernel's
+blocks hold 16 warps of 128 registers (``fp8_staged.WARPS``), on an H200 a load of 8192 tokens of 8 heads of
+128 runs as fast staged at bq=4 and faster at bq=2, where the pipelined kernel's per-thread copies from host
+memory stop near 25 GB/s on the link (scripts/RESULTS.md, 2026-12-03). The geometry allows it
 when the source is layer-first (one buffer or a list of per-layer arrays), page-first or page-head
 (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
 one token's codes and scales (``fp8_staged.run_limits``), and the bulk-copy unit can read the layer's codes
@@ -65,11 +66,11 @@ def bind_staged(plan, src_view, dst_view):
     return found
 
 
-def auto_stages(fast_slots, src_device, dst_device, device):
-    """Whether ``auto`` stages a one-layer FP8 load that the geometry allows: not where the pipelined kernel
-    takes it (``fast_slots``, the plan's ``slots``), from pinned host memory (``src_device``: ``arrays.HOST``) into GPU
-    memory, on a GPU (``device``) of compute capability 9.0 or more, not on the simulator."""
-    return (not fast_slots and not SIMULATOR and src_device == HOST and dst_device != HOST
+def auto_stages(src_device, dst_device, device):
+    """Whether ``auto`` stages a one-layer FP8 load that the geometry allows: from pinned host memory
+    (``src_device``: ``arrays.HOST``) into GPU memory, on a GPU (``device``) of compute capability 9.0 or more,
+    not on the simulator."""
+    return (not SIMULATOR and src_device == HOST and dst_device != HOST
             and tensor_maps.compute_capability(device) >= (9, 0))
 
 
@@ -83,8 +84,8 @@ def _bind(plan, src, dst):
     layer, codes = plan.first_layer, src.codes
     buffers = [array_info(codes.buffers(which)[layer if codes.per_layer else 0], f"src_view.codes.{which}")
                for which in (("k",) if src.mla else ("k", "v"))]  # a per-layer view's: this layer's arrays
-    if path == "auto" and not auto_stages(plan.slots, buffers[0].device,
-                                          array_info(next(iter(dst.buffers("k"))), "dst").device, plan.device):
+    if path == "auto" and not auto_stages(buffers[0].device, array_info(next(iter(dst.buffers("k"))), "dst").device,
+                                          plan.device):
         return None
     ring = config.tuning("staged_shape") or fp8_staged.SHAPE  # config.override(staged_shape=...): another ring
     if path == "auto" and tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # too big a block (sm_120)
