@@ -1,5 +1,6 @@
 """``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8 caches,
-in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_pipelined``,
+in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_staged``
+for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``), ``kvnumba.kernels.fp8_pipelined``,
 where they run; else ``kvnumba.kernels.fp8_copy``; the format: ``kvnumba.quant_reference``).
 
 ``kv.copy`` hands such calls here. A plan per (source view, destination view, layers) is built once and
