@@ -77,9 +77,9 @@ CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads o
 # A block's warps, at most (``Fp8Plan.run`` launches fewer than a call asks for where it asks for more), and so
 # the registers a thread may hold: 65536 a block. At 32 warps and 64 registers the consumers' chunk loop spilled
 # (ptxas 13.0: 204 bytes) into a local memory that the ring's shared memory leaves little L1 for; at 128 it
-# spills nothing. On an H200, one call, one-layer loads of 8192 tokens of 8 heads of 128 (GB/s of bfloat16,
+# spills nothing. On an H200, one-layer loads of 8192 tokens of 8 heads of 128 (GB/s of bfloat16,
 # bq=4 / bq=2): 32 warps 70.5 / 35.4, 20 warps (96 registers) 79.6 / 52.1, 16 warps 89.4 / 54.6, 12 warps
-# 82.7 / 49.3, 8 warps 82.6 / 42.8 (scripts/RESULTS.md, 2026-12-03).
+# 82.7 / 49.3, 8 warps 82.6 / 42.8 (the last two in a second call; scripts/RESULTS.md, 2026-12-03).
 WARPS = 16
 REGISTERS = 65536 // (WARPS * WARP_SIZE)
 

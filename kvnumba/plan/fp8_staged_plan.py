@@ -6,8 +6,8 @@ geometry allows (the simulator too), ``register`` never, and ``auto`` stages one
 memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, heads of 8 * 2**k
 too, which the pipelined kernel (``kernels.fp8_pipelined``) would take otherwise: since the staged kernel's
 blocks hold 16 warps of 128 registers (``fp8_staged.WARPS``), on an H200 a load of 8192 tokens of 8 heads of
-128 runs as fast staged at bq=4 and faster at bq=2, where the pipelined kernel's per-thread copies from host
-memory stop near 25 GB/s on the link (scripts/RESULTS.md, 2026-12-03). The geometry allows it
+128 runs 8% faster staged at bq=2, where the pipelined kernel's per-thread copies from host memory stop near 25
+GB/s on the link, and 3% slower at bq=4 (scripts/RESULTS.md, 2026-12-03). The geometry allows it
 when the source is layer-first (one buffer or a list of per-layer arrays), page-first or page-head
 (``kernels.fp8_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
 one token's codes and scales (``fp8_staged.run_limits``), and the bulk-copy unit can read the layer's codes
