@@ -81,7 +81,8 @@ CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads o
 # bq=4 / bq=2): 32 warps 70.5 / 35.4, 20 warps (96 registers) 79.6 / 52.1, 16 warps 89.4 / 54.6, 12 warps
 # 82.7 / 49.3, 8 warps 82.6 / 42.8 (the last two in a second call; scripts/RESULTS.md, 2026-12-03).
 WARPS = 16
-REGISTERS = 65536 // (WARPS * WARP_SIZE)
+# A block's 65536 registers shared by its threads, in the GPU's units of 8 a thread, at most 255 (ptxas's)
+REGISTERS = min(65536 // (WARPS * WARP_SIZE), 255) // 8 * 8
 
 
 def map_layout(src):
