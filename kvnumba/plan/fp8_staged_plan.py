@@ -82,26 +82,18 @@ def _bind(plan, src, dst):
     if parts not in fp8_staged.SOURCES:
         return None
     layer, codes = plan.first_layer, src.codes
-    buffers = [array_info(codes.buffers(which)[layer if codes.per_layer else 0], f"src_view.codes.{which}")
-               for which in (("k",) if src.mla else ("k", "v"))]  # a per-layer view's: this layer's arrays
+    buffers = _layer_buffers(codes, "codes", layer, src.mla)
     if path == "auto" and not auto_stages(buffers[0].device, array_info(next(iter(dst.buffers("k"))), "dst").device,
                                           plan.device):
         return None
     ring = config.tuning("staged_shape") or fp8_staged.SHAPE  # config.override(staged_shape=...): another ring
     if path == "auto" and tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # too big a block (sm_120)
         return None
-    g, heads = codes.geometry, src.heads
-    item = g.item_bytes
-    nbytes = min(b.nbytes for b in buffers)
-    ptrs = [b.ptr for b in buffers]
-    if parts is fp8_staged.LAYER_FIRST:  # one [L, T, ...] buffer: the map pictures this layer's part
-        ptrs = [p + layer * g.layout_dim for p in ptrs]
-        nbytes = g.tokens * item
-    run_limits = fp8_staged.run_limits(item, heads, src.mla, ring)
+    item = codes.geometry.item_bytes
+    run_limits = fp8_staged.run_limits(item, src.heads, src.mla, ring)
     if run_limits is None:  # a stage cannot hold one token's codes and scales
         return None
-    maps = tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, item, g.layout_dim,
-                                   g.page_size, heads, src.mla, run_limits, ring.stage_bytes)
+    maps = _layer_maps(codes, buffers, parts, layer, src, run_limits, ring)
     if maps is None:
         return None
     scale_maps = _scale_maps(src, parts, layer, run_limits, item, ring)
@@ -123,13 +115,25 @@ def _scale_maps(src, parts, layer, run_limits, codes_item, ring):
     piece = 1 << (run_limits[1].bit_length() - 1)  # the fewest tokens a bulk piece holds (a power of two)
     if (piece * heads * 4) % staged.TMA_ALIGN or (piece * codes_item) % staged.TMA_ALIGN:
         return None
-    g = scales.geometry
-    buffers = [array_info(scales.buffers(which)[layer if scales.per_layer else 0], f"src_view.scales.{which}")
-               for which in (("k",) if src.mla else ("k", "v"))]
+    return _layer_maps(scales, _layer_buffers(scales, "scales", layer, src.mla), parts, layer, src, run_limits, ring)
+
+
+def _layer_buffers(cache, name, layer, mla):
+    """``array_info`` of the arrays of layer ``layer`` of ``cache`` (an ``Fp8View``'s ``codes`` or ``scales``,
+    ``name``): K's, then V's unless ``mla`` (a per-layer view's: this layer's arrays)."""
+    return [array_info(cache.buffers(which)[layer if cache.per_layer else 0], f"src_view.{name}.{which}")
+            for which in (("k",) if mla else ("k", "v"))]
+
+
+def _layer_maps(cache, buffers, parts, layer, src, run_limits, ring):
+    """``tensor_maps.source_maps`` of ``buffers`` (``_layer_buffers`` of ``cache``, a part of ``src``) for the
+    ring's pieces, or None where the bulk unit cannot read them; a layer-first buffer ([L, T, ...]) is pictured
+    from this layer's part."""
+    g = cache.geometry
     ptrs = [b.ptr for b in buffers]
     nbytes = min(b.nbytes for b in buffers)
     if parts is fp8_staged.LAYER_FIRST:
         ptrs = [p + layer * g.layout_dim for p in ptrs]
         nbytes = g.tokens * g.item_bytes
     return tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, g.item_bytes,
-                                   g.layout_dim, g.page_size, heads, src.mla, run_limits, ring.stage_bytes)
+                                   g.layout_dim, g.page_size, src.heads, src.mla, run_limits, ring.stage_bytes)
