@@ -19,7 +19,7 @@ from ..checks import guard, pinned, validate
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver.launch import BoundKernel, launchable
 from ..kernels.factory import get_kernel
-from ..kernels.layouts import Layout
+from ..kernels.layouts import LAYER_FIRST, Layout
 from ..kernels.params import NO_LIMIT, SIGNATURE, KernelArgs
 from . import per_call
 from .copy_plan import copy_sides
@@ -68,6 +68,7 @@ class KernelPlan:
             self.item_size, self.head_num, self.heads, self.page_size = copy.item_size, copy.heads, copy.heads, 1
             self.engine, self.no_engine = copy.engine, copy.no_engine
             src, dst, place = copy.src, copy.dst, copy.place
+            self.memory = (src.device == HOST, dst.device == HOST)
         else:
             seed = seed_sides(spec, geometry, strict)
             sizes = seed.sizes
@@ -106,21 +107,18 @@ class KernelPlan:
         self.host_index_checks = checks is None or bool(checks)  # config's host_index_checks (tests of the guard)
         self.kernel_key = (src.kernel_parts, dst.kernel_parts, src.mla)
         self.register = launchable(get_kernel(*self.kernel_key), SIGNATURE)
-        if self.spec.name == "copy":  # kv.copy's loads stay on registers, but a bad setting is refused here too
-            config.load_path()
         self._bind()
 
     def _bind(self):
-        """The kernels with this plan's parameter values: the register kernel, and for per-layer loads
-        from pinned host memory the staged (bulk-copy) kernel, where it applies."""
+        """The kernels with this plan's parameter values: the register kernel, and for one-layer loads
+        from pinned host memory (an entry point's or ``kv.copy``'s) the staged (bulk-copy) kernel, where it
+        applies."""
         self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
         self.narrow_kernel = None  # one-warp blocks' build, bound on first use (kernel_for)
-        staged = None
-        if self.spec.name != "copy":
-            src_parts, dst_parts, mla = self.kernel_key
-            src_ptrs = (self.template.src_k, self.template.src_v)  # this plan's (a rebound plan shares its sides)
-            staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, (self.src.layout_dim, self.page_size),
-                                 self.template, self.memory)
+        src_parts, dst_parts, mla = self.kernel_key
+        src_ptrs, src_bytes, src_geometry = self._staged_source()
+        staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, self.template,
+                             self.memory)
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         self.source_maps = None
         if staged is not None:
@@ -128,6 +126,22 @@ class KernelPlan:
         self.fast = per_call.make_fast_call(self)
         for watch in _watchers:
             watch(self)
+
+    def _staged_source(self):
+        """``(K and V addresses, bytes, (layout_dim, page_size))`` of the source as the staged kernel's tensor
+        maps picture it: an entry point's buffers as given; a view's ``tokens`` token slots, where a
+        layer-first view's map is the copied layer's (the kernel's layer is no coordinate of it). A rebound plan
+        shares its sides: its addresses are its template's."""
+        ptrs = (self.template.src_k, self.template.src_v)
+        src = self.src
+        if self.spec.name != "copy":
+            return ptrs, src.nbytes, (src.layout_dim, self.page_size)
+        if src.tokens is None or self.window != 1:  # raw tables, or several layers: never staged
+            return ptrs, None, (src.layout_dim, src.page_size)
+        if src.kernel_parts is LAYER_FIRST:
+            offset = self.first_layer * src.layout_dim
+            return tuple(p + offset if p else 0 for p in ptrs), src.tokens * self.item_size, (src.layout_dim, 1)
+        return ptrs, src.tokens * src.layout_dim, (src.layout_dim, src.page_size)
 
     def kernel_for(self, count, warps):
         """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches: the staged kernel

@@ -62,18 +62,19 @@ class Recipe(NamedTuple):
 _recipes = BoundedMemo(1024)  # geometry -> its Recipe, or None: its loads stay on registers
 
 
-def recipe(plan, src_parts, dst_parts, mla, src_geometry, memory):
+def recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory):
     """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
     path = config.load_path()
     ring = ring_in_force()
     src_dim, src_page = src_geometry
-    key = (path, src_parts, dst_parts, mla, plan.window, plan.src.nbytes, plan.item_size, src_dim, src_page,
+    key = (path, src_parts, dst_parts, mla, plan.window, src_bytes, plan.item_size, src_dim, src_page,
            plan.head_num, memory, plan.device, ring)
     try:
         return _recipes[key]
     except KeyError:
         pass
-    return _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory))
+    return _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page,
+                                          memory))
 
 
 def ring_in_force():
@@ -81,8 +82,8 @@ def ring_in_force():
     return config.tuning("staged_shape") or staged.SHAPE
 
 
-def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memory):
-    if (path == "register" or plan.window != 1 or src_parts not in staged.SOURCES
+def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page, memory):
+    if (path == "register" or plan.window != 1 or src_bytes is None or src_parts not in staged.SOURCES
             or dst_parts not in staged.DESTINATIONS):
         return None
     if path == "auto":
@@ -91,7 +92,7 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memo
             return None
         if tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # the ring does not fit a block (sm_120)
             return None
-    picture = tensor_maps.geometry(src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num)
+    picture = tensor_maps.geometry(src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num)
     run_limits = staged.run_limits(plan.item_size, mla, ring)
     if picture is None or run_limits is None:  # None: a stage cannot hold one token's K and V
         return None
@@ -99,17 +100,19 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_dim, src_page, memo
         return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
     fewest = AUTO_MIN_ITEMS if path == "auto" else 1
-    return Recipe(kernel, src_parts, plan.src.nbytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
+    return Recipe(kernel, src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
                   run_limits, ring.stage_bytes, fewest)
 
 
-def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_geometry, template, memory):
+def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, template, memory):
     """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
     None when its loads stay on registers.
 
-    ``memory``: ``(source in host memory, destination in host memory)``; ``template``: the register
-    kernel's parameter values (``kernels.params.KernelArgs``: the staged kernel's start with them)."""
-    found = recipe(plan, src_parts, dst_parts, mla, src_geometry, memory)
+    ``src_ptrs``, ``src_bytes``, ``src_geometry``: the source's K and V addresses, bytes (None: not staged) and
+    ``(layout_dim, page_size)`` as its tensor maps picture it; ``memory``: ``(source in host memory, destination
+    in host memory)``; ``template``: the register kernel's parameter values (``kernels.params.KernelArgs``: the
+    staged kernel's start with them)."""
+    found = recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory)
     if found is None or any(p % 16 for p in (template.dst_k, template.dst_v) if p):  # 16-byte stores from shared
         return None
     bound = found.bind(plan.device, template, src_ptrs)

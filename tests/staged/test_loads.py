@@ -365,16 +365,95 @@ def test_auto_stages_only_where_the_ring_fits_a_block(monkeypatch):
     from kvnumba.plan import staged_plan, tensor_maps
 
     item, tokens = 2048, 64
-    plan = SimpleNamespace(window=1, device=0, src=SimpleNamespace(nbytes=2 * tokens * item), item_size=item,
-                           head_num=8)
+    plan = SimpleNamespace(window=1, device=0, item_size=item, head_num=8)
     monkeypatch.setattr(staged_plan, "SIMULATOR", False)
     monkeypatch.setattr(tensor_maps, "compute_capability", lambda device: (12, 0))
 
     def recipe(limit):
         monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: limit)
         return staged_plan._recipe("auto", staged.SHAPE, plan, layouts.PAGE_FIRST, layouts.LAYER_FIRST, False,
-                                   2 * item, 16, (True, False))
+                                   2 * tokens * item, 2 * item, 16, (True, False))
 
     assert staged.SHAPE.shared_bytes <= 227 * 1024
     assert recipe(227 * 1024) is not None
     assert recipe(99 * 1024) is None
+
+
+# --- kv.copy: a one-layer load between views takes the staged kernel too ------------------------------
+
+@pytest.fixture
+def staged_copies(monkeypatch, fresh_plans):
+    """Forces the staged path; records whether each kv.copy plan made took it."""
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
+    chosen = []
+
+    def record(plan):
+        if plan.spec.name == "copy":
+            chosen.append(plan.source_maps is not None)
+
+    with kernel_plan.watching(record):
+        yield chosen
+
+
+def _view_load(src_name, dst_name, pattern, layer, *, mla=False, geometry=(2, POOL, 16, 8, 64), warps=3):
+    """kv.copy of layer ``layer`` from a pinned-host view to a GPU view, and reference.copy on NumPy twins:
+    every destination byte must agree (poisoned where nothing is written)."""
+    from kvnumba import reference
+    from tests.helpers.view_cases import POISON as VIEW_POISON, assert_same_bytes, make_view, view_bytes
+
+    rng = np.random.default_rng(11)
+    src_np, src = make_view(src_name, *geometry, rng, poison=False, mla=mla, place=("host", "numba"))
+    dst_np, dst = make_view(dst_name, *geometry, rng, poison=True, mla=mla, place=("device", "numba"))
+    si = _patterns(geometry[2])[pattern].astype(np.int64)
+    di = rng.permutation(POOL)[:len(si)].astype(np.int64)
+    kv.copy(src, dst, device(si), device(di), layer, block_quota=2, num_warps_per_block=warps, route="kernel")
+    reference.copy(src_np, dst_np, si, di, layer)
+    assert assert_same_bytes(view_bytes(dst), view_bytes(dst_np), VIEW_POISON, f"{src_name} -> {dst_name}") > 0
+
+
+VIEW_LOADS = [  # (source view, destination view, MLA): the sources a tensor map pictures, into one layer's items
+    ("PageFirst", "LayerFirst", False),
+    ("PageFirst", "LayerFirstList", False),  # SGLang's host pool into its per-layer device arrays
+    ("LayerFirst", "LayerFirstList", False),  # a layer-first map is the copied layer's, not layer 0's
+    ("PageHead", "LayerFirst", False),
+    ("PageFirst", "LayerFirstList", True),
+]
+
+
+@pytest.mark.parametrize("pattern", ["runs", "mixed", "random", "pages"])
+@pytest.mark.parametrize("src_name,dst_name,mla", VIEW_LOADS, ids=[f"{s}-{d}{'-mla' if m else ''}"
+                                                                     for s, d, m in VIEW_LOADS])
+def test_a_view_load_of_one_layer_is_staged(staged_copies, staged_ring, src_name, dst_name, mla, pattern):
+    staged_ring(RING)
+    _view_load(src_name, dst_name, pattern, 1, mla=mla)
+    assert staged_copies == [True]
+
+
+def test_a_view_load_of_layer_zero_and_of_the_last(staged_copies, staged_ring):
+    """Layer-first sources at both ends of the buffer: each map starts at its own layer."""
+    staged_ring(RING)
+    for layer in (0, 2):
+        _view_load("LayerFirst", "LayerFirst", "mixed", layer, geometry=(3, POOL, 16, 8, 64))
+    assert staged_copies == [True, True]
+
+
+@pytest.mark.parametrize("layers", [None, range(0, 2)])
+def test_a_view_copy_of_several_layers_stays_on_registers(staged_copies, layers):
+    """The staged kernel loads one layer a call: a copy of several layers takes the register kernel."""
+    from kvnumba import reference
+    from tests.helpers.view_cases import POISON as VIEW_POISON, assert_same_bytes, make_view, view_bytes
+
+    rng = np.random.default_rng(2)
+    src_np, src = make_view("PageFirst", 2, POOL, 16, 8, 64, rng, poison=False, mla=False, place=("host", "numba"))
+    dst_np, dst = make_view("LayerFirst", 2, POOL, 16, 8, 64, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = np.arange(8, dtype=np.int64), np.arange(20, 28, dtype=np.int64)
+    kv.copy(src, dst, device(si), device(di), layers, num_warps_per_block=3, route="kernel")
+    reference.copy(src_np, dst_np, si, di, layers)
+    assert_same_bytes(view_bytes(dst), view_bytes(dst_np), VIEW_POISON, "PageFirst -> LayerFirst")
+    assert staged_copies == [False]
+
+
+def test_register_setting_never_stages_a_view_load(staged_copies, monkeypatch):
+    monkeypatch.setenv("KVNUMBA_LOAD_PATH", "register")
+    _view_load("PageFirst", "LayerFirstList", "runs", 1)
+    assert staged_copies == [False]
