@@ -2,7 +2,8 @@
 
 ``KVNUMBA_LOAD_PATH`` (``kvnumba.config.load_path``) decides:
 
-- ``auto`` (default): staged for the per-layer loads it speeds up: a pinned-host source read into
+- ``auto`` (default): staged for the per-layer loads it speeds up (an entry point's, or ``kv.copy``'s of one
+  layer between views): a pinned-host source read into
   GPU memory, on a GPU of compute capability 9.0 or newer (Hopper's bulk-copy unit), for calls of
   at least ``AUTO_MIN_ITEMS`` items, and for page-head sources only if a page holds a bulk piece;
 - ``staged``: staged wherever the layouts allow (any memory, the simulator too: for tests and
