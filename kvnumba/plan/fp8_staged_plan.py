@@ -130,10 +130,7 @@ def _layer_maps(cache, buffers, parts, layer, src, run_limits, ring):
     ring's pieces, or None where the bulk unit cannot read them; a layer-first buffer ([L, T, ...]) is pictured
     from this layer's part."""
     g = cache.geometry
-    ptrs = [b.ptr for b in buffers]
-    nbytes = min(b.nbytes for b in buffers)
-    if parts is fp8_staged.LAYER_FIRST:
-        ptrs = [p + layer * g.layout_dim for p in ptrs]
-        nbytes = g.tokens * g.item_bytes
+    ptrs, nbytes = tensor_maps.layer_part(parts, [b.ptr for b in buffers], min(b.nbytes for b in buffers), layer,
+                                          g.layout_dim, g.tokens, g.item_bytes)
     return tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, g.item_bytes,
                                    g.layout_dim, g.page_size, src.heads, src.mla, run_limits, ring.stage_bytes)

@@ -19,9 +19,9 @@ from ..checks import guard, pinned, validate
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver.launch import BoundKernel, launchable
 from ..kernels.factory import get_kernel
-from ..kernels.layouts import LAYER_FIRST, Layout
+from ..kernels.layouts import Layout
 from ..kernels.params import NO_LIMIT, SIGNATURE, KernelArgs
-from . import per_call
+from . import per_call, tensor_maps
 from .copy_plan import copy_sides
 from .seed_args import seed_sides
 from .sides import Side
@@ -116,9 +116,9 @@ class KernelPlan:
         self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
         self.narrow_kernel = None  # one-warp blocks' build, bound on first use (kernel_for)
         src_parts, dst_parts, mla = self.kernel_key
-        src_ptrs, src_bytes, src_geometry = self._staged_source()
-        staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, self.template,
-                             self.memory)
+        src_ptrs, src_bytes = self._staged_source()
+        staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_bytes,
+                             (self.src.layout_dim, self.src.page_size), self.template, self.memory)
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         self.source_maps = None
         if staged is not None:
@@ -128,20 +128,15 @@ class KernelPlan:
             watch(self)
 
     def _staged_source(self):
-        """``(K and V addresses, bytes, (layout_dim, page_size))`` of the source as the staged kernel's tensor
-        maps picture it: an entry point's buffers as given; a view's ``tokens`` token slots, where a
-        layer-first view's map is the copied layer's (the kernel's layer is no coordinate of it). A rebound plan
-        shares its sides: its addresses are its template's."""
-        ptrs = (self.template.src_k, self.template.src_v)
-        src = self.src
+        """``(K and V addresses, bytes)`` of the source as the staged kernel's tensor maps picture it: an entry
+        point's buffers as given; a view's ``tokens`` token slots, of a layer-first view the copied layer's
+        (``tensor_maps.layer_part``). A rebound plan shares its sides: its addresses are its template's."""
+        ptrs, src = (self.template.src_k, self.template.src_v), self.src
         if self.spec.name != "copy":
-            return ptrs, src.nbytes, (src.layout_dim, self.page_size)
-        if src.tokens is None or self.window != 1:  # raw tables, or several layers: never staged
-            return ptrs, None, (src.layout_dim, src.page_size)
-        if src.kernel_parts is LAYER_FIRST:
-            offset = self.first_layer * src.layout_dim
-            return tuple(p + offset if p else 0 for p in ptrs), src.tokens * self.item_size, (src.layout_dim, 1)
-        return ptrs, src.tokens * src.layout_dim, (src.layout_dim, src.page_size)
+            return ptrs, src.nbytes
+        assert src.tokens is not None  # a view's side: its shapes give its tokens
+        return tensor_maps.layer_part(src.kernel_parts, ptrs, src.tokens * src.layout_dim, self.first_layer,
+                                      src.layout_dim, src.tokens, self.item_size)
 
     def kernel_for(self, count, warps):
         """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches: the staged kernel

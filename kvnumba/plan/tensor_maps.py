@@ -108,6 +108,16 @@ class MapStore:
 STORE = MapStore()  # where maps go (config's map_store: another, e.g. a small one for tests)
 
 
+def layer_part(layout, ptrs, nbytes, layer, layout_dim, tokens, item_size):
+    """``(ptrs, nbytes)`` of the part of a source that a staged kernel's maps picture for a load of layer
+    ``layer``: of a layer-first buffer ([L, T, ...], ``layout_dim`` bytes a layer), that layer's ``tokens`` items
+    (the kernel's layer is no coordinate of a layer-first map); of any other layout, its buffers whole
+    (``ptrs``, ``nbytes``). An address of 0 (no V) stays 0."""
+    if layout is not LAYER_FIRST:
+        return ptrs, nbytes
+    return [p + layer * layout_dim if p else 0 for p in ptrs], tokens * item_size
+
+
 def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     """``(sizes, strides, rows per item or heads, head_major)`` of the five-dimension picture of one
     source buffer, or None if the bulk-copy unit cannot read it so."""

@@ -395,9 +395,9 @@ def staged_copies(monkeypatch, fresh_plans):
         yield chosen
 
 
-def _view_load(src_name, dst_name, pattern, layer, *, mla=False, geometry=(2, POOL, 16, 8, 64), warps=3):
-    """kv.copy of layer ``layer`` from a pinned-host view to a GPU view, and reference.copy on NumPy twins:
-    every destination byte must agree (poisoned where nothing is written)."""
+def _view_load(src_name, dst_name, pattern, layers, *, mla=False, geometry=(2, POOL, 16, 8, 64), warps=3):
+    """kv.copy of ``layers`` (kv.copy's argument) from a pinned-host view to a GPU view, and reference.copy on
+    NumPy twins: every destination byte must agree (poisoned where nothing is written)."""
     from kvnumba import reference
     from tests.helpers.view_cases import POISON as VIEW_POISON, assert_same_bytes, make_view, view_bytes
 
@@ -406,8 +406,8 @@ def _view_load(src_name, dst_name, pattern, layer, *, mla=False, geometry=(2, PO
     dst_np, dst = make_view(dst_name, *geometry, rng, poison=True, mla=mla, place=("device", "numba"))
     si = _patterns(geometry[2])[pattern].astype(np.int64)
     di = rng.permutation(POOL)[:len(si)].astype(np.int64)
-    kv.copy(src, dst, device(si), device(di), layer, block_quota=2, num_warps_per_block=warps, route="kernel")
-    reference.copy(src_np, dst_np, si, di, layer)
+    kv.copy(src, dst, device(si), device(di), layers, block_quota=2, num_warps_per_block=warps, route="kernel")
+    reference.copy(src_np, dst_np, si, di, layers)
     assert assert_same_bytes(view_bytes(dst), view_bytes(dst_np), VIEW_POISON, f"{src_name} -> {dst_name}") > 0
 
 
@@ -440,16 +440,7 @@ def test_a_view_load_of_layer_zero_and_of_the_last(staged_copies, staged_ring):
 @pytest.mark.parametrize("layers", [None, range(0, 2)])
 def test_a_view_copy_of_several_layers_stays_on_registers(staged_copies, layers):
     """The staged kernel loads one layer a call: a copy of several layers takes the register kernel."""
-    from kvnumba import reference
-    from tests.helpers.view_cases import POISON as VIEW_POISON, assert_same_bytes, make_view, view_bytes
-
-    rng = np.random.default_rng(2)
-    src_np, src = make_view("PageFirst", 2, POOL, 16, 8, 64, rng, poison=False, mla=False, place=("host", "numba"))
-    dst_np, dst = make_view("LayerFirst", 2, POOL, 16, 8, 64, rng, poison=True, mla=False, place=("device", "numba"))
-    si, di = np.arange(8, dtype=np.int64), np.arange(20, 28, dtype=np.int64)
-    kv.copy(src, dst, device(si), device(di), layers, num_warps_per_block=3, route="kernel")
-    reference.copy(src_np, dst_np, si, di, layers)
-    assert_same_bytes(view_bytes(dst), view_bytes(dst_np), VIEW_POISON, "PageFirst -> LayerFirst")
+    _view_load("PageFirst", "LayerFirst", "runs", layers)
     assert staged_copies == [False]
 
 
