@@ -143,12 +143,12 @@ def check_arithmetic(view: Any, heads: int) -> None:
                                                 g.tokens)
     kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None else [("v", view.v)])
     for which, buffer in kinds:  # V too where it shares K's arrays (vLLM): its addresses differ
+        offset = _integer(view.kind_offset(which), f"kind_offset({which!r})", name)
         if view.per_layer:  # a table of layer addresses: layer l starts at its own array's address (+ an offset)
             layers = []
             for i, layer in enumerate(buffer):
                 label = f"{which}[{i}]"
                 shape, itemsize, _ = shape_of(layer, label)
-                offset = view.kind_offset(which)
                 layers.append((label, offset, offset, i, i, math.prod(shape) * itemsize, {offset % 8}))
         else:
             shape, itemsize, _ = shape_of(buffer, which)
@@ -159,7 +159,8 @@ def check_arithmetic(view: Any, heads: int) -> None:
                                  f"layers span [{found[0][0]}, {found[0][2]}] at base 0, [{found[1][0]}, "
                                  f"{found[1][2]}] at base {1 << 40}): kvnumba cannot bound it")
             l_lo, l_lo_at, l_hi, l_hi_at, l_res = found[0]
-            layers = [(which, l_lo, l_hi, l_lo_at, l_hi_at, math.prod(shape) * itemsize, l_res)]
+            layers = [(which, l_lo + offset, l_hi + offset, l_lo_at, l_hi_at, math.prod(shape) * itemsize,
+                       {(r + offset) % 8 for r in l_res})]
         for label, l_lo, l_hi, l_lo_at, l_hi_at, nbytes, l_res in layers:
             low, high = l_lo + t_lo + head_lo, l_hi + t_hi + head_hi + chunk
             if high > nbytes or low < 0:
@@ -169,8 +170,10 @@ def check_arithmetic(view: Any, heads: int) -> None:
                 start = high - chunk if over else low
                 how = f"{heads} heads of {chunk} bytes" if heads > 1 else f"whole items of {chunk} bytes"
                 raise ValueError(f"{name}: its address arithmetic puts token {token}, layer {layer}, head {head} "
-                                 f"at bytes [{start}, {start + chunk}) outside {label} ({nbytes} bytes), copying {how}")
+                                 f"at bytes [{start}, {start + chunk}) outside {label} ({nbytes} bytes), copying {how}"
+                                 + (f"; its kind_offset({which!r}) is {offset}" if offset else ""))
             if {(a + b) % 8 for a in l_res for b in t_res} != {0} or (heads > 1 and stride % 8):
                 raise ValueError(f"{name}: its address arithmetic puts items of {label} off 8-byte boundaries "
                                  f"(layer offsets mod 8: {sorted(l_res)}, token offsets mod 8: {sorted(t_res)}, "
-                                 f"head stride {stride}): the kernels move 8-byte words")
+                                 f"head stride {stride}): the kernels move 8-byte words"
+                                 + (f"; its kind_offset({which!r}) is {offset}" if offset else ""))

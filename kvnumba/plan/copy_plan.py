@@ -15,6 +15,7 @@ import numpy as np
 
 from ..arrays import ArrayInfo, array_info
 from ..checks import validate
+from ..checks.extents import kind_offset as checked_kind_offset
 from ..checks.user_layouts import check_user_layout
 from ..kernels import layouts
 from . import routes
@@ -177,12 +178,13 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
                  for i, b in enumerate(view.buffers(which))]
         if devices is not None:
             devices.extend(i.device for i in infos)
+        offset = checked_kind_offset(view, which, [i.nbytes for i in infos], name)  # the class's word, checked
         if not view.per_layer:
-            ptrs.append(infos[0].ptr + view.kind_offset(which))
+            ptrs.append(infos[0].ptr + offset)
             if bases is not None:
                 bases.append([ptrs[-1]])
             continue
-        addresses = [i.ptr + view.kind_offset(which) for i in infos]
+        addresses = [i.ptr + offset for i in infos]
         if bases is not None:
             bases.append(list(addresses))
         if window == 1 and one_layer:  # one layer: its address goes in directly, no table to read per item

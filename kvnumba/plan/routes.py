@@ -16,7 +16,9 @@ call is available on the stream (not the legacy default stream) and the copies a
 ``COPY_ENGINE_MIN_BYTES``; the kernel otherwise (indices on the GPU never cost a synchronisation).
 
 Only kvnumba's own layouts have their address arithmetic evaluated on the host (a layout of your own
-goes by kernel). ``last_route()`` says which route the last ``kv.copy`` took.
+goes by kernel). A subclass of one of kvnumba's views takes either route: the copy engine's addresses are
+the same arithmetic the kernel runs, over the same checked offsets and geometry (``checks.extents``).
+``last_route()`` says which route the last ``kv.copy`` took.
 """
 from typing import Any, NamedTuple
 

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 from ..api import views
 from ..arrays import array_info
 from ..checks import validate
+from ..checks.extents import kind_offset as checked_kind_offset
 from ..driver.target import SIMULATOR
 from ..kernels import layouts
 from ..plan.sides import KINDS, Side
@@ -67,7 +68,7 @@ def of_view(view: views.CacheView, name: str) -> Side:
                 buffers.append(key)
                 places.append(_place(info))
             index.append(buffers.index(key))
-        offset = view.kind_offset(which)
+        offset = checked_kind_offset(view, which, [i.nbytes for i in infos], name)  # the class's word, checked
         if parts.table:
             bases.append([i.ptr + offset for i in infos])
             buffer_of.append(index)

@@ -1,0 +1,96 @@
+"""Every byte a copy of a view can touch lies in the buffer its pointer came from, whatever the view's class
+says: the safety net under every plan (``plan.copy_plan.view_side``) and every export (``remote.sides``).
+
+A plan adds ``view.kind_offset(which)`` to a buffer's address and lets the kernel (or the copy engine, which
+evaluates the same arithmetic on the host) reach ``layer part + token part + head part`` beyond it. So for
+each kind, once per plan, the offset must be a non-negative integer and ``offset + hull`` must lie within
+the buffer, where the hull is the span of the layout's arithmetic over every layer, token and head:
+
+- kvnumba's own view classes: their parts grow with layer, token and head, so the hull runs from the first
+  byte of (layer 0, token 0, head 0) to the last of (L-1, T-1, H-1);
+- any other class (a subclass of a built-in one included): evaluated at every layer and token
+  (``checks.user_layouts``), since its geometry or arithmetic may be its own.
+
+The hull is remembered per view (weakly); the offset is read and checked on every plan, since that is the
+value the pointers get.
+"""
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+from .user_layouts import _bases, _layer_offset, _over, _scalar
+
+# view -> (heads, lo, hi): bytes [lo, hi) from a buffer's address (a table layout: from each layer's own)
+_hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
+
+
+def copy_heads_of(view: Any) -> int:
+    """The heads a copy of ``view`` goes by as far as its own bytes go: its heads where it splits them, else
+    one (a copy by heads of a layout that keeps a token's heads together touches the same bytes)."""
+    return view.geometry.heads if view.head_split else 1
+
+
+def hull(view: Any) -> tuple[int, int]:
+    """``[lo, hi)``: the bytes a copy of ``view`` can touch, from its buffer's address (for a per-layer view,
+    from each layer's own address), before ``kind_offset``."""
+    heads = copy_heads_of(view)
+    known = _hulls.get(view)
+    if known is not None and known[0] == heads:
+        return known[1], known[2]
+    lo, hi = (_corners if type(view).built_in else _everywhere)(view, heads)
+    _hulls[view] = (heads, lo, hi)
+    return lo, hi
+
+
+def _corners(view: Any, heads: int) -> tuple[int, int]:
+    g = view.geometry
+    layer_base, token_offset, head_stride = view.parts.py
+    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
+    stride = int(head_stride(dim, item, heads, page))
+    first = int(token_offset(0, dim, item, heads, page))
+    last = int(token_offset(g.tokens - 1, dim, item, heads, page)) + (heads - 1) * stride + item // heads
+    if not view.parts.table:
+        first += int(layer_base(0, 0, dim, item, heads, page))
+        last += int(layer_base(0, g.layers - 1, dim, item, heads, page))
+    return first, last
+
+
+def _everywhere(view: Any, heads: int) -> tuple[int, int]:
+    g = view.geometry
+    name = type(view).__name__
+    layer_base, token_offset, head_stride = view.parts.py
+    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
+    stride = _scalar(lambda _: head_stride(dim, item, heads, page), 0, "head_stride", name)
+    t_lo, _, t_hi, _, _ = _over(name, "token_offset", lambda t: token_offset(t, dim, item, heads, page), g.tokens)
+    lo, hi = t_lo + min(0, (heads - 1) * stride), t_hi + max(0, (heads - 1) * stride) + item // heads
+    if not view.parts.table:
+        base = _bases(view.k)[0]
+        l_lo, _, l_hi, _, _ = _over(name, "layer_base", functools.partial(_layer_offset, layer_base, base, dim, item,
+                                                                           heads, page), g.layers)
+        lo, hi = lo + l_lo, hi + l_hi
+    return lo, hi
+
+
+def kind_offset(view: Any, which: str, nbytes: list[int], label: str) -> int:
+    """``view.kind_offset(which)``, checked: an integer >= 0 that keeps every byte a copy can touch inside
+    each of the kind's buffers (``nbytes``: their sizes, one per layer for a per-layer view). ``TypeError`` /
+    ``ValueError`` naming the view (``label``) otherwise."""
+    name = type(view).__name__
+    offset = view.kind_offset(which)
+    if isinstance(offset, bool) or not hasattr(offset, "__index__"):
+        raise TypeError(f"{label}: {name}.kind_offset({which!r}) gave {offset!r} ({type(offset).__name__}); it must "
+                        "be an integer number of bytes")
+    offset = int(offset.__index__())
+    if offset < 0 or offset % 8:
+        raise ValueError(f"{label}: {name}.kind_offset({which!r}) gave {offset}; it must be a non-negative multiple "
+                         "of 8 bytes")
+    lo, hi = hull(view)
+    for i, size in enumerate(nbytes):
+        if offset + lo < 0 or offset + hi > size:
+            where = f"{which}[{i}]" if len(nbytes) > 1 else which
+            raise ValueError(f"{label}: {name} with kind_offset({which!r}) = {offset} reaches bytes "
+                             f"[{offset + lo}, {offset + hi}) of {where}, which holds {size} bytes: a copy would "
+                             "touch memory outside the buffer")
+    return offset
