@@ -277,3 +277,27 @@ def test_override_refuses_bad_tuning_values_before_changing_anything(monkeypatch
         with config.override(**values):
             pass
     assert config._tuning == before and "KVNUMBA_LOAD_PATH" not in os.environ and not config._open
+
+
+@pytest.mark.needs_target
+def test_a_setting_changed_under_override_reaches_the_next_fp8_copy():
+    """FP8 copies' plans are cached plans like the others: kv.clear_plan_caches() and config.override drop them."""
+    import numpy as np
+
+    import kvnumba as kv
+    from kvnumba.api import fp8_copy
+    from tests.fp8.cases import make_fp8
+    from tests.helpers.placement import PLACE
+
+    rng = np.random.default_rng(0)
+    plain = kv.LayerFirst(*(PLACE["host"](rng.normal(size=(2, 8, 2, 16)).astype(np.float16)) for _ in range(2)))
+    _, fp8 = make_fp8("LayerFirst", 2, 8, 4, 2, 16, dtype="float16")
+    idx = np.arange(2, dtype=np.int64)
+    kv.copy(plain, fp8, idx, idx)
+    assert fp8_copy.plan_for(plain, fp8).host_index_checks
+    with config.override(host_index_checks=False):
+        assert not fp8_copy.plan_for(plain, fp8).host_index_checks
+        kv.copy(plain, fp8, idx, idx)
+    assert fp8_copy.plan_for(plain, fp8).host_index_checks
+    kv.clear_plan_caches()
+    assert not fp8_copy._plans

@@ -53,8 +53,8 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any,
     _mode(src_view, dst_view)  # both views (one FP8), before anything is read of them
     src_view.check_unchanged("src_view", layers)
     dst_view.check_unchanged("dst_view", layers)
-    plan_for(src_view, dst_view, layers).run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
-                                             check or guard.ALWAYS_CHECK)
+    plan_for(src_view, dst_view, layers, stream).run(src_indices, dst_indices, block_quota, num_warps_per_block,
+                                                     stream, check or guard.ALWAYS_CHECK)
 
 
 def _call_checks(route: Any) -> None:
@@ -74,9 +74,10 @@ def involves_fp8(src_view: Any, dst_view: Any) -> bool:
 _plans: dict[tuple, tuple] = {}
 
 
-def plan_for(src_view: Any, dst_view: Any, layers: Any = None) -> Fp8Plan:
+def plan_for(src_view: Any, dst_view: Any, layers: Any = None, stream: Any = None) -> Fp8Plan:
     """The memoised plan of ``kv.copy(src_view, dst_view, ..., layers)`` (found by the views' identity, and
-    whether the destination's NumPy arrays are all writable: one made read-only since is checked again)."""
+    whether the destination's NumPy arrays are all writable: one made read-only since is checked again).
+    A plan is not built while ``stream`` (the call's) is being captured: it allocates and copies."""
     try:
         key = (id(src_view), id(dst_view), layers, all(map(WRITEABLE, getattr(dst_view, "flagged", ()))))
         hash(key)
@@ -86,6 +87,8 @@ def plan_for(src_view: Any, dst_view: Any, layers: Any = None) -> Fp8Plan:
         found = _plans.get(key)
         if found is not None and found[0]() is src_view and found[1]() is dst_view:
             return found[2]
+    capture.refuse(capture.current_handle(stream), "building a plan (a first FP8 copy with these views: it "
+                   "allocates and copies)", "make one call with the same views before the capture")
     plan = Fp8Plan(src_view, dst_view, layers)
     if key is not None:
         if len(_plans) > 1024:

@@ -387,10 +387,11 @@ def plain(name: str) -> Transfer:
 
 
 def clear_plan_caches() -> None:
-    """Forget every cached plan of the plain entry points (settings read at plan build, such as
+    """Forget every cached plan, FP8 copies' included (settings read at plan build, such as
     ``KVNUMBA_LOAD_PATH``, apply to the next call)."""
     for transfer in _PLAIN.values():
         transfer._cache.clear()
+    fp8_copy.clear()
     clear_shapes()
     staged_plan.clear()
 

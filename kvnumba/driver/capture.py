@@ -19,19 +19,24 @@ import sys
 from ..errors import CaptureError
 from .target import SIMULATOR
 
-_simulated: set[int] = set()  # the simulator's "capturing" stream handles (simulated_capture)
+_simulated: dict[int, int] = {}  # the simulator's "capturing" stream handles, and how deep (simulated_capture)
 
 
 @contextlib.contextmanager
 def simulated_capture(handle=0):
-    """On the simulator: the block runs as if stream ``handle`` were being captured (for tests)."""
+    """On the simulator: the block runs as if stream ``handle`` were being captured (for tests). Nested blocks
+    count: the stream captures until the outermost one ends."""
     if not SIMULATOR:
         raise RuntimeError("simulated_capture is the simulator's stand-in; on a GPU capture a real graph")
-    _simulated.add(int(handle))
+    handle = int(handle)
+    _simulated[handle] = _simulated.get(handle, 0) + 1
     try:
         yield
     finally:
-        _simulated.discard(int(handle))
+        if _simulated[handle] == 1:
+            del _simulated[handle]
+        else:
+            _simulated[handle] -= 1
 
 
 if SIMULATOR:

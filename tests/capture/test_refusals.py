@@ -111,3 +111,40 @@ def test_refused_inside_a_real_capture_which_stays_valid(what):
     graph.replay()
     torch.cuda.synchronize()
     assert torch.equal(dst[:8].cpu(), k[:8]) and (dst[8:] == POISON).all() and (other == POISON).all()
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's stand-in capture")
+def test_nested_simulated_captures_capture_until_the_outermost_ends():
+    src, dst, _ = _views()
+    idx = np.arange(8, dtype=np.int64)
+    kv.copy(src, dst, idx, idx, route="kernel")  # the plan, outside
+    dst.k[...] = POISON
+    dst.v[...] = POISON
+    with capture.simulated_capture(0):
+        with capture.simulated_capture(0):
+            assert capture.capturing(0)
+        assert capture.capturing(0), "the inner block ended the outer capture"
+        with pytest.raises(kv.CaptureError, match="cannot be captured"):
+            kv.copy(src, dst, idx, idx, route="kernel", check=True)
+    assert not capture.capturing(0)
+    assert _untouched(dst)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's stand-in capture")
+def test_a_first_fp8_copy_is_refused_in_a_simulated_capture():
+    """An FP8 copy builds its plan like any copy, and not while the stream is being captured."""
+    from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8
+
+    rng = np.random.default_rng(2)
+    plain = kv.LayerFirst(*(PLACE["host"](rng.normal(size=(2, 16, 2, 16)).astype(np.float16)) for _ in range(2)))
+    _, fp8 = make_fp8("LayerFirst", 2, 16, 4, 2, 16, place="device", dtype="float16")
+    idx = np.arange(4, dtype=np.int64)
+    kv.clear_plan_caches()
+    with capture.simulated_capture(0):
+        with pytest.raises(kv.CaptureError, match="building a plan"):
+            kv.copy(plain, fp8, idx, idx)
+    assert all((b == FP8_POISON).all() for b in fp8_bytes(fp8)), "a refused FP8 copy wrote bytes"
+    kv.copy(plain, fp8, idx, idx)  # outside the capture: fine, and the plan is kept
+    with capture.simulated_capture(0):
+        with pytest.raises(kv.CaptureError, match="check=True"):
+            kv.copy(plain, fp8, idx, idx, check=True)
