@@ -128,6 +128,7 @@ class CacheView:
                 raise ValueError(f"{name}: v has the geometry {other}, k has {self.geometry}")
         if self.parts is None:
             raise TypeError(f"{name} defines no address arithmetic (layer_base, token_offset, head_stride)")
+        _refuse_empty(self, "k")
         self._held, self._kept, self.flagged = hold(self)
         check_user_layout(self)
 
@@ -212,6 +213,20 @@ class CacheView:
         g = self.geometry
         return (f"{type(self).__name__}(L={g.layers}, T={g.tokens}, P={g.page_size}, H={g.heads}, "
                 f"item={g.item_bytes} B{', MLA' if self.mla else ''})")
+
+
+def _refuse_empty(view: CacheView, argument: str) -> None:
+    """``ValueError`` naming ``argument`` for a view of no layers, no tokens or empty items: a copy of it
+    could move nothing, and every index into it would be out of range."""
+    g = view.geometry
+    for what, count in (("layers", g.layers), ("tokens", g.tokens), ("item bytes", g.item_bytes)):
+        if count == 0:
+            raise ValueError(f"{type(view).__name__}: {argument} holds 0 {what} (shape {view.array(_first(view.k))[0]}); "
+                             "a cache view needs at least one layer, one token and a non-empty item")
+
+
+def _first(buffer: Any) -> Any:
+    return buffer[0] if isinstance(buffer, (list, tuple)) else buffer
 
 
 class Geometry:
@@ -445,6 +460,7 @@ class _Blocks(CacheView):
         self.itemsize = shape_of(self.caches[0], "caches[0]")[1]
         self.k = self.caches
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
+        _refuse_empty(self, "caches")
         self._held, self._kept, self.flagged = hold(self)
         check_user_layout(self)
 

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import kvnumba
+import kvnumba as kv
 from tests.helpers.placement import device, to_numpy
 
 pytestmark = pytest.mark.needs_target
@@ -81,3 +82,24 @@ def test_layout_names_fail_early():
 def test_unknown_stream_object():
     with pytest.raises(TypeError, match="stream must be a CUDA stream"):
         kvnumba.transfer_kv_per_layer(**_per_layer_args(), stream="fast")
+
+
+EMPTY_VIEWS = {
+    "LayerFirst, 0 layers": (lambda: kv.LayerFirst(np.zeros((0, 8, 2, 8), np.int16)), "k holds 0 layers"),
+    "LayerFirst, 0 tokens": (lambda: kv.LayerFirst(np.zeros((2, 0, 2, 8), np.int16)), "k holds 0 tokens"),
+    "LayerFirst, empty items": (lambda: kv.LayerFirst(np.zeros((2, 8, 2, 0), np.int16)), "k holds 0 item bytes"),
+    "LayerFirst list, 0 tokens": (lambda: kv.LayerFirst([np.zeros((0, 16), np.int16)] * 2), "k holds 0 tokens"),
+    "PageFirst, 0 tokens": (lambda: kv.PageFirst(np.zeros((0, 2, 16), np.int16)), "k holds 0 tokens"),
+    "PageFirst, 0 layers": (lambda: kv.PageFirst(np.zeros((8, 0, 16), np.int16)), "k holds 0 layers"),
+    "PageFirstDirect, 0 pages": (lambda: kv.PageFirstDirect(np.zeros((0, 2, 4, 16), np.int16)), "k holds 0 tokens"),
+    "PageHead, 0 layers": (lambda: kv.PageHead(np.zeros((2, 2, 4, 0, 8), np.int16)), "k holds 0 layers"),
+    "VllmFlashAttn, 0 blocks": (lambda: kv.VllmFlashAttn([np.zeros((2, 0, 4, 2, 8), np.int16)]),
+                                "caches holds 0 tokens"),
+}
+
+
+@pytest.mark.parametrize("case", list(EMPTY_VIEWS))
+def test_an_empty_view_is_refused_when_built(case):
+    make, message = EMPTY_VIEWS[case]
+    with pytest.raises(ValueError, match=message):
+        make()
