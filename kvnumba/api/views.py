@@ -30,6 +30,7 @@ its geometry from a buffer's shape, and a NumPy view for the reference (see ``Ca
 """
 from __future__ import annotations
 
+import contextvars
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal, SupportsIndex
 
@@ -215,9 +216,25 @@ class CacheView:
                 f"item={g.item_bytes} B{', MLA' if self.mla else ''})")
 
 
+_PICTURE_ONLY = contextvars.ContextVar("picture_only", default=False)  # picture(): an empty cache allowed
+
+
+def picture(cls: type[CacheView], array: Any) -> CacheView:
+    """A view of class ``cls`` over one whole-cache ``array`` for its geometry and NumPy picture alone
+    (``kv.convert`` reads shapes this way): a cache of no layers or no tokens is allowed here, where a view
+    made to be copied refuses it."""
+    token = _PICTURE_ONLY.set(True)
+    try:
+        return cls(array)
+    finally:
+        _PICTURE_ONLY.reset(token)
+
+
 def _refuse_empty(view: CacheView, argument: str) -> None:
     """``ValueError`` naming ``argument`` for a view of no layers, no tokens or empty items: a copy of it
     could move nothing, and every index into it would be out of range."""
+    if _PICTURE_ONLY.get():
+        return
     g = view.geometry
     for what, count in (("layers", g.layers), ("tokens", g.tokens), ("item bytes", g.item_bytes)):
         if count == 0:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..api.views import CacheView, view_class, view_name
+from ..api.views import CacheView, picture, view_class, view_name
 from ..checks import validate
 
 __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_page_size"]
@@ -54,7 +54,7 @@ def dims(src: type[CacheView], shape: Sequence[int], page_size: int | None = Non
     """``L``, ``T`` and the item shape of an array of ``shape`` in layout ``src``, as its view reads them;
     ``ValueError`` if the shape is not the layout's, or its pages are not ``page_size`` tokens."""
     shape = tuple(int(n) for n in shape)
-    view = src(_shaped(shape))  # a whole-tensor view takes one array
+    view = picture(src, _shaped(shape))  # a whole-tensor view takes one array
     g = view.geometry
     if page_size is not None and src.paged and g.page_size != page_size:
         raise ValueError(f"{view_name(src)}: its page size is {g.page_size} (shape {shape}), "
@@ -101,7 +101,7 @@ def canonical_view(array: np.ndarray, lay: type[CacheView], page_size: int) -> n
     """A view of ``array`` (layout ``lay``) with axes ``(L, T // P, P, *item)``, ``P = page_size``: its view
     class's ``logical`` picture, regrouped into pages of ``P`` in place (a view, never a copy: the NumPy
     engine writes through it)."""
-    logical = lay(array).logical(array)
+    logical = picture(lay, array).logical(array)
     layers, pages, page, *item = logical.shape
     if page == page_size:
         return logical
