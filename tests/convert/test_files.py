@@ -1,5 +1,6 @@
 """``kvnumba convert`` on real files: pure logic, no CUDA needed (``kvnumba info``: tests/cli/test_info.py)."""
 import errno
+import math
 import os
 import re
 import sys
@@ -10,6 +11,7 @@ import pytest
 import kvnumba
 from kvnumba import config
 from kvnumba.convert import files, outputs, signals
+from kvnumba.convert.shapes import converted_shape
 from kvnumba.tools import cli, progress
 
 
@@ -209,8 +211,34 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["convert", "a.npy", "b.npy", "--from", "layer_frist", "--to", "pf"])
     assert exit_info.value.code == 2
-    assert ("argument --from: unknown layout 'layer_frist': expected a kvnumba.CacheView subclass, one of layer_first, "
-            "page_first, page_first_direct") in capsys.readouterr().err
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvnumba convert: error: argument --from: unknown layout 'layer_frist': expected one of "
+                           "layer_first (lf), page_first (pf), ")
+    assert len(line) < 250, line
+    # It lists exactly the layouts convert takes: each one converts, and none it refuses is named.
+    from kvnumba.api.views import BUILT_IN
+
+    listed = set(re.findall(r"\b([a-z_]+) \(([a-z]+)\)", line))
+    assert listed == {(c.name, c.short_name) for c in BUILT_IN if c.whole_tensor}
+    for name, short in listed:
+        assert converted_shape((2, 8, 4, 16), "lf", name, 4) and converted_shape((2, 8, 4, 16), "lf", short, 4)
+    for refused in (c.name for c in BUILT_IN if not c.whole_tensor):
+        assert refused not in line
+        with pytest.raises(ValueError, match=f"^dst: {refused} keeps a cache in per-layer arrays"):
+            converted_shape((2, 8, 4, 16), "lf", refused, 4)
+
+
+@pytest.mark.parametrize("shape", [(16, 8), (16,)], ids=["2-D", "1-D"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
+def test_a_shape_that_is_not_the_layouts_names_the_file(tmp_path, capsys, suffix, shape):
+    path = tmp_path / f"flat{suffix}"
+    _save(path, k=_cache()[0, 0, 0, :1].repeat(math.prod(shape)).reshape(shape))
+    where = re.escape(str(path)) + ("" if suffix == ".npy" else r"\[k\]")
+    with pytest.raises(ValueError, match=f"^{where}: LayerFirst: a buffer is \\[L, T, \\*item\\], got {re.escape(str(shape))}"):
+        files.convert_file(path, tmp_path / f"out{suffix}", "lf", "pf")
+    assert cli.main(["convert", str(path), str(tmp_path / f"out{suffix}"), "--from", "lf", "--to", "pf", "-q"]) == 1
+    assert f"{path}" in capsys.readouterr().err
+    assert _files(tmp_path) == [f"flat{suffix}"]
 
 
 def test_input_kind_is_checked(tmp_path, capsys):
