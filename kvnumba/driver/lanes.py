@@ -35,7 +35,10 @@ _MOST_HANDLE = 2**64 - 1  # a CUstream is a pointer
 class LaneStream:
     """One lane's stream. Pass it as ``stream=`` to kvnumba, or wrap its ``handle`` for a framework:
     ``torch.cuda.ExternalStream(lane.handle)``, ``cupy.cuda.ExternalStream(lane.handle)``,
-    ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol."""
+    ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol.
+
+    ``handle`` (an int from 0 to 2**64 - 1), ``sms`` (None, or 1 to 1024) and ``name`` (a str) are checked
+    when it is made (``TypeError`` / ``ValueError`` naming the field) and cannot be changed afterwards."""
 
     __slots__ = ("handle", "sms", "name")
 
