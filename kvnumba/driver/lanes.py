@@ -41,6 +41,9 @@ class LaneStream:
     when it is made (``TypeError`` / ``ValueError`` naming the field) and cannot be changed afterwards."""
 
     __slots__ = ("handle", "sms", "name")
+    handle: int
+    sms: int | None
+    name: str
 
     def __init__(self, handle: int, sms: int | None, name: str) -> None:
         # Checked here, and frozen below, so that kv.copy(stream=lane) never launches on a bad handle.
