@@ -234,7 +234,8 @@ def test_a_shape_that_is_not_the_layouts_names_the_file(tmp_path, capsys, suffix
     path = tmp_path / f"flat{suffix}"
     _save(path, k=_cache()[0, 0, 0, :1].repeat(math.prod(shape)).reshape(shape))
     where = re.escape(str(path)) + ("" if suffix == ".npy" else r"\[k\]")
-    with pytest.raises(ValueError, match=f"^{where}: LayerFirst: a buffer is \\[L, T, \\*item\\], got {re.escape(str(shape))}"):
+    message = f"^{where}: LayerFirst: a buffer is \\[L, T, \\*item\\], got {re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=message):
         files.convert_file(path, tmp_path / f"out{suffix}", "lf", "pf")
     assert cli.main(["convert", str(path), str(tmp_path / f"out{suffix}"), "--from", "lf", "--to", "pf", "-q"]) == 1
     assert f"{path}" in capsys.readouterr().err
