@@ -245,3 +245,13 @@ def test_how_it_is_built_names_every_module():
                      or p.parent == package)
     missing = [str(m) for m in modules if not re.search(rf"(^|\s){re.escape(m.name)}\s", tree, flags=re.M)]
     assert not missing, f"not in docs/architecture.md's file tree: {missing}"
+
+
+@pytest.mark.parametrize("path", ["site/index.html", "site/notebooks/01_layouts/index.html"])
+def test_the_built_site_is_not_tracked(path):
+    """``mkdocs build`` writes the site into ``site/`` (mkdocs.yml sets no other ``site_dir``): git ignores it."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    assert "site_dir" not in (ROOT / "mkdocs.yml").read_text()
+    ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=ROOT, timeout=60)
+    assert ignored.returncode == 0, f"{path} is not git-ignored: add /site/ to .gitignore"

@@ -24,7 +24,7 @@ from typing import Any, SupportsIndex
 
 import numpy as np
 
-from ..arrays import device_array, pinned
+from ..arrays import array_info, device_array, pinned
 from ..kernels.fp8_format import fp8_format, plain_dtype
 from .views import CacheView, LayerTable
 
@@ -49,8 +49,9 @@ class Fp8View:
     Raises
     ------
     TypeError, ValueError
-        Naming the argument: not views, views of different classes or geometry, codes not uint8, scales
-        not float32 ``(H, 1)``, ``D`` not a multiple of 4, an unknown ``fmt`` or ``dtype``.
+        Naming the argument: not views, views of different classes or geometry, codes not uint8 (int8
+        too is refused), scales not float32 ``(H, 1)``, scales that share bytes with codes, ``D`` not a
+        multiple of 4, an unknown ``fmt`` or ``dtype``.
     """
 
     def __init__(self, codes: CacheView, scales: CacheView, fmt: str = "e4m3", *, dtype: str | None = None) -> None:
@@ -72,7 +73,7 @@ class Fp8View:
         fmt = fp8_format(fmt).name
         self.dtype = None if dtype is None else plain_dtype(dtype)
         gc, gs = codes.geometry, scales.geometry
-        if codes.itemsize != 1 or gc.dtype not in ("uint8", "int8"):
+        if codes.itemsize != 1 or gc.dtype != "uint8":
             raise TypeError(f"Fp8View: codes must hold uint8 FP8 bit patterns, got {gc.dtype}")
         if scales.itemsize != 4 or gs.dtype != "float32":
             raise TypeError(f"Fp8View: scales must be float32, got {gs.dtype}")
@@ -89,6 +90,7 @@ class Fp8View:
         head_dim = gc.item_bytes // gc.heads
         if head_dim == 0 or head_dim % 4:
             raise ValueError(f"Fp8View: codes' heads must hold a multiple of 4 elements, got {head_dim}")
+        _apart(codes, scales)
         self.codes, self.scales, self.fmt = codes, scales, fmt
         # NumPy arrays whose writable flag a cached or prepared plan reads again (as CacheView.flagged)
         self.flagged: tuple[Any, ...] = codes.flagged + scales.flagged
@@ -109,6 +111,28 @@ class Fp8View:
         g = self.geometry
         return (f"Fp8View({type(self.codes).__name__}, fmt={self.fmt!r}, L={g.layers}, T={g.tokens}, P={g.page_size}, "
                 f"H={g.heads}, D={self.head_dim}{', MLA' if self.mla else ''})")
+
+
+def _ranges(view: CacheView, name: str) -> list[tuple[str, int, int]]:
+    """``(name, first byte, end)`` of each of ``view``'s buffers (K and V, every layer's)."""
+    out = []
+    for which in ("k", "v"):
+        if getattr(view, which) is None:
+            continue
+        for i, buffer in enumerate(view.buffers(which)):
+            label = f"{name}.{which}[{i}]" if view.per_layer else f"{name}.{which}"
+            info = array_info(buffer, label)
+            out.append((label, info.ptr, info.ptr + info.nbytes))
+    return out
+
+
+def _apart(codes: CacheView, scales: CacheView) -> None:
+    """Scales that share bytes with codes would be overwritten by them (and overwrite them) in a copy."""
+    for name, start, end in _ranges(scales, "scales"):
+        for other, low, high in _ranges(codes, "codes"):
+            if start < high and low < end:
+                raise ValueError(f"Fp8View: {name} overlaps {other} (bytes 0x{max(start, low):x} to "
+                                 f"0x{min(end, high):x}): scales and codes must be separate buffers")
 
 
 def plain_dtype_of(plain: CacheView, quantised: Fp8View) -> str:

@@ -595,10 +595,11 @@ def view_name(cls: type[CacheView]) -> str:
     return cls.name if cls.name is not None and NAMES.get(cls.name) is cls else f"{cls.__module__}:{cls.__qualname__}"
 
 
-def view_class(value: Any, argument: str = "layout") -> type[CacheView]:
+def view_class(value: Any, argument: str = "layout", among: Sequence[type[CacheView]] = ()) -> type[CacheView]:
     """The view class ``value`` names: a ``CacheView`` subclass itself, a string name or short name (read in any
     case, ``-`` for ``_``: ``"Page-First"``), or ``"module:Class"`` naming a subclass (a layout of your own).
-    ``ValueError`` naming ``argument`` otherwise."""
+    ``ValueError`` naming ``argument`` otherwise, listing the names of ``among`` (the layouts the caller
+    takes; all of kvnumba's when empty)."""
     if isinstance(value, type) and issubclass(value, CacheView):
         return value
     if isinstance(value, str) and ":" in value:
@@ -607,10 +608,9 @@ def view_class(value: Any, argument: str = "layout") -> type[CacheView]:
         found = NAMES.get(value.strip().lower().replace("-", "_"))
         if found is not None:
             return found
-    names = ", ".join(cls.name for cls in BUILT_IN if cls.name)
-    short = ", ".join(f"{cls.short_name}={cls.name}" for cls in BUILT_IN if cls.short_name)
-    raise ValueError(f"{argument}: unknown layout {value!r}: expected a kvnumba.CacheView subclass, one of {names} "
-                     f"(or short names {short}), or module:Class naming a view class")
+    names = ", ".join(f"{cls.name} ({cls.short_name})" if cls.short_name else str(cls.name)
+                      for cls in (among or BUILT_IN) if cls.name)
+    raise ValueError(f"{argument}: unknown layout {value!r}: expected one of {names}, or module:Class")
 
 
 def _imported_view(path: str, argument: str) -> type[CacheView]:

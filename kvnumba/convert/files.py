@@ -68,6 +68,16 @@ def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
             bar.advance(block.nbytes)
 
 
+def _shape_in(item, kind, in_path, src, dst, page_size):
+    """``item``'s shape in ``dst``; a shape that does not fit ``src`` is a ``ValueError`` naming the file
+    (and the array, in an archive)."""
+    try:
+        return converted_shape(item.shape, src, dst, page_size)
+    except ValueError as err:
+        where = in_path if kind == ".npy" else f"{in_path}[{item.name}]"
+        raise ValueError(f"{where}: {err}") from None
+
+
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=None,
                  overwrite=False, dtype=None):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
@@ -142,7 +152,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     with interrupt_on_signals(), SOURCES[kind](in_path) as read:
         source = quantised.transformed(read, dtype, in_path)  # as it is, quantised or dequantised
         # every array's shape and dtype is checked before anything is written
-        shapes = {item.name: converted_shape(item.shape, src, dst, page_size) for item in source.items}
+        shapes = {item.name: _shape_in(item, kind, in_path, src, dst, page_size) for item in source.items}
         checked_for(out_kind, source, in_path, out_path)
         base = os.path.basename(in_path)
 

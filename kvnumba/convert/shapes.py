@@ -12,7 +12,7 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..api.views import CacheView, picture, view_class, view_name
+from ..api.views import BUILT_IN, CacheView, picture, view_class, view_name
 from ..checks import validate
 
 __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_page_size"]
@@ -21,7 +21,7 @@ __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_
 def layout(value: Any, argument: str = "layout") -> type[CacheView]:
     """The view class ``value`` names (``kvnumba.api.views.view_class``), one that holds a whole cache's K in
     one array; ``ValueError`` naming ``argument`` otherwise (a per-layer layout, an unknown name)."""
-    cls = view_class(value, argument)
+    cls = view_class(value, argument, among=[c for c in BUILT_IN if c.whole_tensor])
     if not cls.whole_tensor:
         raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables, or K and "
                          "V in one array): a conversion reads and writes one K (or V) tensor of every layer; use kv.copy "

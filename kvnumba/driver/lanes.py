@@ -21,19 +21,42 @@ simulator runs everything in order) and says ``simulated=True``, so code written
 import threading
 import weakref
 
+from ..checks.validate import integer
 from .bindings import check, cu
+from .devices import device_count
 from .target import SIMULATOR
+
+# No GPU has this many SMs (the largest today have 148): on the simulator, with no GPU to ask, a count
+# past it is a typo, and a stream's SM count past it is a lie.
+MOST_SMS = 1024
+_MOST_HANDLE = 2**64 - 1  # a CUstream is a pointer
 
 
 class LaneStream:
     """One lane's stream. Pass it as ``stream=`` to kvnumba, or wrap its ``handle`` for a framework:
     ``torch.cuda.ExternalStream(lane.handle)``, ``cupy.cuda.ExternalStream(lane.handle)``,
-    ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol."""
+    ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol.
+
+    ``handle`` (an int from 0 to 2**64 - 1), ``sms`` (None, or 1 to 1024) and ``name`` (a str) are checked
+    when it is made (``TypeError`` / ``ValueError`` naming the field) and cannot be changed afterwards."""
 
     __slots__ = ("handle", "sms", "name")
+    handle: int
+    sms: int | None
+    name: str
 
     def __init__(self, handle: int, sms: int | None, name: str) -> None:
-        self.handle, self.sms, self.name = handle, sms, name
+        # Checked here, and frozen below, so that kv.copy(stream=lane) never launches on a bad handle.
+        handle = integer("handle", handle, minimum=0, maximum=_MOST_HANDLE)
+        if sms is not None:
+            sms = integer("sms", sms, minimum=1, maximum=MOST_SMS)
+        if not isinstance(name, str):
+            raise TypeError(f"name must be a str, got {type(name).__name__}")
+        for slot, value in (("handle", handle), ("sms", sms), ("name", name)):
+            object.__setattr__(self, slot, value)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError(f"LaneStream is read-only: {name} cannot be set")
 
     def __cuda_stream__(self) -> tuple[int, int]:
         return (0, self.handle)
@@ -45,8 +68,25 @@ class LaneStream:
         return f"<LaneStream {self.name}: {self.sms} SMs, handle 0x{self.handle:x}>"
 
 
+def device_ordinal(device: object) -> int:
+    """``device`` as the ordinal of a GPU present (``TypeError`` / ``ValueError`` naming it otherwise)."""
+    device = integer("device", device, minimum=0)
+    count = device_count()
+    if device >= count:
+        raise ValueError(f"device must be < {count} (the number of GPUs{' simulated' if SIMULATOR else ''}), "
+                         f"got {device}")
+    return device
+
+
 def sm_count(device: int = 0) -> int:
-    """The number of SMs of GPU ``device`` (the simulator's stand-in GPU has 1)."""
+    """The number of SMs of GPU ``device`` (the simulator's stand-in GPU has 1).
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``device`` is not an integer, or not the ordinal of a GPU present.
+    """
+    device = device_ordinal(device)
     if SIMULATOR:
         return 1
     from .devices import context
@@ -63,10 +103,11 @@ class SmLanes:
     Parameters
     ----------
     transfer_sms : int
-        SMs to set aside for transfers: at least 1, leaving at least one for compute. The driver rounds
-        it up to its granularity (8 on Hopper); ``transfer_sms`` on the object is the count it gave.
+        SMs to set aside for transfers: at least 1, leaving at least one for compute (at most 1024 on
+        the simulator). The driver rounds it up to its granularity (8 on Hopper); ``transfer_sms`` on
+        the object is the count it gave. NumPy integers are accepted.
     device : int
-        The GPU (default 0).
+        The GPU (default 0): an ordinal of a GPU present.
 
     Attributes
     ----------
@@ -76,6 +117,11 @@ class SmLanes:
         The SMs each set holds (None for ``compute_sms`` on the simulator).
     simulated : bool
         True on the simulator, where both streams are stand-ins.
+
+    Raises
+    ------
+    TypeError, ValueError
+        ``transfer_sms`` or ``device`` is not an integer, or out of range (the error names which).
 
     ``close()`` (or leaving a ``with`` block) destroys the streams and green contexts; wait for their work
     first. A lanes object that is garbage collected is closed then.
@@ -88,15 +134,11 @@ class SmLanes:
     """
 
     def __init__(self, transfer_sms: int, *, device: int = 0) -> None:
-        if isinstance(transfer_sms, bool) or not isinstance(transfer_sms, int):
-            raise TypeError(f"transfer_sms must be an int, got {type(transfer_sms).__name__}")
-        if isinstance(device, bool) or not isinstance(device, int):
-            raise TypeError(f"device must be an int, got {type(device).__name__}")
+        transfer_sms = integer("transfer_sms", transfer_sms, minimum=1, maximum=MOST_SMS)
+        device = device_ordinal(device)
         self.device = device
         self.simulated = SIMULATOR
         if SIMULATOR:
-            if transfer_sms < 1:
-                raise ValueError(f"transfer_sms must be at least 1, got {transfer_sms}")
             self.transfer_sms, self.compute_sms = transfer_sms, None
             self.transfer, self.compute = LaneStream(0, transfer_sms, "transfer"), LaneStream(0, None, "compute")
             self._closer = weakref.finalize(self, _destroy, [], [])

@@ -77,6 +77,9 @@ class Agent:
         self._serial = 0  # numbers each registration, so that another agent tells a new one from an old
         self._loaded: dict[str, dict[int, RemoteView]] = {}  # remote agent -> token -> the view loaded
         self._held: weakref.WeakKeyDictionary[CacheView, _Held] = weakref.WeakKeyDictionary()
+        # Each exported view by id, held until unexport or close: an export of a temporary view
+        # (agent.export(kv.PageFirst(k, v))) stands as long as one of a view the caller keeps.
+        self._exported: dict[int, CacheView] = {}
         self._tokens = tokens.Tokens(self._register_array)
         self._scratch = np.zeros(1, np.uint64)  # where a copy reads the remote token to
         self._remotes: dict[str, int] = {}  # remote agent name -> the instance connected
@@ -111,8 +114,8 @@ class Agent:
         return self._register("DRAM", 0, array.ctypes.data, array.nbytes)
 
     def _hold(self, view: CacheView, name: str) -> _Held:
-        """The view's side, its memory registered with NIXL (once per view; released, and its exports made
-        stale, when the view is collected)."""
+        """The view's side, its memory registered with NIXL (once per view; released when the view is
+        collected, which an exported view is not before ``unexport`` or ``close``)."""
         held = self._held.get(view) if isinstance(view, CacheView) else None
         if held is None:
             side = sides.of_view(view, name)  # TypeError naming ``name`` for what is not a view
@@ -131,7 +134,7 @@ class Agent:
 
     def _drop(self, held: _Held) -> None:
         """A view's exports made stale (their token slots zeroed, then free) and its memory deregistered:
-        at ``unexport``, or when the view is collected."""
+        at ``unexport``, or when a view used only locally is collected."""
         if self.closed:
             return
         for slot, _ in held.exports.values():
@@ -153,9 +156,9 @@ class Agent:
         read-only, True: writable (``ValueError`` for read-only memory). Exporting the same view again
         returns an export of the same memory (the earlier one stays valid).
 
-        The export stands while ``view`` lives: keep the view object. ``unexport(view)``, ``close()``, or
-        the view being collected make every export of it stale (copies through it raise
-        ``StaleExportError``).
+        The agent holds ``view`` (and so its buffers) until ``unexport(view)`` or ``close()``, so an export
+        of a temporary view stands: ``agent.export(kv.PageFirst(k, v))``. Those two make every export of
+        it stale (copies through it raise ``StaleExportError``) and let the view go.
         """
         self._check_open()
         if writable is not None and not isinstance(writable, bool):
@@ -184,12 +187,14 @@ class Agent:
                   "side": sides.header(held.side), "blobs": [hashlib.sha256(b).hexdigest() for b in blobs]}
         text = export.header_text(header)
         self._tokens.write(slot, export.token_of(text))
+        self._exported[id(view)] = view
         return export.encode(text, blobs)
 
     def unexport(self, view: CacheView) -> None:
-        """Make every export of ``view`` stale (copies through it raise ``StaleExportError``) and
-        deregister its memory. Nothing happens for a view this agent never registered."""
+        """Make every export of ``view`` stale (copies through it raise ``StaleExportError``),
+        deregister its memory and let the view go. Nothing happens for a view this agent never registered."""
         self._check_open()
+        self._exported.pop(id(view), None)
         held = self._held.pop(view, None)
         if held is not None:
             self._drop(held)
@@ -210,7 +215,7 @@ class Agent:
             imported); or a field of its header is missing, of the wrong type, out of range or
             inconsistent (the error names it).
         StaleExportError
-            The export no longer stands (unexported, its view collected, its agent closed or replaced),
+            The export no longer stands (unexported, its agent closed or replaced),
             or its header is not the one its exporter wrote (altered).
         RemoteError
             NIXL refused the metadata or the token read.
@@ -451,8 +456,8 @@ class Agent:
                                               "nothing was moved") from error
             raise
         if value != view.token:
-            raise errors.StaleExportError(f"{view!r} is stale: its agent no longer exports that view (unexported, the "
-                                          "view collected, or the agent closed), or the export was altered (its "
+            raise errors.StaleExportError(f"{view!r} is stale: its agent no longer exports that view (unexported, or "
+                                          "the agent closed), or the export was altered (its "
                                           "header is not the one its agent wrote); nothing was moved")
 
     def _read_token(self, view: RemoteView) -> int:
@@ -546,6 +551,7 @@ class Agent:
                 pass
         self._registered.clear()
         self._held = weakref.WeakKeyDictionary()
+        self._exported.clear()
         self.closed = True
         self._nixl = None
 

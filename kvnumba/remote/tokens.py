@@ -3,7 +3,7 @@
 An agent keeps its tokens in slabs of ``TOKEN_SLOTS`` words, each slab registered with NIXL (its
 metadata travels last in every export, with the agent's connection information). A slot holds
 ``kvnumba.remote.export.token_of(header)``, a digest of the export's header, while the export stands,
-and 0 once it does not (``unexport``, the view collected, ``close``). An importer reads the slot
+and 0 once it does not (``unexport``, ``close``). An importer reads the slot
 before every copy and compares it with the digest of the header it holds: a stale export (0, or a
 slot reused by a later export) and an altered one (another digest) do not match.
 """

@@ -1,5 +1,6 @@
 """``kvnumba convert`` on real files: pure logic, no CUDA needed (``kvnumba info``: tests/cli/test_info.py)."""
 import errno
+import math
 import os
 import re
 import sys
@@ -10,6 +11,7 @@ import pytest
 import kvnumba
 from kvnumba import config
 from kvnumba.convert import files, outputs, signals
+from kvnumba.convert.shapes import converted_shape
 from kvnumba.tools import cli, progress
 
 
@@ -209,8 +211,35 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:
         cli.main(["convert", "a.npy", "b.npy", "--from", "layer_frist", "--to", "pf"])
     assert exit_info.value.code == 2
-    assert ("argument --from: unknown layout 'layer_frist': expected a kvnumba.CacheView subclass, one of layer_first, "
-            "page_first, page_first_direct") in capsys.readouterr().err
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("kvnumba convert: error: argument --from: unknown layout 'layer_frist': expected one of "
+                           "layer_first (lf), page_first (pf), ")
+    assert len(line) < 250, line
+    # It lists exactly the layouts convert takes: each one converts, and none it refuses is named.
+    from kvnumba.api.views import BUILT_IN
+
+    listed = set(re.findall(r"\b([a-z_]+) \(([a-z]+)\)", line))
+    assert listed == {(c.name, c.short_name) for c in BUILT_IN if c.whole_tensor}
+    for name, short in listed:
+        assert converted_shape((2, 8, 4, 16), "lf", name, 4) and converted_shape((2, 8, 4, 16), "lf", short, 4)
+    for refused in (c.name for c in BUILT_IN if not c.whole_tensor):
+        assert refused not in line
+        with pytest.raises(ValueError, match=f"^dst: {refused} keeps a cache in per-layer arrays"):
+            converted_shape((2, 8, 4, 16), "lf", refused, 4)
+
+
+@pytest.mark.parametrize("shape", [(16, 8), (16,)], ids=["2-D", "1-D"])
+@pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
+def test_a_shape_that_is_not_the_layouts_names_the_file(tmp_path, capsys, suffix, shape):
+    path = tmp_path / f"flat{suffix}"
+    _save(path, k=_cache()[0, 0, 0, :1].repeat(math.prod(shape)).reshape(shape))
+    where = re.escape(str(path)) + ("" if suffix == ".npy" else r"\[k\]")
+    message = f"^{where}: LayerFirst: a buffer is \\[L, T, \\*item\\], got {re.escape(str(shape))}"
+    with pytest.raises(ValueError, match=message):
+        files.convert_file(path, tmp_path / f"out{suffix}", "lf", "pf")
+    assert cli.main(["convert", str(path), str(tmp_path / f"out{suffix}"), "--from", "lf", "--to", "pf", "-q"]) == 1
+    assert f"{path}" in capsys.readouterr().err
+    assert _files(tmp_path) == [f"flat{suffix}"]
 
 
 def test_input_kind_is_checked(tmp_path, capsys):
@@ -498,7 +527,11 @@ def test_output_space_is_reserved_before_it_is_mapped_for_writing(tmp_path, monk
 _CHILD = """
 import signal, sys, time
 from kvnumba.tools import cli, progress
-signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a shell, even if the test runner ignores it
+# The dispositions of a shell, whatever the test runner's: under nohup (or trap '' HUP) SIGHUP is ignored, and
+# an ignored signal is inherited; kvnumba leaves an ignored signal alone, so the child would sleep through it.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 class AdvanceThenWait(progress.Silent):
     def advance(self, n=1, note=None):
@@ -519,16 +552,26 @@ sys.exit(cli.main(sys.argv[1:]))
 """
 
 
+def _reap(child):
+    """The child ended and waited for, its pipes closed, whatever happened: a child left running (or never
+    waited for) warns when it is collected, failing whichever later test is running then."""
+    if child.poll() is None:
+        child.kill()
+    child.communicate(timeout=60)
+
+
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("old", [True, False], ids=["an old output", "no output yet"])
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT", "SIGHUP"])
 @pytest.mark.parametrize("suffix", [".npy", ".npz", ".safetensors"])
-def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suffix):
+def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suffix, old):
     import signal
     import subprocess
 
     lf = _cache(layers=4, tokens=64)
     _save(tmp_path / f"in{suffix}", k=lf)
-    (tmp_path / f"out{suffix}").write_bytes(b"old")
+    if old:
+        (tmp_path / f"out{suffix}").write_bytes(b"old")
     env = dict(os.environ, KVNUMBA_CHUNK_BYTES="256")  # (the simulator or not: files convert with NumPy)
     env["PYTHONPATH"] = os.pathsep.join([os.path.dirname(os.path.dirname(kvnumba.__file__)), env.get("PYTHONPATH", "")])
     child = subprocess.Popen([sys.executable, "-c", _CHILD, "convert", str(tmp_path / f"in{suffix}"),
@@ -536,16 +579,17 @@ def test_signal_mid_conversion_removes_the_temporary_file(tmp_path, signame, suf
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert child.stdout.readline() == "mid-write\n"
-        assert len(_files(tmp_path)) == 3  # the temporary file is there, mid-write
+        assert len(_files(tmp_path)) == 2 + old  # the temporary file is there, mid-write
         child.send_signal(getattr(signal, signame))
         _, err = child.communicate(timeout=60)
     finally:
-        child.kill()
+        _reap(child)
     signum = getattr(signal, signame)
     assert child.returncode == 128 + signum, err
     assert err.splitlines() == [f"kvnumba convert: error: interrupted by {signame}; the partial output was removed"]
-    assert (tmp_path / f"out{suffix}").read_bytes() == b"old"
-    assert _files(tmp_path) == [f"in{suffix}", f"out{suffix}"]
+    if old:
+        assert (tmp_path / f"out{suffix}").read_bytes() == b"old"
+    assert _files(tmp_path) == [f"in{suffix}"] + [f"out{suffix}"] * old  # no partial file at the destination
 
 
 def test_interrupt_on_signals_raises_and_restores():

@@ -131,9 +131,8 @@ def test_converted_shape():
 
 @pytest.mark.parametrize("args,match", [
     (((100, 32, 8, 128), "page_frist", "layer_first", None),
-     r"src: unknown layout 'page_frist': expected a kvnumba.CacheView subclass, one of layer_first, page_first, "
-     r"page_first_direct, page_head, page_unified, vllm_flash_attn, vllm_flash_infer, layer_table \(or short names "
-     r"lf=layer_first"),
+     r"^src: unknown layout 'page_frist': expected one of layer_first \(lf\), page_first \(pf\), page_first_direct "
+     r"\(pfd\), page_head \(ph\), or module:Class$"),
     (((100, 32, 8, 128), "page_first", "lf2", None), r"dst: unknown layout 'lf2'"),
     (((100, 32, 8, 128), "page_first", "page_first_direct", 64),
      r"page_first_direct needs T divisible by page_size=64: got T=100 \(shape \(100, 32, 8, 128\) in page_first\)"),

@@ -239,23 +239,37 @@ BAD_FILES = [
     ("nested-65", "in.safetensors", _header_bytes(b'{"a": ' + b"[" * 64 + b"]" * 64 + b"}"),
      r"<IN>: not a readable \.safetensors file: its header nests arrays and objects 65 levels deep .*"),
     ("shape-does-not-fit", "in.safetensors", _file_bytes({"k": ("BF16", _cache()), "v": ("BF16", _cache(tokens=10))}),
-     r"page_first_direct needs T divisible by page_size=4: got T=10 \(shape \(3, 10, 2, 8\) in layer_first\)"),
+     r"<IN>\[v\]: page_first_direct needs T divisible by page_size=4: got T=10 \(shape \(3, 10, 2, 8\) in layer_first\)"),
+    ("offsets-past-the-end", "in.safetensors", _header_bytes({"k": {**ENTRY, "data_offsets": [1536, 3072]}}, bytes(1536)),
+     r"<IN>\[k\]: truncated or corrupt: its data ends at byte 3,072 of the data, but the file holds 1,536 B of "
+     r"data after the header"),
+    ("offsets-overlapping-in-part", "in.safetensors",
+     _header_bytes({"k": ENTRY, "v": {**ENTRY, "data_offsets": [768, 2304]}}, bytes(2304)),
+     r"<IN>: not a readable \.safetensors file: .*invalid offset for tensor `v`"),
+    ("offsets-reversed", "in.safetensors", _header_bytes({"k": {**ENTRY, "data_offsets": [1536, 0]}}, bytes(1536)),
+     r"<IN>\[k\]: corrupt: shape \[3, 16, 2, 8\] of BF16 is 1,536 B, but its data_offsets \[1536, 0\] span -1,536 B"),
+    ("shape-larger-than-its-bytes", "in.safetensors",
+     _header_bytes({"k": {**ENTRY, "shape": [3, 16, 2, 16]}}, bytes(1536)),
+     r"<IN>\[k\]: corrupt: shape \[3, 16, 2, 16\] of BF16 is 3,072 B, but its data_offsets \[0, 1536\] span 1,536 B"),
 ]
 
 
+@pytest.mark.parametrize("old", [True, False], ids=["an old output", "no output yet"])
 @pytest.mark.parametrize("name,data,message", [row[1:] for row in BAD_FILES], ids=[row[0] for row in BAD_FILES])
-def test_bad_file_is_one_line_and_writes_nothing(tmp_path, capsys, name, data, message):
+def test_bad_file_is_one_line_and_writes_nothing(tmp_path, capsys, name, data, message, old):
     out_name = f"out{os.path.splitext(name)[1]}"
     (tmp_path / name).write_bytes(data)
-    (tmp_path / out_name).write_bytes(b"old")
+    if old:
+        (tmp_path / out_name).write_bytes(b"old")
     code, _, err = _convert([tmp_path / name, tmp_path / out_name, "--from", "lf", "--to", "pfd", "--page-size",
                              "4", "--force"], capsys)
     assert code == 1 and len(err) == 1, err
     message = message.replace("<IN>", re.escape(str(tmp_path / name)))
     assert re.fullmatch(f"kvnumba convert: error: {message}", err[0]), err[0]
     assert (tmp_path / name).read_bytes() == data
-    assert (tmp_path / out_name).read_bytes() == b"old"
-    assert _files(tmp_path) == sorted([name, out_name])
+    if old:
+        assert (tmp_path / out_name).read_bytes() == b"old"
+    assert _files(tmp_path) == sorted([name] + [out_name] * old)  # no output file, partial or whole
 
 
 @pytest.mark.parametrize("depth", [64, 1_000, 100_000])

@@ -34,6 +34,7 @@ def test_a_good_view():
     (lambda: kv.Fp8View(codes_and_scales()[0], kv.PageFirst(np.zeros((T, L, H, 1), np.float32))), TypeError,
      "codes is a LayerFirst but scales a PageFirst"),
     (lambda: kv.Fp8View(*codes_and_scales(codes_dtype=np.uint16)), TypeError, "codes must hold uint8"),
+    (lambda: kv.Fp8View(*codes_and_scales(codes_dtype=np.int8)), TypeError, "codes must hold uint8 .* got int8"),
     (lambda: kv.Fp8View(*codes_and_scales(scales_dtype=np.float16)), TypeError, "scales must be float32"),
     (lambda: kv.Fp8View(*codes_and_scales(scale_last=2)), ValueError, "one float32 per head"),
     (lambda: kv.Fp8View(*codes_and_scales(d=6)), ValueError, "multiple of 4"),
@@ -44,6 +45,56 @@ def test_a_good_view():
 def test_bad_views(make, error, words):
     with pytest.raises(error, match=words):
         make()
+
+
+def scales_in(memory, offset=0):
+    """Float32 scales (L, T, H, 1) over ``memory``'s bytes from ``offset``: an alias of whatever is there."""
+    count = L * T * H
+    return memory.reshape(-1)[offset:offset + 4 * count].view(np.float32).reshape(L, T, H, 1)
+
+
+def aliased(case):
+    codes, scales = codes_and_scales()
+    k, v = codes.k, codes.v
+    if case == "scales.k inside codes.k":
+        return kv.LayerFirst(k, v), kv.LayerFirst(scales_in(k), scales.v)
+    if case == "scales.v inside codes.v, at an offset":
+        return kv.LayerFirst(k, v), kv.LayerFirst(scales.k, scales_in(v, 8))
+    if case == "scales.k across the end of codes.k":
+        both = np.zeros(2 * k.nbytes, np.uint8)
+        codes_k = both[:k.nbytes].reshape(k.shape)
+        return kv.LayerFirst(codes_k, v), kv.LayerFirst(scales_in(both, k.nbytes - 4), scales.v)
+    if case == "a per-layer scale inside a per-layer code":
+        layers = [np.zeros((T, H, D), np.uint8) for _ in range(L)]
+        per_layer_scales = [np.zeros((T, H, 1), np.float32) for _ in range(L)]
+        per_layer_scales[1] = layers[0].reshape(-1)[:T * H * 4].view(np.float32).reshape(T, H, 1)
+        return kv.LayerFirst(layers, [x.copy() for x in layers]), kv.LayerFirst(per_layer_scales,
+                                                                             [x.copy() for x in per_layer_scales])
+    raise AssertionError(case)
+
+
+@pytest.mark.parametrize("case, words", [
+    ("scales.k inside codes.k", r"scales.k overlaps codes.k \(bytes 0x"),
+    ("scales.v inside codes.v, at an offset", "scales.v overlaps codes.v"),
+    ("scales.k across the end of codes.k", "scales.k overlaps codes.k"),
+    ("a per-layer scale inside a per-layer code", r"scales.k\[1\] overlaps codes.k\[0\]"),
+])
+def test_scales_that_alias_codes_are_refused(case, words):
+    codes, scales = aliased(case)
+    before = [np.array(b, copy=True) for b in (codes.buffers("k") + codes.buffers("v"))]
+    with pytest.raises(ValueError, match="Fp8View: " + words + ".*must be separate buffers"):
+        kv.Fp8View(codes, scales)
+    for old, new in zip(before, codes.buffers("k") + codes.buffers("v")):
+        np.testing.assert_array_equal(old, new)
+
+
+def test_scales_next_to_codes_are_accepted():
+    both = np.zeros(L * T * H * (D + 4), np.uint8)
+    split = L * T * H * D
+    codes = both[:split].reshape(L, T, H, D)
+    view = kv.Fp8View(kv.LayerFirst(codes, np.zeros_like(codes)),
+                      kv.LayerFirst(scales_in(both, split), np.zeros((L, T, H, 1), np.float32)))
+    assert view.head_dim == D
 
 
 def test_layer_table_is_refused():

@@ -45,8 +45,9 @@ def main():
             if cmd == "ping":
                 pass
             elif cmd == "make":
-                _, view = views(request["layout"], request["seed"], request["poison"], request["mla"], place)
+                view = views(request["layout"], request["seed"], request["poison"], request["mla"], place)[1]
                 made[request["key"]] = read_only(view, request["read_only"]) if request.get("read_only") else view
+                del view  # made alone holds it (views' pair may be one object twice), so that "drop" lets it go
             elif cmd == "make_large":  # a page-first pool [T, L, H, D] of uint16, K then V drawn from one generator
                 import numpy as np
 
@@ -62,7 +63,7 @@ def main():
                 options = {} if request.get("writable") is None else {"writable": request["writable"]}
                 exported = agent.export(made[request["key"]], **options)
                 answer["exported"] = base64.b64encode(exported).decode()
-            elif cmd == "drop":  # the view goes without unexport (collected): its exports go stale
+            elif cmd == "drop":  # the peer's reference goes, no unexport: the agent holds an exported view
                 del made[request["key"]]
                 gc.collect()
             elif cmd == "bytes":

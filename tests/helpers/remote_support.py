@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[2]  # the checkout: tests.helpers import
 SHAPE = dict(L=3, T=32, P=4, H=2, D=4)  # items of 16 bytes (2 heads of 8), pages of 4 tokens
 PLACE = None if SIMULATOR else ("device", "numba")  # this process's views: GPU memory on a GPU
 LAUNCH = dict(block_quota=1, num_warps_per_block=2)  # small simulated grids for the staged route's kv.copy
-# How a peer's exported view ends (Peer.end): each makes its exports stale.
-ENDINGS = ("unexported", "the view collected", "the agent closed", "the process killed")
+# How a peer's exported view ends (Peer.end): each makes its exports stale. (Dropping the view does not:
+# the agent holds an exported view until unexport or close.)
+ENDINGS = ("unexported", "the agent closed", "the process killed")
 
 
 def indices(seed, count=12, tokens=SHAPE["T"]):
@@ -121,12 +122,10 @@ class Peer:
         return self.log.read().decode(errors="replace")[-4000:]
 
     def end(self, how, key="pool"):
-        """End view ``key``'s export one of the ``ENDINGS`` ways: unexport it, drop the view (collected, no
-        unexport), close the peer's agent, or kill the peer's process."""
+        """End view ``key``'s export one of the ``ENDINGS`` ways: unexport it, close the peer's agent, or
+        kill the peer's process."""
         if how == "unexported":
             self.request("unexport", key=key)
-        elif how == "the view collected":
-            self.request("drop", key=key)
         elif how == "the agent closed":
             self.request("close")
         else:

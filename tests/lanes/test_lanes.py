@@ -11,18 +11,71 @@ from tests.helpers.placement import PLACE, synchronize, to_numpy
 pytestmark = pytest.mark.needs_target
 
 
+# Every public entry's edges: each bad value is refused by name, on the simulator as on a GPU.
 @pytest.mark.parametrize("value, error, match", [(0, ValueError, "transfer_sms must be"),
                                                  (-8, ValueError, "transfer_sms must be"),
-                                                 (8.0, TypeError, "transfer_sms must be an int, got float"),
-                                                 (True, TypeError, "transfer_sms must be an int, got bool")])
+                                                 (10**6, ValueError, "transfer_sms must be"),
+                                                 (8.0, TypeError, "transfer_sms must be an integer, got float"),
+                                                 ("8", TypeError, "transfer_sms must be an integer, got str"),
+                                                 (None, TypeError, "transfer_sms must be an integer, got NoneType"),
+                                                 (True, TypeError, "transfer_sms must be an integer, got bool")])
 def test_bad_sm_counts_are_refused_by_name(value, error, match):
     with pytest.raises(error, match=match):
         kv.SmLanes(value)
 
 
-def test_a_device_that_is_not_an_int_is_refused():
-    with pytest.raises(TypeError, match="device must be an int, got str"):
-        kv.SmLanes(8, device="cuda:0")
+BAD_DEVICES = [("a", TypeError, "device must be an integer, got str"),
+               ("cuda:0", TypeError, "device must be an integer, got str"),
+               (-1, ValueError, "device must be >= 0, got -1"),
+               (-3, ValueError, "device must be >= 0, got -3"),
+               (1.5, TypeError, "device must be an integer, got float"),
+               (None, TypeError, "device must be an integer, got NoneType"),
+               (True, TypeError, "device must be an integer, got bool"),
+               (99, ValueError, r"device must be < \d+ \(the number of GPUs.*got 99")]
+
+
+@pytest.mark.parametrize("device, error, match", BAD_DEVICES)
+def test_sm_count_refuses_a_device_that_is_not_a_gpu_present(device, error, match):
+    with pytest.raises(error, match=match):
+        kv.sm_count(device)
+
+
+@pytest.mark.parametrize("device, error, match", BAD_DEVICES)
+def test_lanes_refuse_a_device_that_is_not_a_gpu_present(device, error, match):
+    with pytest.raises(error, match=match):
+        kv.SmLanes(8, device=device)
+
+
+def test_numpy_integers_are_integers():
+    assert kv.sm_count(np.int64(0)) == kv.sm_count(0) >= 1
+    with kv.SmLanes(np.int64(8), device=np.int32(0)) as lanes:
+        assert type(lanes.transfer_sms) is int and lanes.transfer_sms >= 8 and type(lanes.device) is int
+    lane = kv.LaneStream(np.uint64(0), np.int16(8), "t")
+    assert type(lane.handle) is int and type(lane.sms) is int and "t: 8 SMs, handle 0x0" in repr(lane)
+
+
+@pytest.mark.parametrize("args, error, match", [
+    (("abc", 8, "t"), TypeError, "handle must be an integer, got str"),
+    ((-1, 8, "t"), ValueError, "handle must be >= 0, got -1"),
+    ((2**70, 8, "t"), ValueError, "handle must be <= 18446744073709551615"),
+    ((1.0, 8, "t"), TypeError, "handle must be an integer, got float"),
+    ((0, -5, "t"), ValueError, "sms must be >= 1, got -5"),
+    ((0, 0, "t"), ValueError, "sms must be >= 1, got 0"),
+    ((0, 2.5, "t"), TypeError, "sms must be an integer, got float"),
+    ((0, 10**6, "t"), ValueError, "sms must be <= 1024"),
+    ((0, 8, 123), TypeError, "name must be a str, got int"),
+    ((0, 8, None), TypeError, "name must be a str, got NoneType"),
+])
+def test_lane_streams_refuse_bad_fields_when_made(args, error, match):
+    with pytest.raises(error, match=match):
+        kv.LaneStream(*args)
+
+
+def test_a_lane_stream_cannot_be_changed_after_its_checks():
+    lane = kv.LaneStream(0, None, "compute")
+    with pytest.raises(AttributeError, match="LaneStream is read-only: handle"):
+        lane.handle = -1
+    assert lane.handle == 0 and "compute: None SMs" in repr(lane)
 
 
 def test_transfers_run_on_the_transfer_lane():

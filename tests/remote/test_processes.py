@@ -106,7 +106,7 @@ def test_notification_reaches_the_other_process(agent, peer):
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
 @pytest.mark.parametrize("ending", ENDINGS)
 def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op):
-    """The peer's view ends (four ways); copies through its export are refused with StaleExportError, and
+    """The peer's view ends (three ways); copies through its export are refused with StaleExportError, and
     the views the peer makes afterwards (at the same addresses, as like as not) are never written."""
     name = f"{ending}-{op}".replace(" ", "-")
     with Agent(f"survivor-{name}") as agent, Peer(f"doomed-{name}") as doomed:
@@ -116,7 +116,7 @@ def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op)
         agent.copy(*ends, np.arange(4), np.arange(4), **LAUNCH).wait(60)
         doomed.end(ending)
         later = []
-        if ending in ("unexported", "the view collected"):
+        if ending == "unexported":
             for i in range(6):
                 doomed.request("make", key=f"later-{i}", layout="PageFirst", seed=17, poison=True, mla=False)
                 later.append(doomed.view_bytes(f"later-{i}"))
@@ -126,6 +126,23 @@ def test_an_export_that_no_longer_stands_is_refused_across_processes(ending, op)
         assert same_bytes(view_bytes(cache), before)
         for i, bytes_before in enumerate(later):
             assert same_bytes(doomed.view_bytes(f"later-{i}"), bytes_before), "written into the peer's new memory"
+
+
+def test_an_export_stands_after_the_peer_drops_its_view():
+    """The peer keeps no reference to the view it exported (and collects): the agent there holds it, so copies
+    through the export land; closing that agent makes the export stale."""
+    with Agent("keeper") as agent, Peer("dropper") as peer:
+        pool = agent.connect(peer.export("pool", "PageFirst", seed=21))
+        peer.request("drop", key="pool")
+        src_idx, dst_idx = indices(22)
+        _, cache = views("VllmFlashAttn", 23, True, False, PLACE)
+        agent.copy(pool, cache, src_idx, dst_idx, **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(cache), expected("PageFirst", 21, "VllmFlashAttn", 23, src_idx, dst_idx))
+        peer.end("the agent closed")
+        before = view_bytes(cache)
+        with pytest.raises(kv.StaleExportError, match="is stale"):
+            agent.copy(pool, cache, src_idx, dst_idx, **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(cache), before)
 
 
 @pytest.mark.parametrize("how", ["flag", "bytes", "writable=False"])

@@ -4,13 +4,15 @@ nothing (tests/remote/test_processes.py has the cases that are about processes a
 
 - forged exports: framing or a header field wrong (``ExportError`` naming it, at ``connect``); and
   consistent forgeries (another view's addresses, ``writable`` claimed), refused by the exporter's token;
-- exports that no longer stand: unexported, the view collected, the agent closed or replaced;
+- exports that no longer stand: unexported, the agent closed or replaced; and the export of a temporary
+  view, which stands (the agent holds it) until one of those;
 - read-only exports, and read-only local destinations;
 - layers the two sides do not both have;
 - copies nobody waits for: finished anyway, their staging views given back, the pool shrunk again.
 """
 import gc
 import time
+import weakref
 
 import numpy as np
 import pytest
@@ -114,22 +116,17 @@ def _unexport(exporter, pool, keep):
     exporter.unexport(pool)
 
 
-def _drop(exporter, pool, keep):
-    keep.clear()  # the only references: the exporter drops its view (no unexport)
-    gc.collect()
-
-
 def _close(exporter, pool, keep):
     exporter.close()
 
 
-ENDINGS = {"unexported": _unexport, "the view collected": _drop, "the agent closed": _close}
+ENDINGS = {"unexported": _unexport, "the agent closed": _close}
 
 
 @pytest.mark.parametrize("ending", list(ENDINGS))
 @pytest.mark.parametrize("op", ["WRITE", "READ"])
 def test_an_export_that_no_longer_stands_is_refused(agents, ending, op):
-    """The exporter's view ends (three ways); the importer's copies through its export are refused, and
+    """The exporter's view ends (two ways); the importer's copies through its export are refused, and
     memory the exporter allocates afterwards (at the same addresses, as like as not) is never written."""
     _, importer = agents
     exporter = Agent("shortlived")
@@ -144,6 +141,41 @@ def test_an_export_that_no_longer_stands_is_refused(agents, ending, op):
         with pytest.raises(kv.StaleExportError, match="is stale"):
             importer.copy(*((mine, remote) if op == "WRITE" else (remote, mine)), IDX, IDX, **LAUNCH).wait(60)
         assert all(same_bytes(view_bytes(v), b) for v, b in zip([*later, mine], before)), "a refused copy wrote"
+    finally:
+        exporter.close()
+
+
+@pytest.mark.parametrize("ending", list(ENDINGS))
+@pytest.mark.parametrize("op", ["WRITE", "READ"])
+def test_the_export_of_a_temporary_view_stands_until_unexport_or_close(agents, ending, op):
+    """``agent.export(kv.PageFirst(k, v))``, the view made in the call and kept by nobody else: the agent
+    holds it, so after a collection copies through the export still land; unexport or close let it go, and
+    make the export stale."""
+    _, importer = agents
+    exporter = Agent("temporary")
+    try:
+        _, pool = views("PageFirst", 1, op == "WRITE", False, PLACE)
+        k, v = pool.k, pool.v
+        made = kv.PageFirst(k, v)
+        collected = weakref.ref(made)
+        exported = exporter.export(made)
+        del made, pool  # now nobody but the agent holds the view
+        gc.collect()
+        remote = importer.connect(exported)
+        assert collected() is not None, "the agent let an exported view go"
+        mine = views("PageFirst", 3, op == "READ", False, PLACE)[1]
+        importer.copy(*((mine, remote) if op == "WRITE" else (remote, mine)), IDX, IDX, **LAUNCH).wait(60)
+        if op == "READ":
+            assert same_bytes(view_bytes(mine), expected("PageFirst", 1, "PageFirst", 3, IDX, IDX))
+        else:
+            assert same_bytes(view_bytes(kv.PageFirst(k, v)), expected("PageFirst", 3, "PageFirst", 1, IDX, IDX))
+        ENDINGS[ending](exporter, collected(), None)
+        gc.collect()
+        assert collected() is None, f"{ending}: the agent still holds the view"
+        before = view_bytes(mine)
+        with pytest.raises(kv.StaleExportError, match="is stale"):
+            importer.copy(*((mine, remote) if op == "WRITE" else (remote, mine)), IDX, IDX, **LAUNCH).wait(60)
+        assert same_bytes(view_bytes(mine), before)
     finally:
         exporter.close()
 
