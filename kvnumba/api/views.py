@@ -14,6 +14,8 @@ view                                       one K (or V) buffer
 ``PageFirst(k, v=None)``                   ``[T, L, *item]``
 ``PageFirstDirect(k, v=None, page_size)``  ``[T/P, L, P, *item]`` (``page_size`` optional: checked)
 ``PageHead(k, v=None, page_size)``         ``[T/P, H, P, L, D]``
+``PageUnified(buffer, page_size=None)``    K and V in one ``[T/P, G, L, 2, P, H/G, D]`` (SGLang's order; MLA
+                                           ``[T/P, L, P, D]``)
 ``VllmFlashAttn(caches)``                  per layer ``[2, num_blocks, P, H, D]``: K at 0, V at 1
 ``VllmFlashInfer(caches, layout="NHD")``   per layer ``[num_blocks, 2, P, H, D]`` (NHD) or
                                            ``[num_blocks, 2, H, P, D]`` (HND)

@@ -261,3 +261,45 @@ def test_tokens_past_the_pool_are_refused():
         kv.copy(kv.PageFirst(host(np.zeros((PAGES * P, L, H, D), np.uint16)), host(np.zeros((PAGES * P, L, H, D),
                                                                                           np.uint16))),
                 kv.PageUnified(_pool(2)), np.array([0], np.int64), np.array([PAGES * P], np.int64), **LAUNCH)
+
+
+def _bf16(rng, shape):
+    """bf16 bit patterns of normal values (uint16)."""
+    return (rng.standard_normal(shape).astype(np.float32).view(np.uint32) >> 16).astype(np.uint16)
+
+
+@pytest.mark.parametrize("groups", [1, H])
+def test_fp8_codes_and_scales_follow_the_pools_order(groups):
+    """An FP8 pool (``kv.fp8_like``: codes in the pool's order, one scale a head beside them) filled from bf16
+    and read back, byte for byte as ``kvnumba.quant_reference``; with one group, or one head a group."""
+    from kvnumba import quant_reference
+
+    rng = np.random.default_rng(13)
+    shape = (L, PAGES * P, H, 8)
+    src = kv.LayerFirst(host(_bf16(rng, shape)), host(_bf16(rng, shape)))
+    pool_shape = (PAGES, groups, L, 2, P, H // groups, 8)
+    got, want = (kv.fp8_like(kv.PageUnified(host(np.zeros(pool_shape, np.uint16))), dtype="bfloat16")
+                 for _ in range(2))
+    si, di = INDICES["scattered"]
+    kv.copy(src, got, si, di, **LAUNCH)
+    synchronize()
+    quant_reference.copy(src, want, si, di)
+    for part in ("codes", "scales"):
+        np.testing.assert_array_equal(np.asarray(getattr(got, part).k), np.asarray(getattr(want, part).k))
+    assert (np.asarray(want.codes.k) != 0).any()
+    back, back_want = (kv.LayerFirst(host(np.zeros(shape, np.uint16)), host(np.zeros(shape, np.uint16)))
+                       for _ in range(2))
+    kv.copy(got, back, di, si, **LAUNCH)
+    synchronize()
+    quant_reference.copy(want, back_want, di, si)
+    for a, b in ((back.k, back_want.k), (back.v, back_want.v)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_fp8_refuses_groups_of_several_heads():
+    """FP8 goes head by head (a scale a head): a pool of two groups of two heads is refused, nothing written."""
+    src = kv.LayerFirst(host(np.zeros((L, PAGES * P, H, 8), np.uint16)), host(np.zeros((L, PAGES * P, H, 8), np.uint16)))
+    dst = kv.fp8_like(kv.PageUnified(host(np.zeros((PAGES, 2, L, 2, P, 2, 8), np.uint16))), dtype="bfloat16")
+    with pytest.raises(ValueError, match=r"dst_view \(PageUnified\(.*\)\) keeps its 4 heads in 2 groups"):
+        kv.copy(src, dst, np.array([0], np.int64), np.array([0], np.int64), **LAUNCH)
+    assert not np.asarray(dst.codes.k).any()
