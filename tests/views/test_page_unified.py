@@ -303,3 +303,17 @@ def test_fp8_refuses_groups_of_several_heads():
     with pytest.raises(ValueError, match=r"dst_view \(PageUnified\(.*\)\) keeps its 4 heads in 2 groups"):
         kv.copy(src, dst, np.array([0], np.int64), np.array([0], np.int64), **LAUNCH)
     assert not np.asarray(dst.codes.k).any()
+
+
+def test_an_mla_pool_has_page_first_directs_bytes():
+    """SGLang's MLA order ``[T/P, L, P, D]`` is page-first-direct's with flat items (the docs send MLA pools through
+    ``kvnumba convert`` under that name): the same token lands on the same bytes."""
+    rng = np.random.default_rng(14)
+    src = _layer_first(rng, mla=True)
+    pool, pfd = _pool(mla=True), host(np.full((PAGES, L, P, D), POISON, np.uint16))
+    si, di = INDICES["scattered"]
+    kv.copy(src, kv.PageUnified(pool), si, di, **LAUNCH)
+    kv.copy(src, kv.PageFirstDirect(pfd), si, di, **LAUNCH)
+    synchronize()
+    np.testing.assert_array_equal(np.asarray(pool), np.asarray(pfd))
+    assert (np.asarray(pool) != POISON).any()
