@@ -15,7 +15,7 @@ from kvnumba import reference
 from kvnumba.api import views
 from kvnumba.plan.copy_plan import copy_sides
 from kvnumba.remote.sides import find_parts
-from tests.helpers.placement import host, synchronize
+from tests.helpers.placement import device, host, on_gpu, synchronize, to_numpy
 
 pytestmark = pytest.mark.needs_target
 
@@ -211,20 +211,30 @@ def test_mla_both_ways(indices):
         assert _copy_and_compare(_numpy_twin(other), other, _numpy_twin(pool), pool, si, di) > 0
 
 
-def test_a_per_layer_load_of_one_group_is_one_run_a_page_and_takes_the_copy_engine():
+@pytest.mark.parametrize("per_layer", [False, True], ids=["one array", "per-layer arrays"])
+def test_a_per_layer_load_of_one_group_is_one_run_a_page_and_takes_the_copy_engine(per_layer):
     """One head group: a page's K (or V) of one layer is one run of P items in the pool, and lands as one run in
-    a layer-first pool whose page slots are contiguous: a per-layer load of 64-token pages of 1 KiB items makes
-    64 KiB copies, which ``auto`` gives the copy engine."""
+    a layer-first pool whose page slots are contiguous (one array, or SGLang's per-layer arrays): a per-layer
+    load of 64-token pages of 1 KiB items makes 64 KiB copies, which ``auto`` gives the copy engine."""
     pages, page, heads, dim = 3, 64, 4, 128  # items of 1 KiB
     rng = np.random.default_rng(11)
     pool = kv.PageUnified(host(rng.integers(0, 2**16, (pages, 1, 2, 2, page, heads, dim), dtype=np.uint16)))
     shape = (2, pages * page, heads, dim)
-    dst = kv.LayerFirst(host(np.full(shape, POISON, np.uint16)), host(np.full(shape, POISON, np.uint16)))
+    k, v = np.full(shape, POISON, np.uint16), np.full(shape, POISON, np.uint16)
+    if per_layer:
+        dst = kv.LayerFirst([device(k[0]), device(k[1])], [device(v[0]), device(v[1])])
+    else:
+        dst = kv.LayerFirst(device(k), device(v))
     si = np.arange(page, 3 * page, dtype=np.int64)  # pages 1 and 2
     di = np.concatenate([np.arange(2 * page, 3 * page), np.arange(page)]).astype(np.int64)  # to slots 2 and 0
     found = copy_sides({"src_view": pool, "dst_view": dst, "layers": 1}, False).engine.runs(si, di)
     assert list(found.lengths) == [page, page]  # one run a page, in K and in V
-    kv.copy(pool, dst, si, di, 1)
+    stream = None
+    if on_gpu():  # the batch call needs a stream other than the legacy default stream
+        from numba import cuda
+
+        stream = cuda.stream()
+    kv.copy(pool, dst, si, di, 1, stream=stream)
     synchronize()
     assert kv.last_route() == "copy_engine"
     want_k = np.full(shape, POISON, np.uint16)
@@ -232,8 +242,8 @@ def test_a_per_layer_load_of_one_group_is_one_run_a_page_and_takes_the_copy_engi
     for s, d in zip(si, di):
         want_k[1, d] = pool.k[s // page, 0, 1, 0, s % page]
         want_v[1, d] = pool.k[s // page, 0, 1, 1, s % page]
-    np.testing.assert_array_equal(np.asarray(dst.k), want_k)
-    np.testing.assert_array_equal(np.asarray(dst.v), want_v)
+    for got, want in ((dst.k, want_k), (dst.v, want_v)):
+        np.testing.assert_array_equal(np.stack([to_numpy(a) for a in got]) if per_layer else to_numpy(got), want)
 
 
 def test_with_more_groups_the_runs_shorten_and_auto_takes_the_kernel():
