@@ -16,6 +16,8 @@ drifts over seconds): ``*_x`` is the median ratio of the two compute times (the 
 ``*_wall_x`` the median ratio of the whole (first start to last end) to the compute alone, ``*_gbps`` the loads'
 GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
+``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
+with one head group and with two.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -301,6 +303,8 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                                          torch.cuda.ExternalStream(lanes.transfer.handle))
                 row.update(case=f"overlap {name} {tokens}tok", route=name, impl=impl, model=model, tokens=tokens,
                            bytes=b.bytes_per_load(model) * LAYERS)
+                if "kv.copy auto" in name:  # which route auto took for these loads
+                    row["auto_took"] = kv.last_route()
                 records.append(row)
                 yield row
             if tokens == tokens_list[0] and not words:
