@@ -87,12 +87,14 @@ SMALL_TOKENS = 64
 # Copy-engine entry points: (entry point, direction, model), on a side stream.
 DIRECT_CASES = [(name, _sglang_direction(name), "mha") for name in DIRECT_ENTRY_POINTS]
 
-# kv.copy between cache views: the seed's own pairs (to compare with their entry points) and SGLang's
-# page_first host pool into vLLM's flash-attention cache. (case name, entry point it mirrors, direction, model)
+# kv.copy between cache views: the seed's own pairs (to compare with their entry points), SGLang's
+# page_first host pool into vLLM's flash-attention cache, and a layer of SGLang's page-unified host pool (one head
+# group) into per-layer caches. (case name, entry point it mirrors, direction, model)
 COPY_CASES = [("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "h2d", "mha"),
               ("copy pf->lf per-layer", "transfer_kv_per_layer_pf_lf", "d2d", "mha"),
               ("copy lf->pf all-layer", "transfer_kv_all_layer_lf_pf", "d2h", "mha"),
               ("copy pf->vllm_fa per-layer", None, "h2d", "mha"),
+              ("copy pu->lf per-layer", None, "h2d", "mha"),
               ("copy pf->vllm_fa all-layer", None, "d2d", "mha")]
 
 # The operand Pools.operand carves for each (kind of entry point, layout) of kvnumba's table.
@@ -292,6 +294,8 @@ def build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=
             return kvnumba.PageFirst(k.reshape(-1, L, heads, dim * 2), v.reshape(-1, L, heads, dim * 2))
         if kind == "lf":
             return kvnumba.LayerFirst([x for x in k.reshape(L, T, heads, dim * 2)], [x for x in v.reshape(L, T, heads, dim * 2)])
+        if kind == "pu":  # SGLang's page-unified order, one head group: K and V of L/2 layers in the K pool
+            return kvnumba.PageUnified(k.reshape(T // P, 1, L // 2, 2, P, heads, dim * 2))
         blocks = T // P  # vLLM flash-attention: per layer [2, blocks, P, H, D] (K and V halves from the K and V pools)
         per_layer = T * item
         caches = [pools.get(place)[0][2 * layer * per_layer: 2 * (layer + 1) * per_layer].reshape(2, blocks, P, heads, dim * 2)
@@ -299,7 +303,8 @@ def build_copy(case, direction, model, pools, idx, shape, block_quota, prepared=
         return kvnumba.VllmFlashAttn(caches)
 
     kinds = {"copy pf->lf per-layer": ("pf", "lf"), "copy lf->pf all-layer": ("lf", "pf"),
-             "copy pf->vllm_fa per-layer": ("pf", "vllm"), "copy pf->vllm_fa all-layer": ("pf", "vllm")}[case]
+             "copy pf->vllm_fa per-layer": ("pf", "vllm"), "copy pf->vllm_fa all-layer": ("pf", "vllm"),
+             "copy pu->lf per-layer": ("pu", "lf")}[case]
     src, dst = pool_view(src_place, kinds[0]), pool_view(dst_place, kinds[1])
     per_layer = "per-layer" in case
     layers = min(3, L // 2 - 1) if per_layer else (range(0, L // 2) if kinds[1] == "vllm" else None)

@@ -16,6 +16,8 @@ drifts over seconds): ``*_x`` is the median ratio of the two compute times (the 
 ``*_wall_x`` the median ratio of the whole (first start to last end) to the compute alone, ``*_gbps`` the loads'
 GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
+``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
+with one head group and with two.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -38,8 +40,9 @@ LANE_SMS = 8  # the SM lanes rows' transfer SMs
 
 class Buffers:
     """Pinned host pools (page-first, with layer-first, page-head and page-first-direct views of the same
-    bytes) and the GPU's per-layer caches, for ``tokens`` tokens out of a pool twice as large. torch tensors on
-    a GPU; NumPy arrays on the simulator (``torch=None``)."""
+    bytes; K and V the two halves of one allocation, which SGLang's page-unified order views whole) and the
+    GPU's per-layer caches, for ``tokens`` tokens out of a pool twice as large. torch tensors on a GPU; NumPy
+    arrays on the simulator (``torch=None``)."""
 
     def __init__(self, torch, tokens, layers=LAYERS, page=PAGE):
         self.tokens, self.layers, self.page = tokens, layers, page
@@ -47,13 +50,13 @@ class Buffers:
         n = pool * layers * ITEM["mha"]
         rng = np.random.default_rng(0)
         if torch is None:
-            self.host = [rng.integers(0, 256, n, dtype=np.uint8) for _ in range(2)]
+            self.whole = rng.integers(0, 256, 2 * n, dtype=np.uint8)
             self.gpu = [np.zeros(n, np.uint8) for _ in range(2)]
         else:
-            self.host = [torch.empty(n, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
-            for h in self.host:
-                h.view(torch.int64).random_()
+            self.whole = torch.empty(2 * n, dtype=torch.uint8, pin_memory=True)
+            self.whole.view(torch.int64).random_()
             self.gpu = [torch.empty(n, dtype=torch.uint8, device="cuda") for _ in range(2)]
+        self.host = [self.whole[:n], self.whole[n:]]
         self.src, self.dst = self._pages(rng), self._pages(rng)
         if torch is None:
             self.src_gpu, self.dst_gpu, self.src_cpu, self.dst_cpu = self.src, self.dst, self.src, self.dst
@@ -73,9 +76,20 @@ class Buffers:
                   "pfd": (T // P, L, P, item)}
         return [h[:T * L * item].reshape(shapes[layout]) for h in self.host]
 
+    def page_unified(self, groups=1):
+        """The host bytes as one SGLang page-unified pool ``[T/P, G, L, 2, P, H/G, D]`` (bytes for D)."""
+        item, heads, T, L, P = ITEM["mha"], HEADS["mha"], self.pool, self.layers, self.page
+        return kv.PageUnified(self.whole[:2 * T * L * item].reshape(T // P, groups, L, 2, P, heads // groups,
+                                                                    item // heads))
+
     def gpu_layers(self, model="mha"):
         item, T, L = ITEM[model], self.pool, self.layers
         return [g[:L * T * item].reshape(L, T, item) for g in self.gpu]
+
+    def gpu_heads(self):
+        """The GPU's layer-first caches with items of 8 heads, as a page-unified pool's are."""
+        item, heads, T, L = ITEM["mha"], HEADS["mha"], self.pool, self.layers
+        return kv.LayerFirst(*(g[:L * T * item].reshape(L, T, heads, item // heads) for g in self.gpu))
 
     def bytes_per_load(self, model="mha"):
         return self.tokens * ITEM[model] * (1 if model == "mla" else 2)
@@ -120,6 +134,13 @@ def routes(b, sms, reference):
     kernels(kv, "kvnumba", bq=LANE_SMS, lanes=True, suffix=f" on SM lanes ({LANE_SMS} SMs)")
     copy_engines(kv, "kvnumba")
     add("layer-first kv.copy auto (host indices)", lambda l: kv.copy(*lf_views, si_cpu, di_cpu, l))
+    # SGLang's page-unified pool: with one head group a page's K (or V) of a layer is one run (P x 2 KiB), which
+    # auto gives the copy engine; with two, a token's heads are two runs of 1 KiB and auto follows the crossover.
+    gpu_heads = b.gpu_heads()
+    for groups in (1, 2):
+        pu = b.page_unified(groups)
+        add(f"page-unified kv.copy auto, {groups} head group{'s' if groups > 1 else ''} (host indices)",
+            lambda l, pu=pu: kv.copy(pu, gpu_heads, si_cpu, di_cpu, l))
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")
@@ -282,6 +303,8 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                                          torch.cuda.ExternalStream(lanes.transfer.handle))
                 row.update(case=f"overlap {name} {tokens}tok", route=name, impl=impl, model=model, tokens=tokens,
                            bytes=b.bytes_per_load(model) * LAYERS)
+                if "kv.copy auto" in name:  # which route auto took for these loads
+                    row["auto_took"] = kv.last_route()
                 records.append(row)
                 yield row
             if tokens == tokens_list[0] and not words:

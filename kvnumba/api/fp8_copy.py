@@ -187,6 +187,11 @@ class Fp8Plan:
                                  f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
             if plain.user_layout:
                 check_user_layout(plain, heads)
+        for name, view in (("src_view", src), ("dst_view", dst)):  # FP8 kernels go head by head (a scale a head)
+            for one in (view.codes, view.scales) if isinstance(view, Fp8View) else (view,):
+                if one.head_runs not in (1, heads):
+                    raise ValueError(f"{name} ({one!r}) keeps its {heads} heads in {one.head_runs} groups: an FP8 copy "
+                                     "goes head by head, which needs one head group or one head a group")
         self.first_layer, self.window = plan_window(src, dst, layers)
         place = Placement()
         self.src, src_scales = _sides(place, "src_view", src, False, self.first_layer, self.window)

@@ -14,6 +14,8 @@ view                                       one K (or V) buffer
 ``PageFirst(k, v=None)``                   ``[T, L, *item]``
 ``PageFirstDirect(k, v=None, page_size)``  ``[T/P, L, P, *item]`` (``page_size`` optional: checked)
 ``PageHead(k, v=None, page_size)``         ``[T/P, H, P, L, D]``
+``PageUnified(buffer, page_size=None)``    K and V in one ``[T/P, G, L, 2, P, H/G, D]`` (SGLang's order; MLA
+                                           ``[T/P, L, P, D]``)
 ``VllmFlashAttn(caches)``                  per layer ``[2, num_blocks, P, H, D]``: K at 0, V at 1
 ``VllmFlashInfer(caches, layout="NHD")``   per layer ``[num_blocks, 2, P, H, D]`` (NHD) or
                                            ``[num_blocks, 2, H, P, D]`` (HND)
@@ -183,6 +185,19 @@ class CacheView:
     @property
     def mla(self) -> bool:
         return self.v is None
+
+    @classmethod
+    def parts_named(cls, name: str) -> layouts.LayoutParts | None:
+        """This class's address arithmetic named ``name`` (``LayoutParts.name``), or None: how an export's
+        layout is found again (``kvnumba.remote``). A class whose arithmetic depends on its buffers' shapes
+        makes it here from the name."""
+        return cls.parts if cls.parts is not None and cls.parts.name == name else None
+
+    @property
+    def head_runs(self) -> int:
+        """How many runs this layout cuts a token's item into (``kvnumba.kernels.layouts.head_runs``)."""
+        assert self.parts is not None
+        return layouts.head_runs(self.parts, self.geometry.heads)
 
     def like(self, k: Any, v: Any = None) -> CacheView:
         """The same view (class and options) over other buffers, e.g. NumPy copies for the reference."""
@@ -421,44 +436,101 @@ class PageHead(_Paged):
 
 
 class PageUnified(_Paged):
-    """``[T/P, 2, L, P, *item]``: one buffer, each page holding its K then its V of every layer (SGLang's
-    page-unified host pool: a page is one contiguous object). MLA: ``[T/P, 1, L, P, D]``."""
+    """SGLang's page-unified host pool: one buffer, each page one contiguous object, in SGLang's byte order.
+
+    - MHA ``[T/P, G, L, 2, P, H/G, D]``: a page is cut into ``G`` head groups (read off the shape), each
+      holding every layer, each layer its K (0) then its V (1) of the page's ``P`` tokens, ``H/G`` heads a
+      token. One (page, group, layer) is one run of ``2 * P * (H/G) * D`` elements; with one head group a
+      page's K (or V) of one layer is one run of ``P`` items, which the copy engines move whole.
+    - MLA ``[T/P, L, P, D]``: a page holds every layer's ``P`` latent vectors.
+
+    A buffer of any other shape gets a ``ValueError`` naming these. With ``G > 1`` a copy goes group by group
+    (``LayoutParts.head_runs``); a layout that splits every head apart (``PageHead``, FlashInfer's HND) meets
+    it only where each group is one head.
+    """
 
     name, short_name = "page_unified", "pu"
     whole_tensor = False  # K and V live in one array: kv.convert reads and writes separate K and V tensors
+    _made: ClassVar[dict[tuple[int, int], layouts.LayoutParts]] = {}  # (kinds, groups) -> its arithmetic
 
-    def __init__(self, kv: ArrayLike, page_size: SupportsIndex | None = None) -> None:
-        kinds = shape_of(kv, "PageUnified kv")[0][1:2]
-        super().__init__(kv, None if kinds == (1,) else kv, page_size)  # V: the same array, kind_offset on
+    def __init__(self, buffer: ArrayLike, page_size: SupportsIndex | None = None) -> None:
+        shape = shape_of(buffer, "PageUnified buffer")[0]
+        mla = len(shape) == 4
+        self.head_groups = 1 if mla or len(shape) != 7 else int(shape[1])
+        self.parts = self.arithmetic(1 if mla else 2, max(self.head_groups, 1))
+        self.head_split = self.parts.head_split
+        super().__init__(buffer, None if mla else buffer, page_size)  # V: the same array, kind_offset on
 
-    @staticmethod
-    def layer_base(base: int, layer: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
-        return base + layer * page_size * item_size  # a layer's page_size items follow the layer before's
+    @classmethod
+    def arithmetic(cls, kinds: int, groups: int) -> layouts.LayoutParts:
+        """The address arithmetic of a pool of ``kinds`` (2: K and V; 1: MLA) and ``groups`` head groups,
+        the two fixed as constants of its functions (a kernel per pool shape). Memoised."""
+        made = cls._made.get((kinds, groups))
+        if made is not None:
+            return made
 
-    @staticmethod
-    def token_offset(token: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
-        return token // page_size * layout_dim + token % page_size * item_size  # layout_dim: a page's bytes
+        def layer_base(base: int, layer: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+            return base + layer * kinds * page_size * (item_size // groups)  # a layer's K then V, in one group
 
-    head_stride = staticmethod(layouts.item_head_stride)
+        def token_offset(token: int, layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+            return token // page_size * layout_dim + token % page_size * (item_size // groups)  # dim: a page's bytes
+
+        def group_stride(layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
+            return layout_dim // groups  # the next head group's block of the page (a copy goes by groups)
+
+        name = "pu" if kinds == 2 and groups == 1 else "pu_mla" if kinds == 1 else f"pu_g{groups}"
+        made = layouts.LayoutParts(name, layer_base, token_offset,
+                                   layouts.item_head_stride if groups == 1 else group_stride,
+                                   head_split=groups > 1, head_runs=groups if groups > 1 else None,
+                                   title="page-unified")
+        cls._made[(kinds, groups)] = made
+        return made
+
+    @classmethod
+    def parts_named(cls, name: str) -> layouts.LayoutParts | None:
+        if name in ("pu", "pu_mla"):
+            return cls.arithmetic(2 if name == "pu" else 1, 1)
+        if name.startswith("pu_g") and name[4:].isdigit() and int(name[4:]) > 1:
+            return cls.arithmetic(2, int(name[4:]))
+        return None
 
     def shape(self, buffer: Any) -> Geometry:
         shape, size, dtype = shape_of(buffer, "PageUnified")
-        if len(shape) < 5 or shape[1] not in (1, 2):
-            raise ValueError(f"PageUnified: the buffer is [T/P, 2, L, P, *item] ([T/P, 1, L, P, D] for MLA), got "
-                             f"{shape}")
-        pages, kinds, layers, page = shape[:4]
-        heads, item = item_of(shape[4:], size, "PageUnified")
-        return Geometry(layers, pages * page, page, heads, item, kinds * layers * page * item, dtype)
+        if len(shape) == 4:  # MLA: [T/P, L, P, D]
+            pages, layers, page, dim = shape
+            item = dim * size
+            return Geometry(layers, pages * page, page, 1, item, layers * page * item, dtype)
+        if len(shape) != 7 or shape[3] != 2 or shape[1] < 1:
+            raise ValueError("PageUnified: the buffer is [T/P, G, L, 2, P, H/G, D] (SGLang's page-unified order: "
+                             f"head groups, layers, K and V, tokens, heads of a group, dim) or [T/P, L, P, D] for "
+                             f"MLA, got {shape}")
+        pages, groups, layers, _, page, per_group, dim = shape
+        heads = groups * per_group
+        item = heads * dim * size
+        return Geometry(layers, pages * page, page, max(heads, 1), item, 2 * layers * page * item, dtype)
+
+    @classmethod
+    def buffer_shape(cls, layers: int, tokens: int, page_size: int, item: tuple[int, ...]) -> tuple[int, ...]:
+        """One head group's pool (``[T/P, 1, L, 2, P, H, D]``; MLA ``[T/P, L, P, D]`` for a flat item)."""
+        if len(item) == 1:
+            return (tokens // page_size, layers, page_size, item[0])
+        return (tokens // page_size, 1, layers, 2, page_size, *item)
 
     def kind_offset(self, which: str) -> int:
         g = self.geometry
-        return g.layers * g.page_size * g.item_bytes if which == "v" else 0  # V follows K's layers in a page
+        return g.page_size * (g.item_bytes // self.head_groups) if which == "v" else 0  # V follows K in a layer
 
     def like(self, k: Any, v: Any = None) -> CacheView:
         return type(self)(k, **self._options())
 
     def layer_items(self, which: str, layer: int) -> Any:
-        return np.asarray(self.k)[:, 0 if which == "k" else 1, layer]  # [T/P, P, *item]
+        buffer = np.asarray(self.k)
+        if self.mla:
+            return buffer[:, layer]  # [T/P, P, D]
+        return np.moveaxis(buffer[:, :, layer, 0 if which == "k" else 1], 1, 2)  # [T/P, P, G, H/G, D]
+
+
+PageUnified.parts = PageUnified.arithmetic(2, 1)  # the class's own: one head group of K and V (an instance: its shape's)
 
 
 class _Blocks(CacheView):

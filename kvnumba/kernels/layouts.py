@@ -48,11 +48,14 @@ class LayoutParts:
     layout has one, is the closed form of its token bound (``kvnumba.checks.bounds``): ``token_limit(nbytes,
     item_size, layout_dim, last_layer, page_size, heads)``, the tokens whose every byte over layers up to
     ``last_layer`` lies in ``nbytes``; without one, the bound is searched for over the address arithmetic.
+    ``head_runs``, for a head-split layout that keeps groups of heads together (SGLang's page-unified pool:
+    its head groups), is how many runs it cuts a token's item into, a copy involving it then going by that
+    many chunks (the function ``head_runs``); None: one run per head.
     """
 
     def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False,
-                 title=None, token_limit=None):
-        self.name, self.table, self.head_split = name, table, head_split
+                 title=None, token_limit=None, head_runs=None):
+        self.name, self.table, self.head_split, self.head_runs = name, table, head_split, head_runs
         self.title, self.token_limit = title or name, token_limit
         self.py = (layer_base, token_offset, head_stride)  # the Python functions (bounds, reference checks)
         self.layer_base = device_function(layer_base)
@@ -67,7 +70,7 @@ class LayoutParts:
             layer_base, token_offset, head_stride = self.py
             twin = LayoutParts(f"{self.name}@1", given_layer_base, token_offset, head_stride,
                                head_split=self.head_split, title=self.title,
-                               token_limit=self.token_limit)
+                               token_limit=self.token_limit, head_runs=self.head_runs)
             self._one_layer = twin
         return twin
 
@@ -169,6 +172,15 @@ HEAD_MAJOR_BLOCKS = LayoutParts("hnd_blocks", table_layer_base, head_major_block
 # The seed's layouts by their enum.
 PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,
          Layout.PAGE_HEAD: PAGE_HEAD}
+
+
+def head_runs(parts, heads):
+    """How many runs layout ``parts`` cuts a token's item of ``heads`` heads into: 1 where its heads are
+    adjacent, ``heads`` for a head-split layout, its head groups for one that declares them. A copy goes
+    by the larger of its two sides' (``kvnumba.plan.copy_plan.copy_heads``)."""
+    if not parts.head_split:
+        return 1
+    return parts.head_runs or heads
 
 
 def kv_layer_bases(parts, kinds):

@@ -138,14 +138,19 @@ def check_fit(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_vie
 
 def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
     """The heads a copy goes by: the views' items must have the same heads (a flat item ``(D,)`` has one);
-    a copy moves whole items, or head by head where a side splits its heads."""
+    a copy moves whole items, or head by head where a side splits its heads, or group by group where it
+    keeps groups of heads together (``layouts.head_runs``)."""
     hs, hd = src.geometry.heads, dst.geometry.heads
     if hs != hd:
         tables = getattr(src, "raw_tables", False) or getattr(dst, "raw_tables", False)
         hint = "; a LayerTable takes heads=" if tables else ""
         raise ValueError(f"the views' heads differ: {names[0]} {hs}, {names[1]} {hd} (items of H heads are (H, D), a "
                          f"flat item (D,) has one head{hint})")
-    return hs if src.head_split or dst.head_split else 1
+    rs, rd = layouts.head_runs(src.parts, hs), layouts.head_runs(dst.parts, hd)  # 1, H, or head groups
+    if rs != rd and 1 not in (rs, rd):
+        raise ValueError(f"{names[0]} cuts a token's {hs} heads into {rs} runs, {names[1]} into {rd}: a copy goes by "
+                         "one of them (copy through a kv.LayerFirst view)")
+    return max(rs, rd)
 
 
 def view_side(place: Placement, name: str, view: Any, destination: bool, first_layer: int, window: int,

@@ -16,6 +16,7 @@ from ..api.copy import copy as kv_copy
 from ..api.transfer import prepare
 from ..api.views import CacheView
 from ..checks import bounds, validate
+from ..kernels import layouts
 from ..types import ArrayLike
 from ..units import format_bytes
 from . import _nixl, export, plan, sides, staging, tokens
@@ -409,7 +410,7 @@ class Agent:
         give_back = (lambda: self._pool.give_back(key, capacity, staging_view, staging_held))
         try:
             staged = plan.pair_descriptors(staging_held.side, unique_mapped, remote, unique, layer_numbers,
-                                           remote.geometry.heads if remote.head_split else 1)
+                                           layouts.head_runs(remote.parts, remote.geometry.heads))
             if op == "READ":
                 relayout = prepare(kv_copy, src_view=staging_view, dst_view=local_view, layers=layers_arg)
                 after = (lambda: relayout(mapped, local_tokens, **launch, check=True))

@@ -29,6 +29,7 @@ import numpy as np
 from ..api.views import Geometry
 from ..checks.validate import MAX_SIZE
 from ..errors import ExportError
+from ..kernels import layouts
 
 ADDRESS_LIMIT = 2**63  # addresses and ends of ranges: the plans' int64 arithmetic
 MEMORIES = ("DRAM", "VRAM")
@@ -94,7 +95,7 @@ def check_reach(side: Any, name: str = "exported") -> None:
     the side says holds that layer; ``ExportError`` naming the layer otherwise. (Every copy also checks
     each of its descriptors: ``Agent.copy``.)"""
     g = side.geometry
-    heads = g.heads if side.head_split else 1
+    heads = layouts.head_runs(side.parts, g.heads)
     tokens = np.unique(np.array([0, g.tokens - 1], dtype=np.int64))
     layers = np.arange(g.layers, dtype=np.int64)
     address, buffer = side.items(tokens, layers, side.geometry.item_bytes, heads)

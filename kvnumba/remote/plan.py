@@ -22,6 +22,7 @@ import numpy as np
 
 from ..plan.copy_plan import check_fit, copy_window
 from ..checks import bounds
+from ..kernels import layouts
 from .sides import Side
 
 ROUTES = ("auto", "direct", "staged")
@@ -100,7 +101,7 @@ def pair_descriptors(local: Side, local_tokens: np.ndarray, remote: Side, remote
 def remote_runs(remote: Side, remote_tokens: np.ndarray, layers: np.ndarray) -> np.ndarray:
     """The byte lengths of the contiguous runs the remote side's items make (each distinct token
     once): the staged route's descriptors."""
-    heads = remote.geometry.heads if remote.head_split else 1
+    heads = layouts.head_runs(remote.parts, remote.geometry.heads)
     address, buffer = remote.items(np.unique(remote_tokens), layers, remote.geometry.item_bytes, heads)
     flat = address.ravel()
     length = np.full(flat.size, remote.geometry.item_bytes // heads, dtype=np.int64)

@@ -146,8 +146,9 @@ def find_parts(name: str) -> layouts.LayoutParts:
     if parts is not None:
         return parts
     for cls in _subclasses(views.CacheView):  # layouts declared by their view class: kvnumba's and yours
-        if cls.parts is not None and cls.parts.name == name:
-            return cls.parts
+        found = cls.parts_named(name)
+        if found is not None:
+            return found
     from ..errors import ExportError
 
     raise ExportError(f"the export's layout {name!r} is not known here: it is a user layout (a kv.CacheView "

@@ -8,7 +8,7 @@ view's class, item and page size, ``pages`` pages (the touched ones, in page ord
   as a list): arrays only for the copied layers; the other layers' entries repeat one of them (never
   read or written: ``kv.copy`` maps layer ``l`` to layer ``l``);
 - layouts that keep every layer of a token or page together (``PageFirst``, ``PageFirstDirect``,
-  ``PageHead``): layers ``0 .. last copied``;
+  ``PageHead``, ``PageUnified`` with the remote pool's head groups): layers ``0 .. last copied``;
 - a user layout: ``buffer_shape`` of its class, if it defines one (else no staging: the direct route).
 
 Items are stored as raw bytes (uint8, ``(H, item/H)``), which ``kv.copy`` takes opposite any dtype.
@@ -101,6 +101,17 @@ def _page_major(cls: type[views.CacheView], remote: Side, pages: int, layers: np
     return cls(k, None if remote.mla else allocate(shape))
 
 
+def _page_unified(cls: type[views.CacheView], remote: Side, pages: int, layers: np.ndarray,
+                  allocate: Allocate) -> views.CacheView:
+    """SGLang's pool order with the remote's head groups (its layout's ``head_runs``), layers ``0 .. last
+    copied``: each (page, group, layer) of the remote lands as one run."""
+    g = remote.geometry
+    kept, groups = int(layers[-1]) + 1, remote.parts.head_runs or 1
+    if remote.mla:
+        return cls(allocate((pages, kept, g.page_size, g.item_bytes)))
+    return cls(allocate((pages, groups, kept, 2, g.page_size, g.heads // groups, g.item_bytes // g.heads)))
+
+
 def _vllm(cls: type[views.CacheView], remote: Side, pages: int, layers: np.ndarray, allocate: Allocate) -> views.CacheView:
     g, item = remote.geometry, item_shape(remote)
     heads, per_head = (item if len(item) == 2 else (1, item[0]))
@@ -124,6 +135,7 @@ _BUILDERS: dict[type[views.CacheView], Callable[..., views.CacheView]] = {
     views.PageFirst: _page_major,
     views.PageFirstDirect: _page_major,
     views.PageHead: _page_major,
+    views.PageUnified: _page_unified,
     views.VllmFlashAttn: _vllm,
     views.VllmFlashInfer: _vllm,
 }

@@ -5,7 +5,7 @@ import numpy as np
 import kvnumba as kv
 from kvnumba.arrays import array_info
 from tests.helpers.placement import PLACE
-from tests.helpers.view_cases import KV_ONLY, LAYOUTS, UNIFIED, make_view, view_bytes  # noqa: F401 - the tests' names
+from tests.helpers.view_cases import KV_ONLY, LAYOUTS, UNIFIED, make_view, unified_mla, view_bytes  # noqa: F401 - the tests' names
 
 FP8_POISON = 0xAB
 FP8_LAYOUTS = [name for name in LAYOUTS if name != "HeadMajorPages"]  # an FP8 view is of a built-in layout
@@ -15,7 +15,7 @@ def _buffers(name, shape, dtype, mla, place, fill):
     """``(numpy view, placed view)`` of layout ``name`` over buffers shaped ``shape`` (K and V unless MLA)."""
     _, make, per_layer, _ = LAYOUTS[name]
     if name in UNIFIED and mla:
-        shape = shape[:1] + (1,) + shape[2:]  # one array: K alone
+        shape = unified_mla(shape)  # one array: K alone
     count = 1 if (mla or name in KV_ONLY or name in UNIFIED) else 2
     arrays = [fill(shape, dtype) for _ in range(count)]
 

@@ -53,11 +53,16 @@ LAYOUTS = {
                       lambda caches: kv.VllmFlashInfer(caches, layout="NHD"), True, False),
     "FlashInferHND": (lambda L, T, P, H, D: (L, T // P, 2, H, P, D),
                       lambda caches: kv.VllmFlashInfer(caches, layout="HND"), True, False),
-    "PageUnified": (lambda L, T, P, H, D: (T // P, 2, L, P, H, D), kv.PageUnified, False, True),
+    "PageUnified": (lambda L, T, P, H, D: (T // P, 1, L, 2, P, H, D), kv.PageUnified, False, True),
     "HeadMajorPages": (lambda L, T, P, H, D: (L, T // P, H, P, D), HeadMajorPages, False, True),
 }
 KV_ONLY = {"VllmFlashAttn", "FlashInferNHD", "FlashInferHND"}  # no MLA form
 UNIFIED = {"PageUnified"}  # one array holds K and V (MLA: its K alone)
+
+
+def unified_mla(shape):
+    """A page-unified pool's MLA shape ``[T/P, L, P, D]`` from its MHA one ``[T/P, G, L, 2, P, H/G, D]``."""
+    return (shape[0], shape[2], shape[4], shape[6])
 
 
 def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
@@ -65,7 +70,7 @@ def make_view(name, L, T, P, H, D, rng, poison, mla, place=None):
     shape_of, make, per_layer, _ = LAYOUTS[name]
     shape = shape_of(L, T, P, H if not mla else 1, D)
     if name in UNIFIED and mla:
-        shape = shape[:1] + (1,) + shape[2:]
+        shape = unified_mla(shape)
 
     def data():
         if poison:

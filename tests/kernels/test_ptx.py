@@ -49,3 +49,28 @@ def test_cache_hinted_loads_and_stores(ptx_report):
         assert NARROW <= ops, name
         assert ops == (NARROW | WIDE if report["wide"] else NARROW), name
         assert not report["local"], f"{name} uses local memory in PTX"
+
+
+PAGE_UNIFIED_SCRIPT = r"""
+import json, re
+import kvnumba as kv
+from kvnumba.kernels.factory import kernel_ptx
+from kvnumba.kernels.layouts import LAYER_FIRST
+out = {}
+for kinds, groups in ((2, 1), (2, 2), (1, 1)):  # one head group, two (the groups a constant), MLA
+    pool = kv.PageUnified.arithmetic(kinds, groups)
+    for src, dst in ((pool, LAYER_FIRST), (LAYER_FIRST, pool)):
+        ptx = kernel_ptx(src, dst, kinds == 1, cc=(9, 0))
+        out[f"{src.name}->{dst.name}"] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
+                                          "local": ".local" in ptx}
+print(json.dumps(out))
+"""
+
+
+def test_the_page_unified_pools_kernels_compile_for_sm90():
+    """SGLang's page-unified pool's arithmetic is made per pool shape (K and V or MLA, head groups as constants):
+    each compiles, both ways, without local memory."""
+    report = run_ptx_script(PAGE_UNIFIED_SCRIPT, timeout=600)
+    assert set(report) == {f"{a}->{b}" for p in ("pu", "pu_g2", "pu_mla") for a, b in ((p, "lf"), ("lf", p))}
+    for name, one in report.items():
+        assert one["target"] == "sm_90" and not one["local"], name

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
+from kvnumba import reference
 from kvnumba.remote import Agent, RemoteView, plan_copy
+from tests.helpers.placement import PLACE as PLACE_ARRAY
 from tests.helpers.remote_support import LAUNCH, PLACE, SHAPE, expected, indices, same_bytes, views
 from tests.helpers.view_cases import KV_ONLY, LAYOUTS, view_bytes
 
@@ -68,7 +70,7 @@ def test_every_layout_pair_read_and_write(agents, s, d):
 
 @pytest.mark.parametrize("s,d", [("PageFirst", "VllmFlashAttn"), ("PageHead", "LayerFirstList"),
                                  ("VllmFlashAttn", "FlashInferHND"), ("HeadMajorPages", "PageFirstDirect"),
-                                 ("LayerFirst", "PageHead")])
+                                 ("LayerFirst", "PageHead"), ("PageUnified", "PageHead")])
 def test_staged_route_forced(agents, s, d):
     done = _read(agents, s, d, "staged")
     assert done.route == "staged" and "kv.copy" in repr(done)
@@ -307,3 +309,31 @@ def test_remote_view_describes_the_export(agents):
     assert remote.geometry == pool.geometry and not remote.mla
     assert repr(remote).startswith("RemoteView(PageHead of agent 'prefill': L=3, T=32, P=4, H=2, item=16 B")
     prefill.unexport(pool)
+
+
+@pytest.mark.parametrize("route", ["auto", "direct", "staged"])
+def test_a_page_unified_pool_of_head_groups(agents, route):
+    """A pool of two head groups of two heads (SGLang's ``[T/P, G, L, 2, P, H/G, D]``) exported and read into a
+    layer-first view, then written back into a second pool: its groups are runs of their own, its layout found
+    again by name on the importing side; every byte as ``kvnumba.reference`` puts it."""
+    prefill, decode = agents
+    L, T, P, D = SHAPE["L"], SHAPE["T"], SHAPE["P"], SHAPE["D"]
+    rng = np.random.default_rng(4)
+    put = (lambda a: a) if PLACE is None else PLACE_ARRAY["device"]
+    pool_np = kv.PageUnified(rng.integers(0, 2**16, (T // P, 2, L, 2, P, 2, D), dtype=np.uint16))
+    lf_np = kv.LayerFirst(np.full((L, T, 4, D), 0xA5A5, np.uint16), np.full((L, T, 4, D), 0xA5A5, np.uint16))
+    back_np = kv.PageUnified(np.full((T // P, 2, L, 2, P, 2, D), 0xA5A5, np.uint16))
+    pool, lf, back = (kv.PageUnified(put(pool_np.k)), kv.LayerFirst(put(lf_np.k), put(lf_np.v)),
+                      kv.PageUnified(put(back_np.k)))
+    src_idx, dst_idx = indices(5)
+    remote = decode.connect(prefill.export(pool))
+    done = decode.copy(remote, lf, src_idx, dst_idx, route=route, **LAUNCH).wait(60)
+    assert route == "auto" or done.route == route
+    reference.copy(pool_np, lf_np, src_idx, dst_idx)
+    assert same_bytes(view_bytes(lf), view_bytes(lf_np))
+    target = decode.connect(prefill.export(back))
+    decode.copy(lf, target, dst_idx, src_idx, route=route, **LAUNCH).wait(60)
+    reference.copy(lf_np, back_np, dst_idx, src_idx)
+    assert same_bytes(view_bytes(back), view_bytes(back_np)) and (np.asarray(view_bytes(back_np)[0]) != 0xA5).any()
+    prefill.unexport(pool)
+    prefill.unexport(back)
