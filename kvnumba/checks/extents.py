@@ -20,6 +20,7 @@ import functools
 import weakref
 from typing import Any
 
+from ..kernels import layouts
 from .user_layouts import _bases, _layer_offset, _over, _scalar
 
 # view -> (heads, lo, hi): bytes [lo, hi) from a buffer's address (a table layout: from each layer's own)
@@ -27,9 +28,10 @@ _hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDi
 
 
 def copy_heads_of(view: Any) -> int:
-    """The heads a copy of ``view`` goes by as far as its own bytes go: its heads where it splits them, else
-    one (a copy by heads of a layout that keeps a token's heads together touches the same bytes)."""
-    return view.geometry.heads if view.head_split else 1
+    """The runs a copy of ``view`` cuts a token's item into, as far as its own bytes go (``layouts.head_runs``):
+    its heads or head groups where it splits them, else one (a copy by more runs of a layout that keeps a
+    token's heads together touches the same bytes)."""
+    return layouts.head_runs(view.parts, view.geometry.heads)
 
 
 def hull(view: Any) -> tuple[int, int]:

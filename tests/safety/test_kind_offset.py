@@ -135,3 +135,15 @@ def test_the_corners_of_each_built_in_layout_are_its_exact_hull(name):
     if type(view).built_in:
         assert extents._corners(view, heads) == (lo, hi)
     assert lo >= 0 and hi <= min(int(np.asarray(b).nbytes) for b in view.buffers("k"))
+
+
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_the_corners_of_a_page_unified_pool_of_head_groups_are_its_exact_hull(groups):
+    pool = np.zeros((T // P, groups, L, 2, P, 4 // groups, D), np.int16)
+    view = kv.PageUnified(pool)
+    runs = extents.copy_heads_of(view)
+    assert runs == (groups if groups > 1 else 1)
+    assert extents._corners(view, runs) == extents._everywhere(view, runs)
+    lo, hi = extents.hull(view)
+    offset = view.kind_offset("v")
+    assert lo >= 0 and offset + hi <= pool.nbytes
