@@ -15,9 +15,9 @@ arrays on every call), with host indices and with device indices:
 - ``copy ce lf`` / ``copy ce pfd``: ``kv.copy(route="copy_engine")`` of one layer from layer-first or
   page-first-direct host views.
 
-Per case: host microseconds per call (back to back; the median group on a GPU, the fastest on the
-simulator's shared CPU), then the same calls with each stage
-timed by ``time.perf_counter_ns`` (exclusive: a stage's own time, its timed children taken out; ``other`` is
+Per case: host microseconds per call (back to back; wall time and the median group on a GPU; on the
+simulator's shared CPU, the process's CPU time and the fastest group), then the same calls with each stage
+timed by the same clock (exclusive: a stage's own time, its timed children taken out; ``other`` is
 the rest). Timing a stage adds a fraction of a microsecond to it, so the stages add up to more than the clean
 figure. ``--cprofile`` prints the functions with the most own time.
 
@@ -46,6 +46,9 @@ from kvnumba.driver.target import SIMULATOR  # noqa: E402
 
 ITEM, LAYERS, PAGE, LAYER = 2048, 32, 64, 3
 TOKENS = (64, 512, 8192)
+# The clock: wall time on a GPU (a call's waits count there); this process's CPU time on the simulator, whose
+# CPU is shared: time spent descheduled is not the call's.
+CLOCK = time.process_time_ns if SIMULATOR else time.perf_counter_ns
 
 # (label, module, attribute): what a stage is. An attribute that a checkout lacks is skipped, so the same
 # script profiles a checkout before and after a change of its per-call path.
@@ -62,6 +65,7 @@ STAGES = (
     ("index checks", "kvnumba.checks.bounds", "check_indices"),
     ("runs", "kvnumba.plan.routes", "runs"),
     ("runs", "kvnumba.plan.routes", "EnginePlan.runs"),
+    ("token offsets", "kvnumba.plan.sides", "Side.token_offsets"),
     ("addresses", "kvnumba.plan.routes", "EnginePlan.copies"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_pages"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_runs"),
@@ -133,7 +137,7 @@ class Timers:
         self.saved.clear()
 
     def _wrap(self, label, function, method):
-        totals, stack, clock = self.totals, self.stack, time.perf_counter_ns
+        totals, stack, clock = self.totals, self.stack, CLOCK
 
         def timed(*args, **kwargs):
             frame = [0]
@@ -226,13 +230,13 @@ def run_calls(call, pairs, calls, groups, sync):
     n = len(pairs)
     for g in range(groups + 1):
         sync()
-        start = time.perf_counter_ns()
+        start = CLOCK()
         for i in range(calls):
             s, d = pairs[(g * calls + i) % n]
             call(s, d)
-        mid = time.perf_counter_ns()
+        mid = CLOCK()
         sync()
-        end = time.perf_counter_ns()
+        end = CLOCK()
         if g:  # the first group warms up
             host.append((mid - start) / calls / 1e3)
             wall.append((end - start) / calls / 1e3)
@@ -263,11 +267,11 @@ def profile_case(setup, case, where, stream, sync, reference, cprofile, rows):
         for g in range(groups):
             timers.totals.clear()
             sync()
-            start = time.perf_counter_ns()
+            start = CLOCK()
             for i in range(calls):
                 s, d = pairs[(g * calls + i) % len(pairs)]
                 call(s, d)
-            total = (time.perf_counter_ns() - start) / calls / 1e3
+            total = (CLOCK() - start) / calls / 1e3
             measured.append((total, {label: ns / calls / 1e3 for label, ns in timers.totals.items()}))
         sync()
     finally:

@@ -6,7 +6,8 @@ Why compiled: the same work in NumPy takes a dozen array operations, each with i
 microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
 in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
 a second per function) and cached on disk (``cache=True``: Numba keeps it beside this file, or in the user's
-cache directory where the package is read-only), so later processes load it in milliseconds.
+cache directory where the package is read-only), so later processes load it in milliseconds (past Numba's
+one-time start-up for CPU code, which the first call of a process pays).
 
 Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
 the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
@@ -17,7 +18,15 @@ from numba import njit
 BAD = -1  # an index out of range: nothing to submit
 
 
-@njit(cache=True, nogil=True)
+def _compiled(function):
+    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
+        return njit(nogil=True)(function)
+
+
+@_compiled
 def fill_pages(lf_idx, pf_idx, params, bases, out):
     """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer.
 
@@ -48,7 +57,7 @@ def fill_pages(lf_idx, pf_idx, params, bases, out):
     return k
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def fill_runs(s_idx, d_idx, limits, bases, out):
     """Between layer-first lists: one copy per run and layer, runs outer. A run goes on while both indices
     advance by one. ``limits``: the source's and the destination's rows; ``bases``: ``(3, layers)``, each
@@ -77,7 +86,7 @@ def fill_runs(s_idx, d_idx, limits, bases, out):
     return k
 
 
-@njit(cache=True, nogil=True)
+@_compiled
 def fill_engine(s_off, d_off, chunk, bases, out):
     """``kv.copy``'s copy-engine copies: one per (K/V, layer, head, run), runs inner. A run goes on while both
     token offsets advance by ``chunk``; ``bases``: ``(2, copies per run)``, the source's and the destination's
