@@ -360,8 +360,8 @@ class PreparedBatch:
         self.lock = threading.Lock()
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
         self.out = np.zeros((3, 0), np.int64)
-        self.pointers = ()
-        self._attrs = (None, None)  # (the CudartBatch, byref of its attributes for this plan's devices)
+        self.pointers: tuple = ()
+        self._attrs: tuple = (None, None)  # (the CudartBatch, byref of its attributes for this plan's devices)
 
     def reserve(self, count):
         """``out`` with room for ``count`` copies (a new array when it has less: twice the room)."""

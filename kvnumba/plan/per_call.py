@@ -125,7 +125,7 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
             found = engine.fill(s_idx, d_idx, window.first_layer, plan.window)
             if route == "auto" and not routes.engine_pays(found):
                 return False
-            batch.submit(found.count, handle)
+            batch.submit(found.copies, handle)
         routes.log.record("copy_engine")
         if check:
             guard.synchronize(handle)

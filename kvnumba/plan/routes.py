@@ -78,9 +78,9 @@ def engine_pays(found: "EngineFill", cost: "HostCost | None" = None) -> bool:
     """``auto``'s choice for a call of host indices whose copies are ``found``: the copy engine when
     its copies average at least ``COPY_ENGINE_MIN_BYTES`` (its speed) and its call costs the host no more than
     the kernel's whole load (``HOST_COST``); else the kernel."""
-    if found.runs == 0 or found.nbytes / found.count < COPY_ENGINE_MIN_BYTES:
+    if found.runs == 0 or found.nbytes / found.copies < COPY_ENGINE_MIN_BYTES:
         return False
-    return (cost or HOST_COST).engine_pays(found.count, found.nbytes)
+    return (cost or HOST_COST).engine_pays(found.copies, found.nbytes)
 
 
 class HostCost(NamedTuple):
@@ -109,9 +109,9 @@ HOST_COST = HostCost(engine_fixed_us=20.0, engine_per_copy_us=0.55, kernel_fixed
 
 
 class EngineFill(NamedTuple):
-    """A call's copies, written into ``EnginePlan.batch.out[:, :count]`` by ``EnginePlan.fill``."""
+    """A call's copies, written into ``EnginePlan.batch.out[:, :copies]`` by ``EnginePlan.fill``."""
 
-    count: int  # copies
+    copies: int
     runs: int
     nbytes: int
 

@@ -97,8 +97,8 @@ def test_runs_are_found_where_both_sides_follow_on():
     di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
     engine = plan.engine
     found = engine.fill(si, di, 0, 1)
-    assert (found.count, found.runs, found.nbytes) == (5, 5, 9 * 8)
-    dsts, srcs, sizes = engine.batch.out[:, :found.count]
+    assert (found.copies, found.runs, found.nbytes) == (5, 5, 9 * 8)
+    dsts, srcs, sizes = engine.batch.out[:, :found.copies]
     assert sizes.tolist() == [16, 16, 16, 16, 8]
     starts = np.array([0, 2, 4, 6, 8])
     assert (srcs - srcs[0]).tolist() == ((si[starts] - si[0]) * 8).tolist()  # items of 8 bytes, one layer
@@ -127,9 +127,9 @@ def test_engine_copies_are_ordered_kind_layer_head_run(name):
     found = engine.fill(si, di, 0, 2)
     parts = engine.parts(0, 2)
     assert parts.shape[1] == 2 * 2 * engine.heads
-    assert (found.runs, found.count, found.nbytes) == (len(runs), len(runs) * parts.shape[1],
+    assert (found.runs, found.copies, found.nbytes) == (len(runs), len(runs) * parts.shape[1],
                                                        len(si) * engine.chunk * parts.shape[1])
-    dsts, srcs, sizes = engine.batch.out[:, :found.count]
+    dsts, srcs, sizes = engine.batch.out[:, :found.copies]
     for part in range(parts.shape[1]):
         for r, (start, length) in enumerate(runs):
             k = part * len(runs) + r
@@ -250,11 +250,11 @@ def test_the_route_log():
 
 def test_auto_weighs_the_copy_engines_host_time_against_the_kernels_load():
     """``engine_pays``: long copies, but a copy-engine call dearer than the kernel's whole load, go by kernel."""
-    found = routes.EngineFill(count=2, runs=1, nbytes=2 * 128 * 1024)
+    found = routes.EngineFill(copies=2, runs=1, nbytes=2 * 128 * 1024)
     cheap = routes.HostCost(engine_fixed_us=10.0, engine_per_copy_us=1.0, kernel_fixed_us=5.0,
                             kernel_bytes_per_us=1e4)  # engine 12 us, kernel 5 + 26.2 us
     dear = cheap._replace(engine_fixed_us=40.0)  # engine 42 us
     assert routes.engine_pays(found, cheap) and not routes.engine_pays(found, dear)
-    short = routes.EngineFill(count=64, runs=32, nbytes=64 * 8 * 1024)  # 8 KiB copies: too short either way
+    short = routes.EngineFill(copies=64, runs=32, nbytes=64 * 8 * 1024)  # 8 KiB copies: too short either way
     assert not routes.engine_pays(short, cheap)
     assert not routes.engine_pays(routes.EngineFill(0, 0, 0), cheap)
