@@ -120,6 +120,9 @@ def routes(b, sms, reference):
     kernels(kv, "kvnumba", bq=LANE_SMS, lanes=True, suffix=f" on SM lanes ({LANE_SMS} SMs)")
     copy_engines(kv, "kvnumba")
     add("layer-first kv.copy auto (host indices)", lambda l: kv.copy(*lf_views, si_cpu, di_cpu, l))
+    pfd_views = (kv.PageFirstDirect(pfd_k, pfd_v, page_size=P), kv.LayerFirst(gk, gv))
+    add("page-first-direct kv.copy auto (host indices)", lambda l: kv.copy(*pfd_views, si_cpu, di_cpu, l))
+    add("page-first-direct kv.copy kernel", lambda l: kv.copy(*pfd_views, si, di, l, route="kernel"))
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")
