@@ -57,6 +57,7 @@ STAGES = (
     ("view checks", "kvnumba.api.views", "CacheView.check_unchanged"),
     ("describe indices", "kvnumba.checks.validate", "indices"),
     ("describe indices", "kvnumba.plan.per_call", "_index"),
+    ("describe indices", "kvnumba.plan.direct_plan", "_index"),
     ("stream", "kvnumba.plan.direct_plan", "stream_handle"),
     ("stream", "kvnumba.plan.direct_plan", "refuse_in_capture"),
     ("stream", "kvnumba.plan.per_call", "stream_handle"),
@@ -71,7 +72,7 @@ STAGES = (
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_runs"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_engine"),
     ("submit", "kvnumba.driver.batch_copy", "copy_many"),
-    ("submit", "kvnumba.plan.direct_fill", "Batch.submit"),
+    ("submit", "kvnumba.driver.batch_copy", "PreparedBatch.submit"),
     ("batch call", "kvnumba.driver.batch_copy", "CudartBatch.__call__"),
     ("batch call", "kvnumba.driver.batch_copy", "CudartBatch.call"),
     ("batch call", __name__, "StubBatch.__call__"),
@@ -117,26 +118,29 @@ class Timers:
 
     def install(self):
         for label, module_name, attribute in STAGES:
-            try:
-                owner = sys.modules[module_name] if module_name == __name__ else importlib.import_module(module_name)
-            except ImportError:
-                continue
             *path, name = attribute.split(".")
+            if module_name == __name__:  # this script's own stand-ins (it may be loaded under another name)
+                owner = globals().get(path[0]) if path else None
+                path = path[1:]
+            else:
+                try:
+                    owner = importlib.import_module(module_name)
+                except ImportError:
+                    continue
             for part in path:
                 owner = getattr(owner, part, None)
-            if owner is None or not hasattr(owner, name):
+            if owner is None or name not in vars(owner):  # a stage this checkout lacks
                 continue
-            original = owner.__dict__.get(name, getattr(owner, name)) if isinstance(owner, type) else getattr(owner,
-                                                                                                              name)
+            original = vars(owner)[name]
             self.saved.append((owner, name, original))
-            setattr(owner, name, self._wrap(label, getattr(owner, name), isinstance(owner, type)))
+            setattr(owner, name, self._wrap(label, getattr(owner, name)))
 
     def remove(self):
         for owner, name, original in reversed(self.saved):
             setattr(owner, name, original)
         self.saved.clear()
 
-    def _wrap(self, label, function, method):
+    def _wrap(self, label, function):
         totals, stack, clock = self.totals, self.stack, CLOCK
 
         def timed(*args, **kwargs):
@@ -321,12 +325,13 @@ def main(argv=None):
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
     torch = reference = None
-    if SIMULATOR:
-        batch_copy.runtime = StubRuntime  # every copy-engine call submits to the stand-in
-        stream, sync = 0x5EED, lambda: None  # a made-up side stream: the simulator captures none
-        from kvnumba.driver import capture
+    from kvnumba.driver import capture
 
-        capture.capturing = lambda handle: False
+    saved = batch_copy.runtime, capture.capturing
+    if SIMULATOR:
+        batch_copy.runtime = StubRuntime  # every copy-engine call submits to the stand-in (until main returns)
+        capture.capturing = lambda handle: False  # a made-up side stream: the simulator captures none
+        stream, sync = 0x5EED, lambda: None
     else:
         import torch
 
@@ -339,16 +344,19 @@ def main(argv=None):
     print(f"{'CPU (simulator, stand-in batch call)' if SIMULATOR else torch.cuda.get_device_name()}; "
           f"kvnumba from {os.path.dirname(kv.__file__)}")
     rows = []
-    for tokens in args.tokens:
-        setup = Setup(tokens, torch)
-        for case in args.cases:
-            for where in args.indices:
-                if torch is not None:
-                    with torch.cuda.stream(stream):
+    try:
+        for tokens in args.tokens:
+            setup = Setup(tokens, torch)
+            for case in args.cases:
+                for where in args.indices:
+                    if torch is not None:
+                        with torch.cuda.stream(stream):
+                            profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
+                    else:
                         profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
-                else:
-                    profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
-        del setup
+            del setup
+    finally:
+        batch_copy.runtime, capture.capturing = saved
     if args.json:
         import json
 
