@@ -141,6 +141,9 @@ def routes(b, sms, reference):
         pu = b.page_unified(groups)
         add(f"page-unified kv.copy auto, {groups} head group{'s' if groups > 1 else ''} (host indices)",
             lambda l, pu=pu: kv.copy(pu, gpu_heads, si_cpu, di_cpu, l))
+    pfd_views = (kv.PageFirstDirect(pfd_k, pfd_v, page_size=P), kv.LayerFirst(gk, gv))
+    add("page-first-direct kv.copy auto (host indices)", lambda l: kv.copy(*pfd_views, si_cpu, di_cpu, l))
+    add("page-first-direct kv.copy kernel", lambda l: kv.copy(*pfd_views, si, di, l, route="kernel"))
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")

@@ -114,11 +114,12 @@ def test_quick_overlap_runs_every_route(tmp_path, capsys):
     bench.main(["--only", "overlap", "--quick", "--json", str(out), "--quiet"])
     data = json.loads(out.read_text())
     routes = [r["route"] for r in data["records"]]
-    assert data["meta"]["section"] == "overlap" and len(routes) == len(set(routes)) == 17
+    assert data["meta"]["section"] == "overlap" and len(routes) == len(set(routes)) == 19
     for layout in ("layer-first", "page-first", "page-head", "mla page-first"):
         assert {f"{layout} kernel", f"{layout} kernel beside compute (one warp per SM)"} <= set(routes)
     assert {"layer-first direct (copy engine)", "page-first-direct direct (copy engine)"} <= set(routes)
     assert {f"page-unified kv.copy auto, {g} (host indices)" for g in ("1 head group", "2 head groups")} <= set(routes)
+    assert {"page-first-direct kv.copy auto (host indices)", "page-first-direct kv.copy kernel"} <= set(routes)
     assert all(r["idle_seconds"] > 0 and r["bytes"] > 0 for r in data["records"])
     assert "overlap page-head kernel on SM lanes (8 SMs) 8tok" in capsys.readouterr().out
 

@@ -34,6 +34,7 @@ microseconds each.
 """
 import ctypes
 import functools
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -143,6 +144,15 @@ class CudartBatch:
             err = self.fn(*head, ctypes.byref(fail), stream)
             return BatchResult(err, None if fail.value == 2**64 - 1 else fail.value)
         return BatchResult(self.fn(*head, stream), None)
+
+    def call(self, pointers, count, attrs_ref, stream):
+        """The call with everything but ``count`` and ``stream`` made beforehand (``PreparedBatch``):
+        ``pointers``, the three arrays' ``c_void_p``; ``attrs_ref``, ``byref`` of ``attributes(...)``."""
+        if self.has_fail_index:
+            fail = ctypes.c_size_t(2**64 - 1)
+            err = self.fn(*pointers, count, attrs_ref, self.attrs_index, 1, ctypes.byref(fail), stream)
+            return BatchResult(err, None if fail.value == 2**64 - 1 else fail.value)
+        return BatchResult(self.fn(*pointers, count, attrs_ref, self.attrs_index, 1, stream), None)
 
 
 def _load_cudart_batch(rt):
@@ -334,3 +344,55 @@ def _batch_error(result, dsts, srcs, sizes):
     else:
         where = f"for one of {count} copies (this runtime does not report which)"
     return failure("cudaMemcpyBatchAsync", result.error, f" {where}", CopyError, index=result.fail_index)
+
+
+class PreparedBatch:
+    """One plan's batch call, made once: the three arrays (destinations, sources, sizes as rows of one int64
+    array, grown when a call needs more copies), their pointers for ctypes, and the attributes' reference.
+    Per call a fill writes ``out[:, :count]`` in place and ``submit(count, stream)`` hands it to
+    ``cudaMemcpyBatchAsync`` (libcudart's, ``CudartBatch.call``); any other runtime, route or stream takes
+    ``copy_many`` with the same arrays, so the bytes and fallbacks are those of every other copy.
+
+    ``lock``: held by the caller from the fill to the submission (threads may share a plan).
+    """
+
+    def __init__(self, src_device, dst_device, batch=True):
+        self.lock = threading.Lock()
+        self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
+        self.out = np.zeros((3, 0), np.int64)
+        self.pointers: tuple = ()
+        self._attrs: tuple = (None, None)  # (the CudartBatch, byref of its attributes for this plan's devices)
+
+    def reserve(self, count):
+        """``out`` with room for ``count`` copies (a new array when it has less: twice the room)."""
+        if count > self.out.shape[1]:
+            room = max(count, 2 * self.out.shape[1], 64)
+            self.out = np.zeros((3, room), np.int64)
+            base = self.out.ctypes.data
+            self.pointers = tuple(ctypes.c_void_p(base + row * room * 8) for row in range(3))
+        return self.out
+
+    def submit(self, count, stream):
+        """Submit the first ``count`` copies of ``out`` on ``stream``; the path taken (as ``copy_many``)."""
+        if count == 0:
+            return None
+        rt = runtime()
+        cudart = getattr(rt, "cudart", None)
+        batch = self.batch
+        if (batch and cudart is not None and rt.has_batch and rt.driver_version >= MIN_DRIVER_VERSION
+                and int(stream) not in LEGACY_STREAMS):
+            owner, attrs_ref = self._attrs
+            if owner is not cudart:
+                attrs_ref = ctypes.byref(cudart.attributes(self.src_device, self.dst_device))
+                self._attrs = (cudart, attrs_ref)
+            result = cudart.call(self.pointers, count, attrs_ref, stream)
+            if result.error == 0:
+                log.record("batch")
+                return "batch"
+            out = self.out
+            if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
+                raise _batch_error(result, out[0, :count].tolist(), out[1, :count].tolist(), out[2, :count].tolist())
+            batch = False  # not supported: page by page, without asking again
+        out = self.out
+        return copy_many(out[0, :count], out[1, :count], out[2, :count], stream, src_device=self.src_device,
+                         dst_device=self.dst_device, batch=batch)

@@ -236,7 +236,15 @@ def _cai_key(obj):
 
 
 def _list_key(items):
+    torch = sys.modules.get("torch")
+    if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
+        # SGLang's lists of layers (transfer_kv_all_layer_direct_lf_pf takes 2L of them): C-level loops, each
+        # element's three values as in _torch_key, flat (a tuple of ints never equals one of tuples)
+        return (*map(torch.Tensor.data_ptr, items), *map(_NBYTES, items), *map(torch.Tensor.is_contiguous, items))
     return tuple(_element_key(x) for x in items)
+
+
+_NBYTES = operator.attrgetter("nbytes")
 
 
 _key_functions: dict[type, Any] = {}  # element type -> its key function (lists of arrays)

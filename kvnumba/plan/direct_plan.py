@@ -9,13 +9,15 @@
   binding and stream allow it, else page by page (``kvnumba.driver.batch_copy``).
 
 Indices may live on the host or the device; like the seed, they are brought to the host first (a
-synchronous device-to-host copy for device indices). Address arithmetic is vectorised with NumPy.
+synchronous device-to-host copy for device indices). Checking them and writing every copy's addresses and
+size is one compiled pass (``kvnumba.plan.direct_fill``) into the batch arrays the plan keeps
+(``kvnumba.driver.batch_copy.PreparedBatch``): per call, only the work that depends on the indices.
 """
-import threading
+import sys
 
 import numpy as np
 
-from ..arrays import HOST
+from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
 from ..checks.devices import one_device
 from ..driver import batch_copy, capture
@@ -23,8 +25,7 @@ from ..driver.devices import on_device
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
-from ..memo import BoundedMemo
-from . import routes
+from . import direct_fill
 from .spec import PAGE_FIRST_DIRECT
 
 
@@ -70,19 +71,24 @@ class DirectPlan:
         self.dst_tokens = min((i.shape[0] for i in dst), default=0)
         # The batch call's location hints: one per side, so a side's layers must share a kind of memory.
         self.src_device, self.dst_device = _side_device(src), _side_device(dst)
+        mixed = MIXED in (self.src_device, self.dst_device)
+        self.batch = batch_copy.PreparedBatch(None if mixed else self.src_device,
+                                              None if mixed else self.dst_device, batch=not mixed)
+        self.limits = np.array([self.src_tokens, self.dst_tokens], np.int64)
+        self.bases = np.stack([self.rows, self.src_base, self.dst_base]) if src else np.zeros((3, 0), np.int64)
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        # Runs: a new run starts wherever either side does not advance by exactly one.
-        starts, lengths = routes.runs(s_idx, d_idx, 1)
-        rows = self.rows
-        # (run, layer), runs outer as in the seed; one batch where the stream allows it.
-        srcs = (np.multiply.outer(s_idx[starts], rows) + self.src_base).reshape(-1)
-        dsts = (np.multiply.outer(d_idx[starts], rows) + self.dst_base).reshape(-1)
-        sizes = np.multiply.outer(lengths, rows).reshape(-1)
-        mixed = MIXED in (self.src_device, self.dst_device)
-        batch_copy.copy_many(dsts, srcs, sizes, handle, src_device=None if mixed else self.src_device,
-                             dst_device=None if mixed else self.dst_device, batch=not mixed)
+        """One copy per run and layer (runs outer, as in the seed), checked and written in one pass."""
+        batch = self.batch
+        with batch.lock:
+            out = batch.reserve(len(s_idx) * len(self.rows))
+            count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
+            if count == direct_fill.BAD:
+                bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
+                bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
+                raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
+            batch.submit(count, handle)
 
     # --- the page-first-direct pair --------------------------------------------------------------
 
@@ -120,74 +126,66 @@ class DirectPlan:
         self.lf_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers)
         self.pf_base = np.array([info.ptr for info in pf], dtype=np.int64)
         layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
-        # What a page's addresses add to its token (or page) offset, shaped (1, layer, K/V).
-        self.lf_layer_base = self.lf_base.T[None, :, :]
-        self.pf_layer_base = self.pf_base[None, None, :] + (layers * layer_bytes)[None, :, None]
+        # What a copy adds to its token offset (layer-first) and page offset (page-first), shaped (layer, K/V).
+        lf_layer_base = self.lf_base.T
+        pf_layer_base = self.pf_base[None, :] + (layers * layer_bytes)[:, None]
+        self.bases = np.ascontiguousarray(np.stack([lf_layer_base, pf_layer_base]))
         self.page_bytes = layers_total * layer_bytes
-        self.scratch = BoundedMemo(64)  # pages per call -> _Scratch
+        self.params = np.array([page_size, max(self.lf_tokens - page_size + 1, 0), pages_total * page_size, row,
+                                self.page_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
         self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
+        src_device, dst_device = ((self.lf_device, self.pf_device) if self.lf_to_pf
+                                  else (self.pf_device, self.lf_device))
+        self.batch = batch_copy.PreparedBatch(src_device, dst_device)
         self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
         return (lf, pf) if self.lf_to_pf else (pf, lf)
 
     def _run_pages(self, lf_idx, pf_idx, handle):
-        page_size, row = self.page_size, self.row
-        count = len(lf_idx)
-        scratch = self._scratch(count // page_size)
-        first = scratch.firsts
-        lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
-        tokens = lf_idx[::page_size]  # first token of each page on the layer-first side (a view: no copy)
-        pages_raw = pf_idx[::page_size]
-        bounds.check_indices(lf_idx_name, tokens, max(self.lf_tokens - page_size + 1, 0),
-                             f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
-        bounds.check_indices(pf_idx_name, pages_raw, self.pages_total * page_size,
-                             f"the {self.pages_total} pages of {self.pf_name}", positions=first)
-        # Addresses shaped (page, layer, K/V): the seed's order, pages outer; written into arrays this
-        # plan keeps (their addresses known), under a lock: threads may share a plan.
-        with scratch.lock:
-            np.multiply(tokens, row, out=scratch.offsets)
-            np.add(self.lf_layer_base, scratch.offsets[:, None, None], out=scratch.lf_addr)
-            np.floor_divide(pages_raw, page_size, out=scratch.offsets)
-            scratch.offsets *= self.page_bytes
-            np.add(self.pf_layer_base, scratch.offsets[:, None, None], out=scratch.pf_addr)
-            lf_addr, pf_addr = scratch.lf_addr.reshape(-1), scratch.pf_addr.reshape(-1)
-            if self.lf_to_pf:
-                srcs, dsts, src_device, dst_device = lf_addr, pf_addr, self.lf_device, self.pf_device
-                addresses = (scratch.pf_address, scratch.lf_address, scratch.sizes_address)
-            else:
-                srcs, dsts, src_device, dst_device = pf_addr, lf_addr, self.pf_device, self.lf_device
-                addresses = (scratch.lf_address, scratch.pf_address, scratch.sizes_address)
-            batch_copy.copy_many(dsts, srcs, scratch.sizes, handle, src_device=src_device, dst_device=dst_device,
-                                 addresses=addresses)
+        """One copy per (page, layer, K/V), pages outer (the seed's order), checked and written in one pass
+        into the plan's batch arrays, under their lock: threads may share a plan."""
+        page_size, batch = self.page_size, self.batch
+        with batch.lock:
+            out = batch.reserve(len(lf_idx) // page_size * self.bases.shape[1] * self.bases.shape[2])
+            count = direct_fill.fill_pages(lf_idx, pf_idx, self.params, self.bases, out)
+            if count == direct_fill.BAD:
+                self._page_error(lf_idx, pf_idx)
+            batch.submit(count, handle)
 
-    def _scratch(self, pages):
-        """The arrays a call of ``pages`` pages computes its copies into (one set per page count)."""
-        scratch = self.scratch.get(pages)
-        if scratch is None:
-            scratch = self.scratch.remember(pages, _Scratch(pages, self.page_size, self.lf_layer_base.shape,
-                                                            self.page_size * self.row))
-        return scratch
+    def _page_error(self, lf_idx, pf_idx):
+        """The error for a page whose first index is out of range (``fill_pages`` found one)."""
+        page_size = self.page_size
+        lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
+        first = np.arange(0, len(lf_idx), page_size)
+        # the layer-first side first, as SGLang's kernel reads them
+        bounds.check_indices(lf_idx_name, lf_idx[::page_size], max(self.lf_tokens - page_size + 1, 0),
+                             f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
+        bounds.check_indices(pf_idx_name, pf_idx[::page_size], self.pages_total * page_size,
+                             f"the {self.pages_total} pages of {self.pf_name}", positions=first)
+        raise AssertionError("fill_pages refused indices the bounds check accepts")  # pragma: no cover
 
     # --- the per-call path -------------------------------------------------------------------------
 
     def run(self, src_indices, dst_indices, stream, check):
         """Check the indices, bring them to the host, copy; ``check``: wait for the copies."""
         guard.raise_pending()
-        src_info, dst_info = validate.indices(src_indices, dst_indices)
-        count = src_info.shape[0]
-        validate.page_size(self.page_size, count)
-        uses_torch = self.uses_torch or src_info.is_torch or dst_info.is_torch
-        handle = stream_handle(stream, self.device if uses_torch else None)
+        device = self.device
+        src, count, src_torch = _index(src_indices, "src_indices", device)
+        dst, dst_count, dst_torch = _index(dst_indices, "dst_indices", device)
+        if count != dst_count:
+            validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
+        page_size = self.page_size
+        if count % page_size:
+            validate.page_size(page_size, count)
+        uses_torch = self.uses_torch or src_torch or dst_torch
+        handle = stream_handle(stream, device if uses_torch else None)
         refuse_in_capture(self.spec.name, handle)
-        for name, info in (("src_indices", src_info), ("dst_indices", dst_info)):
-            if info.device != HOST and not SIMULATOR and info.device != self.device:
-                raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
         if count == 0 or self.empty:
             return
-        with on_device(self.device):
-            s_idx, d_idx = bounds.host_indices(src_info), bounds.host_indices(dst_info)
+        with on_device(device):
+            # indices on the GPU: one device-to-host copy each, as SGLang's entry points make
+            s_idx = src if type(src) is np.ndarray else bounds.host_indices(src)
+            d_idx = dst if type(dst) is np.ndarray else bounds.host_indices(dst)
             if self.runs:
-                bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
-                bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
                 self._run_merged(s_idx, d_idx, handle)
             elif self.lf_to_pf:
                 self._run_pages(s_idx, d_idx, handle)
@@ -197,28 +195,42 @@ class DirectPlan:
                 guard.synchronize(handle)
 
 
+_INT64 = np.dtype(np.int64)
+_TORCH: list = []  # [torch.Tensor, torch.int64] once a torch tensor has been seen
+
+
+def _index(obj, name, device):
+    """An index array as ``(values, length, is_torch)``: ``values`` its host NumPy int64 values where they are
+    on the host already (NumPy, CPU tensors: no copy), else its ``ArrayInfo`` (brought to the host by the
+    caller, after the stream is checked). NumPy arrays and torch tensors of int64 take a few attribute reads; anything
+    else goes through ``validate.index_info``, which gives every error message."""
+    kind = type(obj)
+    if kind is np.ndarray:
+        if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
+            return obj, obj.shape[0], False
+    elif _TORCH and kind is _TORCH[0]:
+        if obj.dtype is _TORCH[1] and obj.dim() == 1 and not obj.data_ptr() & 7 and not obj.requires_grad:
+            on = obj.get_device()
+            if on < 0:
+                return obj.numpy(), obj.shape[0], True
+            if on != device:
+                raise DeviceMismatchError(f"{name} is on cuda:{on} but the buffers are on cuda:{device}")
+    elif not _TORCH and kind.__module__.startswith("torch"):
+        torch = sys.modules["torch"]
+        _TORCH[:] = [torch.Tensor, torch.int64]
+    info = validate.index_info(name, obj)
+    if info.device != HOST and not SIMULATOR and info.device != device:
+        raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
+    if info.device == HOST and isinstance(obj, np.ndarray):
+        return obj, info.shape[0], False
+    return info, info.shape[0], info.is_torch
+
+
 def refuse_in_capture(name, handle):
     """``CaptureError`` if stream ``handle`` is being captured: a copy-engine entry point reads its indices on the
     host and submits copies with their addresses, which a graph cannot replay with new indices."""
     capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
                    "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
-
-
-class _Scratch:
-    """One page count's copy arrays: the page offsets, both sides' addresses shaped (page, layer,
-    K/V), the sizes (every copy is one page of one layer) and the data addresses of the three the
-    batch call reads."""
-
-    def __init__(self, pages, page_size, layer_shape, page_bytes):
-        self.lock = threading.Lock()
-        self.firsts = np.arange(0, pages * page_size, page_size)
-        self.offsets = np.empty(pages, np.int64)
-        shape = (pages, *layer_shape[1:])
-        self.lf_addr = np.empty(shape, np.int64)
-        self.pf_addr = np.empty(shape, np.int64)
-        self.sizes = np.full(self.lf_addr.size, page_bytes, np.int64)
-        self.lf_address, self.pf_address, self.sizes_address = (
-            a.__array_interface__["data"][0] for a in (self.lf_addr, self.pf_addr, self.sizes))
 
 
 def _layer_first(name, obj, is_mla):

@@ -32,7 +32,7 @@ import numpy as np
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
 from ..checks.overlap import overlaps_any
-from ..driver import batch_copy, capture
+from ..driver import capture
 from ..driver.bindings import cu
 from ..driver.devices import on_device
 from ..driver.lanes import LaneStream
@@ -120,12 +120,12 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
                                                  (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
             if not (index.on_host and plan.host_index_checks):  # not checked by run already: no kernel guard here
                 bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
-        found = engine.runs(s_idx, d_idx)
-        if route == "auto" and engine.mean_copy(found) < routes.COPY_ENGINE_MIN_BYTES:
-            return False
-        copies = engine.copies(found, window.first_layer, plan.window)
-        batch_copy.copy_many(copies.dsts, copies.srcs, copies.sizes, handle, src_device=engine.src_device,
-                             dst_device=engine.dst_device)
+        batch = engine.batch
+        with batch.lock:  # from the fill to the submission: threads may share a plan
+            found = engine.fill(s_idx, d_idx, window.first_layer, plan.window)
+            if route == "auto" and not routes.engine_pays(found):
+                return False
+            batch.submit(found.copies, handle)
         routes.log.record("copy_engine")
         if check:
             guard.synchronize(handle)
@@ -207,9 +207,15 @@ _torch_types: set[type] = set()
 _torch_int64: list = []
 
 
+_INT64 = np.dtype(np.int64)
+
+
 def _index(obj, name, device):
     kind = type(obj)
-    if kind in _torch_types:
+    if kind is np.ndarray:  # host memory: int64, one axis, aligned (anything else: _slow_index's errors)
+        if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
+            return Index(obj.__array_interface__["data"][0], obj.shape[0], obj.view, True, False)
+    elif kind in _torch_types:
         ptr = obj.data_ptr()
         shape = obj.shape
         on = obj.get_device()

@@ -7,13 +7,15 @@ compute, but each copy has a fixed cost (~0.6 us of host time to submit, about a
 they pay only for long *runs*: tokens whose bytes follow each other in both the source and the destination,
 e.g. a page of a layer-first or page-first-direct pool, or a vLLM block.
 
-``route="copy_engine"`` finds the runs of the call's indices on the host (NumPy, vectorised), and submits
-one copy per run per layer, K/V and head as one ``cudaMemcpyBatchAsync`` (``kvnumba.driver.batch_copy``;
-page by page where the batch call is unavailable). Indices in GPU memory are brought to the host first
-(a synchronous copy, as SGLang's copy-engine entry points do). ``route="kernel"`` always launches the
-kernel. ``route="auto"`` (the default) takes the copy engine when the indices are on the host, the batch
-call is available on the stream (not the legacy default stream) and the copies average at least
-``COPY_ENGINE_MIN_BYTES``; the kernel otherwise (indices on the GPU never cost a synchronisation).
+``route="copy_engine"`` finds the runs of the call's indices on the host and writes one copy per run per
+layer, K/V and head into batch arrays the plan keeps, in one compiled pass (``kvnumba.plan.direct_fill``), then
+submits them as one ``cudaMemcpyBatchAsync`` (``kvnumba.driver.batch_copy``; page by page where the batch call is
+unavailable). Indices in GPU memory are brought to the host first (a synchronous copy, as SGLang's copy-engine
+entry points do). ``route="kernel"`` always launches the kernel. ``route="auto"`` (the default) takes the copy
+engine when the indices are on the host, the batch call is available on the stream (not the legacy default
+stream), the copies average at least ``COPY_ENGINE_MIN_BYTES``, and the copy engine's call would cost the host no
+more than the kernel's whole load (``HOST_COST``: a host-cost model per copy count); the kernel otherwise
+(indices on the GPU never cost a synchronisation).
 
 Only kvnumba's own layouts have their address arithmetic evaluated on the host (a layout of your own
 goes by kernel). A subclass of one of kvnumba's views takes either route: the copy engine's addresses are
@@ -25,8 +27,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..arrays import HOST
-from ..driver.batch_copy import batch_copy_available
+from ..driver.batch_copy import PreparedBatch, batch_copy_available
 from ..driver.target import SIMULATOR
+from . import direct_fill
 from .sides import Side
 
 ROUTES = ("auto", "kernel", "copy_engine")
@@ -73,39 +76,51 @@ def check_route(route: Any) -> str:
     raise ValueError(f"route must be one of {', '.join(map(repr, ROUTES))}, got {route!r}")
 
 
-def runs(a: np.ndarray, b: np.ndarray, step: int) -> tuple[np.ndarray, np.ndarray]:
-    """``(starts, lengths)`` of the runs of two equal-length int64 arrays: an element continues a run where
-    both ``a`` and ``b`` advance by exactly ``step`` from its predecessor (slices rather than ``np.diff``: a few
-    microseconds less a call, which is the whole cost of a small load)."""
-    breaks = np.flatnonzero((a[1:] != a[:-1] + step) | (b[1:] != b[:-1] + step))
-    starts = np.empty(len(breaks) + 1, np.int64)
-    starts[0] = 0
-    np.add(breaks, 1, out=starts[1:])
-    lengths = np.empty_like(starts)
-    np.subtract(starts[1:], starts[:-1], out=lengths[:-1])
-    lengths[-1] = len(a) - starts[-1]
-    return starts, lengths
+def engine_pays(found: "EngineFill", cost: "HostCost | None" = None) -> bool:
+    """``auto``'s choice for a call of host indices whose copies are ``found``: the copy engine when
+    its copies average at least ``COPY_ENGINE_MIN_BYTES`` (its speed) and its call costs the host no more than
+    the kernel's whole load (``HOST_COST``); else the kernel."""
+    if found.runs == 0 or found.nbytes / found.copies < COPY_ENGINE_MIN_BYTES:
+        return False
+    return (cost or HOST_COST).engine_pays(found.copies, found.nbytes)
 
 
-class Runs(NamedTuple):
-    """A call's runs (``EnginePlan.runs``): where each starts among the items, how long it is, and every
-    item's token offset on each side."""
+class HostCost(NamedTuple):
+    """What ``auto`` weighs besides the copies' size: host microseconds of a copy-engine call against the
+    kernel's whole load (a kernel given host indices stages them on the GPU and waits for the load, so its
+    call takes the load's time). ``engine_us(copies) = engine_fixed_us + engine_per_copy_us * copies``,
+    ``kernel_us(bytes) = kernel_fixed_us + bytes / kernel_bytes_per_us``."""
 
-    starts: np.ndarray
-    lengths: np.ndarray
-    src_offsets: np.ndarray
-    dst_offsets: np.ndarray
+    engine_fixed_us: float
+    engine_per_copy_us: float
+    kernel_fixed_us: float
+    kernel_bytes_per_us: float
+
+    def engine_pays(self, copies: int, nbytes: int) -> bool:
+        """Whether the copy engine's call costs the host no more than the kernel's whole load."""
+        return (self.engine_fixed_us + self.engine_per_copy_us * copies
+                <= self.kernel_fixed_us + nbytes / self.kernel_bytes_per_us)
 
 
-class EngineCopies(NamedTuple):
-    dsts: np.ndarray
-    srcs: np.ndarray
-    sizes: np.ndarray
-    total: int  # bytes
+# The constants, in one place (scripts/RESULTS.md, "Loads under compute" and "The batch call's host time", one
+# H200, 2026-12-01): cudaMemcpyBatchAsync costs ~0.55 us of host time a copy; the kernel loads 45-46 GB/s idle.
+# The fixed parts are estimates to be replaced by measured ones (scripts/direct_host_profile.py on a GPU gives
+# the copy engine's per-call host us; the kernel's with host indices is its index staging, launch and wait).
+HOST_COST = HostCost(engine_fixed_us=20.0, engine_per_copy_us=0.55, kernel_fixed_us=30.0,
+                     kernel_bytes_per_us=45.5e3)
+
+
+class EngineFill(NamedTuple):
+    """A call's copies, written into ``EnginePlan.batch.out[:, :copies]`` by ``EnginePlan.fill``."""
+
+    copies: int
+    runs: int
+    nbytes: int
 
 
 class EnginePlan:
-    """A copy's copy-engine form: the two sides' host arithmetic (``plan.sides.Side``), item bytes and heads."""
+    """A copy's copy-engine form: the two sides' host arithmetic (``plan.sides.Side``), item bytes and heads,
+    and the batch arrays its calls fill (``kvnumba.driver.batch_copy.PreparedBatch``)."""
 
     def __init__(self, src: Side, dst: Side, item_size: int, heads: int) -> None:
         self.src, self.dst, self.item_size, self.heads = src, dst, item_size, heads
@@ -114,29 +129,28 @@ class EnginePlan:
         self.bases = [side.layer_parts(np.arange(side.layers), item_size, heads) for side in (src, dst)]
         self.strides = [side.head_stride(item_size, heads) for side in (src, dst)]
         self.src_device, self.dst_device = (None if side.device == HOST else side.device for side in (src, dst))
+        self.batch = PreparedBatch(self.src_device, self.dst_device)
+        self._parts: dict[tuple[int, int], np.ndarray] = {}
 
-    def runs(self, s_idx: np.ndarray, d_idx: np.ndarray) -> Runs:
-        """The runs in the indices: an item continues a run where both its source and destination bytes
-        follow its predecessor's."""
+    def parts(self, first_layer: int, window: int) -> np.ndarray:
+        """``(2, kinds * window * heads)``: what each copy of a run adds to the run's token offset, source then
+        destination, in (K/V, layer, head) order; made once per layer window."""
+        found = self._parts.get((first_layer, window))
+        if found is None:
+            layers, heads = slice(first_layer, first_layer + window), np.arange(self.heads, dtype=np.int64)
+            found = np.ascontiguousarray(np.stack([
+                (self.bases[side][:, layers][:, :, None] + heads * self.strides[side]).reshape(-1)
+                for side in (0, 1)]))
+            self._parts[(first_layer, window)] = found
+        return found
+
+    def fill(self, s_idx: np.ndarray, d_idx: np.ndarray, first_layer: int, window: int) -> EngineFill:
+        """Write the call's copies into ``batch.out`` (the caller holds ``batch.lock`` until it submits them):
+        one per run, K/V, layer of ``[first_layer, first_layer + window)`` and head, runs inner. A run goes on
+        while both the source's and the destination's bytes follow its previous item's."""
         s_off = self.src.token_offsets(s_idx, self.item_size, self.heads)
         d_off = self.dst.token_offsets(d_idx, self.item_size, self.heads)
-        return Runs(*runs(s_off, d_off, self.chunk), s_off, d_off)
-
-    def mean_copy(self, found: Runs) -> float:
-        """Bytes per copy the call would make with these runs (what ``auto`` decides by)."""
-        return len(found.src_offsets) * self.chunk / len(found.starts)
-
-    def copies(self, found: Runs, first_layer: int, window: int) -> EngineCopies:
-        """One copy per run, per K/V, layer of ``[first_layer, first_layer + window)`` and head."""
-        starts, lengths = found.starts, found.lengths
-        heads = np.arange(self.heads, dtype=np.int64)
-        layers = slice(first_layer, first_layer + window)
-
-        def addresses(side: int, offsets: np.ndarray) -> np.ndarray:
-            base = self.bases[side][:, layers][:, :, None, None] + (heads * self.strides[side])[None, None, :, None]
-            return (base + offsets[starts][None, None, None, :]).reshape(-1)
-
-        srcs, dsts = addresses(0, found.src_offsets), addresses(1, found.dst_offsets)
-        sizes = np.broadcast_to(lengths * self.chunk, (len(srcs) // len(starts), len(starts))).reshape(-1)
-        total = int(lengths.sum()) * self.chunk * (len(srcs) // len(starts))
-        return EngineCopies(dsts, srcs, np.ascontiguousarray(sizes), total)
+        parts = self.parts(first_layer, window)
+        out = self.batch.reserve(len(s_off) * parts.shape[1])
+        count = direct_fill.fill_engine(s_off, d_off, self.chunk, parts, out)
+        return EngineFill(count, count // parts.shape[1], len(s_off) * self.chunk * parts.shape[1])

@@ -267,3 +267,37 @@ def test_route_is_checked():
     with pytest.raises(ValueError, match=r"batch copy route must be one of auto, cudart, bindings, page, got 'fast'"):
         batch_copy.make_runtime("fast")
 
+
+
+def test_the_plans_batch_arrays_are_kept_and_grown(use):
+    """A prepared plan fills one set of batch arrays in place: kept across calls, grown for a larger call."""
+    stand_in = use(13)
+    src, dst, s, d, page_size = _lf_pf(pages=30, pool_pages=40, seed=5)
+    load = kvnumba.prepare(kvnumba.transfer_kv_all_layer_direct_lf_pf, src_ptrs=src, dst_ptrs=dst,
+                           page_size=page_size)
+    batch = load._plan.batch
+    calls = [(s[:page_size], d[:page_size]), (s, d), (s[page_size:2 * page_size], d[page_size:2 * page_size])]
+    arrays = []
+    for si, di in calls:
+        load(si, di, stream=STREAM)
+        arrays.append(batch.out)
+        call = stand_in.batches[-1]
+        assert list(zip(call.dsts, call.srcs, call.sizes)) == _expected_copies(src, dst, si, di, page_size)
+    assert arrays[0].shape[1] == 64 and arrays[1].shape[1] == 30 * 3 * 2 and arrays[2] is arrays[1]
+    want = [np.full_like(a, 0xA5) for a in dst]
+    reference.transfer_kv_all_layer_direct_lf_pf(src, want, s, d, page_size)
+    assert all(np.array_equal(a, b) for a, b in zip(dst, want))
+
+
+def test_a_bad_index_after_good_calls_writes_nothing(use):
+    """The one pass refuses an out-of-range page with the usual message, and nothing is submitted."""
+    stand_in = use(13)
+    src, dst, s, d, page_size = _lf_pf(pages=3, pool_pages=5, seed=6)
+    kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, d, page_size, stream=STREAM)
+    before = [a.copy() for a in dst]
+    bad = d.copy()
+    bad[2 * page_size] = 5 * page_size  # the third page's first slot: past the 5 pages
+    with pytest.raises(kvnumba.IndexOutOfRangeError, match=rf"dst_indices\[{2 * page_size}\] = {5 * page_size} "
+                                                           r"is out of range for the 5 pages of dst_ptrs"):
+        kvnumba.transfer_kv_all_layer_direct_lf_pf(src, dst, s, bad, page_size, stream=STREAM)
+    assert len(stand_in.batches) == 1 and all(np.array_equal(a, b) for a, b in zip(dst, before))

@@ -77,3 +77,21 @@ def test_real_libcudart_answers_without_crashing():
     assert result.error != 0
     assert error_name(result.error).startswith("cudaError")
     assert result.fail_index is None  # 13.x reports no index; 12.x reports none for a whole-call error
+
+
+@pytest.mark.parametrize("version", [12080, 13000])
+def test_prepared_batch_calls_with_its_pointers_and_attributes(version, batch_runtime):
+    """``PreparedBatch.submit`` through ``CudartBatch.call``: the arrays' pointers and the attributes made
+    once, the count and stream per call; the same C signature per runtime version as ``__call__``."""
+    lib = FakeCudart(version)
+    cudart = batch_copy.CudartBatch(lib, rt)
+    prepared = batch_copy.PreparedBatch(0, None)
+    out = prepared.reserve(5)
+    out[:, :2] = np.array(_arrays())
+    batch_runtime(type("Runtime", (), {"cudart": cudart, "has_batch": True, "driver_version": 13000})())
+    assert prepared.submit(2, 0x77) == "batch" and prepared.submit(2, 0x78) == "batch"
+    first, second = lib.calls
+    assert [first[i].value for i in range(3)] == [out[row].ctypes.data for row in range(3)]
+    assert first[3] == 2 and first[-1] == 0x77 and second[-1] == 0x78
+    assert first[4] is second[4] and first[4]._obj is cudart.attributes(0, None)  # made once
+    assert len(first) == (9 if version < 13000 else 8)

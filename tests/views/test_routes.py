@@ -95,11 +95,48 @@ def test_runs_are_found_where_both_sides_follow_on():
     plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)._plan
     si = np.array([0, 1, 2, 3, 10, 11, 20, 21, 22], np.int64)
     di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
-    found = plan.engine.runs(si, di)
-    assert found.starts.tolist() == [0, 2, 4, 6, 8] and found.lengths.tolist() == [2, 2, 2, 2, 1]
-    assert plan.engine.mean_copy(found) == 9 * 8 / 5
-    copies = plan.engine.copies(found, 0, 1)
-    assert copies.sizes.tolist() == [16, 16, 16, 16, 8] and copies.total == 9 * 8
+    engine = plan.engine
+    found = engine.fill(si, di, 0, 1)
+    assert (found.copies, found.runs, found.nbytes) == (5, 5, 9 * 8)
+    dsts, srcs, sizes = engine.batch.out[:, :found.copies]
+    assert sizes.tolist() == [16, 16, 16, 16, 8]
+    starts = np.array([0, 2, 4, 6, 8])
+    assert (srcs - srcs[0]).tolist() == ((si[starts] - si[0]) * 8).tolist()  # items of 8 bytes, one layer
+    assert not routes.engine_pays(found)  # 14-byte copies on average: the kernel
+
+
+@pytest.mark.parametrize("name", ["LayerFirst", "PageHead"])
+def test_engine_copies_are_ordered_kind_layer_head_run(name):
+    """Copies over 2 layers, K and V (and heads, where the view splits items): runs inner, then heads, layers
+    and K/V, each run's source and destination offsets added to its part's; runs as a plain loop finds them."""
+    rng = np.random.default_rng(3)
+    place = ("device", "numba")
+    _, src = make_view(name, 2, 16, 4, 2, 4, rng, poison=False, mla=False, place=place)
+    _, dst = make_view(name, 2, 16, 4, 2, 4, rng, poison=True, mla=False, place=place)
+    plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=range(2))._plan
+    engine = plan.engine
+    si, di = np.array([0, 1, 2, 9, 3], np.int64), np.array([4, 5, 6, 1, 12], np.int64)
+    s_off = engine.src.token_offsets(si, engine.item_size, engine.heads)
+    d_off = engine.dst.token_offsets(di, engine.item_size, engine.heads)
+    runs = []  # (start, length), by a plain loop
+    for i in range(len(si)):
+        if runs and s_off[i] == s_off[i - 1] + engine.chunk and d_off[i] == d_off[i - 1] + engine.chunk:
+            runs[-1][1] += 1
+        else:
+            runs.append([i, 1])
+    found = engine.fill(si, di, 0, 2)
+    parts = engine.parts(0, 2)
+    assert parts.shape[1] == 2 * 2 * engine.heads
+    assert (found.runs, found.copies, found.nbytes) == (len(runs), len(runs) * parts.shape[1],
+                                                       len(si) * engine.chunk * parts.shape[1])
+    dsts, srcs, sizes = engine.batch.out[:, :found.copies]
+    for part in range(parts.shape[1]):
+        for r, (start, length) in enumerate(runs):
+            k = part * len(runs) + r
+            assert (srcs[k], dsts[k]) == (parts[0, part] + s_off[start], parts[1, part] + d_off[start])
+            assert sizes[k] == length * engine.chunk
+    if name == "LayerFirst":
+        assert [length for _, length in runs] == [3, 1, 1]
 
 
 # --- auto -------------------------------------------------------------------------------------------------
@@ -209,3 +246,15 @@ def test_the_route_log():
     log.record("kernel")
     log.record("copy_engine")
     assert log.last == "copy_engine" and log.counts == {"kernel": 1, "copy_engine": 1}
+
+
+def test_auto_weighs_the_copy_engines_host_time_against_the_kernels_load():
+    """``engine_pays``: long copies, but a copy-engine call dearer than the kernel's whole load, go by kernel."""
+    found = routes.EngineFill(copies=2, runs=1, nbytes=2 * 128 * 1024)
+    cheap = routes.HostCost(engine_fixed_us=10.0, engine_per_copy_us=1.0, kernel_fixed_us=5.0,
+                            kernel_bytes_per_us=1e4)  # engine 12 us, kernel 5 + 26.2 us
+    dear = cheap._replace(engine_fixed_us=40.0)  # engine 42 us
+    assert routes.engine_pays(found, cheap) and not routes.engine_pays(found, dear)
+    short = routes.EngineFill(copies=64, runs=32, nbytes=64 * 8 * 1024)  # 8 KiB copies: too short either way
+    assert not routes.engine_pays(short, cheap)
+    assert not routes.engine_pays(routes.EngineFill(0, 0, 0), cheap)

@@ -1,0 +1,114 @@
+"""The copy-engine routes' per-call pass: check the host indices, find the runs or pages, and write every copy's
+destination, source and size into a prepared batch (``kvnumba.driver.batch_copy.PreparedBatch``), in one
+compiled loop over the indices.
+
+Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and about a
+microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
+in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
+a second per function) and cached on disk (``cache=True``: Numba keeps it beside this file, or in the user's
+cache directory where the package is read-only), so later processes load it in milliseconds (past Numba's
+one-time start-up for CPU code, which the first call of a process pays).
+
+Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
+the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
+nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
+"""
+from numba import njit
+
+BAD = -1  # an index out of range: nothing to submit
+
+
+def _compiled(function):
+    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
+        return njit(nogil=True)(function)
+
+
+@_compiled
+def fill_pages(lf_idx, pf_idx, params, bases, out):
+    """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer.
+
+    ``params``: page size P, the layer-first limit (a page's first token ``< lf_tokens - P + 1``), the
+    page-first limit (``pages * P``), bytes per token, bytes per page of every layer, bytes per copy, and 1
+    for layer-first -> page-first (else 0). ``bases``: ``(2, layers, kinds)``, what a copy adds to its token
+    offset on the layer-first side (``[0]``) and to its page offset on the page-first side (``[1]``).
+    Only each page's first index is read (as SGLang's kernel does)."""
+    page, lf_limit, pf_limit, row, page_bytes, size, lf_to_pf = (params[0], params[1], params[2], params[3],
+                                                                params[4], params[5], params[6])
+    layers, kinds = bases.shape[1], bases.shape[2]
+    k = 0
+    for first in range(0, lf_idx.shape[0] - page + 1, page):
+        token, slot = lf_idx[first], pf_idx[first]
+        if token < 0 or token >= lf_limit or slot < 0 or slot >= pf_limit:
+            return BAD
+        lf_offset, pf_offset = token * row, slot // page * page_bytes
+        for layer in range(layers):
+            for kind in range(kinds):
+                lf_address = bases[0, layer, kind] + lf_offset
+                pf_address = bases[1, layer, kind] + pf_offset
+                if lf_to_pf:
+                    out[0, k], out[1, k] = pf_address, lf_address
+                else:
+                    out[0, k], out[1, k] = lf_address, pf_address
+                out[2, k] = size
+                k += 1
+    return k
+
+
+@_compiled
+def fill_runs(s_idx, d_idx, limits, bases, out):
+    """Between layer-first lists: one copy per run and layer, runs outer. A run goes on while both indices
+    advance by one. ``limits``: the source's and the destination's rows; ``bases``: ``(3, layers)``, each
+    layer's bytes per row, source base and destination base."""
+    src_limit, dst_limit = limits[0], limits[1]
+    layers = bases.shape[1]
+    n = s_idx.shape[0]
+    k = 0
+    start = 0
+    for i in range(n + 1):
+        if i < n:
+            a, b = s_idx[i], d_idx[i]
+            if a < 0 or a >= src_limit or b < 0 or b >= dst_limit:
+                return BAD
+            if i == 0 or (a == s_idx[i - 1] + 1 and b == d_idx[i - 1] + 1):
+                continue
+        length = i - start
+        a, b = s_idx[start], d_idx[start]
+        for layer in range(layers):
+            row = bases[0, layer]
+            out[0, k] = bases[2, layer] + b * row
+            out[1, k] = bases[1, layer] + a * row
+            out[2, k] = length * row
+            k += 1
+        start = i
+    return k
+
+
+@_compiled
+def fill_engine(s_off, d_off, chunk, bases, out):
+    """``kv.copy``'s copy-engine copies: one per (K/V, layer, head, run), runs inner. A run goes on while both
+    token offsets advance by ``chunk``; ``bases``: ``(2, copies per run)``, the source's and the destination's
+    (K/V, layer, head) part, flattened in that order. Offsets are checked by the caller."""
+    n = s_off.shape[0]
+    parts = bases.shape[1]
+    runs = 0
+    for i in range(n):  # first the runs: their starts and lengths in out[2] (sizes are rewritten below)
+        if i == 0 or s_off[i] != s_off[i - 1] + chunk or d_off[i] != d_off[i - 1] + chunk:
+            out[2, runs] = i
+            runs += 1
+    # out[2, :runs] holds the starts. Copies are written runs from the last: copy (part, r) lands at
+    # part * runs + r, which is r itself (already read) for part 0 and past every start for the others.
+    end = n
+    for r in range(runs - 1, -1, -1):
+        start = out[2, r]
+        size = (end - start) * chunk
+        src, dst = s_off[start], d_off[start]
+        for part in range(parts):
+            k = part * runs + r
+            out[0, k] = bases[1, part] + dst
+            out[1, k] = bases[0, part] + src
+            out[2, k] = size
+        end = start
+    return parts * runs
