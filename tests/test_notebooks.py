@@ -240,3 +240,36 @@ def test_kvnumba_results_names_the_folder(tmp_path, monkeypatch):
     assert results.find("nothing.json") is None
     with pytest.raises(FileNotFoundError, match=r"nothing\.json not found \(looked in: .*\); set KVNUMBA_RESULTS"):
         results.load("nothing.json")
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the trace is the simulator's (on a GPU the loads are PTX)")
+def test_the_simulator_trace_records_each_lane_and_nothing_when_off():
+    """What notebook 00 draws: inside ``recording()`` each lane's stores, in its order; outside, no list at all."""
+    import numpy as np
+
+    import kvnumba
+    from kvnumba.kernels.simulator import trace
+
+    item = 512
+    src, dst = np.arange(2 * item, dtype=np.uint8).reshape(2, 1, item), np.zeros((2, item), np.uint8)
+    src_v, dst_v = src.copy(), np.zeros_like(dst)
+
+    def load():
+        kvnumba.transfer_kv_per_layer_pf_lf(src, dst, src_v, dst_v, np.array([1]), np.array([0]), 0, item, item,
+                                            block_quota=1, num_warps_per_block=1)
+
+    with trace.recording() as accesses:
+        with pytest.raises(RuntimeError, match="already being recorded"):
+            with trace.recording():
+                pass
+        load()
+    assert trace.ACCESSES is None
+    base = dst.ctypes.data
+    stores = [a for a in accesses if a.op == "st" and base <= a.address < base + item]
+    assert len(stores) == item // 8 and {a.nbytes for a in stores} == {8} and {a.block for a in stores} == {0}
+    for lane in range(32):
+        mine = [a.address - base for a in stores if a.thread == lane]
+        assert mine == [8 * (lane + 32 * step) for step in range(item // 256)]
+    assert (dst[0] == src[1, 0]).all()
+    load()  # off: nothing is recorded anywhere
+    assert trace.ACCESSES is None and len(accesses) > 0
