@@ -273,3 +273,16 @@ def test_the_simulator_trace_records_each_lane_and_nothing_when_off():
     assert (dst[0] == src[1, 0]).all()
     load()  # off: nothing is recorded anywhere
     assert trace.ACCESSES is None and len(accesses) > 0
+
+
+def test_the_timeline_script_says_it_needs_a_gpu_and_writes_nothing(tmp_path):
+    """08's timeline comes from ``scripts/timeline.py`` on a GPU; on the simulator it says so and saves no file."""
+    if not SIMULATOR:
+        pytest.skip("on a GPU the script measures (scripts/timeline.py)")
+    out = tmp_path / "timeline.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "timeline.py"), "--out", str(out)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "needs a GPU" in run.stderr
+    assert not out.exists()
