@@ -68,16 +68,25 @@ def routes(torch, kv, layers, tokens):
 
 
 def timeline(torch, load, gemm, layers, overlapped):
-    """Every load's and every layer's (start, end) in ms from the first event."""
+    """Every load's and every layer's (start, end) in ms from the first event. Both streams are side streams: the
+    copy engine's batch call cannot run on the legacy default stream (docs/guides/copy-engines.md)."""
     a, b = (torch.randn(gemm, gemm, dtype=torch.bfloat16, device="cuda") for _ in range(2))
     c = torch.empty_like(a)
-    compute, loads = torch.cuda.current_stream(), torch.cuda.Stream() if overlapped else None
-    loads = loads or compute
+    torch.cuda.synchronize()
+    compute = torch.cuda.Stream()
+    loads = torch.cuda.Stream() if overlapped else compute
 
     def event():
         return torch.cuda.Event(enable_timing=True)
 
-    torch.cuda.synchronize()
+    def layer_compute():
+        start, end = event(), event()
+        with torch.cuda.stream(compute):
+            start.record(compute)
+            torch.matmul(a, b, out=c)
+            end.record(compute)
+        marks["compute"].append((start, end))
+
     first = event()
     first.record(compute)
     loads.wait_stream(compute)
@@ -92,19 +101,11 @@ def timeline(torch, load, gemm, layers, overlapped):
         marks["load"].append((start, end))
         done.append(end)
         if not overlapped:  # one stream: the layer's compute right after its load
-            start, end = event(), event()
-            start.record(compute)
-            torch.matmul(a, b, out=c)
-            end.record(compute)
-            marks["compute"].append((start, end))
+            layer_compute()
     if overlapped:
         for layer in range(layers):
             compute.wait_event(done[layer])  # layer l computes once its KV is in
-            start, end = event(), event()
-            start.record(compute)
-            torch.matmul(a, b, out=c)
-            end.record(compute)
-            marks["compute"].append((start, end))
+            layer_compute()
     torch.cuda.synchronize()
     return {kind: [(first.elapsed_time(s), first.elapsed_time(e)) for s, e in pairs] for kind, pairs in marks.items()}
 
