@@ -3,6 +3,9 @@
 - Every ``notebooks/*.ipynb`` becomes a page under ``notebooks/``, listed in the nav's "Notebooks" section
   and on ``notebooks/index.md`` (where it says ``<!-- notebooks -->``). mkdocs-jupyter renders them as saved,
   with their outputs: nothing is executed at build time.
+- A notebook's relative links are written for the repository (GitHub shows them so): ``01_layouts.ipynb``,
+  ``../docs/glossary.md``, ``../kvnumba/kernels/factory.py``. On its page they become the site's: the notebook's
+  page, the guide's page, and a copy of the source file under ``source/`` (``NOTEBOOK_LINK``).
 - ``<!-- figure: NAME -->`` in a page becomes the plot ``NAME`` of ``FIGURES``, drawn from the saved benchmark
   data in ``scripts/results`` when the site is built, and a caption with the run's date, commit and machine
   (from the file's ``meta``: a file without them fails the build).
@@ -46,8 +49,55 @@ def on_config(config):
     return config
 
 
+NOTEBOOK_LINK = re.compile(r'href="(?![a-z]+:|#|/)([^"#]+)(#[^"]*)?"')  # a relative link of a notebook's page
+MARKDOWN_LINK = re.compile(r"\]\((?![a-z]+:|#|/)([^)#\s]+)(#[^)\s]*)?\)")  # [text](relative) in a notebook's prose
+
+
+def _repo_path(target):
+    """The checkout's file a notebook's relative link names (links are written from ``notebooks/``)."""
+    return (NOTEBOOKS / target).resolve()
+
+
+def notebook_sources():
+    """Files outside docs/ and notebooks/*.ipynb that the notebooks link (modules, solutions, scripts): the site
+    carries a copy of each under ``source/``."""
+    found = set()
+    for path in sorted(NOTEBOOKS.glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        for cell in cells:
+            if cell["cell_type"] == "markdown":
+                for match in MARKDOWN_LINK.finditer("".join(cell["source"])):
+                    target = _repo_path(match.group(1))
+                    if target.is_file() and target.suffix != ".ipynb" and (ROOT / "docs") not in target.parents:
+                        found.add(target.relative_to(ROOT).as_posix())
+    return sorted(found)
+
+
+def _site_link(match):
+    """A notebook page's relative link, as the site has it (the page is ``notebooks/<stem>/``)."""
+    target, anchor = _repo_path(match.group(1)), match.group(2) or ""
+    if not target.is_relative_to(ROOT) or not target.is_file():
+        return match.group(0)  # already the site's
+    relative = target.relative_to(ROOT)
+    if target.suffix == ".ipynb" and target.parent == NOTEBOOKS:
+        return f'href="../{target.stem}/{anchor}"'
+    if relative.parts[0] == "docs" and target.suffix == ".md":
+        page = relative.relative_to("docs").with_suffix("")
+        page = page.parent if page.name == "index" else page
+        return f'href="../../{page.as_posix()}/{anchor}"'.replace("/./", "/")
+    return f'href="../../source/{relative.as_posix()}{anchor}"'
+
+
+def on_page_content(html, page, config, files):
+    if page.file.src_uri.startswith("notebooks/") and page.file.src_uri.endswith(".ipynb"):
+        return NOTEBOOK_LINK.sub(_site_link, html)
+    return html
+
+
 @event_priority(50)  # before mkdocs-jupyter's on_files, which turns .ipynb files into pages
 def on_files(files, config):
+    for uri in notebook_sources():  # the modules and solutions the notebooks link, as plain files
+        files.append(File.generated(config, f"source/{uri}", content=(ROOT / uri).read_bytes()))
     for uri, _ in notebooks():
         # A file of the checkout, not a generated one: mkdocs-jupyter wraps it and reads it from src_dir.
         files.append(File(uri, src_dir=str(ROOT), dest_dir=config.site_dir,

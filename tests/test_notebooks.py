@@ -1,14 +1,18 @@
 """The notebooks, as committed and as they run.
 
 They are committed executed, with their outputs and pictures, so that GitHub shows them
-(``scripts/render_notebooks.py``): 01, 02 and 04 from Numba's CUDA simulator, 03 from the saved H200
-run, 06 and 07 from both (07's GPU figures once ``scripts/results/h200-2026-12-03-fp8-13ad9fa.json`` is saved). Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
+(``scripts/render_notebooks.py``): 00, 01, 02 and 04 from Numba's CUDA simulator, 03 from the saved H200
+run, 06, 07 and 08 from both (07's GPU figures once ``scripts/results/h200-2026-12-03-fp8-13ad9fa.json`` is saved,
+08's timeline once ``scripts/timeline.py`` has saved one). The exercises' solutions (``notebooks/solutions/``)
+run too, so that they stay true. Here each is executed again, top to bottom, in a Jupyter kernel on this interpreter (on the
 simulator when there is no GPU), the way the render script does it, in memory: a cell that raises
 fails the test, and the committed files are never written."""
 import importlib.util
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -26,15 +30,24 @@ except ImportError:  # the test extra installs both: missing in CI (the simulato
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 MAX_BYTES = 300_000  # what a reader downloads to see one on GitHub
-FROM_THE_SIMULATOR = {"01_layouts", "02_hicache_round_trip", "04_prototype_a_layout", "05_disaggregated_handoff",
-                      "06_transfers_under_load", "07_kv_on_the_wire_fp8"}
+SOLUTIONS = sorted((ROOT / "notebooks" / "solutions").glob("*.py"))
+FROM_THE_SIMULATOR = {"00_the_copy_kernel", "01_layouts", "02_hicache_round_trip", "04_prototype_a_layout",
+                      "05_disaggregated_handoff", "06_transfers_under_load", "07_kv_on_the_wire_fp8", "08_why_offload"}
 # 07 plots the FP8 bench run once it is saved (``bench.py --only fp8``), and says so until then
 FP8_RUN = "h200-2026-12-03-fp8-13ad9fa.json"
 FP8_SAVED = (ROOT / "scripts" / "results" / FP8_RUN).is_file()
+# 08 draws the newest ``*-timeline-*.json`` that scripts/timeline.py saved on a GPU, and says so until there is one
+TIMELINE_SAVED = any((ROOT / "scripts" / "results").glob("*-timeline-*.json"))
 FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h200-2026-12-01-overlap.json",
+                   "08_why_offload": "h200-2026-12-01-overlap.json",
                    **({"07_kv_on_the_wire_fp8": FP8_RUN} if FP8_SAVED else {})}
-PICTURES = {"01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2, "04_prototype_a_layout": 0,
-            "05_disaggregated_handoff": 0, "06_transfers_under_load": 2, "07_kv_on_the_wire_fp8": 1 + FP8_SAVED}
+PICTURES = {"00_the_copy_kernel": 1, "01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2,
+            "04_prototype_a_layout": 0, "05_disaggregated_handoff": 0, "06_transfers_under_load": 2,
+            "07_kv_on_the_wire_fp8": 1 + FP8_SAVED, "08_why_offload": 2 + TIMELINE_SAVED}
+# Notebooks that teach: each has an exercise (a TODO cell) whose solution is in notebooks/solutions/<stem>.py.
+# 03 (plots of a saved run) and 05 (two processes through NIXL) have none yet.
+EXERCISES = {"00_the_copy_kernel", "01_layouts", "02_hicache_round_trip", "04_prototype_a_layout",
+             "06_transfers_under_load", "07_kv_on_the_wire_fp8", "08_why_offload"}
 NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: marked nixl (the README's install line brings NIXL)
 RUNS = [pytest.param(p, id=p.stem, marks=[pytest.mark.nixl] if p.stem in NEEDS_NIXL else []) for p in NOTEBOOKS]
 
@@ -61,10 +74,13 @@ def _kinds(notebook):
 
 
 def test_notebooks_found():
-    assert [p.name for p in NOTEBOOKS] == ["01_layouts.ipynb", "02_hicache_round_trip.ipynb", "03_performance.ipynb",
+    assert [p.name for p in NOTEBOOKS] == ["00_the_copy_kernel.ipynb", "01_layouts.ipynb",
+                                           "02_hicache_round_trip.ipynb", "03_performance.ipynb",
                                            "04_prototype_a_layout.ipynb", "05_disaggregated_handoff.ipynb",
-                                           "06_transfers_under_load.ipynb", "07_kv_on_the_wire_fp8.ipynb"]
+                                           "06_transfers_under_load.ipynb", "07_kv_on_the_wire_fp8.ipynb",
+                                           "08_why_offload.ipynb"]
     assert set(PICTURES) == {p.stem for p in NOTEBOOKS}
+    assert [p.stem for p in SOLUTIONS] == sorted(EXERCISES)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -132,13 +148,64 @@ def test_notebook_07_says_whether_the_gpu_run_is_saved():
     assert "codes and scales bit-exact" in text and "dequantised, bit-exact" in text
 
 
-def test_no_measured_figure_is_written_by_hand():
-    """A figure in a notebook comes from the data it shows (a code cell prints it), never from its prose."""
-    figure = re.compile(r"\d+(\.\d+)?\s*(GB/s|TB/s|us\b|µs)")
-    for path in NOTEBOOKS:
-        notebook = nbformat.read(path, as_version=4)
-        prose = [c.source for c in notebook.cells if c.cell_type == "markdown"]
-        assert not [m.group(0) for text in prose for m in figure.finditer(text)], path.name
+FIGURE = re.compile(r"(\d+(?:\.\d+)?)\s*(?:GB/s|TB/s|us\b|µs)")
+
+
+def _saved_data(notebook):
+    """The text of every saved result file a notebook's code names (``"<name>.json"``), found as it finds them."""
+    from kvnumba.tools import results
+
+    code = "\n".join(c.source for c in notebook.cells if c.cell_type == "code")
+    found = [results.find(name) for name in set(re.findall(r"[\w.-]+\.json", code))]
+    return "\n".join(path.read_text() for path in found if path is not None)
+
+
+def _numbers_as(text, decimals):
+    """Every number of ``text`` rounded to ``decimals`` places, as the prose would write it."""
+    return {f"{float(n):.{decimals}f}" for n in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", text)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_figure_of_the_prose_is_printed_or_saved(path):
+    """A GB/s or µs figure in a notebook's Markdown also appears in an output of that notebook, or (rounded as
+    written) in the data file it loads: the prose never states a measurement the data does not show."""
+    notebook = nbformat.read(path, as_version=4)
+    prose = "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    shown = "".join(o.get("text", "") for o in _outputs(notebook) if o.output_type == "stream")
+    data = _saved_data(notebook)
+    unbacked = []
+    for match in FIGURE.finditer(prose):
+        number = match.group(1)
+        decimals = len(number.split(".")[1]) if "." in number else 0
+        if number not in shown and match.group(0) not in data and number not in _numbers_as(data, decimals):
+            unbacked.append(match.group(0))
+    assert not unbacked, f"{path.name}: figures in its prose that no output or saved file shows: {unbacked}"
+
+
+def test_the_readme_quotes_the_bench_runs_prepared_host_time():
+    """The README's range of prepared per-layer host time from the bench run is the saved run's (notebook 03), over
+    the kernel loads (the copy-engine ``direct`` ones spend their time submitting copies)."""
+    saved = json.loads((ROOT / "scripts" / "results" / "h200.json").read_text())
+    times = [r["prepared_host_us"] for r in saved["records"]
+             if r["op"].startswith("transfer_kv_per_layer") and "direct" not in r["op"] and r.get("prepared_host_us")]
+    assert f"has {min(times):.1f}-{max(times):.1f} us prepared" in (ROOT / "README.md").read_text()
+
+
+@pytest.mark.parametrize("stem", sorted(EXERCISES))
+def test_a_teaching_notebook_has_an_exercise_and_its_solution_runs(stem):
+    """A TODO cell that says what to do when left blank, a link to its solution, and the solution, run as a
+    student would run it (on the simulator), checking itself."""
+    notebook = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", as_version=4)
+    todo = [c for c in notebook.cells if c.cell_type == "code" and "TODO" in c.source]
+    assert todo, f"{stem}: no exercise"
+    assert all("then run this cell again" in "".join(o.get("text", "") for o in c.outputs) for c in todo)
+    assert f"(solutions/{stem}.py)" in "\n".join(c.source for c in notebook.cells if c.cell_type == "markdown")
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, str(ROOT / "notebooks" / "solutions" / f"{stem}.py")], env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip()
 
 
 def test_the_block_quota_figures_come_from_the_saved_data():
@@ -174,3 +241,49 @@ def test_kvnumba_results_names_the_folder(tmp_path, monkeypatch):
     assert results.find("nothing.json") is None
     with pytest.raises(FileNotFoundError, match=r"nothing\.json not found \(looked in: .*\); set KVNUMBA_RESULTS"):
         results.load("nothing.json")
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the trace is the simulator's (on a GPU the loads are PTX)")
+def test_the_simulator_trace_records_each_lane_and_nothing_when_off():
+    """What notebook 00 draws: inside ``recording()`` each lane's stores, in its order; outside, no list at all."""
+    import numpy as np
+
+    import kvnumba
+    from kvnumba.kernels.simulator import trace
+
+    item = 512
+    src, dst = np.arange(2 * item, dtype=np.uint8).reshape(2, 1, item), np.zeros((2, item), np.uint8)
+    src_v, dst_v = src.copy(), np.zeros_like(dst)
+
+    def load():
+        kvnumba.transfer_kv_per_layer_pf_lf(src, dst, src_v, dst_v, np.array([1]), np.array([0]), 0, item, item,
+                                            block_quota=1, num_warps_per_block=1)
+
+    with trace.recording() as accesses:
+        with pytest.raises(RuntimeError, match="already being recorded"):
+            with trace.recording():
+                pass
+        load()
+    assert trace.ACCESSES is None
+    base = dst.ctypes.data
+    stores = [a for a in accesses if a.op == "st" and base <= a.address < base + item]
+    assert len(stores) == item // 8 and {a.nbytes for a in stores} == {8} and {a.block for a in stores} == {0}
+    for lane in range(32):
+        mine = [a.address - base for a in stores if a.thread == lane]
+        assert mine == [8 * (lane + 32 * step) for step in range(item // 256)]
+    assert (dst[0] == src[1, 0]).all()
+    load()  # off: nothing is recorded anywhere
+    assert trace.ACCESSES is None and len(accesses) > 0
+
+
+def test_the_timeline_script_says_it_needs_a_gpu_and_writes_nothing(tmp_path):
+    """08's timeline comes from ``scripts/timeline.py`` on a GPU; on the simulator it says so and saves no file."""
+    if not SIMULATOR:
+        pytest.skip("on a GPU the script measures (scripts/timeline.py)")
+    out = tmp_path / "timeline.json"
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="1",
+               PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    run = subprocess.run([sys.executable, str(ROOT / "scripts" / "timeline.py"), "--out", str(out)], env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "needs a GPU" in run.stderr
+    assert not out.exists()

@@ -3,9 +3,11 @@
 The same names as the GPU's inline-PTX intrinsics, as plain Python functions, so the kernel bodies are
 identical in both worlds. Cache hints mean nothing here: ``make_loads`` returns the same pair for any
 qualifier. Alignment does: each access checks its address as the GPU does (``simulator.alignment``).
+Inside ``simulator.trace.recording()`` each access is also recorded (one global test when not).
 """
 import ctypes
 
+from . import trace
 from .alignment import check_aligned
 
 __all__ = ["load_i64", "load_i128", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
@@ -16,29 +18,41 @@ _i64 = ctypes.c_int64
 
 # int(): an address computed from a shared-memory slot is a NumPy integer, which ctypes refuses.
 def load_u64(addr):
+    if trace.ACCESSES is not None:
+        trace.record("ld", addr, 8)
     return _u64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
 
 
 def store_u64(addr, value):
+    if trace.ACCESSES is not None:
+        trace.record("st", addr, 8)
     _u64.from_address(check_aligned(addr, 8, "st.global.b64")).value = value
 
 
 def load_u128(addr):
+    if trace.ACCESSES is not None:
+        trace.record("ld", addr, 16)
     addr = check_aligned(addr, 16, "ld.global.v2.u64")
     return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
 
 
 def store_u128(addr, pair):
+    if trace.ACCESSES is not None:
+        trace.record("st", addr, 16)
     addr = check_aligned(addr, 16, "st.global.v2.u64")
     _u64.from_address(addr).value = pair[0]
     _u64.from_address(addr + 8).value = pair[1]
 
 
 def load_i64(addr):
+    if trace.ACCESSES is not None:
+        trace.record("ld", addr, 8)
     return _i64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
 
 
 def load_i128(addr):
+    if trace.ACCESSES is not None:
+        trace.record("ld", addr, 16)
     addr = check_aligned(addr, 16, "ld.global.v2.b64")
     return (_i64.from_address(addr).value, _i64.from_address(addr + 8).value)
 
