@@ -1,11 +1,11 @@
 """Argument checks shared by every entry point. Each error names the argument, the rule and what
 was given; nothing is launched or written before all checks pass."""
-import operator
 from typing import Any
 
 import numpy as np
 
 from ..arrays import array_info
+from ..integers import integer  # noqa: F401 - every check's integer rule (below the driver: lanes use it too)
 from ..driver.launch import MAX_QUOTA, MAX_WARPS
 
 # Sizes, layer ids and page sizes stay far below 2**63 so the kernels' int64 address arithmetic
@@ -14,21 +14,6 @@ MAX_SIZE = 2**48
 _TABLE_DTYPES = ("uint64", "int64")
 
 
-def integer(name: str, value: Any, minimum: int | None = None, maximum: int | None = None) -> int:
-    """``value`` as an int; ``TypeError`` if it is not an integer, ``ValueError`` if out of range."""
-    if type(value) is int and (minimum is None or value >= minimum) and (maximum is None or value <= maximum):
-        return value  # the common case, first: this runs several times per call
-    if isinstance(value, bool):
-        raise TypeError(f"{name} must be an integer, got bool")
-    try:
-        value = operator.index(value)
-    except TypeError:
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__}") from None
-    if minimum is not None and value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
-    if maximum is not None and value > maximum:
-        raise ValueError(f"{name} must be <= {maximum}, got {value}")
-    return value
 
 
 def item_size(value, head_num=1):

@@ -21,7 +21,7 @@ simulator runs everything in order) and says ``simulated=True``, so code written
 import threading
 import weakref
 
-from ..checks.validate import integer
+from ..integers import integer
 from .bindings import check, cu
 from .devices import device_count
 from .target import SIMULATOR

@@ -183,7 +183,8 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
                  for i, b in enumerate(view.buffers(which))]
         if devices is not None:
             devices.extend(i.device for i in infos)
-        offset = checked_kind_offset(view, which, [i.nbytes for i in infos], name)  # the class's word, checked
+        copied = infos[first_layer:first_layer + window] if view.per_layer else infos  # the layers it reaches
+        offset = checked_kind_offset(view, which, [i.nbytes for i in copied], name)  # the class's word, checked
         if not view.per_layer:
             ptrs.append(infos[0].ptr + offset)
             if bases is not None:
