@@ -9,6 +9,8 @@ A pool holds K and V in one array, so a file's arrays are paired by name:
   becomes ``k`` and ``v``; an MLA pool keeps its name; an MHA pool under another name is refused;
 - pool to pool: every array is a pool, regrouped into ``head_groups`` groups under its own name.
 
+``head_groups`` is that of every pool of K and V written; MLA pools have none (it does not apply to them).
+
 The outputs are described as the input's ``Item``s are (name, shape, dtype), so the writers, the checks of the
 output format and the all-or-nothing rule are the file converter's.
 """
@@ -58,7 +60,9 @@ def outputs(source, kind, in_path, src, dst, page_size, head_groups):
             raise TypeError(f"{in_path}: K and V must have one dtype, got {inputs[0].dtype} and {inputs[1].dtype}")
         where = _where(in_path, kind, inputs[0].name) if len(inputs) == 1 else f"{in_path}[{K}, {V}]"
         try:
-            planned = unified.planned([i.shape for i in inputs], src, dst, page_size, head_groups, argument=where)
+            mha = len(inputs) == 2 or (unified.is_unified(src) and len(inputs[0].shape) == 7)
+            planned = unified.planned([i.shape for i in inputs], src, dst, page_size, head_groups if mha else None,
+                                      argument=where)  # an MLA pool has no head groups: they are K and V's
         except ValueError as err:
             text = str(err)
             raise ValueError(text if text.startswith(where) else f"{where}: {text}") from None
