@@ -70,7 +70,7 @@ def outputs(source, kind, in_path, src, dst, page_size, head_groups):
         out_items.append(Item(name, shape, inputs[0].dtype, inputs[0].load))
         shapes[name] = shape
         made_of[name] = (inputs, part)
-    return Source(out_items, source.compressed, source.metadata), shapes, made_of
+    return Source(out_items, source.compressed, source.metadata, pooled=True), shapes, made_of
 
 
 def fill(out_item, out, made_of, src, dst, page_size, copy_views):

@@ -116,7 +116,7 @@ def _arrays(which):
     ("k_only", "o.npz", ["--to", "pu"], r"in\.npz\[k\]: one tensor makes an MLA pool, of items \(D,\) or \(1, D\)"),
     ("uneven", "o.npz", ["--to", "pu"], r"K and V must have one shape, got \(2, 8, 4, 4\) and \(2, 4, 4, 4\)"),
     ("named_pool", "o.npz", ["--from", "pu", "--to", "lf"], r"in\.npz\[pool\]: .* named 'k' and 'v': store it as 'kv'"),
-    ("pool", "o.npy", ["--from", "pu", "--to", "lf"], r"is a \.npy file, which holds one array"),
+    ("pool", "o.npy", ["--from", "pu", "--to", "lf"], r"is a \.npy file, which holds one array, but .*in\.npz converts into 2 \(k, v\)"),
     ("clash", "o.npz", ["--to", "pu"], r"would write 'kv' twice"),
 ])
 def test_refused_files_write_nothing(tmp_path, capsys, arrays, out, args, match):
