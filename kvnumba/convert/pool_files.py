@@ -25,8 +25,9 @@ def _where(in_path, kind, name):
 
 
 def outputs(source, kind, in_path, src, dst, page_size, head_groups):
-    """``(Source of the outputs, {output name: (input items, part)})`` for a conversion from or to a pool, every
-    input's shape checked: ``ValueError`` naming the file (and the array) otherwise."""
+    """``(Source of the outputs, {output name: shape}, {output name: (input items, part)})`` for a conversion
+    from or to a pool (part: 0 for K, 1 for V out of one pool), every input's shape checked: ``ValueError``
+    naming the file (and the array) otherwise."""
     plans = []  # (output name, inputs, part)
     items = list(source.items)
     if unified.is_unified(src) and not unified.is_unified(dst):
