@@ -68,6 +68,11 @@ USAGE = '''
     converted: np.ndarray = kv.convert(k[None], "lf", kv.PageHead, page_size=4, engine="numpy")
     same_dtype: np.ndarray[tuple[int, ...], np.dtype[np.uint8]] = kv.convert(k[None], "layer_first", "pf")
     shapes: dict[str, tuple[int, ...]] = kv.convert("k.npy", "lf", "pf", out="k_pf.npz", overwrite=True)
+    pool: np.ndarray = kv.convert((k[None], k[None]), "lf", "page_unified", page_size=4, head_groups=2)
+    pair = kv.convert(pool, kv.PageUnified, "pf", 4)
+    k_pf, v_pf = kv.convert(pool, "pu", "pf", 4)
+    regrouped: np.ndarray = kv.convert(pool, "pu", "pu", 4, head_groups=1)
+    pools: dict[str, tuple[int, ...]] = kv.convert("kv.npz", "lf", "pu", 4, out="pool.npz", head_groups=2)
     table: kv.ArrayLike = kv.layer_table([k, k])
     kv.transfer_kv_per_layer("k", k, k, k, idx, idx, 64)  # E: arg-type
     kv.transfer_kv_per_layer(k, k, k, k, idx, idx, 64.0)  # E: arg-type
@@ -87,6 +92,9 @@ USAGE = '''
     kv.convert(k[None], "lf", "page_frist")  # E: call-overload
     kv.convert(k[None], "lf", "pfd", page_size=4, out="x.npy")  # E: call-overload
     wrong: str = kv.convert(k[None], "lf", "pf")  # E: assignment
+    kv.convert(k[None], "lf", "pf", head_groups=2)  # E: call-overload
+    kv.convert((k, k), "lf", "pu", 4, head_groups="2")  # E: call-overload
+    one: np.ndarray = kv.convert(pool, "pu", "lf", 4)  # E: assignment
     not_shapes: str = kv.convert("k.npy", "lf", "pf", out="o.npy")  # E: assignment
     not_a_table: str = kv.layer_table([k, k])  # E: assignment
 '''

@@ -8,6 +8,9 @@ in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for MLA; ``P`` is the p
 - ``kv.PageFirst``, ``"page_first"`` (``"pf"``): ``(T, L, *item)``
 - ``kv.PageFirstDirect``, ``"page_first_direct"`` (``"pfd"``): ``(T // P, L, P, *item)`` (the memcpy path's layout)
 - ``kv.PageHead``, ``"page_head"`` (``"ph"``): ``(T // P, H, P, L, D)`` (MHA items ``(H, D)`` only)
+- ``kv.PageUnified``, ``"page_unified"`` (``"pu"``): SGLang's page-unified pool, K and V in one array
+  ``(T // P, G, L, 2, P, H // G, D)`` (MLA ``(T // P, L, P, D)``): a pool converts into the pair ``(k, v)``
+  (MLA: one tensor), a pair ``(k, v)`` into a pool of ``head_groups=G`` groups (``kvnumba.convert.unified``)
 
 A user-defined layout (a ``kv.CacheView`` subclass with a ``buffer_shape`` classmethod) converts to and from
 every other; on the command line, name it ``module:Class``. The views read the shapes and give the NumPy
@@ -42,11 +45,12 @@ import numpy as np
 from ..checks import validate
 from ..driver.target import SIMULATOR, gpu_available
 from ..arrays import ArrayInfo, array_info
-from ..api.views import CacheView
+from ..api.views import CacheView, PageUnified
 from ..types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
+from . import unified
 from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_page_size
 
-__all__ = ["LayoutArg", "LayoutName", "convert", "converted_shape"]
+__all__ = ["LayoutArg", "LayoutName", "UnifiedArg", "convert", "converted_shape"]
 
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 _GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
@@ -59,6 +63,9 @@ is an error)."""
 LayoutArg: TypeAlias = Union[LayoutName, "type[CacheView]"]
 """A layout as ``convert`` is typed to take it: a view class, or its string name. At run time names are read in
 any case, and ``"module:Class"`` names a view class (the command line's form)."""
+UnifiedArg: TypeAlias = Union[Literal["page_unified", "pu"], "type[PageUnified]"]
+"""SGLang's page-unified pool as ``convert`` is typed to take it: ``kv.PageUnified`` or its name. It holds K and V
+in one array: a pool converts into the pair ``(k, v)``, a pair into a pool (MLA: one tensor either way)."""
 
 
 def _numpy_convert(array: np.ndarray, src: type[CacheView], dst: type[CacheView], page_size: int | None,
@@ -160,24 +167,56 @@ def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView],
 
 
 @overload
-def convert(array: str | os.PathLike[str], src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None,
-            *, out: str | os.PathLike[str], overwrite: bool = False,
-            engine: Literal["auto", "numpy"] = "auto", dtype: FileDtype | None = None) -> dict[str, tuple[int, ...]]: ...
+def convert(array: str | os.PathLike[str], src: LayoutArg | UnifiedArg, dst: LayoutArg | UnifiedArg,
+            page_size: SupportsIndex | None = None, *, out: str | os.PathLike[str], overwrite: bool = False,
+            engine: Literal["auto", "numpy"] = "auto", dtype: FileDtype | None = None,
+            head_groups: SupportsIndex | None = None) -> dict[str, tuple[int, ...]]: ...
 @overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg,
+def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: UnifiedArg,
+            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
+            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
+@overload
+def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: LayoutArg,  # type: ignore[overload-overlap]
+            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None
+            ) -> tuple[np.ndarray[tuple[int, ...], np.dtype[_Scalar]], np.ndarray[tuple[int, ...], np.dtype[_Scalar]]] \
+        | np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
+@overload
+def convert(array: tuple[np.ndarray[Any, np.dtype[_Scalar]], np.ndarray[Any, np.dtype[_Scalar]]], src: LayoutArg,
+            dst: UnifiedArg, page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
+            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
+@overload
+def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg | UnifiedArg,
             page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
             block_quota: SupportsIndex | None = None,
             num_warps_per_block: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
 @overload
-def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,
+def convert(array: _GpuArray, src: UnifiedArg, dst: UnifiedArg, page_size: SupportsIndex | None = None, *,
+            out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+@overload
+def convert(array: _GpuArray, src: UnifiedArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,  # type: ignore[overload-overlap]
+            out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None) -> tuple[_GpuArray, _GpuArray] | _GpuArray: ...
+@overload
+def convert(array: tuple[_GpuArray, _GpuArray], src: LayoutArg, dst: UnifiedArg, page_size: SupportsIndex | None = None,
+            *, out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+@overload
+def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
             num_warps_per_block: SupportsIndex | None = None) -> _GpuArray: ...
-def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: LayoutArg,
-            page_size: SupportsIndex | None = None, *, out: str | os.PathLike[str] | None = None, overwrite: bool = False,
-            engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None, dtype: FileDtype | None = None) -> Any:
+def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[str], src: LayoutArg | UnifiedArg,
+            dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
+            out: str | os.PathLike[str] | None = None, overwrite: bool = False, engine: Engine = "auto",
+            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
+            dtype: FileDtype | None = None, head_groups: SupportsIndex | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
-    or, given a file's path, convert every array in the file into the file ``out``.
+    or, given a file's path, convert every array in the file into the file ``out``. SGLang's page-unified
+    pool holds K and V in one array: from ``"page_unified"`` a pool gives the pair ``(k, v)``, and to it a
+    pair ``(k, v)`` gives one pool (MLA: one tensor either way).
 
     Parameters
     ----------
@@ -189,18 +228,23 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         - ``"page_first"``: ``(T, L, *item)``
         - ``"page_first_direct"``: ``(T // page_size, L, page_size, *item)``
         - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
+        - ``"page_unified"``: one pool ``(T // page_size, G, L, 2, page_size, H // G, D)`` holding K (at 0)
+          and V (at 1), ``G`` head groups; MLA ``(T // page_size, L, page_size, D)``
 
+        For ``dst="page_unified"``, K and V as a pair ``(k, v)`` (a tuple or list of two arrays of one shape,
+        dtype and memory), or one MLA tensor (items ``(D,)`` or ``(1, D)``).
         Or the path of a ``.npy`` file, ``.npz`` archive or ``.safetensors`` file: every array in it is
         converted (with NumPy, in chunks) into ``out``, as ``kvnumba convert`` does.
     src, dst : CacheView subclass or str
-        A view class (``kv.LayerFirst``, ``kv.PageFirst``, ``kv.PageFirstDirect``, ``kv.PageHead``, or a
-        user-defined layout: a ``kv.CacheView`` subclass with ``buffer_shape``), its string name
-        (``"layer_first"``, ``"page_first"``, ``"page_first_direct"``, ``"page_head"``; short names ``lf``,
-        ``pf``, ``pfd``, ``ph``), or ``"module:Class"`` naming one.
+        A view class (``kv.LayerFirst``, ``kv.PageFirst``, ``kv.PageFirstDirect``, ``kv.PageHead``,
+        ``kv.PageUnified``, or a user-defined layout: a ``kv.CacheView`` subclass with ``buffer_shape``), its
+        string name (``"layer_first"``, ``"page_first"``, ``"page_first_direct"``, ``"page_head"``,
+        ``"page_unified"``; short names ``lf``, ``pf``, ``pfd``, ``ph``, ``pu``), or ``"module:Class"`` naming
+        one. Page-unified to page-unified regroups a pool's heads into ``head_groups`` groups.
     page_size : int, optional
-        Tokens per page; required when either layout is paged (page_first_direct, page_head, or a
-        paged view class), unused (but checked) when neither is (``kvnumba convert`` refuses ``--page-size``
-        there).
+        Tokens per page; required when either layout is paged (page_first_direct, page_head, page_unified,
+        or a paged view class), unused (but checked) when neither is (``kvnumba convert`` refuses
+        ``--page-size`` there).
     out : str or os.PathLike, optional
         The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
         ``.npz`` or ``.safetensors``); not the input file. It appears complete or not at all; a
@@ -212,6 +256,10 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
         the simulator runs the kernels on (tiny) NumPy arrays.
     block_quota, num_warps_per_block : int, optional
         Launch shape for the kernel engine (default: wide on a GPU, tiny on the simulator).
+    head_groups : int, optional
+        For ``dst="page_unified"``: the pool's head groups ``G`` (default 1), dividing the heads ``H``; 1 for
+        an MLA pool. For a file: the groups of every pool written (K and V are paired by name, ``k`` and
+        ``v`` with the pool ``kv``: ``kvnumba.convert.pool_files``).
     dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}, optional
         For a file: quantise its bfloat16/float16 tensors into FP8 codes with float32 scales (a
         ``.safetensors`` output), or dequantise a quantised file (``kvnumba.convert.quantised`` gives the
@@ -220,18 +268,22 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
 
     Returns
     -------
-    array
-        A new array of the same kind, dtype and device, in layout ``dst``. For a file: a dict of the
-        output shape per array name (``""`` for a ``.npy`` output).
+    array or tuple
+        A new array of the same kind, dtype and device, in layout ``dst``: from an MHA page-unified pool
+        into another layout, the tuple ``(k, v)``. For a file: a dict of the output shape per array name
+        (``""`` for a ``.npy`` output).
 
     Raises
     ------
     ValueError
         Unknown layout or engine names, a shape that does not fit ``src`` (the message names the
         dimension), a missing ``page_size``, T not divisible by it, page_head without ``(H, D)``
-        items, or items the kernels cannot move (not a multiple of 8 bytes).
+        items, or items the kernels cannot move (not a multiple of 8 bytes). For page_unified: a pool
+        shape that is not one, K and V of different shapes, one tensor with heads where a pair is needed,
+        ``head_groups`` that does not divide H (or given for another ``dst``).
     TypeError
-        If ``array`` is not an array or a path, or ``out`` is missing for a path (given for an array).
+        If ``array`` is not an array, a pair of arrays or a path, or ``out`` is missing for a path (given
+        for an array); K and V of different dtypes.
     FileExistsError
         For a file: ``out`` exists and ``overwrite`` is not set.
     OSError, ModuleNotFoundError
@@ -242,22 +294,28 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
     --------
     >>> k_pf = kvnumba.convert(k_lf, "layer_first", "page_first")          # doctest: +SKIP
     >>> k_ph = kvnumba.convert(k_lf, "lf", "page_head", page_size=64)      # doctest: +SKIP
+    >>> pool = kvnumba.convert((k_lf, v_lf), "lf", "page_unified", page_size=64, head_groups=2)  # doctest: +SKIP
+    >>> k_pf, v_pf = kvnumba.convert(pool, "pu", "pf", page_size=64)        # doctest: +SKIP
     >>> kvnumba.convert("kv.safetensors", "lf", "pf", out="kv_pf.safetensors")  # doctest: +SKIP
     >>> kvnumba.convert("kv.safetensors", "lf", "lf", out="kv_fp8.safetensors", dtype="fp8_e4m3")  # doctest: +SKIP
     """
     if isinstance(array, (str, os.PathLike)):
         return _convert_file(array, out, src, dst, page_size, engine, block_quota, num_warps_per_block, overwrite,
-                             dtype)
+                             dtype, head_groups)
     if out is not None or overwrite or dtype is not None:
         given = "out=" if out is not None else "overwrite=" if overwrite else "dtype="
         raise TypeError(f"{given} is for an input given as a file path; got an array ({type(array).__name__})"
                         + (": quantise arrays with kv.copy into kv.fp8_like(view), or kvnumba.reference.quantise"
                            if given == "dtype=" else ": use the returned array"))
-    src, dst = layout(src, "src"), layout(dst, "dst")
+    src, dst = layout(src, "src", unified=True), layout(dst, "dst", unified=True)
     if engine not in ("auto", "numpy", "kernels"):
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
+    if unified.is_unified(src) or unified.is_unified(dst):
+        return _convert_pool(array, src, dst, page_size, head_groups, engine, block_quota, num_warps_per_block)
+    if head_groups is not None:
+        raise ValueError("head_groups applies to dst='page_unified' (a pool's head groups); leave it out")
     if isinstance(array, np.ndarray) and engine != "kernels":
         # Any NumPy array (Fortran order, strided slices): the NumPy engine only reads it through views, so
         # the C-contiguity array_info asks for, on the kernels' behalf, does not apply.
@@ -289,10 +347,104 @@ def convert(array: ArrayLike | str | os.PathLike[str], src: LayoutArg, dst: Layo
     return _kernel_convert(info, src, dst, d, out_shape, launch)
 
 
-def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg, dst: LayoutArg,
+def _host(array: Any, argument: str) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
+    """``array`` where the NumPy engine reads it (a NumPy array, a CPU torch tensor), and the way back."""
+    if isinstance(array, np.ndarray):
+        return array, lambda a: a
+    info = array_info(array, argument)
+    if info.is_torch:
+        if info.on_device and not SIMULATOR:
+            raise ValueError("engine='numpy' needs host memory: got a CUDA torch tensor (use engine='kernels')")
+        return _torch_cpu_as_numpy(array)
+    raise ValueError(f"engine='numpy' needs a NumPy array or a CPU torch tensor, got {type(array).__name__} "
+                     f"(use engine='kernels' for GPU memory)")
+
+
+def _convert_pool(array: Any, src: type[CacheView], dst: type[CacheView], page_size: int | None,
+                  head_groups: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
+                  num_warps_per_block: SupportsIndex | None) -> Any:
+    """A conversion from or to a page-unified pool (``kvnumba.convert.unified``): one pool in, K and V out
+    (a tuple; MLA: one tensor), or K and V in (a pair), one pool out."""
+    pair = unified.split_pair(array)
+    arrays = [array] if pair is None else pair
+    names = ["array"] if pair is None else ["array[0] (k)", "array[1] (v)"]
+    if pair is None and isinstance(array, (tuple, list)):
+        raise ValueError(f"array: a {type(array).__name__} of {len(array)} arrays; dst='page_unified' takes K and "
+                         "V as a pair (k, v), or one MLA tensor")
+    infos = [array_info(a, n) for a, n in zip(arrays, names)] \
+        if engine == "kernels" or not all(isinstance(a, np.ndarray) for a in arrays) else None
+    if len(arrays) == 2:
+        dtypes = [np.dtype(a.dtype) if isinstance(a, np.ndarray) else None for a in arrays] if infos is None \
+            else [i.dtype for i in infos]
+        if dtypes[0] != dtypes[1]:
+            raise TypeError(f"array: K and V must have one dtype, got {dtypes[0]} and {dtypes[1]}")
+    shapes = [a.shape for a in arrays] if infos is None else [i.shape for i in infos]
+    plan = unified.planned(shapes, src, dst, page_size, head_groups)
+    assert page_size is not None  # planned() requires it
+    if engine == "auto":
+        engine = "kernels" if infos is not None and infos[0].on_device and not SIMULATOR else "numpy"
+    if engine == "numpy":
+        hosts = [_host(a, n) for a, n in zip(arrays, names)]
+        inputs = [h for h, _ in hosts]
+        outs = [np.empty(shape, dtype=inputs[0].dtype) for shape in plan.shapes]
+        unified.assign(unified.pictures(inputs, outs, src, dst, page_size))
+        back = hosts[0][1]
+        return tuple(back(o) for o in outs) if len(outs) == 2 else back(outs[0])
+    assert infos is not None
+    if len(infos) == 2 and (infos[0].on_device, infos[0].device) != (infos[1].on_device, infos[1].device):
+        raise ValueError("array: K and V must be in the same memory (one device, or both on the host)")
+    if not SIMULATOR:
+        if not gpu_available():
+            raise ValueError("engine='kernels' needs a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator")
+        if not infos[0].on_device:
+            raise ValueError("engine='kernels' needs arrays in GPU memory, got host memory "
+                             "(copy them to the device first, or use engine='numpy')")
+    default_quota, default_warps = _default_launch()
+    launch = validate.launch_config(default_quota if block_quota is None else block_quota,
+                                    default_warps if num_warps_per_block is None else num_warps_per_block)
+    outs = _kernel_convert_pool(infos, src, dst, plan, launch)
+    return tuple(outs) if len(outs) == 2 else outs[0]
+
+
+def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type[CacheView],
+                         plan: unified.Planned, launch: tuple[int, int]) -> list[Any]:
+    """The kernel engine for a pool: one ``kv.copy`` between the two sides' views (K and V together), or two
+    through a layer-first pair where the sides cut a token's heads into runs no copy shares."""
+    from ..api.copy import copy
+    from ..api.views import LayerFirst
+
+    device = _Device(infos[0])
+    outs = [device.empty(shape) for shape in plan.shapes]
+    if any(math.prod(i.shape) == 0 for i in infos):
+        return outs
+
+    def view(lay: type[CacheView], arrays: list[Any]) -> CacheView:
+        return lay(arrays[0]) if unified.is_unified(lay) else lay(*arrays)
+
+    source, destination = view(src, [i.obj for i in infos]), view(dst, outs)
+    g = source.geometry
+    runs = sorted({source.head_runs, destination.head_runs})
+    for count in runs:
+        if g.item_bytes % (8 * count):
+            raise ValueError(f"engine='kernels' moves 8-byte words: one token's item is {g.item_bytes} bytes, "
+                             f"cut into {count} runs of heads, not a multiple of 8 bytes each; use engine='numpy'")
+    tokens = device.put(np.arange(g.tokens, dtype=np.int64))
+    steps = [(source, destination)]
+    if len(runs) == 2 and runs[0] != 1:  # e.g. page_head (H runs) and a pool of 1 < G < H groups
+        item = tuple(source.item_shape())
+        middle = LayerFirst(*[device.empty((g.layers, g.tokens, *item)) for _ in range(1 if plan.mla else 2)])
+        steps = [(source, middle), (middle, destination)]
+    for a, b in steps:
+        copy(a, b, tokens, tokens, block_quota=launch[0], num_warps_per_block=launch[1])
+    device.synchronize()
+    return outs
+
+
+def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg | UnifiedArg,
+                  dst: LayoutArg | UnifiedArg,
                   page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
                   num_warps_per_block: SupportsIndex | None, overwrite: bool,
-                  dtype: str | None = None) -> dict[str, tuple[int, ...]]:
+                  dtype: str | None = None, head_groups: SupportsIndex | None = None) -> dict[str, tuple[int, ...]]:
     """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
     if out is None:
         raise TypeError(f"converting the file {os.fspath(path)!r} needs out=, the output file's path")
@@ -302,5 +454,5 @@ def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | No
     from .files import convert_file
 
     shapes: dict[str, tuple[int, ...]] = convert_file(path, out, src, dst, page_size, progress=None,
-                                                      overwrite=overwrite, dtype=dtype)
+                                                      overwrite=overwrite, dtype=dtype, head_groups=head_groups)
     return shapes

@@ -35,7 +35,7 @@ import numpy as np
 from .. import config
 from ..checks import validate
 from ..errors import Interrupted
-from . import quantised
+from . import pool_files, quantised, unified
 from .inputs import SOURCES, checked_kind
 from .outputs import WRITERS, checked_for, checked_output, removed_on_failure, temporary
 from .shapes import canonical_view, converted_shape, layout, view_page_size
@@ -57,15 +57,20 @@ def chunks(shape, itemsize, chunk_bytes):
             yield slice(l0, min(l0 + layer_step, layers)), slice(p0, min(p0 + page_step, pages))
 
 
+def copy_views(src_view, dst_view, chunk_bytes, bar=None):
+    """Fill ``dst_view`` from ``src_view``, two pictures ``(L, pages, P, *item)`` of the same elements (items
+    in head order: a pool's ``(G, H/G, D)`` against ``(H, D)``), chunk by chunk."""
+    for layers, pages in chunks(src_view.shape, src_view.itemsize, chunk_bytes):
+        block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
+        unified.put(block, dst_view[layers, pages])
+        if bar is not None:
+            bar.advance(block.nbytes)
+
+
 def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
     """Fill ``out`` (layout ``dst``) from ``array`` (layout ``src``), chunk by chunk; both NumPy (or memmaps)."""
     p = view_page_size(src, dst, page_size)
-    src_view, dst_view = canonical_view(array, src, p), canonical_view(out, dst, p)
-    for layers, pages in chunks(src_view.shape, array.itemsize, chunk_bytes):
-        block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
-        dst_view[layers, pages] = block
-        if bar is not None:
-            bar.advance(block.nbytes)
+    copy_views(canonical_view(array, src, p), canonical_view(out, dst, p), chunk_bytes, bar)
 
 
 def _shape_in(item, kind, in_path, src, dst, page_size):
@@ -79,7 +84,7 @@ def _shape_in(item, kind, in_path, src, dst, page_size):
 
 
 def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=None, progress=None,
-                 overwrite=False, dtype=None):
+                 overwrite=False, dtype=None, head_groups=None):
     """Convert a ``.npy`` file, or every array of a ``.npz`` archive or a ``.safetensors`` file, from layout
     ``src`` to ``dst``.
 
@@ -109,7 +114,11 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}, optional
         Quantise every bfloat16/float16 tensor into FP8 codes and float32 scales (a ``.safetensors`` output),
         or dequantise a quantised file; the file format is ``kvnumba.convert.quantised``'s. None (the
-        default): every tensor as it is (a quantised file stays quantised).
+        default): every tensor as it is (a quantised file stays quantised). Not with page_unified.
+    head_groups : int, optional
+        The head groups of a page_unified output's pools (default 1); ``dst`` must be page_unified. K and V
+        are paired with a pool by name (``kvnumba.convert.pool_files``): ``k`` and ``v`` make the pool ``kv``,
+        and back.
 
     Returns
     -------
@@ -139,11 +148,19 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
 
     Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
-    src, dst = layout(src, "src"), layout(dst, "dst")
+    src, dst = layout(src, "src", unified=True), layout(dst, "dst", unified=True)
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
     dtype = quantised.checked_dtype(dtype)
+    pooled = unified.is_unified(src) or unified.is_unified(dst)
+    if pooled and dtype is not None:
+        raise ValueError(f"dtype={dtype!r} does not combine with page_unified: quantise or dequantise the file in "
+                         "another layout, then convert it")
+    if head_groups is not None:
+        if not unified.is_unified(dst):
+            raise ValueError("head_groups applies to dst='page_unified' (a pool's head groups); leave it out")
+        head_groups = validate.integer("head_groups", head_groups, minimum=1)
     chunk_bytes = config.chunk_bytes() if chunk_bytes is None else int(chunk_bytes)
     if chunk_bytes < 1:
         raise ValueError(f"chunk_bytes must be >= 1, got {chunk_bytes}")
@@ -152,13 +169,21 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     with interrupt_on_signals(), SOURCES[kind](in_path) as read:
         source = quantised.transformed(read, dtype, in_path)  # as it is, quantised or dequantised
         # every array's shape and dtype is checked before anything is written
-        shapes = {item.name: _shape_in(item, kind, in_path, src, dst, page_size) for item in source.items}
+        if pooled:  # K and V paired by name with the pool (kvnumba.convert.pool_files)
+            source, shapes, made_of = pool_files.outputs(source, kind, in_path, src, dst, page_size, head_groups)
+        else:
+            shapes = {item.name: _shape_in(item, kind, in_path, src, dst, page_size) for item in source.items}
         checked_for(out_kind, source, in_path, out_path)
         base = os.path.basename(in_path)
 
         def convert(item, out):
-            array = item.load()
             label = base if kind == ".npy" else f"{base}[{item.name}]"
+            if pooled:
+                with (contextlib.nullcontext() if progress is None else progress(label, out.nbytes)) as bar:
+                    pool_files.fill(item, out, made_of, src, dst, page_size,
+                                    lambda a, b: copy_views(a, b, chunk_bytes, bar))
+                return
+            array = item.load()
             with (contextlib.nullcontext() if progress is None else progress(label, array.nbytes)) as bar:
                 convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
 
@@ -172,4 +197,4 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     return shapes
 
 
-__all__ = ["Interrupted", "chunks", "convert_array_into", "convert_file"]
+__all__ = ["Interrupted", "chunks", "convert_array_into", "convert_file", "copy_views"]

@@ -105,6 +105,7 @@ class Source(NamedTuple):
     items: list
     compressed: bool = False  # a .npz whose members are compressed: so is a .npz output
     metadata: dict | None = None  # a .safetensors file's __metadata__: kept by a .safetensors output
+    pooled: bool = False  # the outputs of a conversion from or to a page-unified pool (kvnumba.convert.pool_files)
 
 
 class Item(NamedTuple):

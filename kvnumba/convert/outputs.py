@@ -124,9 +124,9 @@ def checked_for(kind, source, in_path, out_path):
     or a dtype the format has no name for (bfloat16 and float8 in .npy/.npz, NumPy-only ones in .safetensors)."""
     if kind == ".npy" and len(source.items) != 1:
         names = ", ".join(item.name for item in source.items[:4]) + (", ..." if len(source.items) > 4 else "")
-        raise ValueError(f"output {out_path!r} is a .npy file, which holds one array, but {in_path} holds "
-                         f"{len(source.items)}" + (f" ({names})" if names else "") + ": name the output .npz or "
-                         ".safetensors")
+        raise ValueError(f"output {out_path!r} is a .npy file, which holds one array, but {in_path} "
+                         f"{'converts into' if source.pooled else 'holds'} {len(source.items)}"
+                         + (f" ({names})" if names else "") + ": name the output .npz or .safetensors")
     for item in source.items:
         where = f"{in_path}[{item.name}]" if kind != ".npy" or len(source.items) > 1 else in_path
         if kind == safetensors.SUFFIX:

@@ -12,20 +12,26 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..api.views import BUILT_IN, CacheView, picture, view_class, view_name
+from ..api.views import BUILT_IN, CacheView, PageUnified, picture, view_class, view_name
 from ..checks import validate
 
 __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_page_size"]
 
 
-def layout(value: Any, argument: str = "layout") -> type[CacheView]:
+def layout(value: Any, argument: str = "layout", unified: bool = False) -> type[CacheView]:
     """The view class ``value`` names (``kvnumba.api.views.view_class``), one that holds a whole cache's K in
-    one array; ``ValueError`` naming ``argument`` otherwise (a per-layer layout, an unknown name)."""
-    cls = view_class(value, argument, among=[c for c in BUILT_IN if c.whole_tensor])
+    one array, or (``unified``) SGLang's page-unified pool, which holds K and V (``kvnumba.convert.unified``);
+    ``ValueError`` naming ``argument`` otherwise (a per-layer layout, an unknown name)."""
+    cls = view_class(value, argument, among=[c for c in BUILT_IN if c.whole_tensor or (unified and c is PageUnified)])
+    if unified and issubclass(cls, PageUnified):
+        return cls
+    if issubclass(cls, PageUnified):
+        raise ValueError(f"{argument}: page_unified holds K and V in one array, not one tensor's shape: convert it with "
+                         "kv.convert (a pool in, the pair (k, v) out, and back)")
     if not cls.whole_tensor:
-        raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables, or K and "
-                         "V in one array): a conversion reads and writes one K (or V) tensor of every layer; use kv.copy "
-                         "between views")
+        raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables): a "
+                         "conversion reads and writes one K (or V) tensor of every layer, or SGLang's page-unified pool; "
+                         "use kv.copy between views")
     return cls
 
 

@@ -121,9 +121,16 @@ def _rerun_on_simulator_without_gpu(argv):
 def _convert(args):
     from ..convert.files import Interrupted, convert_file
     from ..convert.shapes import layout
+    from ..convert.unified import is_unified
     from .progress import progress
 
-    src, dst = layout(args.src, "--from"), layout(args.dst, "--to")
+    src, dst = layout(args.src, "--from", unified=True), layout(args.dst, "--to", unified=True)
+    if args.head_groups is not None and not is_unified(dst):
+        args.error(f"--head-groups applies to --to page_unified (a pool's head groups); --to {args.dst} has none: "
+                   "leave it out")
+    if args.dtype is not None and (is_unified(src) or is_unified(dst)):
+        args.error(f"--dtype does not combine with page_unified: quantise or dequantise in another layout, then "
+                   "convert")
     named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
                          if lay.paged)
     if named and args.page_size is None:
@@ -134,7 +141,7 @@ def _convert(args):
     try:
         shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
                               progress=functools.partial(progress, stream=None if args.quiet else sys.stderr),
-                              overwrite=args.force, dtype=args.dtype)
+                              overwrite=args.force, dtype=args.dtype, head_groups=args.head_groups)
     except Interrupted as err:
         return _fail("convert", f"{err}; the partial output was removed", 128 + err.signum)
     except KeyboardInterrupt:
@@ -171,7 +178,7 @@ def _layout_name(value):
     from ..convert.shapes import layout
 
     try:
-        return view_name(layout(value))
+        return view_name(layout(value, unified=True))
     except ValueError as err:
         raise argparse.ArgumentTypeError(str(err).removeprefix("layout: ")) from None
 
@@ -241,7 +248,9 @@ def build_parser():
         "convert",
         help="convert a .npy file, or every array of a .npz archive or a .safetensors file, between cache layouts",
         description="Convert one K (or V, or MLA) tensor of a whole cache between layouts: layer_first (L, T, *item), "
-                    "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D). "
+                    "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D); "
+                    "or K and V, the arrays k and v, to and from SGLang's page_unified pool kv "
+                    "(T/P, G, L, 2, P, H/G, D; MLA: one array, T/P, L, P, D). "
                     "OUT is written in the format its name says (.npy, .npz or .safetensors), in chunks with NumPy; "
                     "it appears complete or not at all. A .safetensors file keeps its metadata, and its bf16/fp8 "
                     "tensors their dtype (needs: pip install -e \".[safetensors]\").")
@@ -250,13 +259,17 @@ def build_parser():
                    help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "
                         "suffix names; not IN, and not an existing file unless --force")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN (required): a cache view's name, layer_first, page_first, page_first_direct, page_head (or lf, pf, "
-                        "pfd, ph), or module:Class naming a kvnumba.CacheView subclass (a layout of your own)")
+                   help="layout of IN (required): a cache view's name, layer_first, page_first, page_first_direct, page_head, "
+                        "page_unified (or lf, pf, pfd, ph, pu), or module:Class naming a kvnumba.CacheView subclass (a "
+                        "layout of your own)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of OUT (required), named as for --from")
     c.add_argument("--page-size", type=_positive_int, metavar="N",
-                   help="tokens per page: required when --from or --to is paged (page_first_direct, page_head), "
-                        "refused otherwise (default: none)")
+                   help="tokens per page: required when --from or --to is paged (page_first_direct, page_head, "
+                        "page_unified), refused otherwise (default: none)")
+    c.add_argument("--head-groups", type=_positive_int, metavar="G",
+                   help="head groups of the page_unified pools written (--to page_unified only); G must divide the "
+                        "heads H (default: 1)")
     c.add_argument("--dtype", type=_dtype_name, metavar="DTYPE",
                    help="fp8_e4m3 or fp8_e5m2: quantise every bfloat16/float16 tensor X into FP8 codes X and float32 "
                         "scales X_scales (one per token, layer and head; OUT must be .safetensors); bfloat16 or "

@@ -32,7 +32,7 @@ def test_every_option_says_what_it_does_and_its_default():
     missing = [(name, action.dest) for name, action in _options(parser)
                if not action.help or not ("default" in action.help or "required" in action.help)]
     assert not missing, f"options without help text and a default: {missing}"
-    assert len(list(_options(parser))) == 5 + 9 + 1  # demo, convert, info
+    assert len(list(_options(parser))) == 5 + 10 + 1  # demo, convert, info
 
 
 def test_demo_help_shows_the_defaults(capsys):

@@ -219,10 +219,12 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
     from kvnumba.api.views import BUILT_IN
 
     listed = set(re.findall(r"\b([a-z_]+) \(([a-z]+)\)", line))
-    assert listed == {(c.name, c.short_name) for c in BUILT_IN if c.whole_tensor}
-    for name, short in listed:
+    assert listed == {(c.name, c.short_name) for c in BUILT_IN if c.whole_tensor} | {("page_unified", "pu")}
+    for name, short in listed - {("page_unified", "pu")}:
         assert converted_shape((2, 8, 4, 16), "lf", name, 4) and converted_shape((2, 8, 4, 16), "lf", short, 4)
-    for refused in (c.name for c in BUILT_IN if not c.whole_tensor):
+    k = np.zeros((2, 8, 4, 16), np.uint8)  # the pool holds K and V: it converts from and to a pair
+    assert kvnumba.convert((k, k), "lf", "pu", 4).shape == kvnumba.convert((k, k), "lf", "page_unified", 4).shape
+    for refused in (c.name for c in BUILT_IN if not c.whole_tensor and c.name != "page_unified"):
         assert refused not in line
         with pytest.raises(ValueError, match=f"^dst: {refused} keeps a cache in per-layer arrays"):
             converted_shape((2, 8, 4, 16), "lf", refused, 4)

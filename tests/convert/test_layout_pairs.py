@@ -132,7 +132,7 @@ def test_converted_shape():
 @pytest.mark.parametrize("args,match", [
     (((100, 32, 8, 128), "page_frist", "layer_first", None),
      r"^src: unknown layout 'page_frist': expected one of layer_first \(lf\), page_first \(pf\), page_first_direct "
-     r"\(pfd\), page_head \(ph\), or module:Class$"),
+     r"\(pfd\), page_head \(ph\), page_unified \(pu\), or module:Class$"),
     (((100, 32, 8, 128), "page_first", "lf2", None), r"dst: unknown layout 'lf2'"),
     (((100, 32, 8, 128), "page_first", "page_first_direct", 64),
      r"page_first_direct needs T divisible by page_size=64: got T=100 \(shape \(100, 32, 8, 128\) in page_first\)"),
@@ -281,7 +281,8 @@ assert not loaded, loaded
     root = pathlib.Path(kvnumba.__file__).parent
     # (level, first name) of each ``from ... import``: kv.convert is ``.api`` within the wing
     forbidden = {"convert": {(1, "api"), (2, "tools")}, ".": {(1, "convert"), (1, "tools")}}
-    wing = ("files.py", "inputs.py", "outputs.py", "signals.py", "shapes.py", "safetensors.py")
+    wing = ("files.py", "inputs.py", "outputs.py", "signals.py", "shapes.py", "safetensors.py", "unified.py",
+            "pool_files.py")
     for folder, module in [("convert", m) for m in wing] + [(".", "units.py")]:
         tree = ast.parse((root / folder / module).read_text())
         imported = {(node.level, (node.module or "").split(".")[0]) for node in ast.walk(tree)
