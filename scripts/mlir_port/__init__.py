@@ -1,0 +1,119 @@
+"""kvnumba's kernel modules compiled by numba-cuda-mlir, everything else on numba-cuda: ``install(ports)``.
+
+kvnumba's host side (plans, tensor maps, device tables, the launch through ``cuLaunchKernel``) stays on
+numba-cuda. Every module of ``kvnumba.kernels`` (the simulator's twins aside) is loaded with its ``numba``
+imports answered by numba-cuda-mlir: ``numba.cuda`` is ``numba_cuda_mlir.cuda``, ``numba.types`` and the
+scalar types are its types, ``numba.cuda.extending`` its extending module. That is the change of import
+numba-cuda-mlir's README asks for, made per module (each module's ``__import__``), so the rest of the
+package keeps the real numba-cuda in the same process.
+
+``ports`` names the kernel modules whose GPU branch (the ``else:`` of their top-level ``if SIMULATOR:``)
+is replaced by this folder's file of the same name: ``("jit",)`` is the change of import alone (the
+decorators), ``PORTS`` also swaps every llvmlite intrinsic for numba-cuda-mlir's ``inline_ptx``, and
+``REWRITES`` edits kernel source where numba-cuda-mlir lacks a construct kvnumba uses. The
+kernel bodies, layouts and loops are kvnumba's own, unchanged. numba-cuda-mlir compiles a kernel at
+its first launch; kvnumba's launcher takes the compiled kernel's ``_codelibrary.get_cufunc().handle`` as
+it does numba-cuda's.
+"""
+from __future__ import annotations
+
+import builtins
+import importlib.abc
+import importlib.util
+import os
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+IMPORT_ONLY = ("jit",)
+PORTS = ("jit", "memory", "tma", "async_copy", "fp8_memory", "fp8_packed")
+# Kernel-source rewrites numba-cuda-mlir needs beyond the ports (module -> (old, new) pairs, each found once):
+# its lowering has no min() of three arguments.
+REWRITES = {"staged": (("n = min(n, window - p, longest)", "n = min(min(n, window - p), longest)"),)}
+_PREFIX = "kvnumba.kernels."
+
+
+def _numba_alias():
+    """The modules that a kernel module's ``numba`` imports get instead of numba-cuda's."""
+    import numba_cuda_mlir.cuda as mcuda
+    from numba_cuda_mlir.numba_cuda import extending as mext
+    from numba_cuda_mlir.numba_cuda import types as mtypes
+
+    class Numba(types.ModuleType):
+        def __getattr__(self, name):  # numba.int64, numba.uint32, ...: numba-cuda-mlir's scalar types
+            return getattr(mtypes, name)
+
+    numba = Numba("numba")
+    numba.cuda, numba.types = mcuda, mtypes
+    return {"numba": numba, "numba.cuda": mcuda, "numba.types": mtypes, "numba.cuda.extending": mext}
+
+
+def _importer(alias):
+    real = builtins.__import__
+
+    def import_(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name in alias:
+            return alias[name] if fromlist else alias["numba"]
+        return real(name, globals, locals, fromlist, level)
+
+    return import_
+
+
+def patched_source(path, port_file):
+    """``path``'s source with the body of its top-level ``else:`` (after ``if SIMULATOR:``) replaced by
+    ``port_file``'s code."""
+    with open(path) as f:
+        lines = f.read().split("\n")
+    start = lines.index("if SIMULATOR:")
+    other = next(i for i in range(start + 1, len(lines)) if lines[i] == "else:")
+    end = next((i for i in range(other + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), len(lines))
+    with open(port_file) as f:
+        port = ["    " + line if line else line for line in f.read().split("\n")]
+    return "\n".join(lines[:other + 1] + port + [""] + lines[end:])
+
+
+class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def __init__(self, ports, rewrites):
+        self.ports, self.rewrites, self.alias = tuple(ports), dict(rewrites), _numba_alias()
+        self.builtins = dict(vars(builtins), __import__=_importer(self.alias))
+
+    def find_spec(self, fullname, path=None, target=None):
+        if not fullname.startswith(_PREFIX) or fullname.startswith(_PREFIX + "simulator"):
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                if spec.submodule_search_locations is not None:  # a package: load it as usual
+                    return spec
+                return importlib.util.spec_from_file_location(fullname, spec.origin, loader=self)
+        return None
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__name__[len(_PREFIX):]
+        path = module.__spec__.origin
+        if name in self.ports:
+            source = patched_source(path, os.path.join(HERE, name + ".py"))
+        else:
+            with open(path) as f:
+                source = f.read()
+        for old, new in self.rewrites.get(name, ()):
+            if source.count(old) != 1:
+                raise RuntimeError(f"{module.__name__}: expected one {old!r}")
+            source = source.replace(old, new)
+        module.__dict__["__builtins__"] = self.builtins
+        exec(compile(source, path, "exec"), module.__dict__)
+
+
+def install(ports=PORTS, rewrites=REWRITES):
+    """Load kvnumba's kernel modules on numba-cuda-mlir from now on (before ``import kvnumba``), with ``ports``
+    and ``rewrites`` (``{}``: kvnumba's sources as they are)."""
+    if any(name.startswith(_PREFIX) for name in sys.modules):
+        raise RuntimeError("install() must run before kvnumba's kernel modules are imported")
+    finder = _Finder(ports, rewrites)
+    sys.meta_path.insert(0, finder)
+    return finder
