@@ -1,7 +1,8 @@
 """Does kvnumba run on numba-cuda-mlir? Each kernel family compiled, run, checked byte for byte against
 ``kvnumba.reference`` / ``kvnumba.quant_reference`` and timed, on numba-cuda and on numba-cuda-mlir, same rows.
 
-Three worlds, each in its own process (a worker), within one overall time budget:
+Three worlds, each in its own process (a worker), run side by side within one overall time budget (their
+timed sections take turns: a file lock), so that the long kernel builds overlap:
 
 - ``numba-cuda``: kvnumba as it is (the baseline GB/s);
 - ``mlir-import``: kvnumba's kernel modules on numba-cuda-mlir by the change of import alone
@@ -11,7 +12,7 @@ Three worlds, each in its own process (a worker), within one overall time budget
 
 Rows (family, what it moves) go through ``kv.copy``, as users call it; the kernels the row's plans launch
 are recorded (module.function), so a row says which family it exercised. Each worker writes a row as
-soon as it has it; a worker past its share of the budget is killed and its remaining rows read "not run".
+soon as it has it; a worker still running at the deadline is killed and its remaining rows read "not run".
 
     python3 scripts/mlir_probe.py --mlir-path /tmp/mlir --budget 200 --out results.json
     NUMBA_ENABLE_CUDASIM=1 python scripts/mlir_probe.py --worlds numba-cuda --small   # smoke test (no GPU)
@@ -31,17 +32,28 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORLDS = ("mlir-ported", "numba-cuda", "mlir-import")
-SHARES = {"mlir-ported": 0.5, "numba-cuda": 0.3, "mlir-import": 0.2}  # of the budget; unused time rolls on
-ROWS = (
+# Each world's rows run in two processes: the staged kernels' (mbarrier waits: a wrong port could hang the GPU,
+# and their builds are the longest) apart from the others, so that one cannot stop the other.
+GROUPS = (("simulator", "direct", "d2d", "h2d-register", "fp8-backup", "fp8-load-register"),
+          ("h2d-staged", "fp8-load-staged"))
+ROWS = (  # the instant ones first, the FP8 staged kernel (the longest build) last
+    ("simulator", "simulator", "the simulator's Python stand-ins"),
+    ("direct", "direct", "layer-first pinned host -> layer-first device, route=copy_engine (no kernel)"),
     ("register", "d2d", "page-first -> layer-first, device -> device, every layer"),
     ("register", "h2d-register", "page-first pinned host -> layer-first device, one layer, load_path=register"),
     ("staged", "h2d-staged", "page-first pinned host -> layer-first device, one layer, load_path=staged"),
     ("fp8", "fp8-backup", "layer-first device bf16 -> FP8 page-first pinned host, every layer (quantise)"),
     ("fp8", "fp8-load-register", "FP8 page-first pinned host -> layer-first device bf16, one layer, register"),
     ("fp8", "fp8-load-staged", "FP8 page-first pinned host -> layer-first device bf16, one layer, staged"),
-    ("direct", "direct", "layer-first pinned host -> layer-first device, route=copy_engine (no kernel)"),
-    ("simulator", "simulator", "the simulator's Python stand-ins"),
 )
+
+
+def _attribute(function, name):
+    """A loaded kernel's attribute (``CU_FUNC_ATTRIBUTE_<name>``), or None."""
+    from cuda.bindings import driver as cu
+
+    err, value = cu.cuFuncGetAttribute(getattr(cu.CUfunction_attribute, "CU_FUNC_ATTRIBUTE_" + name), function)
+    return None if int(err) else int(value)
 
 
 # --- the worker: one world, every row ---------------------------------------------------------------------
@@ -55,8 +67,8 @@ def _construct(exc):
 
 
 class Worker:
-    def __init__(self, world, small):
-        self.world, self.small = world, small
+    def __init__(self, world, small, lock=None):
+        self.world, self.small, self.lock = world, small, lock
         if world.startswith("mlir"):
             sys.path.insert(0, os.path.join(ROOT, "scripts"))
             import mlir_port
@@ -93,9 +105,22 @@ class Worker:
         return bits.view(ml_dtypes.bfloat16)
 
     def _placed(self, array, where):
+        """A copy of NumPy ``array`` in GPU memory (``where="device"``) or pinned host memory: torch tensors on a
+        GPU (a Numba device array cannot hold bfloat16), NumPy copies on the simulator."""
+        from kvnumba.driver.target import SIMULATOR
         from kvnumba.testing import device_array, pinned
 
-        return device_array(array) if where == "device" else pinned(array)
+        if SIMULATOR:
+            return device_array(array) if where == "device" else pinned(array)
+        import torch
+
+        np = self.np
+        array = np.ascontiguousarray(array)
+        if array.dtype.name == "bfloat16":
+            tensor = torch.from_numpy(array.view(np.int16)).view(torch.bfloat16)
+        else:
+            tensor = torch.from_numpy(array)
+        return tensor.cuda() if where == "device" else tensor.pin_memory()
 
     def _views(self, cls, shape, where, poison=True):
         plain_k, plain_v = self._plain(shape), self._plain(shape)
@@ -107,12 +132,21 @@ class Worker:
         return twin, placed
 
     def _bytes(self, view):
-        from kvnumba.testing import to_numpy
-
         np = self.np
         if hasattr(view, "codes"):  # an Fp8View: codes and scales
             return b"".join(self._bytes(part) for part in (view.codes, view.scales))
-        return b"".join(np.ascontiguousarray(to_numpy(b)).tobytes() for w in ("k", "v") for b in view.buffers(w))
+        return b"".join(self._host(b).tobytes() for w in ("k", "v") for b in view.buffers(w))
+
+    def _host(self, buffer):
+        np = self.np
+        if type(buffer).__module__.startswith("torch"):
+            import torch
+
+            flat = buffer.detach().contiguous().view(torch.uint8).cpu()
+            return flat.numpy()
+        from kvnumba.testing import to_numpy
+
+        return np.ascontiguousarray(to_numpy(buffer)).view(np.uint8)
 
     def _run_row(self, key):
         kv, np = self.kv, self.np
@@ -146,8 +180,7 @@ class Worker:
         else:  # FP8 loads: a host FP8 pool quantised from random values by the reference
             plain_np, _ = self._views(PageFirst, page_first, "host")
             src_np = kv.fp8_like(plain_np)
-            everything = np.arange(T, dtype=np.int64)
-            quant_reference.copy(plain_np, src_np, everything, everything)
+            quant_reference.copy(plain_np, src_np, self.src_idx, self.src_idx)  # the tokens the row reads
             codes = PageFirst(*(self._placed(b, "host") for w in ("k", "v") for b in src_np.codes.buffers(w)))
             scales = PageFirst(*(self._placed(b, "host") for w in ("k", "v") for b in src_np.scales.buffers(w)))
             src = kv.Fp8View(codes, scales, src_np.fmt, dtype=src_np.dtype)
@@ -176,11 +209,35 @@ class Worker:
             else:
                 reference.copy(src_np, dst_np, self.src_idx, self.dst_idx, layers)
             exact = self._bytes(dst) == self._bytes(dst_np)
-            seconds = gpu_time(call, repeats=2 if self.small else 10, groups=3, warmup=0)
-        kernels = sorted({f"{k.dispatcher.py_func.__module__.rsplit('.', 1)[-1]}.{k.dispatcher.py_func.__name__}"
-                          for k in launch._launchables.values()})
+            with self._turn():
+                seconds = gpu_time(call, repeats=2 if self.small else 10, groups=3, warmup=0)
+        kernels = {}
+        for k in launch._launchables.values():
+            name = f"{k.dispatcher.py_func.__module__.rsplit('.', 1)[-1]}.{k.dispatcher.py_func.__name__}"
+            kernels[name] = {"registers": [_attribute(f, "NUM_REGS") for f in k._functions.values()],
+                             "local_bytes": [_attribute(f, "LOCAL_SIZE_BYTES") for f in k._functions.values()]}
         return {"compiles": True, "runs": True, "bit_exact": exact, "gbps": moved / seconds / 1e9,
                 "first_call_s": round(first_s, 2), "kernels": kernels, "route": kv.last_route()}
+
+    def _turn(self):
+        """The GPU to this worker alone while it times (the other worlds' workers wait at the same lock)."""
+        import contextlib
+
+        if self.lock is None:
+            return contextlib.nullcontext()
+
+        @contextlib.contextmanager
+        def held():
+            import fcntl
+
+            with open(self.lock, "a") as f:
+                fcntl.flock(f, fcntl.LOCK_EX)
+                try:
+                    yield
+                finally:
+                    fcntl.flock(f, fcntl.LOCK_UN)
+
+        return held()
 
     def simulator_row(self):
         """Whether this world has a CUDA simulator that runs kvnumba's Python stand-ins."""
@@ -203,7 +260,7 @@ class Worker:
 
     def run(self, out_path, only):
         for family, key, what in ROWS:
-            if only and key not in only and family not in only:
+            if only and key not in only:
                 continue
             row = {"world": self.world, "family": family, "row": key, "what": what}
             start = time.perf_counter()
@@ -261,33 +318,49 @@ def _env(mlir_path, world="mlir"):
 def run_worlds(args):
     deadline = time.monotonic() + args.budget
     info = environment(args.mlir_path)
-    rows = []
     worlds = [w for w in WORLDS if w in args.worlds]
-    for n, world in enumerate(worlds):
-        left = deadline - time.monotonic()
-        if left < 5:
-            break
-        share = sum(SHARES[w] for w in worlds[n:])
-        limit = left * SHARES[world] / share if n < len(worlds) - 1 else left
-        with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as tmp:
-            path = tmp.name
-        cmd = [sys.executable, os.path.abspath(__file__), "--worker", world, "--rows-to", path]
-        cmd += ["--small"] if args.small else []
-        cmd += ["--only", *args.only] if args.only else []
-        print(f"== {world}: up to {limit:.0f} s", flush=True)
+    scratch = tempfile.mkdtemp(prefix="mlir_probe_")
+    lock = os.path.join(scratch, "gpu.lock")
+    running = {}
+    for world in worlds:
+        for n, group in enumerate(GROUPS):
+            chosen = [key for key in group if not args.only or key in args.only
+                      or any(f == fam and k == key for fam, k, _ in ROWS for f in args.only)]
+            if not chosen:
+                continue
+            path = os.path.join(scratch, f"{world}-{n}.jsonl")
+            open(path, "w").close()
+            cmd = [sys.executable, os.path.abspath(__file__), "--worker", world, "--rows-to", path, "--lock", lock]
+            cmd += ["--small"] if args.small else []
+            cmd += ["--only", *chosen]
+            log = open(os.path.join(scratch, f"{world}-{n}.log"), "w")
+            proc = subprocess.Popen(cmd, env=_env(args.mlir_path, world), stdout=log, stderr=subprocess.STDOUT)
+            running[(world, n)] = (proc, path, log, chosen)
+    print(f"== {', '.join(worlds)}: side by side, until {args.budget:.0f} s from the start", flush=True)
+    for (world, n), (proc, _, _, _) in running.items():
         try:
-            subprocess.run(cmd, env=_env(args.mlir_path, world), timeout=limit)
+            proc.wait(timeout=max(deadline - time.monotonic(), 1))
         except subprocess.TimeoutExpired:
-            print(f"== {world}: stopped at its share of the budget", flush=True)
+            proc.kill()
+            proc.wait()
+            print(f"== {world} (group {n}): stopped at the deadline", flush=True)
+    rows = []
+    for (world, n), (proc, path, log, chosen) in running.items():
+        log.close()
         with open(path) as f:
             got = [json.loads(line) for line in f if line.strip()]
-        os.unlink(path)
+        with open(log.name) as f:
+            tail = f.read()[-1500:]
         seen = {r["row"] for r in got}
         for family, key, what in ROWS:
-            if key not in seen and (not args.only or key in args.only or family in args.only):
+            if key in chosen and key not in seen:
                 got.append({"world": world, "family": family, "row": key, "what": what, "runs": None,
-                            "error": "not run: out of time"})
+                            "error": "not run: out of time" if proc.returncode < 0 else
+                            f"not run: the worker exited {proc.returncode}: {' '.join(tail.split())[-300:]}"})
+        info.setdefault("logs", {})[f"{world}-{n}"] = tail
         rows += got
+    order = {key: i for i, (_, key, _) in enumerate(ROWS)}
+    rows.sort(key=lambda r: (WORLDS.index(r["world"]), order[r["row"]]))
     result = {"meta": info, "rows": rows}
     if args.out:
         with open(args.out, "w") as f:
@@ -328,12 +401,13 @@ def main(argv=None):
     parser.add_argument("--out", help="write the JSON here")
     parser.add_argument("--worker", choices=WORLDS, help=argparse.SUPPRESS)
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)
+    parser.add_argument("--lock", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.budget <= 0:
         parser.error("--budget must be positive")
     if args.worker:
         try:
-            worker = Worker(args.worker, args.small)
+            worker = Worker(args.worker, args.small, args.lock)
         except Exception as exc:  # noqa: BLE001 - the world does not even import: every row says why
             with open(args.rows_to, "a") as f:
                 for family, key, what in ROWS:
