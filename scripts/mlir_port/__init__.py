@@ -59,17 +59,20 @@ def _importer(alias):
     return import_
 
 
-def patched_source(path, port_file):
-    """``path``'s source with the body of its top-level ``else:`` (after ``if SIMULATOR:``) replaced by
-    ``port_file``'s code."""
+def parts(path, port_file):
+    """``path``'s module as three pieces of code, ``[(text, filename), ...]``, run in turn in one namespace: its
+    source before the top-level ``if SIMULATOR:``, ``port_file``'s code in place of that ``if``'s GPU branch
+    (``else:``), and its source after it. Line numbers stay those of each file (blank lines pad the third)."""
     with open(path) as f:
         lines = f.read().split("\n")
+    if "if SIMULATOR:" not in lines or "else:" not in lines[lines.index("if SIMULATOR:"):]:
+        raise ValueError(f"{path}: no top-level 'if SIMULATOR:' ... 'else:' to port")
     start = lines.index("if SIMULATOR:")
     other = next(i for i in range(start + 1, len(lines)) if lines[i] == "else:")
     end = next((i for i in range(other + 1, len(lines)) if lines[i] and not lines[i][0].isspace()), len(lines))
     with open(port_file) as f:
-        port = ["    " + line if line else line for line in f.read().split("\n")]
-    return "\n".join(lines[:other + 1] + port + [""] + lines[end:])
+        port = f.read()
+    return [("\n".join(lines[:start]), path), (port, port_file), ("\n" * end + "\n".join(lines[end:]), path)]
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -97,16 +100,17 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         name = module.__name__[len(_PREFIX):]
         path = module.__spec__.origin
         if name in self.ports:
-            source = patched_source(path, os.path.join(HERE, name + ".py"))
+            pieces = parts(path, os.path.join(HERE, name + ".py"))
         else:
             with open(path) as f:
-                source = f.read()
+                pieces = [(f.read(), path)]
         for old, new in self.rewrites.get(name, ()):
-            if source.count(old) != 1:
+            if sum(text.count(old) for text, _ in pieces) != 1:
                 raise RuntimeError(f"{module.__name__}: expected one {old!r}")
-            source = source.replace(old, new)
+            pieces = [(text.replace(old, new), file) for text, file in pieces]
         module.__dict__["__builtins__"] = self.builtins
-        exec(compile(source, path, "exec"), module.__dict__)
+        for text, file in pieces:
+            exec(compile(text, file, "exec"), module.__dict__)
 
 
 def install(ports=PORTS, rewrites=REWRITES):
