@@ -7,8 +7,8 @@ timed sections take turns: a file lock), so that the long kernel builds overlap:
 - ``numba-cuda``: kvnumba as it is (the baseline GB/s);
 - ``mlir-import``: kvnumba's kernel modules on numba-cuda-mlir by the change of import alone
   (``scripts/mlir_port``, ``IMPORT_ONLY``): what numba-cuda-mlir's "change the import" promise gives;
-- ``mlir-ported``: the same plus ``scripts/mlir_port``'s ports of the llvmlite intrinsics to ``inline_ptx``
-  and its kernel-source rewrites: the smallest change found that compiles every family.
+- ``mlir-ported``: the same plus ``scripts/mlir_port``'s ports of the llvmlite intrinsics to ``inline_ptx``:
+  the smallest change found that compiles every family.
 
 Rows (family, what it moves) go through ``kv.copy``, as users call it; the kernels the row's plans launch
 are recorded (module.function), so a row says which family it exercised. Each worker writes a row as
@@ -74,7 +74,7 @@ class Worker:
             import mlir_port
 
             if world == "mlir-import":
-                mlir_port.install(mlir_port.IMPORT_ONLY, {})
+                mlir_port.install(mlir_port.IMPORT_ONLY)
             else:
                 mlir_port.install()
         sys.path.insert(0, ROOT)

@@ -9,8 +9,7 @@ package keeps the real numba-cuda in the same process.
 
 ``ports`` names the kernel modules whose GPU branch (the ``else:`` of their top-level ``if SIMULATOR:``)
 is replaced by this folder's file of the same name: ``("jit",)`` is the change of import alone (the
-decorators), ``PORTS`` also swaps every llvmlite intrinsic for numba-cuda-mlir's ``inline_ptx``, and
-``REWRITES`` edits kernel source where numba-cuda-mlir lacks a construct kvnumba uses. The
+decorators), ``PORTS`` also swaps every llvmlite intrinsic for numba-cuda-mlir's ``inline_ptx``. The
 kernel bodies, layouts and loops are kvnumba's own, unchanged. numba-cuda-mlir compiles a kernel at
 its first launch; kvnumba's launcher takes the compiled kernel's ``_codelibrary.get_cufunc().handle`` as
 it does numba-cuda's.
@@ -27,9 +26,6 @@ import types
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPORT_ONLY = ("jit",)
 PORTS = ("jit", "memory", "tma", "async_copy", "fp8_memory", "fp8_packed")
-# Kernel-source rewrites numba-cuda-mlir needs beyond the ports (module -> (old, new) pairs, each found once):
-# its lowering has no min() of three arguments.
-REWRITES = {"staged": (("n = min(n, window - p, longest)", "n = min(min(n, window - p), longest)"),)}
 _PREFIX = "kvnumba.kernels."
 
 
@@ -76,8 +72,8 @@ def parts(path, port_file):
 
 
 class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def __init__(self, ports, rewrites):
-        self.ports, self.rewrites, self.alias = tuple(ports), dict(rewrites), _numba_alias()
+    def __init__(self, ports):
+        self.ports, self.alias = tuple(ports), _numba_alias()
         self.builtins = dict(vars(builtins), __import__=_importer(self.alias))
 
     def find_spec(self, fullname, path=None, target=None):
@@ -104,20 +100,16 @@ class _Finder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         else:
             with open(path) as f:
                 pieces = [(f.read(), path)]
-        for old, new in self.rewrites.get(name, ()):
-            if sum(text.count(old) for text, _ in pieces) != 1:
-                raise RuntimeError(f"{module.__name__}: expected one {old!r}")
-            pieces = [(text.replace(old, new), file) for text, file in pieces]
         module.__dict__["__builtins__"] = self.builtins
         for text, file in pieces:
             exec(compile(text, file, "exec"), module.__dict__)
 
 
-def install(ports=PORTS, rewrites=REWRITES):
-    """Load kvnumba's kernel modules on numba-cuda-mlir from now on (before ``import kvnumba``), with ``ports``
-    and ``rewrites`` (``{}``: kvnumba's sources as they are)."""
+def install(ports=PORTS):
+    """Load kvnumba's kernel modules on numba-cuda-mlir from now on (before ``import kvnumba``), with the GPU
+    branches of ``ports`` replaced by this folder's files."""
     if any(name.startswith(_PREFIX) for name in sys.modules):
         raise RuntimeError("install() must run before kvnumba's kernel modules are imported")
-    finder = _Finder(ports, rewrites)
+    finder = _Finder(ports)
     sys.meta_path.insert(0, finder)
     return finder
