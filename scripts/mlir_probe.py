@@ -241,13 +241,11 @@ class Worker:
 
     def simulator_row(self):
         """Whether this world has a CUDA simulator that runs kvnumba's Python stand-ins."""
-        if self.world == "numba-cuda":
-            import numba.cuda
-
-            has = hasattr(numba.cuda, "simulator") or "numba.cuda.simulator" in sys.modules
-            return {"simulator": "numba-cuda ships one (NUMBA_ENABLE_CUDASIM=1); the test suite runs on it",
-                    "has_simulator": True if has else "package present, not loaded here"}
         import importlib.util
+
+        if self.world == "numba-cuda":
+            return {"has_simulator": importlib.util.find_spec("numba.cuda.simulator") is not None,
+                    "simulator": "NUMBA_ENABLE_CUDASIM=1 runs kvnumba's Python stand-ins (the test suite does)"}
         import pkgutil
 
         import numba_cuda_mlir
