@@ -301,7 +301,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                     if rest == 0 and p > 0:  # the run may go on past the window: read from here again
                         break
                     n = first_set(rest) if rest != 0 else 32 - p
-                    n = min(n, window - p, longest)
+                    n = min(min(n, window - p), longest)  # two arguments a min(): numba-cuda-mlir lowers no more
                 if n >= min_run:
                     if i + p > direct_from:
                         if lane == 0:
