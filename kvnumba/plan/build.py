@@ -64,10 +64,9 @@ def find(spec, cache, values, strict, stream=None):
     """The plan for geometry ``values`` (in ``geometry_names`` order), from ``cache`` or built and stored;
     with checks on (``strict``), one whose layer tables are read again."""
     arrays = len(spec.buffers)
-    plan = cache.get(values[:arrays], values[arrays:],
-                     lambda: build(spec, dict(zip(geometry_names(spec), values)), False, stream))
+    plan = cache.get(values[:arrays], values[arrays:], lambda: build(spec, _named(spec, values), False, stream))
     if strict and plan.tables:
-        return build(spec, dict(zip(geometry_names(spec), values)), True, stream)
+        return build(spec, _named(spec, values), True, stream)
     return plan
 
 
@@ -75,18 +74,27 @@ def caller(spec, cache):
     """The per-call function of plain kernel entry point ``spec``: ``call(objects, scalars, src_indices,
     dst_indices, layer_id, block_quota, warps, stream, check, route="auto")``, ``objects`` its buffers and
     tables, ``scalars`` its sizes, in argument order: the plan ``cache`` holds for them (found by value, on
-    every call), else found or built (``find``: every argument checked), then its fast call."""
-    lookup = cache.find
+    every call), else built and stored (every argument checked); with checks on, ``find``'s. Then the plan's
+    fast call (``plan.per_call``)."""
+    lookup, add, names = cache.find, cache.add, geometry_names(spec)
 
     def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route="auto"):
-        plan = None if check or guard.ALWAYS_CHECK else lookup(objects, scalars)
-        if plan is None:
-            check = check or guard.ALWAYS_CHECK
-            plan = find(spec, cache, objects + scalars, check, stream)
+        if check or guard.ALWAYS_CHECK:
+            plan = find(spec, cache, objects + scalars, True, stream)
+            check = True
+        else:
+            plan = lookup(objects, scalars)
+            if plan is None:
+                plan = add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
         return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check,
                          route=route)
 
     return call
+
+
+def _named(spec, values):
+    """Geometry ``values`` by argument name."""
+    return dict(zip(geometry_names(spec), values))
 
 
 def _kernel_plan(spec, geometry, strict):

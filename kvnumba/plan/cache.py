@@ -34,7 +34,8 @@ A witness that fails is a miss: the plan is built again, with every check. Memor
 (``cudaHostUnregister``) while its torch tensor lives is not noticed.
 
 A key is made by one function, the *keyer* of the arguments' types (``make_keyer``), and looked up by one:
-``PlanCache.find``, on every call (``plan.build.caller``); ``get`` is ``find``, then on a miss a build, stored.
+``PlanCache.find``, on every call (``plan.build.caller``); on a miss, ``add`` builds the plan and stores it
+(``get``: the two).
 
 Every memo that plans are found in or built from is in one registry: each ``PlanCache``, and the memos
 registered with ``remembered`` (``plan.build``'s geometries, ``plan.seed_args``' sizes, ``plan.staged_plan``'s
@@ -124,10 +125,13 @@ class PlanCache:
         return None
 
     def get(self, objects, scalars, build):
-        """``find``, else the plan ``build()`` makes, stored (unless a scalar is unhashable)."""
+        """``find``, else ``add``."""
         plan = self.find(objects, scalars)
-        if plan is not None:
-            return plan
+        return self.add(objects, scalars, build) if plan is None else plan
+
+    def add(self, objects, scalars, build):
+        """A miss: the plan ``build()`` makes, stored under these buffers and sizes (unless a scalar is
+        unhashable, or an object cannot be referenced weakly)."""
         self.misses += 1
         plan = build()
         try:
