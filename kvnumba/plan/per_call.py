@@ -238,7 +238,7 @@ def _slow_index(obj, name, device):
     return Index(info.ptr, info.shape[0], None, False, info.is_torch)
 
 
-# --- the fast call: the hot case, inlined ---------------------------------------------------------------
+# --- the fast call: the hot case, inlined -----------------------------------------------------------
 
 
 def _dead():
