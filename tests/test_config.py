@@ -285,8 +285,9 @@ def test_a_setting_changed_under_override_reaches_the_next_fp8_copy():
     import numpy as np
 
     import kvnumba as kv
-    from kvnumba.api import fp8_copy
-    from tests.fp8.cases import make_fp8
+    from kvnumba.api.transfer import plain as plain_transfer
+    from kvnumba.plan.fp8_plan import Fp8Plan
+    from tests.fp8.cases import copy_plan, make_fp8
     from tests.helpers.placement import PLACE
 
     rng = np.random.default_rng(0)
@@ -294,10 +295,12 @@ def test_a_setting_changed_under_override_reaches_the_next_fp8_copy():
     _, fp8 = make_fp8("LayerFirst", 2, 8, 4, 2, 16, dtype="float16")
     idx = np.arange(2, dtype=np.int64)
     kv.copy(plain, fp8, idx, idx)
-    assert fp8_copy.plan_for(plain, fp8).host_index_checks
+    assert copy_plan(plain, fp8).host_index_checks
     with config.override(host_index_checks=False):
-        assert not fp8_copy.plan_for(plain, fp8).host_index_checks
+        assert not copy_plan(plain, fp8).host_index_checks
         kv.copy(plain, fp8, idx, idx)
-    assert fp8_copy.plan_for(plain, fp8).host_index_checks
+    assert copy_plan(plain, fp8).host_index_checks
+    cached = plain_transfer("copy")._cache.entries
+    assert any(isinstance(entry.plan, Fp8Plan) for entry in cached.values())  # kv.copy's one cache holds it
     kv.clear_plan_caches()
-    assert not fp8_copy._plans
+    assert not cached

@@ -1,7 +1,5 @@
-"""The twins: each hot path inlined beside the general form it copies is held to the general form's answers.
+"""The twins: the one hot path inlined beside the general form it copies is held to the general form's answers.
 
-- ``PlanCache.get`` and ``PlanCache.calling`` (``kvnumba.plan.cache``): for the same arguments, the same plan,
-  or both miss;
 - ``run`` and the fast call (``kvnumba.plan.per_call``): for the same call, the same launch (kernel, grid,
   threads, every parameter), or the fast call hands the call to ``run``;
 - the fast call's inlined launch and the driver's ``launch_shape``/``BoundKernel.launch``:
@@ -14,59 +12,11 @@ import pytest
 
 import kvnumba as kv
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.plan.cache import PlanCache
 from kvnumba.plan.per_call import make_fast_call
-from tests.helpers.placement import host
 from tests.helpers.safety_cases import OPS, build
 from tests.helpers.torch_standin import Tensor, Torch
 
 pytestmark = pytest.mark.needs_target
-
-
-# --- PlanCache.get and PlanCache.calling ------------------------------------------------------------------
-
-class _Plan:
-    """A cached plan whose fast call says which plan answered."""
-
-    def __init__(self, name):
-        self.name = name
-
-    def fast(self, *args, **kwargs):
-        return ("hit", self.name)
-
-
-def _both(cache, objects, scalars, built):
-    """What ``get`` and ``calling`` answer for the same arguments: the plan's name, or "miss"."""
-    def miss(*args):
-        return ("miss", None)
-
-    got = cache.get(objects, scalars, lambda: built)
-    inlined = cache.calling(miss)(objects, scalars, None, None, 0, 1, 1, None, False)
-    return got.name if got is not built else "miss", inlined[1] if inlined[0] == "hit" else "miss"
-
-
-def test_get_and_calling_find_the_same_plans():
-    cache = PlanCache()
-    a, b = host(np.zeros(8, np.uint8)), host(np.zeros(16, np.uint8))  # pinned: on a GPU a pageable one never hits
-    assert _both(cache, (a,), (4,), _Plan("A")) == ("miss", "A")  # get built and stored A; calling finds it
-    assert _both(cache, (a,), (4,), _Plan("other")) == ("A", "A")  # both hit
-    assert _both(cache, (b,), (4,), _Plan("B")) == ("miss", "B")  # another buffer: another key
-    assert _both(cache, (a,), (5,), _Plan("C")) == ("miss", "C")  # another size
-    assert _both(cache, (a,), (True,), _Plan("D")) == ("miss", "miss")  # True is not 1: calling hands it over
-    view = a[:4]  # another value of the same memory: another key for both
-    assert _both(cache, (view,), (4,), _Plan("E")) == ("miss", "E")
-    a.flags.writeable = False  # a flag in the key: both miss
-    assert _both(cache, (a,), (4,), _Plan("F")) == ("miss", "F")
-
-
-def test_calling_leaves_checked_calls_to_the_general_form():
-    cache = PlanCache()
-    a = host(np.zeros(8, np.uint8))
-    cache.get((a,), (4,), lambda: _Plan("A"))
-    seen = []
-    call = cache.calling(lambda *args: seen.append(args[8]) or ("miss", None))
-    assert call((a,), (4,), None, None, 0, 1, 1, None, False) == ("hit", "A")
-    assert call((a,), (4,), None, None, 0, 1, 1, None, True) == ("miss", None) and seen == [True]
 
 
 # --- run and the fast call ---------------------------------------------------------------------------------

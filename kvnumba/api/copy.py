@@ -1,12 +1,14 @@
-"""``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers."""
+"""``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers; with a
+``kv.Fp8View`` (``kvnumba.api.fp8_views``) on a side, quantise, dequantise or copy FP8 (its plan:
+``kvnumba.plan.fp8_plan``). Every copy takes the one path of the plain entry points (``plain_caller``)."""
 from __future__ import annotations
 
 from typing import Literal, SupportsIndex
 
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
+from .fp8_views import Fp8View
 from .views import CacheView
-from . import fp8_copy
 
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -59,13 +61,10 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     --------
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
-    if fp8_copy.involves_fp8(src_view, dst_view):  # FP8 on the wire: kvnumba.api.fp8_copy
-        return fp8_copy.copy(src_view, dst_view, src_indices, dst_indices, layers, block_quota=block_quota,
-                             num_warps_per_block=num_warps_per_block, route=route, stream=stream, check=check)
     # The views' buffers, as the layers copied use them: unchanged since the views were made.
-    if isinstance(src_view, CacheView):
+    if isinstance(src_view, (CacheView, Fp8View)):
         src_view.check_unchanged("src_view", layers)
-    if isinstance(dst_view, CacheView):
+    if isinstance(dst_view, (CacheView, Fp8View)):
         dst_view.check_unchanged("dst_view", layers)
     _copy((src_view, dst_view), (layers,), src_indices, dst_indices, None, block_quota, num_warps_per_block,
           stream, check, route)

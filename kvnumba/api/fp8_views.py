@@ -11,7 +11,7 @@ layers, tokens and page size (and options: ``VllmFlashInfer``'s ``layout``):
 The byte-for-byte format (how a scale and a code are computed, NaN, infinities, zero heads) is
 ``kvnumba.quant_reference``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises bfloat16/float16 tokens
 into it, ``kv.copy(fp8_view, plain_view, ...)`` dequantises them, ``kv.copy(fp8_view, fp8_view, ...)``
-copies codes and scales (``kvnumba.api.fp8_copy``).
+copies codes and scales (their plan: ``kvnumba.plan.fp8_plan``).
 
 A plain view's element type is its buffers' dtype (bfloat16 or float16: torch tensors, NumPy arrays of
 ``ml_dtypes.bfloat16`` or ``numpy.float16``); buffers of uint16 (or int16) bit patterns take it from the
@@ -26,6 +26,7 @@ import numpy as np
 
 from ..arrays import array_info, device_array, pinned
 from ..kernels.fp8_format import fp8_format, plain_dtype
+from ..plan.fp8_plan import plain_dtype_of
 from .views import CacheView, LayerTable
 
 __all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
@@ -53,6 +54,8 @@ class Fp8View:
         too is refused), scales not float32 ``(H, 1)``, scales that share bytes with codes, ``D`` not a
         multiple of 4, an unknown ``fmt`` or ``dtype``.
     """
+
+    fp8 = True  # what plan.fp8_plan.is_fp8 reads (the plan wing does not import the view classes)
 
     def __init__(self, codes: CacheView, scales: CacheView, fmt: str = "e4m3", *, dtype: str | None = None) -> None:
         for name, view in (("codes", codes), ("scales", scales)):
@@ -133,22 +136,6 @@ def _apart(codes: CacheView, scales: CacheView) -> None:
             if start < high and low < end:
                 raise ValueError(f"Fp8View: {name} overlaps {other} (bytes 0x{max(start, low):x} to "
                                  f"0x{min(end, high):x}): scales and codes must be separate buffers")
-
-
-def plain_dtype_of(plain: CacheView, quantised: Fp8View) -> str:
-    """``"bfloat16"`` or ``"float16"``: the element type of ``plain`` (its dtype, or for uint16 buffers
-    ``quantised.dtype``); ``TypeError`` when there is none or they disagree."""
-    dtype = plain.geometry.dtype
-    if dtype in ("bfloat16", "float16"):
-        if quantised.dtype is not None and quantised.dtype != dtype:
-            raise TypeError(f"the plain view holds {dtype} but the FP8 view says dtype={quantised.dtype!r}")
-        return dtype
-    if dtype in ("uint16", "int16") and plain.itemsize == 2:
-        if quantised.dtype is None:
-            raise TypeError(f"the plain view holds {dtype} bit patterns: say which floats they are with "
-                            "kv.Fp8View(..., dtype='bfloat16') (or 'float16')")
-        return quantised.dtype
-    raise TypeError(f"an FP8 copy quantises bfloat16 or float16 views, got a view of {dtype}")
 
 
 def plan_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tuple[int, int]:

@@ -7,35 +7,47 @@ across the calls of a HiCache load; only the indices (and, per layer, ``layer_id
                       dst_v=gpu_v[l], item_size=2048, src_layout_dim=32 * 2048)
     load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
 
-The plain entry points are ``Transfer`` objects with nothing bound: every call takes the same path,
-through a plan cache that finds plans by the value of their buffers (``kvnumba.plan.cache``).
+A prepared kernel transfer whose calls take exactly the indices (``layer_id``, the launch shape) is called
+straight through its plan's fast call (``kvnumba.plan.per_call``); any other through ``Transfer._call``,
+which completes the arguments and finds the plan (``kvnumba.plan.build``). The plain entry points share a
+nothing-bound ``Transfer``'s plan cache (``plain``), which finds plans by the value of their buffers
+(``kvnumba.plan.cache``).
 """
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
-from operator import itemgetter
-from typing import Any, Union
+from operator import attrgetter, itemgetter
+from typing import TYPE_CHECKING, Any, Union
 
-from .. import config
 from ..checks import guard, validate
-from ..driver import capture
 from ..driver.streams import stream_handle
 from ..types import StreamLike
-from ..plan import routes, staged_plan
-from ..plan.cache import PlanCache
+from ..plan import build, routes
+from ..plan.cache import forget_plans
 from ..plan.direct_plan import DirectPlan
-from ..plan.build import build_plan, clear_shapes
+from ..plan.fp8_plan import Fp8Plan
 from ..plan.kernel_plan import KernelPlan
 from ..plan.spec import SPECS, TBL, Spec
-from . import fp8_copy
 from .snapshot import Snapshot
 
 _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_warps_per_block", "route")
 _DIRECT_CALL = ("src_indices", "dst_indices")
 
 # Which one follows the spec's kind ("kernel" or "direct"); kv.copy with a kv.Fp8View: an Fp8Plan.
-Plan = Union[KernelPlan, DirectPlan, fp8_copy.Fp8Plan]
+Plan = Union[KernelPlan, DirectPlan, Fp8Plan]
+
+
+class _HandedOver(property):
+    """A ``__call__`` that hands each call to the instance's attribute named as ``method``: the method itself,
+    unless the instance holds a function of its own under that name (a prepared transfer's fast call). It shows
+    ``method``'s annotations (``typing.get_type_hints``)."""
+
+    def __init__(self, method: Callable[..., Any]) -> None:
+        super().__init__(attrgetter(method.__name__))
+        self.__wrapped__ = method
+        self.__annotations__ = method.__annotations__
 
 
 class Transfer:
@@ -69,17 +81,13 @@ class Transfer:
         # Every argument's position in ``args + bound values``.
         position = {n: i for i, n in enumerate(self._free)}
         position.update({n: len(self._free) + i for i, n in enumerate(bound_names)})
-        self._geometry = tuple(n for n in params if spec.role(n) == "geometry")
+        self._geometry = build.geometry_names(spec)
         self._arrays = len(spec.buffers)  # the buffers come first among the geometry arguments
         self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
         self._call_names = tuple(n for n in call_names if n in position)
         self._pick_call = itemgetter(*[position[n] for n in self._call_names])
-        # Layer tables are found by identity (their contents were read), every other buffer by value.
-        table_positions = tuple(i for i, n in enumerate(spec.buffers)
-                                if spec.kind == "kernel" and spec.layout_of(n) is TBL)
-        self._cache = PlanCache(identity=table_positions,
-                                destinations=[i for i, n in enumerate(spec.buffers) if n in _destinations(spec)])
+        self._cache = build.plan_cache(spec)
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
             placeholders = (None,) * len(self._free) + self._bound_values
@@ -87,38 +95,43 @@ class Transfer:
             self._plan = self._build(geometry, False, stream)
             # A destination that turns read-only later is refused as the plain call refuses it: its plan
             # checked again. (Plans found per call go by the flags: kvnumba.plan.cache.)
-            self._snapshot.watch_destinations(_destinations(spec), lambda: self._build(geometry, True, stream))
+            self._snapshot.watch_destinations(build.destinations(spec), lambda: self._build(geometry, True, stream))
         elif all(n in bound or n in spec.defaults for n in self._geometry):  # kv.copy without layers=: checked now
             values = tuple(self.bound[n] if n in bound else spec.defaults[n] for n in self._geometry)
             self._cache.get(values[:self._arrays], values[self._arrays:], lambda: self._build(values, False, stream))
         self._validate_bound_call_arguments()
+        fast = self._fast_call()
+        if fast is not None:
+            self.__dict__["_call"] = fast  # shadows the method ``_call``: what ``__call__`` hands over
 
     def _fast_call(self) -> Callable[..., Any] | None:
-        """For a prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape):
-        its ``__call__``, straight through its plan's fast path (one Python frame per call); else None."""
+        """For a prepared kernel transfer whose calls take exactly (indices[, layer_id], launch shape): its
+        plan's fast call, in the call's signature (``plan.per_call``); else None (``_call`` takes its calls)."""
         spec, plan = self.spec, self._plan
         if not isinstance(plan, KernelPlan) or self.stream is not None or self.check:  # kernel entry points only
             return None
         if self._free != tuple(n for n in _KERNEL_CALL if n in spec.params):
             return None
-        if plan.raw_tables:  # check=True must read raw tables again: the general __call__ does
+        if plan.raw_tables:  # check=True must read raw tables again: _call does
             return None
-        fast = plan.fast_call(self._snapshot)
-        if plan.tables:  # checks on (check=True, KVNUMBA_CHECK): the tables are read again by the general __call__
-            fast = _checked_by(self, fast)
+        again = None
+        if plan.tables:  # with checks on, the layer tables' contents are read again: the plan built again
+            geometry = dict(zip(self._geometry, self._pick_geometry((None,) * len(self._free) + self._bound_values)))
+            again = functools.partial(build.build, spec, geometry, True)
+        fast = plan.fast_call(self._snapshot, again)
         if spec.per_layer:
-            call = fast
-        elif spec.keyword_only:  # kv.copy: its launch shape and route by keyword only, as in the plain call
-            def call(src_indices: Any, dst_indices: Any, *, block_quota: Any = 2, num_warps_per_block: Any = 32,
-                     route: Any = "auto", stream: StreamLike | None = None, check: bool = False) -> Any:
+            return fast
+        if spec.keyword_only:  # kv.copy: its launch shape and route by keyword only, as in the plain call
+            def by_keyword(src_indices: Any, dst_indices: Any, *, block_quota: Any = 2, num_warps_per_block: Any = 32,
+                           route: Any = "auto", stream: StreamLike | None = None, check: bool = False) -> Any:
                 return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
                             check=check, route=route)
-        else:
-            def call(src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32, *,
-                     stream: StreamLike | None = None, check: bool = False) -> Any:
-                return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream,
-                            check=check)
-        return call
+            return by_keyword
+
+        def positional(src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32, *,
+                       stream: StreamLike | None = None, check: bool = False) -> Any:
+            return fast(src_indices, dst_indices, None, block_quota, num_warps_per_block, stream=stream, check=check)
+        return positional
 
     # --- binding ---------------------------------------------------------------------------------
 
@@ -163,31 +176,22 @@ class Transfer:
         return tuple(values[n] if n in values else self.spec.defaults[n] for n in self._free)
 
     def _build(self, geometry_values: tuple[Any, ...], strict: bool, stream: StreamLike | None = None) -> Plan:
-        capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
-                       "layer tables read again with checks on: it allocates and copies)",
-                       "make one call with the same buffers before the capture, or kv.prepare it there")
-        geometry = dict(zip(self._geometry, geometry_values))
-        if self.spec.name == "copy" and fp8_copy.involves_fp8(geometry["src_view"], geometry["dst_view"]):
-            return fp8_copy.plan_for(geometry["src_view"], geometry["dst_view"], geometry["layers"])
-        if self.spec.kind == "kernel":
-            return build_plan(self.spec, geometry, strict)
-        return DirectPlan(self.spec, geometry, strict)
-
-    def _plan_for(self, everything: tuple[Any, ...], strict: bool, stream: StreamLike | None) -> Plan:
-        return self._plan_for_geometry(self._pick_geometry(everything), strict, stream)
+        return build.build(self.spec, dict(zip(self._geometry, geometry_values)), strict, stream)
 
     def _plan_for_geometry(self, values: tuple[Any, ...], strict: bool, stream: StreamLike | None = None) -> Plan:
         """The plan for geometry ``values`` (buffers first, then sizes: the arguments' order); ``stream``: the
         call's (a plan is not built while it is being captured)."""
-        plan = self._plan or self._cache.get(values[:self._arrays], values[self._arrays:],
-                                             lambda: self._build(values, False, stream))
+        plan = self._plan
+        if plan is None:
+            return build.find(self.spec, self._cache, values, strict, stream)
         if strict and plan.tables:  # checks on: the contents of the tables are read again
             return self._build(values, True, stream)
         return plan
 
     # --- calling ---------------------------------------------------------------------------------
 
-    def __call__(self, *args: Any, stream: StreamLike | None = None, check: bool = False, **kwargs: Any) -> None:
+    def _call(self, *args: Any, stream: StreamLike | None = None, check: bool = False, **kwargs: Any) -> None:
+        """A call, its arguments completed, its plan found (``_plan_for_geometry``), then run."""
         if kwargs:
             args = self._complete(args, kwargs)
         else:
@@ -203,7 +207,7 @@ class Transfer:
             stream = self.stream
         plan = self._plan
         if plan is None or (strict and plan.tables):
-            plan = self._plan_for(everything, strict, stream)
+            plan = self._plan_for_geometry(self._pick_geometry(everything), strict, stream)
         call = self._pick_call(everything)
         if self.spec.kind == "kernel":
             route = "auto"
@@ -220,14 +224,13 @@ class Transfer:
         else:
             plan.run(call[0], call[1], stream, strict)
 
-    def plain_miss(self, objects: tuple[Any, ...], scalars: tuple[Any, ...], src_indices: Any, dst_indices: Any,
-                   layer_id: Any, block_quota: Any, warps: Any, stream: StreamLike | None, check: bool,
-                   route: Any = "auto") -> Any:
-        """A plain call whose plan is not cached (or with checks on): found or built, then run."""
-        strict = check or guard.ALWAYS_CHECK
-        plan = self._plan_for_geometry(objects + scalars, strict, stream)
-        return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps,  # type: ignore[union-attr]
-                         stream=stream, check=strict, route=route)  # plain_caller: kernel entry points only
+    # Python finds ``__call__`` on the type: this one hands each call to the instance's ``_call`` (the method
+    # above, or the fast call ``__init__`` set), with no Python frame of its own.
+    if TYPE_CHECKING:
+        def __call__(self, *args: Any, stream: StreamLike | None = None, check: bool = False, **kwargs: Any) -> None:
+            ...
+    else:
+        __call__ = _HandedOver(_call)
 
     @property
     def __signature__(self) -> inspect.Signature:
@@ -242,31 +245,6 @@ class Transfer:
     def __repr__(self) -> str:
         bound = ", ".join(f"{n}={_short(v)}" for n, v in self.bound.items())
         return f"<Transfer {self.spec.name}({bound}) -> call{self.__signature__}>"
-
-
-def _destinations(spec: Spec) -> tuple[str, ...]:
-    """The arguments of ``spec`` that are written: destination buffers, tables, lists or views."""
-    return tuple(n for n in spec.buffers if n.startswith("dst"))
-
-
-def _checked_by(transfer: Transfer, fast: Callable[..., Any]) -> Callable[..., Any]:
-    """``fast`` (a plan's fast call, taking ``layer_id`` and the launch shape positionally), except with
-    checks on: then ``transfer``'s general ``__call__``, which reads its layer tables again."""
-    general, guard_module = Transfer.__call__, guard
-
-    routed = "route" in transfer._free  # kv.copy's route, when it is not bound
-
-    def call(src_indices: Any, dst_indices: Any, layer_id: Any, block_quota: Any = 2, num_warps_per_block: Any = 32,
-             *, stream: StreamLike | None = None, check: bool = False, route: Any = "auto") -> Any:
-        if check or guard_module.ALWAYS_CHECK:
-            launch = {"block_quota": block_quota, "num_warps_per_block": num_warps_per_block}
-            if routed:
-                launch["route"] = route
-            return general(transfer, src_indices, dst_indices, **launch, stream=stream, check=check)
-        return fast(src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream=stream, check=check,
-                    route=route)
-
-    return call
 
 
 def _short(value: Any) -> str:
@@ -331,34 +309,15 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
         raise TypeError(f"check must be True or False, got {type(check).__name__}")
     if stream is not None:
         stream_handle(stream)  # a TypeError for something that is not a stream, here rather than at a call
-    transfer = Transfer(spec, bound, stream, check)
-    call = transfer._fast_call()
-    return transfer if call is None else FastTransfer.of(transfer, call)
-
-
-class FastTransfer(Transfer):
-    """A prepared kernel transfer called straight through its plan's fast path (``Transfer._fast_call``):
-    chosen by ``prepare``. Python finds ``__call__`` on the type, so each one is an instance of its own
-    subclass whose ``__call__`` is that transfer's fast call: one Python frame per call."""
-
-    @classmethod
-    def of(cls, transfer: Transfer, call: Callable[..., Any]) -> Transfer:
-        """``transfer``'s state, as an instance of a subclass called through ``call``."""
-        kind = type("Transfer", (cls,), {"__call__": staticmethod(call), "__module__": __name__,
-                                         "__qualname__": "Transfer"})
-        fast: Transfer = object.__new__(kind)
-        fast.__dict__.update(transfer.__dict__)
-        return fast
+    return Transfer(spec, bound, stream, check)
 
 
 def plain_caller(name: str) -> Callable[..., Any]:
     """The per-call function of plain kernel entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
-    ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order. The plan comes from
-    the cache when buffers of the same value come back (``PlanCache.calling``: this runs on every call),
-    else it is built and every argument checked (``Transfer.plain_miss``)."""
-    transfer = plain(name)
-    return transfer._cache.calling(transfer.plain_miss)
+    ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order (``plan.build.caller``:
+    the plan from the cache of ``plain(name)``, found by value, else built and every argument checked)."""
+    return build.caller(SPECS[name], plain(name)._cache)
 
 
 def plain_direct_caller(name: str) -> Callable:
@@ -387,13 +346,6 @@ def plain(name: str) -> Transfer:
 
 
 def clear_plan_caches() -> None:
-    """Forget every cached plan, FP8 copies' included (settings read at plan build, such as
-    ``KVNUMBA_LOAD_PATH``, apply to the next call)."""
-    for transfer in _PLAIN.values():
-        transfer._cache.clear()
-    fp8_copy.clear()
-    clear_shapes()
-    staged_plan.clear()
-
-
-config.on_change(clear_plan_caches)  # a setting changed through kvnumba.config.override: plans follow it
+    """Forget every cached plan, FP8 copies' included, and what plans are built from (settings read at plan
+    build, such as ``KVNUMBA_LOAD_PATH``, apply to the next call; ``kvnumba.plan.cache.forget_plans``)."""
+    forget_plans()

@@ -1,25 +1,104 @@
-"""Building a kernel plan, or finding one of the same geometry to rebind: a miss on new buffers of a known
-geometry is a rebind.
+"""Where a call's plan comes from: its entry point's plan cache (``plan.cache``, by the value of its buffers),
+a plan of the same geometry rebound to new buffers, or a new one: a kernel plan (``kernel_plan``), a
+copy-engine plan (``direct_plan``) or an FP8 copy's (``fp8_plan``). A miss calls down from here, never back up.
 
-SGLang's per-layer calls pass a fresh ``pool[layer_id]`` view per call: new tensors, often new addresses of
-a geometry seen before. For a seed entry point without layer tables whose sizes and buffers' geometry
-(bytes, device, kind of memory, writability, 16-byte alignment: ``seed_args.shape_key``) were seen before,
-the plan is the earlier one rebound to these addresses (``KernelPlan.rebind``): the checks that depend on
-the geometry are not repeated; those that depend on addresses are. Anything else is built from scratch.
+``caller`` makes a plain kernel entry point's per-call function: the cached plan's fast call
+(``plan.per_call``) on a hit, else the plan found or built here, with every argument checked.
+
+A miss on new buffers of a known geometry is a rebind. SGLang's per-layer calls pass a fresh ``pool[layer_id]``
+view per call: new tensors, often new addresses of a geometry seen before. For a seed entry point without
+layer tables whose sizes and buffers' geometry (bytes, device, kind of memory, writability, 16-byte alignment:
+``seed_args.shape_key``) were seen before, the plan is the earlier one rebound to these addresses
+(``KernelPlan.rebind``): the checks that depend on the geometry are not repeated; those that depend on
+addresses are. Anything else is built from scratch.
 """
 from ..arrays import array_info
-from ..checks import validate
+from ..checks import guard, validate
+from ..driver import capture
 from ..kernels.layouts import Layout
-from .kernel_plan import KernelPlan
 from ..memo import BoundedMemo
+from .cache import PlanCache, remembered
+from .direct_plan import DirectPlan
+from .fp8_plan import Fp8Plan, involves_fp8
+from .kernel_plan import KernelPlan
 from .seed_args import shape_key, sizes_key, sizes_seen
-from .spec import buffer_names
+from .spec import TBL, buffer_names
 
-_shapes = BoundedMemo(1024)  # geometry key -> a plan of that geometry
+_shapes = remembered(BoundedMemo(1024))  # geometry key -> a plan of that geometry
 
 
-def build_plan(spec, geometry, strict):
-    """The plan for an entry point's geometry arguments: every argument checked (see the module docstring)."""
+def geometry_names(spec):
+    """The geometry arguments of ``spec`` (buffers first, then sizes: the arguments' order)."""
+    return tuple(n for n in spec.params if spec.role(n) == "geometry")
+
+
+def destinations(spec):
+    """The arguments of ``spec`` that are written: destination buffers, tables, lists or views."""
+    return tuple(n for n in spec.buffers if n.startswith("dst"))
+
+
+def plan_cache(spec):
+    """An empty plan cache for ``spec``'s geometry: layer tables found by identity (their contents were
+    read), every other buffer by value; the destinations' writable flags in the key."""
+    written = destinations(spec)
+    return PlanCache(identity=[i for i, n in enumerate(spec.buffers) if spec.kind == "kernel"
+                               and spec.layout_of(n) is TBL],
+                     destinations=[i for i, n in enumerate(spec.buffers) if n in written])
+
+
+def build(spec, geometry, strict, stream=None):
+    """A new plan for ``geometry`` (argument name -> value), every argument checked (``strict``: layer tables'
+    contents read again); refused while ``stream`` (the call's) is being captured: building allocates and
+    copies."""
+    capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
+                   "layer tables read again with checks on: it allocates and copies)",
+                   "make one call with the same buffers before the capture, or kv.prepare it there")
+    if spec.name == "copy" and involves_fp8(geometry["src_view"], geometry["dst_view"]):
+        return Fp8Plan(geometry["src_view"], geometry["dst_view"], geometry.get("layers"))
+    if spec.kind == "kernel":
+        return _kernel_plan(spec, geometry, strict)
+    return DirectPlan(spec, geometry, strict)
+
+
+def find(spec, cache, values, strict, stream=None):
+    """The plan for geometry ``values`` (in ``geometry_names`` order), from ``cache`` or built and stored;
+    with checks on (``strict``), one whose layer tables are read again."""
+    arrays = len(spec.buffers)
+    plan = cache.get(values[:arrays], values[arrays:], lambda: build(spec, _named(spec, values), False, stream))
+    if strict and plan.tables:
+        return build(spec, _named(spec, values), True, stream)
+    return plan
+
+
+def caller(spec, cache):
+    """The per-call function of plain kernel entry point ``spec``: ``call(objects, scalars, src_indices,
+    dst_indices, layer_id, block_quota, warps, stream, check, route="auto")``, ``objects`` its buffers and
+    tables, ``scalars`` its sizes, in argument order: the plan ``cache`` holds for them (found by value, on
+    every call), else built and stored (every argument checked); with checks on, ``find``'s. Then the plan's
+    fast call (``plan.per_call``)."""
+    lookup, add, names = cache.find, cache.add, geometry_names(spec)
+
+    def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route="auto"):
+        if check or guard.ALWAYS_CHECK:
+            plan = find(spec, cache, objects + scalars, True, stream)
+            check = True
+        else:
+            plan = lookup(objects, scalars)
+            if plan is None:
+                plan = add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
+        return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check,
+                         route=route)
+
+    return call
+
+
+def _named(spec, values):
+    """Geometry ``values`` by argument name."""
+    return dict(zip(geometry_names(spec), values))
+
+
+def _kernel_plan(spec, geometry, strict):
+    """A kernel plan for an entry point's geometry arguments: rebound where it can be (module docstring)."""
     if spec.name == "copy" or Layout.LAYER_TABLE in (spec.src_layout, spec.dst_layout):
         return KernelPlan(spec, geometry, strict)
     key = sizes_key(spec, geometry)
@@ -38,9 +117,3 @@ def build_plan(spec, geometry, strict):
     if plan.shape_key is not None:
         _shapes.remember(plan.shape_key, plan)
     return plan
-
-
-def clear_shapes():
-    """Forget the geometries seen (settings read at plan build apply to the next plan)."""
-    _shapes.clear()
-    sizes_seen.clear()

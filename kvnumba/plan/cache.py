@@ -33,14 +33,14 @@ by pageable memory at the same address has the same key. So an entry with host b
 A witness that fails is a miss: the plan is built again, with every check. Memory unregistered by hand
 (``cudaHostUnregister``) while its torch tensor lives is not noticed.
 
-A key is made by one function, the *keyer* of the arguments' types (``make_keyer``).
+A key is made by one function, the *keyer* of the arguments' types (``make_keyer``), and looked up by one:
+``PlanCache.find``, on every call (``plan.build.caller``); on a miss, ``add`` builds the plan and stores it
+(``get``: the two).
 
-The lookup is written twice, side by side in ``PlanCache``: ``get``, the general form (any arguments; it
-builds and stores on a miss), and ``calling``, its twin inlined into a plain entry point's per-call function
-(the hot path: no method call, no tuple of types made twice). The contract they share: the same key, the
-same witness, so for the same arguments both find the same plan or both miss; ``calling`` leaves every
-call it does not recognise (``check=True``, a scalar that is not an int, argument types never seen) to
-``miss``, which goes through ``get``. ``tests/test_twins.py`` holds the pair to the same answers.
+Every memo that plans are found in or built from is in one registry: each ``PlanCache``, and the memos
+registered with ``remembered`` (``plan.build``'s geometries, ``plan.seed_args``' sizes, ``plan.staged_plan``'s
+recipes). ``forget_plans`` clears them all: ``kv.clear_plan_caches()``, and every setting changed through
+``kvnumba.config.override`` (settings are read when a plan is built).
 """
 import operator
 import sys
@@ -50,11 +50,28 @@ from typing import Any
 
 import numpy as np
 
+from .. import config
 from ..arrays import WRITEABLE, is_torch
-from ..checks import guard
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
+
+_memos: "weakref.WeakValueDictionary[int, Any]" = weakref.WeakValueDictionary()  # id -> a plan memo
+
+
+def remembered(memo):
+    """Register ``memo`` (anything with ``clear()``, held weakly) with the plan memos; return it."""
+    _memos[id(memo)] = memo  # by id: a memo may be a dict, which cannot be hashed
+    return memo
+
+
+def forget_plans():
+    """Clear every plan memo: the next call builds its plan again, under the settings in force."""
+    for memo in list(_memos.values()):
+        memo.clear()
+
+
+config.on_change(forget_plans)  # a setting changed through kvnumba.config.override: plans follow it
 
 
 class Entry:
@@ -77,9 +94,10 @@ class PlanCache:
         self.destinations = frozenset(destinations)
         self.max_entries = max_entries
         self.entries: dict[tuple, Entry] = {}
-        self.keyers: dict[tuple, Any] = {}  # argument types -> keyer (kvnumba.api.transfer.plain_caller reads it)
+        self.keyers: dict[tuple, Any] = {}  # argument types -> keyer
         self.misses = 0
         self._lock = threading.Lock()
+        remembered(self)
 
     def keyer(self, objects):
         """The key function for arguments of these types (made on first sight)."""
@@ -93,42 +111,36 @@ class PlanCache:
         """The key of ``objects`` and ``scalars`` (``TypeError`` if a scalar is unhashable)."""
         return self.keyer(objects)(objects, scalars)
 
-    def get(self, objects, scalars, build):
-        try:  # the key once: a miss stores the plan under it
-            key = self.key(objects, scalars)
-            entry = self.entries.get(key)
+    def find(self, objects, scalars):
+        """The cached plan for these buffers and sizes, or None (not cached, or its witness failed)."""
+        keyer = self.keyers.get(tuple(map(type, objects)))
+        if keyer is None:
+            return None
+        try:
+            entry = self.entries.get(keyer(objects, scalars))
         except TypeError:  # an unhashable scalar: never cached (validation says what is wrong with it)
-            key = entry = None
+            return None
         if entry is not None and (entry.witness is None or entry.witness(objects)):
             return entry.plan
+        return None
+
+    def get(self, objects, scalars, build):
+        """``find``, else ``add``."""
+        plan = self.find(objects, scalars)
+        return self.add(objects, scalars, build) if plan is None else plan
+
+    def add(self, objects, scalars, build):
+        """A miss: the plan ``build()`` makes, stored under these buffers and sizes (unless a scalar is
+        unhashable, or an object cannot be referenced weakly)."""
         self.misses += 1
         plan = build()
-        if key is not None:
-            self._store(key, objects, plan)
+        try:
+            key = self.key(objects, scalars)
+            hash(key)
+        except TypeError:  # an unhashable scalar
+            return plan
+        self._store(key, objects, plan)
         return plan
-
-    def calling(self, miss):
-        """``get`` inlined into a plain entry point's per-call function (see the module docstring):
-        ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)``
-        runs the cached plan's fast call on a hit, ``miss`` with the same arguments otherwise."""
-        entries, keyers = self.entries, self.keyers
-
-        def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check,
-                 route="auto"):
-            if not check and not guard.ALWAYS_CHECK:
-                keyer = keyers.get(tuple(map(type, objects)))
-                if keyer is not None:
-                    for value in scalars:
-                        if type(value) is not int and value is not None:
-                            break
-                    else:
-                        entry = entries.get(keyer(objects, scalars))  # get's key: self.key(objects, scalars)
-                        if entry is not None and (entry.witness is None or entry.witness(objects)):
-                            return entry.plan.fast(src_indices, dst_indices, layer_id, block_quota, warps,
-                                                   stream=stream, check=check, route=route)
-            return miss(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
-
-        return call
 
     def _store(self, key, objects, plan):
         try:

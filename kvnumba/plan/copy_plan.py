@@ -68,7 +68,7 @@ def copy_window(src: Any, dst: Any, layers: SupportsIndex | range | None,
     return _window(layers, min(ls, ld))
 
 
-def _is_view(obj: Any) -> bool:
+def is_view(obj: Any) -> bool:
     """A cache view (an instance of a ``CacheView`` class: it carries its layout's ``LayoutParts``)."""
     return not isinstance(obj, type) and isinstance(getattr(obj, "parts", None), layouts.LayoutParts) \
         and hasattr(obj, "buffers")
@@ -79,7 +79,7 @@ def copy_sides(geometry: dict[str, Any], strict: bool) -> CopySides:
     buffers and tables resolved into two sides (``strict``: raw tables' contents read again)."""
     src, dst = geometry["src_view"], geometry["dst_view"]
     for name, view in (("src_view", src), ("dst_view", dst)):
-        if not _is_view(view):
+        if not is_view(view):
             raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
                             f"got {type(view).__name__}")
     heads = check_fit(src, dst)

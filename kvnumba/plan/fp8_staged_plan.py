@@ -1,4 +1,4 @@
-"""Whether an FP8 dequantising load (``kv.copy(fp8_view, plain_view, ...)``, ``api.fp8_copy``) takes the staged
+"""Whether an FP8 dequantising load (``kv.copy(fp8_view, plain_view, ...)``, ``plan.fp8_plan``) takes the staged
 kernel (``kernels.fp8_staged``), and that kernel bound for it.
 
 The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the
@@ -59,7 +59,7 @@ def watching(callback):
 
 
 def bind_staged(plan, src_view, dst_view):
-    """``StagedFp8`` for ``plan`` (an ``api.fp8_copy.Fp8Plan`` from ``src_view`` to ``dst_view``), or None."""
+    """``StagedFp8`` for ``plan`` (an ``fp8_plan.Fp8Plan`` from ``src_view`` to ``dst_view``), or None."""
     found = _bind(plan, src_view, dst_view)
     for watch in _watchers:
         watch(plan, found)

@@ -6,7 +6,7 @@ The sides come from an entry point's arguments (``seed_args``) or from ``kv.copy
 over the tables the kernel reads, chooses the kernel (and the staged one, ``staged_plan``), loads it on the
 buffers' device and fills a parameter block (``kvnumba.kernels.params.KernelArgs``) with every value that
 stays the same. What each call does is ``plan.per_call``: ``run`` (every case, every error) and the fast
-call it is twinned with (``KernelPlan.fast``). ``plan.build`` finds a plan of a known geometry to
+call checked against it (``KernelPlan.fast``). ``plan.build`` finds a plan of a known geometry to
 ``rebind`` to new buffers instead of building one again.
 """
 import contextlib
@@ -151,12 +151,12 @@ class KernelPlan:
             narrow = self.narrow_kernel = BoundKernel(kernel, self.device, self.template)
         return narrow
 
-    def fast_call(self, snapshot=None):
+    def fast_call(self, snapshot=None, again=None):
         """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
         check=False)``: ``run`` for the common case in as few Python operations as it can (``plan.per_call``);
-        ``snapshot``: a prepared transfer's bound buffers, checked first on every call. ``self.fast`` is
-        the plan's own, without a snapshot."""
-        return per_call.make_fast_call(self, snapshot)
+        ``snapshot``: a prepared transfer's bound buffers, checked first on every call; ``again``: the plan
+        built again for calls with checks on. ``self.fast`` is the plan's own, with neither."""
+        return per_call.make_fast_call(self, snapshot, again)
 
     def rebind(self, infos, names):
         """A plan of this one's geometry for other buffers (``infos``: their ``ArrayInfo`` by argument

@@ -1,11 +1,13 @@
-"""What every call of a kernel plan does, written twice: ``run``, the general path, and the fast call
-(``make_fast_call``), its inlined twin for the hot case.
+"""What every call of a kernel plan does: ``run``, the general path, and the fast call (``make_fast_call``),
+the one form of it inlined for the hot case. Every call of a kernel plan comes here: a plain entry point's
+through its plan cache (``plan.build.caller``: the cached plan's ``fast``), a prepared transfer's straight
+(``kvnumba.api.transfer``).
 
-The contract they share: for the same plan and arguments they accept and refuse the same calls, with the
-same errors, write the same bytes and return the same stream handle. The twin only recognises the common
-case (torch index tensors on the plan's GPU, int launch sizes, a known layer, nothing unusual) and does
-what ``run`` does for it in as few Python operations as it can; anything else it hands to ``run``, which
-checks everything and gives the errors. ``tests/test_twins.py`` holds the pair to the same answers.
+The fast call is checked against ``run``: for the same plan and arguments they accept and refuse the same calls,
+with the same errors, write the same bytes and return the same stream handle. It only recognises the common
+case (torch index tensors on the plan's GPU, int launch sizes, a known layer, nothing unusual) and does what
+``run`` does for it in as few Python operations as it can; anything else it hands to ``run``, which checks
+everything and gives the errors. ``tests/test_twins.py`` holds the two to the same answers.
 
 ``run``: check the indices (their type, length, that they do not overlap a destination, and host
 indices against the token limits), the layer and the launch shape, then launch (``check``: wait and
@@ -242,7 +244,7 @@ def _slow_index(obj, name, device):
     return Index(info.ptr, info.shape[0], None, False, info.is_torch)
 
 
-# --- the twin: the hot case, inlined ---------------------------------------------------------------
+# --- the fast call: the hot case, inlined -----------------------------------------------------------
 
 
 def _dead():
@@ -253,15 +255,25 @@ def _dead():
 _LAST_INDICES = [(_dead, _dead, 0, 0, 0, -2)]
 
 
-def make_fast_call(plan, snapshot=None, *, torch=None, launch=None):
+def make_fast_call(plan, snapshot=None, again=None, *, torch=None, launch=None):
     """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
     check=False, route="auto")`` for ``plan`` (``route``: ``kv.copy``'s, ``plan.routes``; torch indices on the GPU
     always take the kernel) (``layer_id`` is ignored by all-layer plans). ``snapshot``: a prepared
-    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call.
+    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call. ``again(stream)``: the
+    plan built again with its layer tables read again (``plan.build.build``), which calls with checks on
+    (``check=True``, ``KVNUMBA_CHECK``) run instead: a prepared transfer's tables may have been rewritten.
 
     ``torch`` (default: the imported torch module) and ``launch`` (default: ``cuLaunchKernel``) are for
     tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/kernels/test_launch.py)."""
     run = plan.run
+    if again is not None:
+        plan_run = run
+
+        def run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route):
+            if check or guard.ALWAYS_CHECK:
+                return again(stream).run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+            return plan_run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
+
     if torch is None:
         torch = sys.modules.get("torch")
     if (SIMULATOR and launch is None) or guard.ALWAYS_CHECK or torch is None:

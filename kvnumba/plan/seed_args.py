@@ -11,6 +11,7 @@ from ..arrays import HOST
 from ..checks import validate
 from ..kernels.layouts import PARTS, Layout
 from ..memo import BoundedMemo
+from .cache import remembered
 from .sides import Placement, Side, resolve_array, resolve_table, smaller
 from .spec import buffer_names
 
@@ -81,7 +82,7 @@ def shape_key(key: tuple, infos: Any) -> tuple:
 # --- sizes, validated once per set of values -----------------------------------------------------
 
 _SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "page_size", "head_num")
-sizes_seen = BoundedMemo(4096)  # (entry point, sizes and their types) -> Sizes: checks depend on values only
+sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes: checks depend on values only
 
 
 def sizes_key(spec: Any, geometry: dict[str, Any]) -> tuple | None:

@@ -28,6 +28,7 @@ from ..kernels.layouts import PAGE_HEAD
 from ..kernels.params import StagedArgs
 from . import tensor_maps
 from ..memo import BoundedMemo
+from .cache import remembered
 
 # In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
 # 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
@@ -60,7 +61,7 @@ class Recipe(NamedTuple):
         return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
-_recipes = BoundedMemo(1024)  # geometry -> its Recipe, or None: its loads stay on registers
+_recipes = remembered(BoundedMemo(1024))  # geometry -> its Recipe, or None: its loads stay on registers
 
 
 def recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory):
@@ -121,6 +122,3 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geomet
         return None
     return (*bound, found.fewest)
 
-
-def clear():
-    _recipes.clear()

@@ -81,3 +81,13 @@ def eight_past_sixteen(values):
     placed = whole[skip:skip + values.size].reshape(values.shape)
     assert array_info(placed, "placed").ptr % 16 == 8
     return placed
+
+
+def copy_plan(src, dst, layers=None):
+    """The plan ``kv.copy(src, dst, ..., layers)`` runs: the one kv.copy's plan cache holds, or built and kept
+    there, as a first call would (``kvnumba.plan.build.find``)."""
+    from kvnumba.api.transfer import plain
+    from kvnumba.plan import build
+
+    transfer = plain("copy")
+    return build.find(transfer.spec, transfer._cache, (src, dst, layers), False)

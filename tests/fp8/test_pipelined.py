@@ -8,9 +8,9 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import quant_reference as qr
-from kvnumba.api import fp8_copy
+from kvnumba.plan import fp8_plan
 from kvnumba.kernels import fp8_pipelined
-from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, eight_past_sixteen, make_fp8, make_view, view_bytes
+from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, copy_plan, eight_past_sixteen, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE
 
 pytestmark = pytest.mark.needs_target
@@ -25,7 +25,7 @@ def test_which_heads_it_takes():
         _, src = make_fp8("PageFirst", 1, 4, 2, 2, head_dim, rng=rng)
         _, dst = make_view("LayerFirst", 1, 4, 2, 2, head_dim, rng, poison=True, mla=False,
                            place=("device", "numba"))
-        assert bool(fp8_copy.Fp8Plan(src, dst, None).slots) is fast, head_dim
+        assert bool(fp8_plan.Fp8Plan(src, dst, None).slots) is fast, head_dim
 
 
 @pytest.mark.parametrize("head_dim", [48, 0, 128.0, True])
@@ -42,16 +42,16 @@ def test_not_where_its_rings_do_not_fit(monkeypatch):
     H200 (227 KiB) every such load goes through the pipelined one."""
     from types import SimpleNamespace
 
-    monkeypatch.setattr(fp8_copy, "SIMULATOR", False)
-    monkeypatch.setattr(fp8_copy, "compute_capability", lambda device: (12, 0))
+    monkeypatch.setattr(fp8_plan, "SIMULATOR", False)
+    monkeypatch.setattr(fp8_plan, "compute_capability", lambda device: (12, 0))
     codes = SimpleNamespace(bases=[0, 4096])
-    monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 99 * 1024)
-    assert fp8_copy._wide_slots("dequantise", 2, 128, 0, object(), codes) == 0
-    assert fp8_copy._wide_slots("dequantise", 8, 128, 0, object(), codes) == 1
-    assert fp8_copy._wide_slots("quantise", 2, 128, 0, object(), codes)  # the wide quantiser needs none
-    monkeypatch.setattr(fp8_copy, "shared_limit", lambda device: 227 * 1024)
+    monkeypatch.setattr(fp8_plan, "shared_limit", lambda device: 99 * 1024)
+    assert fp8_plan._wide_slots("dequantise", 2, 128, 0, object(), codes) == 0
+    assert fp8_plan._wide_slots("dequantise", 8, 128, 0, object(), codes) == 1
+    assert fp8_plan._wide_slots("quantise", 2, 128, 0, object(), codes)  # the wide quantiser needs none
+    monkeypatch.setattr(fp8_plan, "shared_limit", lambda device: 227 * 1024)
     assert fp8_pipelined.SHARED_BYTES <= 227 * 1024
-    assert fp8_copy._wide_slots("dequantise", 2, 128, 0, object(), codes) == 1
+    assert fp8_plan._wide_slots("dequantise", 2, 128, 0, object(), codes) == 1
 
 
 def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed=0, fmt="e4m3", dtype="bfloat16",
@@ -59,7 +59,7 @@ def _load(fp8_name, plain_name, g, si, di, layers=None, mla=False, warps=1, seed
     rng = np.random.default_rng(seed)
     src_np, src = make_fp8(fp8_name, *g, mla=mla, rng=rng, fmt=fmt, dtype=dtype, special_codes=special_codes)
     dst_np, dst = make_view(plain_name, *g, rng, poison=True, mla=mla, place=("device", "numba"))
-    assert fp8_copy.plan_for(src, dst, layers).slots  # the pipelined kernel
+    assert copy_plan(src, dst, layers).slots  # the pipelined kernel
     kv.copy(src, dst, si, di, layers, block_quota=1, num_warps_per_block=warps)
     qr.copy(src_np, dst_np, si, di, layers)
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
@@ -119,7 +119,7 @@ def test_more_than_32_items_a_warp(device_path):
     dst_np, dst = make_view("LayerFirst", *g, rng, poison=True, mla=False, place=("device", "numba"))
     si, di = rng.permutation(80)[:70], rng.permutation(80)[:70]
     si[31], di[32], si[69] = 80, -3, 1 << 40
-    assert fp8_copy.plan_for(src, dst, None).slots  # the pipelined kernel
+    assert copy_plan(src, dst, None).slots  # the pipelined kernel
     _load_flagging(src_np, src, dst_np, dst, si, di, (31, 32, 69))
 
 
@@ -176,7 +176,7 @@ def test_whole_passes_8_bytes_past_16(special_codes):
     dst_np = kv.LayerFirst(poison.copy(), poison.copy())
     dst = kv.LayerFirst(eight_past_sixteen(poison), eight_past_sixteen(poison))
     si, di = np.array([3, 0, 2]), np.array([1, 2, 0])
-    assert fp8_copy.plan_for(src, dst, None).slots  # the pipelined kernel
+    assert copy_plan(src, dst, None).slots  # the pipelined kernel
     kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
     qr.copy(src_np, dst_np, si, di)
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):

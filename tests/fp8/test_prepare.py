@@ -6,7 +6,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import reference
-from kvnumba.api import fp8_copy
+from kvnumba.plan import fp8_plan
 from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view, view_bytes
 
 pytestmark = pytest.mark.needs_target
@@ -50,16 +50,16 @@ def same(got, want):
 def builds(monkeypatch):
     """How many FP8 plans are built (each one validates the views)."""
     count = [0]
-    real = fp8_copy.Fp8Plan.__init__
+    real = fp8_plan.Fp8Plan.__init__
 
     def counted(self, *args, **kwargs):
         count[0] += 1
         real(self, *args, **kwargs)
 
-    monkeypatch.setattr(fp8_copy.Fp8Plan, "__init__", counted)
-    fp8_copy.clear()
+    monkeypatch.setattr(fp8_plan.Fp8Plan, "__init__", counted)
+    kv.clear_plan_caches()
     yield count
-    fp8_copy.clear()
+    kv.clear_plan_caches()
 
 
 @pytest.mark.parametrize("pair", [quantise_pair, dequantise_pair, fp8_pair], ids=["quantise", "dequantise", "fp8"])

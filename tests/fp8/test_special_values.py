@@ -12,11 +12,10 @@ import pytest
 import kvnumba as kv
 from kvnumba import config
 from kvnumba import quant_reference as qr
-from kvnumba.api import fp8_copy
 from kvnumba.kernels import staged
 from kvnumba.kernels.fp8_format import CANONICAL_NAN, FORMATS, PLAIN_DTYPES
 from kvnumba.plan import fp8_staged_plan
-from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view, put_values, view_bytes
+from tests.fp8.cases import FP8_POISON, copy_plan, fp8_bytes, make_fp8, make_view, put_values, view_bytes
 from tests.helpers.placement import device
 from tests.helpers.view_cases import assert_same_bytes
 
@@ -169,7 +168,7 @@ def test_special_values_on_every_route_match_the_reference(settings, route, fmt,
     di = np.arange(T, dtype=np.int64)
     kv.copy(src, dst, device(si), device(di), layer, block_quota=1, num_warps_per_block=2)
     qr.copy(src_np, dst_np, si, di, layer)
-    plan = fp8_copy.plan_for(src, dst, layer)
+    plan = copy_plan(src, dst, layer)
     if takes == "slots":
         assert plan.slots > 0, f"{route}: the plan did not take the fast kernel"
     elif takes == "staged":

@@ -10,7 +10,7 @@ import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.kernels import fp8_staged, staged
 from kvnumba.plan import fp8_staged_plan
-from tests.fp8.cases import make_fp8, make_view, view_bytes
+from tests.fp8.cases import copy_plan, make_fp8, make_view, view_bytes
 from tests.helpers.placement import device
 
 pytestmark = pytest.mark.needs_target
@@ -106,11 +106,11 @@ def test_blocks_of_at_most_the_kernels_warps(choices, staged_ring, monkeypatch):
     """A call that asks for more warps a block than the staged kernel's ``WARPS`` (compiled for the registers of
     that many) launches blocks of ``WARPS``, more items a warp, and copies every item; the register kernel's
     calls keep the warps they ask for."""
-    from kvnumba.api import fp8_copy
+    from kvnumba.plan import fp8_plan
 
     launched = []
-    real = fp8_copy.launch_shape
-    monkeypatch.setattr(fp8_copy, "launch_shape",
+    real = fp8_plan.launch_shape
+    monkeypatch.setattr(fp8_plan, "launch_shape",
                         lambda count, quota, warps: launched.append(warps) or real(count, quota, warps))
     monkeypatch.setattr(fp8_staged, "WARPS", 2)  # a small block for the simulator
     load_case("PageFirst", "LayerFirst", "mixed", warps=4, seed=6)
@@ -164,7 +164,6 @@ def test_what_stays_on_the_register_kernel(choices, monkeypatch, case):
 def test_auto_stages_pinned_host_loads(monkeypatch, fresh_plans):
     """``auto`` (a GPU of compute capability 9.0 pictured here) stages one-layer pinned-host -> GPU loads: heads
     of 8 * 2**k, which the pipelined kernel would take otherwise (slower at bq=2 on an H200), and other heads."""
-    from kvnumba.api import fp8_copy
     from kvnumba.arrays import HOST
     from kvnumba.plan import tensor_maps
 
@@ -178,7 +177,7 @@ def test_auto_stages_pinned_host_loads(monkeypatch, fresh_plans):
         _, src = make_fp8("PageFirst", 2, 16, 4, 1, head_dim, place="host", rng=np.random.default_rng(8))
         _, dst = make_view("LayerFirst", 2, 16, 4, 1, head_dim, np.random.default_rng(8), poison=True, mla=False,
                            place=("device", "numba"))
-        plan = fp8_copy.plan_for(src, dst, 1)
+        plan = copy_plan(src, dst, 1)
         slots[head_dim] = plan.slots
         assert plan.staged is not None, head_dim
     assert slots[16] > 0 and slots[48] == 0  # the pipelined kernel takes heads of 16, not of 48
@@ -192,13 +191,12 @@ def test_auto_stages_pinned_host_loads(monkeypatch, fresh_plans):
 def test_auto_does_not_stage_where_the_ring_does_not_fit(monkeypatch, fresh_plans):
     """``auto`` binds the staged kernel only where a block may ask for the ring's shared memory: on an H200
     (227 KiB), not on sm_120 (99 KiB), where the launch would fail."""
-    from kvnumba.api import fp8_copy
     from kvnumba.plan import tensor_maps
 
     _, src = make_fp8("PageFirst", 2, 16, 4, 1, 48, place="host", rng=np.random.default_rng(8))
     _, dst = make_view("LayerFirst", 2, 16, 4, 1, 48, np.random.default_rng(8), poison=True, mla=False,
                        place=("device", "numba"))
-    plan = fp8_copy.plan_for(src, dst, 1)
+    plan = copy_plan(src, dst, 1)
     monkeypatch.setattr(fp8_staged_plan, "auto_stages", lambda *args: True)  # a pinned-host -> GPU load on sm_90+
     monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: 227 * 1024)
     assert fp8_staged_plan.fp8_staged.SHAPE.shared_bytes <= 227 * 1024

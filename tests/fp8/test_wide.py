@@ -8,7 +8,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import config
-from kvnumba.api import fp8_copy
+from kvnumba.plan import fp8_plan
 from kvnumba.kernels import fp8_wide
 from tests.fp8.test_copy import dequantise_case, quantise_case, tokens
 from tests.fp8.cases import eight_past_sixteen, fp8_bytes, make_fp8, make_view
@@ -32,7 +32,7 @@ def _plan(fmt_view_dim, **override):
     _, src = make_view("LayerFirst", 1, 4, 2, 2, fmt_view_dim, rng, poison=False, mla=False, place=("device", "numba"))
     _, dst = make_fp8("PageFirst", 1, 4, 2, 2, fmt_view_dim)
     with config.override(**override):
-        return fp8_copy.Fp8Plan(src, dst, None)
+        return fp8_plan.Fp8Plan(src, dst, None)
 
 
 def test_a_plan_takes_the_wide_kernel_where_it_runs_unless_told():
@@ -135,7 +135,7 @@ def test_destinations_only_8_byte_aligned(mode, H):
         poison = np.full((L, T, H, D), 0xA5A5, np.uint16)
         dst_np = kv.LayerFirst(poison.copy(), poison.copy())
         dst = kv.LayerFirst(eight_past_sixteen(poison), eight_past_sixteen(poison))
-    assert fp8_copy.Fp8Plan(src, dst, None).slots  # the wide kernel
+    assert fp8_plan.Fp8Plan(src, dst, None).slots  # the wide kernel
     kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
     qr.copy(src_np, dst_np, si, di)
     got = fp8_bytes(dst) if mode == "quantise" else view_bytes(dst)
@@ -155,7 +155,7 @@ def test_sources_only_8_byte_aligned(H, D):
     src_np, src = kv.LayerFirst(k, v), kv.LayerFirst(eight_past_sixteen(k), eight_past_sixteen(v))
     for placed in (src, kv.LayerFirst(PLACE["device"](k), PLACE["device"](v))):
         dst_np, dst = make_fp8("PageFirst", L, T, P, H, D)  # both poisoned
-        assert fp8_copy.Fp8Plan(placed, dst, None).slots  # the wide kernel
+        assert fp8_plan.Fp8Plan(placed, dst, None).slots  # the wide kernel
         kv.copy(placed, dst, si, di, block_quota=1, num_warps_per_block=1)
         qr.copy(src_np, dst_np, si, di)
         for g, w in zip(fp8_bytes(dst), fp8_bytes(dst_np)):
@@ -173,7 +173,7 @@ def test_out_of_range_items_are_skipped_and_flagged(device_path):
     src_np = kv.LayerFirst(k, v)
     dst_np, dst = make_fp8("PageFirst", L, T, P, H, D)  # both poisoned
     si, di = np.array([3, 99, 5], np.int64), np.array([1, 2, 6], np.int64)
-    assert fp8_copy.Fp8Plan(src, dst, None).slots  # the wide kernel
+    assert fp8_plan.Fp8Plan(src, dst, None).slots  # the wide kernel
     with pytest.raises(kv.IndexOutOfRangeError):
         kv.copy(src, dst, PLACE["device"](si), PLACE["device"](di), block_quota=1, num_warps_per_block=2, check=True)
     keep = np.array([True, False, True])

@@ -1,26 +1,27 @@
-"""``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8 caches,
-in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_staged``
+"""The plan of a ``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8
+caches, in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_staged``
 for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``), ``kvnumba.kernels.fp8_pipelined``,
 where they run; else ``kvnumba.kernels.fp8_copy``; the format: ``kvnumba.quant_reference``).
 
-``kv.copy`` hands such calls here. A plan per (source view, destination view, layers) is built once and
-memoised (the views held weakly): the views checked against each other, every buffer described, aligned
-(plain 8 bytes, codes and scales 4), reachable by the GPU (pinned host memory), on one device, the
-destinations writable and clear of the layer tables the kernel reads; per-layer views get device tables
-of their layers' addresses. A call then checks its indices (host indices against both sides' tokens,
-before anything is written; device indices by the kernel's guard and error flag, as for every entry
-point), writes them into its parameter block and launches (``kvnumba.driver.launch``).
+``plan.build`` builds one per (source view, destination view, layers) where either view is an FP8 one, and the
+copy's plan cache keeps it as it keeps every copy's (``plan.cache``): the views checked against each other,
+every buffer described, aligned (plain 8 bytes, codes and scales 4), reachable by the GPU (pinned host memory),
+on one device, the destinations writable and clear of the layer tables the kernel reads; per-layer views get
+device tables of their layers' addresses. A call (``Fp8Plan.fast``, as every plan's per-call path takes it)
+checks its indices (host indices against both sides' tokens, before anything is written; device indices by
+the kernel's guard and error flag, as for every entry point), writes them into its parameter block and
+launches (``kvnumba.driver.launch``). The views are read through their protocol (``is_fp8``: an Fp8View's
+``codes``, ``scales``, ``fmt``, ``dtype``, ``heads``, ``head_dim``), so this module does not import them.
 """
 from __future__ import annotations
 
 import struct
-import weakref
-from typing import Any, SupportsIndex
+from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..arrays import HOST, WRITEABLE
+from ..arrays import HOST
 from ..checks import bounds, guard, validate
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver import capture
@@ -31,30 +32,13 @@ from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import fp8_copy as kernels
 from ..kernels import fp8_pipelined, fp8_wide
-from ..plan import fp8_staged_plan, routes
 from ..checks.user_layouts import check_user_layout
-from ..plan.copy_plan import view_side
-from ..plan.sides import Placement, Side
-from ..plan.tensor_maps import compute_capability, shared_limit
-from .fp8_views import Fp8View, plain_dtype_of, plan_window
-from .views import CacheView, LayerTable
-
-__all__ = ["Fp8Plan", "copy", "plan_for"]
+from . import fp8_staged_plan, routes
+from .copy_plan import copy_window, is_view, view_side
+from .sides import Placement, Side
+from .tensor_maps import compute_capability, shared_limit
 
 _pack_call = struct.Struct(f"{kernels.PER_CALL}q").pack_into
-
-
-def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any,
-         layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
-         num_warps_per_block: SupportsIndex = 32, route: str = "auto", stream: Any = None, check: bool = False) -> None:
-    """``kv.copy`` with an ``Fp8View`` on one side or both (arguments as ``kv.copy``'s). ``route``: ``"auto"``
-    or ``"kernel"`` (there is no copy-engine form: the bytes change on the way)."""
-    _call_checks(route)
-    _mode(src_view, dst_view)  # both views (one FP8), before anything is read of them
-    src_view.check_unchanged("src_view", layers)
-    dst_view.check_unchanged("dst_view", layers)
-    plan_for(src_view, dst_view, layers, stream).run(src_indices, dst_indices, block_quota, num_warps_per_block,
-                                                     stream, check or guard.ALWAYS_CHECK)
 
 
 def _call_checks(route: Any) -> None:
@@ -66,40 +50,30 @@ def _call_checks(route: Any) -> None:
         guard.raise_pending()
 
 
+def is_fp8(view: Any) -> bool:
+    """Whether ``view`` is a ``kv.Fp8View`` (its class says so: ``Fp8View.fp8``)."""
+    return getattr(type(view), "fp8", False) is True
+
+
 def involves_fp8(src_view: Any, dst_view: Any) -> bool:
     """Whether a ``kv.copy`` between these is an FP8 one (a ``kv.Fp8View`` on either side)."""
-    return isinstance(src_view, Fp8View) or isinstance(dst_view, Fp8View)
+    return is_fp8(src_view) or is_fp8(dst_view)
 
 
-_plans: dict[tuple, tuple] = {}
-
-
-def plan_for(src_view: Any, dst_view: Any, layers: Any = None, stream: Any = None) -> Fp8Plan:
-    """The memoised plan of ``kv.copy(src_view, dst_view, ..., layers)`` (found by the views' identity, and
-    whether the destination's NumPy arrays are all writable: one made read-only since is checked again).
-    A plan is not built while ``stream`` (the call's) is being captured: it allocates and copies."""
-    try:
-        key = (id(src_view), id(dst_view), layers, all(map(WRITEABLE, getattr(dst_view, "flagged", ()))))
-        hash(key)
-    except TypeError:
-        key = None
-    if key is not None:
-        found = _plans.get(key)
-        if found is not None and found[0]() is src_view and found[1]() is dst_view:
-            return found[2]
-    capture.refuse(capture.current_handle(stream), "building a plan (a first FP8 copy with these views: it "
-                   "allocates and copies)", "make one call with the same views before the capture")
-    plan = Fp8Plan(src_view, dst_view, layers)
-    if key is not None:
-        if len(_plans) > 1024:
-            _plans.clear()
-        _plans[key] = (weakref.ref(src_view), weakref.ref(dst_view), plan)
-    return plan
-
-
-def clear() -> None:
-    """Forget the memoised plans."""
-    _plans.clear()
+def plain_dtype_of(plain: Any, quantised: Any) -> str:
+    """``"bfloat16"`` or ``"float16"``: the element type of ``plain`` (its dtype, or for uint16 buffers
+    ``quantised.dtype``); ``TypeError`` when there is none or they disagree."""
+    dtype = plain.geometry.dtype
+    if dtype in ("bfloat16", "float16"):
+        if quantised.dtype is not None and quantised.dtype != dtype:
+            raise TypeError(f"the plain view holds {dtype} but the FP8 view says dtype={quantised.dtype!r}")
+        return dtype
+    if dtype in ("uint16", "int16") and plain.itemsize == 2:
+        if quantised.dtype is None:
+            raise TypeError(f"the plain view holds {dtype} bit patterns: say which floats they are with "
+                            "kv.Fp8View(..., dtype='bfloat16') (or 'float16')")
+        return quantised.dtype
+    raise TypeError(f"an FP8 copy quantises bfloat16 or float16 views, got a view of {dtype}")
 
 
 def _sides(place: Placement, name: str, view: Any, destination: bool, first_layer: int,
@@ -111,7 +85,7 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
         return view_side(place, label, part, destination, first_layer, window, strict=False, align=align,
                          one_layer=False)
 
-    if isinstance(view, Fp8View):
+    if is_fp8(view):
         return side(f"{name}.codes", view.codes, 4), side(f"{name}.scales", view.scales, 4)
     return side(name, view, 8), None
 
@@ -148,12 +122,12 @@ def _numbers(side: Side | None) -> tuple[int, int, int, int]:
 
 def _mode(src: Any, dst: Any) -> str:
     for name, view in (("src_view", src), ("dst_view", dst)):
-        if not isinstance(view, (CacheView, Fp8View)):
+        if not (is_view(view) or is_fp8(view)):
             raise TypeError(f"{name} must be a kvnumba cache view or kv.Fp8View, got {type(view).__name__}")
-        if isinstance(view, LayerTable):
+        if getattr(view, "raw_tables", False):
             raise TypeError(f"{name} is a LayerTable (raw addresses, no dtype): an FP8 copy needs a LayerFirst of "
                             "the layers' arrays")
-    src_q, dst_q = isinstance(src, Fp8View), isinstance(dst, Fp8View)
+    src_q, dst_q = is_fp8(src), is_fp8(dst)
     if not (src_q or dst_q):
         raise TypeError("an FP8 copy needs a kv.Fp8View on one side at least")
     return "copy" if src_q and dst_q else "quantise" if dst_q else "dequantise"
@@ -178,7 +152,7 @@ class Fp8Plan:
                                  f"(H={dst.heads}, D={dst.head_dim})")
             dtype = "bfloat16"
         else:
-            plain: CacheView = src if mode == "quantise" else dst
+            plain = src if mode == "quantise" else dst
             dtype = plain_dtype_of(plain, fp8)
             g = plain.geometry
             name = "src_view" if mode == "quantise" else "dst_view"
@@ -188,11 +162,11 @@ class Fp8Plan:
             if plain.user_layout:
                 check_user_layout(plain, heads)
         for name, view in (("src_view", src), ("dst_view", dst)):  # FP8 kernels go head by head (a scale a head)
-            for one in (view.codes, view.scales) if isinstance(view, Fp8View) else (view,):
+            for one in (view.codes, view.scales) if is_fp8(view) else (view,):
                 if one.head_runs not in (1, heads):
                     raise ValueError(f"{name} ({one!r}) keeps its {heads} heads in {one.head_runs} groups: an FP8 copy "
                                      "goes head by head, which needs one head group or one head a group")
-        self.first_layer, self.window = plan_window(src, dst, layers)
+        self.first_layer, self.window = copy_window(src, dst, layers)
         place = Placement()
         self.src, src_scales = _sides(place, "src_view", src, False, self.first_layer, self.window)
         self.dst, dst_scales = _sides(place, "dst_view", dst, True, self.first_layer, self.window)
