@@ -275,11 +275,13 @@ class Worker:
 
 # --- the driver: the three worlds within the budget ------------------------------------------------------
 
-def environment(mlir_path):
+def environment(mlir_path, commit=None):
+    """The run's facts; ``commit``: the code measured, where git cannot say (a GPU machine's copy of a checkout
+    may carry another commit's ``.git``, or none)."""
     info = {"python": sys.version.split()[0], "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     try:
-        info["commit"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                                        text=True, timeout=10).stdout.strip() or None
+        info["commit"] = commit or subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
+                                                  capture_output=True, text=True, timeout=10).stdout.strip() or None
     except Exception:  # noqa: BLE001 - a copy without git
         info["commit"] = None
     from importlib import metadata
@@ -315,7 +317,7 @@ def _env(mlir_path, world="mlir"):
 
 def run_worlds(args):
     deadline = time.monotonic() + args.budget
-    info = environment(args.mlir_path)
+    info = environment(args.mlir_path, args.commit)
     worlds = [w for w in WORLDS if w in args.worlds]
     scratch = tempfile.mkdtemp(prefix="mlir_probe_")
     lock = os.path.join(scratch, "gpu.lock")
@@ -397,6 +399,7 @@ def main(argv=None):
     parser.add_argument("--only", nargs="+", help="rows or families to run (default: all)")
     parser.add_argument("--small", action="store_true", help="tiny sizes (the simulator)")
     parser.add_argument("--out", help="write the JSON here")
+    parser.add_argument("--commit", help="the commit of the code measured (default: git's answer in this tree)")
     parser.add_argument("--worker", choices=WORLDS, help=argparse.SUPPRESS)
     parser.add_argument("--rows-to", help=argparse.SUPPRESS)
     parser.add_argument("--lock", help=argparse.SUPPRESS)
