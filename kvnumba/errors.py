@@ -40,8 +40,9 @@ class BadAddressError(ValueError):
 
 
 class DeviceMismatchError(ValueError):
-    """The buffers of one call live on different GPUs (or its indices on another GPU than its
-    buffers). kvnumba copies within one device (and its pinned host memory), never across two."""
+    """The buffers of one call live on different GPUs (or its indices, or the stream it is given, on
+    another GPU than its buffers). kvnumba copies within one device (and its pinned host memory), never
+    across two."""
 
 
 class OverlapError(ValueError):

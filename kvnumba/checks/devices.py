@@ -1,6 +1,8 @@
-"""One call, one GPU: the device that owns a call's buffers, or an error naming two that disagree."""
+"""One call, one GPU: the device that owns a call's buffers, or an error naming two that disagree; and a stream
+that says it belongs to another GPU, refused."""
 from ..driver.pointers import HOST
 from ..driver.devices import current_device
+from ..driver.lanes import LaneStream
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 
@@ -19,3 +21,29 @@ def one_device(placed, what="kvnumba copies within one GPU (and pinned host memo
     if seen:
         return next(iter(seen))
     return 0 if SIMULATOR else current_device()
+
+
+def stream_device(stream):
+    """The GPU a stream object says it belongs to: an SM lane's ``device``, a torch stream's
+    ``device.index``, a CuPy stream's ``device_id``; None where it says nothing (raw handles, Numba's)."""
+    if stream is None or type(stream) is int:
+        return None
+    if type(stream) is LaneStream:
+        return stream.device
+    module = type(stream).__module__
+    if module.startswith("torch"):
+        found = getattr(getattr(stream, "device", None), "index", None)
+    elif module.startswith("cupy"):
+        found = getattr(stream, "device_id", None)
+    else:
+        return None
+    return found if type(found) is int else None
+
+
+def same_device_stream(stream, device):
+    """``DeviceMismatchError`` if ``stream`` says it is on another GPU than the call's buffers (``device``):
+    a launch or copy there would run in the wrong context, or fail after some copies were queued."""
+    on = stream_device(stream)
+    if on is not None and on != device:
+        raise DeviceMismatchError(f"stream is on cuda:{on} but the buffers are on cuda:{device}: pass a stream "
+                                  f"of cuda:{device}")

@@ -37,22 +37,26 @@ class LaneStream:
     ``torch.cuda.ExternalStream(lane.handle)``, ``cupy.cuda.ExternalStream(lane.handle)``,
     ``numba.cuda.external_stream(lane.handle)``; it also speaks the ``__cuda_stream__`` protocol.
 
-    ``handle`` (an int from 0 to 2**64 - 1), ``sms`` (None, or 1 to 1024) and ``name`` (a str) are checked
-    when it is made (``TypeError`` / ``ValueError`` naming the field) and cannot be changed afterwards."""
+    ``handle`` (an int from 0 to 2**64 - 1), ``sms`` (None, or 1 to 1024), ``name`` (a str) and ``device``
+    (the GPU whose SMs it runs on, an ordinal >= 0) are checked when it is made (``TypeError`` / ``ValueError``
+    naming the field) and cannot be changed afterwards. A call whose buffers are on another GPU than
+    ``device`` is refused (``DeviceMismatchError``)."""
 
-    __slots__ = ("handle", "sms", "name")
+    __slots__ = ("handle", "sms", "name", "device")
     handle: int
     sms: int | None
     name: str
+    device: int
 
-    def __init__(self, handle: int, sms: int | None, name: str) -> None:
+    def __init__(self, handle: int, sms: int | None, name: str, device: int = 0) -> None:
         # Checked here, and frozen below, so that kv.copy(stream=lane) never launches on a bad handle.
         handle = integer("handle", handle, minimum=0, maximum=_MOST_HANDLE)
         if sms is not None:
             sms = integer("sms", sms, minimum=1, maximum=MOST_SMS)
         if not isinstance(name, str):
             raise TypeError(f"name must be a str, got {type(name).__name__}")
-        for slot, value in (("handle", handle), ("sms", sms), ("name", name)):
+        device = integer("device", device, minimum=0)
+        for slot, value in (("handle", handle), ("sms", sms), ("name", name), ("device", device)):
             object.__setattr__(self, slot, value)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -65,7 +69,7 @@ class LaneStream:
         return self.handle
 
     def __repr__(self) -> str:
-        return f"<LaneStream {self.name}: {self.sms} SMs, handle 0x{self.handle:x}>"
+        return f"<LaneStream {self.name}: {self.sms} SMs, handle 0x{self.handle:x}, cuda:{self.device}>"
 
 
 def device_ordinal(device: object) -> int:
@@ -140,7 +144,8 @@ class SmLanes:
         self.simulated = SIMULATOR
         if SIMULATOR:
             self.transfer_sms, self.compute_sms = transfer_sms, None
-            self.transfer, self.compute = LaneStream(0, transfer_sms, "transfer"), LaneStream(0, None, "compute")
+            self.transfer, self.compute = (LaneStream(0, transfer_sms, "transfer", device),
+                                           LaneStream(0, None, "compute", device))
             self._closer = weakref.finalize(self, _destroy, [], [])
             return
         total = sm_count(device)
@@ -150,8 +155,8 @@ class SmLanes:
         contexts, streams, counts = _split(device, transfer_sms)
         self._closer = weakref.finalize(self, _destroy, contexts, streams)
         self.transfer_sms, self.compute_sms = counts
-        self.transfer = LaneStream(streams[0], counts[0], "transfer")
-        self.compute = LaneStream(streams[1], counts[1], "compute")
+        self.transfer = LaneStream(streams[0], counts[0], "transfer", device)
+        self.compute = LaneStream(streams[1], counts[1], "compute", device)
 
     def close(self) -> None:
         """Destroy the two streams and green contexts (idempotent). Work still queued on them is the

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
-from ..checks.devices import one_device
+from ..checks.devices import one_device, same_device_stream
 from ..driver import batch_copy, capture
 from ..driver.devices import on_device
 from ..driver.streams import stream_handle
@@ -177,6 +177,7 @@ class DirectPlan:
         if count % page_size:
             validate.page_size(page_size, count)
         uses_torch = self.uses_torch or src_torch or dst_torch
+        same_device_stream(stream, device)
         handle = stream_handle(stream, device if uses_torch else None)
         refuse_in_capture(self.spec.name, handle)
         if count == 0 or self.empty:

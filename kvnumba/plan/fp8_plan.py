@@ -23,6 +23,7 @@ import numpy as np
 from .. import config
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
+from ..checks.devices import same_device_stream
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver import capture
 from ..driver.devices import on_device
@@ -234,6 +235,7 @@ class Fp8Plan:
             if on_host and count and self.host_index_checks:
                 bounds.check_indices(name, values, tokens, label)
             host.append((info.ptr, values if on_host and not SIMULATOR else None))
+        same_device_stream(stream, self.device)
         handle = stream_handle(stream, self.device if self.uses_torch or src_info.is_torch or dst_info.is_torch
                                else None)
         if count == 0:

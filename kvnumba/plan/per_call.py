@@ -33,6 +33,7 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
+from ..checks.devices import same_device_stream
 from ..checks.overlap import overlaps_any
 from ..driver import capture
 from ..driver.bindings import cu
@@ -77,6 +78,7 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     if host_side and count and plan.host_index_checks:
         _check_host_indices(plan, src, dst, window)
     uses_torch = plan.uses_torch or src.torch or dst.torch
+    same_device_stream(stream, plan.device)
     handle = stream_handle(stream, plan.device if uses_torch else None)
     if count == 0:
         return handle
@@ -337,7 +339,7 @@ def make_fast_call(plan, snapshot=None, again=None, *, torch=None, launch=None):
             handle = current_stream(device)
         elif type(stream) is int:
             handle = stream
-        elif type(stream) is LaneStream:  # an SM lane's (kvnumba.driver.lanes)
+        elif type(stream) is LaneStream and stream.device == device:  # an SM lane's (kvnumba.driver.lanes)
             handle = stream.handle
         else:
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
