@@ -9,13 +9,13 @@ import pytest
 import kvnumba as kv
 from kvnumba import arrays, config
 from kvnumba.arrays import HOST
+from tests.helpers.mixed_devices import expected, first_on
 from tests.helpers.placement import PLACE, to_numpy
 
 pytestmark = pytest.mark.needs_target
 
 L, T, H, D, ITEM, P = 2, 8, 2, 4, 16, 4
 POISON = 0xA5
-TWO = r": kvnumba copies within one GPU \(and pinned host memory\); move the buffers to one device"
 
 
 @pytest.fixture
@@ -94,34 +94,11 @@ def _call(put, route, case, rng):
     return lambda: kv.copy(src, dst, idx, idx, stream=stream), written  # "copy", "fp8"
 
 
-FIRST_ON = {  # as tests/target/test_gpu_multi.py's
-    "kernel": ("src_k", "dst_k", "dst_v"),
-    "staged": (None, "dst_k", "dst_v"),
-    "direct": (r"src_layers\[0\]", r"dst_layers\[0\]", rf"dst_layers\[{L - 1}\]"),
-    "direct_pf_lf": (None, r"dst_ptrs\[0\]", r"dst_ptrs\[1\]"),
-    "copy": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "copy_engine": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "prepared": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "fp8": (r"src_view\.k", r"dst_view\.codes\.k", r"src_view\.k"),
-}
 
 
-def _expected(route, case):
-    src, dst, other = FIRST_ON[route]
-    if case == "src0_dst1":
-        return rf"{src} is on cuda:0 but {dst} is on cuda:1{TWO}"
-    if case == "src1_dst0":
-        return rf"{src} is on cuda:1 but {dst} is on cuda:0{TWO}"
-    if case == "split":
-        if route == "direct_pf_lf":
-            return rf"{dst} is on cuda:0 but {other} is on cuda:1{TWO}"
-        if route == "fp8":
-            return rf"src_view\.k is on cuda:1 but dst_view\.scales\.k is on cuda:0{TWO}"
-        first = src if src is not None else dst
-        return rf"{first} is on cuda:1 but {other} is on cuda:0{TWO}"
-    return r"stream is on cuda:0 but the buffers are on cuda:1: pass a stream of cuda:1"
 
 
+FIRST_ON = {route: names for route, names in first_on(L).items() if route != "lanes"}  # lanes: a GPU's
 CASES = [(route, case) for route in FIRST_ON for case in ("src0_dst1", "src1_dst0", "split", "stream")
          if not (FIRST_ON[route][0] is None and case in ("src0_dst1", "src1_dst0"))]
 
@@ -129,7 +106,11 @@ CASES = [(route, case) for route in FIRST_ON for case in ("src0_dst1", "src1_dst
 @pytest.mark.parametrize("route, case", CASES, ids=[f"{r}-{c}" for r, c in CASES])
 def test_mixed_devices_are_refused_on_every_route_and_nothing_is_written(cards, route, case):
     call, written = _call(cards, route, case, np.random.default_rng(0))
-    with pytest.raises(kv.DeviceMismatchError, match=_expected(route, case)):
+    with pytest.raises(kv.DeviceMismatchError, match=_message(route, case)):
         call()
     for i, placed in enumerate(written):
         assert (to_numpy(placed).view(np.uint8) == POISON).all(), f"{route}, {case}: destination {i} was written"
+
+
+def _message(route, case):
+    return expected(route, case, L)

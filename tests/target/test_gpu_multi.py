@@ -15,6 +15,7 @@ import kvnumba as kv
 from kvnumba import config, reference
 from kvnumba import quant_reference as qr
 from kvnumba.plan import kernel_plan
+from tests.helpers.mixed_devices import expected, first_on
 from tests.helpers.placement import ON_GPU, gpu_count
 
 torch = pytest.importorskip("torch") if ON_GPU else None
@@ -497,38 +498,11 @@ def _refused_call(route, case, rng):
     return lambda: kv.copy(src, dst, *idx, stream=stream), written  # "copy", "fp8"
 
 
-FIRST_ON = {  # route -> how it names the first buffer on each card (source, destination, the split side's other)
-    "kernel": ("src_k", "dst_k", "dst_v"),
-    "staged": (None, "dst_k", "dst_v"),
-    "direct": (r"src_layers\[0\]", r"dst_layers\[0\]", rf"dst_layers\[{L - 1}\]"),
-    "direct_pf_lf": (None, r"dst_ptrs\[0\]", r"dst_ptrs\[1\]"),
-    "copy": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "copy_engine": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "prepared": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-    "fp8": (r"src_view\.k", r"dst_view\.codes\.k", r"src_view\.k"),
-    "lanes": (r"src_view\.k", r"dst_view\.k", r"dst_view\.v"),
-}
-TWO = r": kvnumba copies within one GPU \(and pinned host memory\); move the buffers to one device"
 
 
-def _expected(route, case):
-    src, dst, other = FIRST_ON[route]
-    if case == "src0_dst1":
-        return rf"{src} is on cuda:0 but {dst} is on cuda:1{TWO}"
-    if case == "src1_dst0":
-        return rf"{src} is on cuda:1 but {dst} is on cuda:0{TWO}"
-    if case == "split":
-        if route == "direct_pf_lf":  # dst_ptrs[0] alone on cuda:0
-            return rf"{dst} is on cuda:0 but {other} is on cuda:1{TWO}"
-        if route == "fp8":  # the source and the codes on cuda:1, the scales on cuda:0
-            return rf"src_view\.k is on cuda:1 but dst_view\.scales\.k is on cuda:0{TWO}"
-        first = src if src is not None else dst
-        return rf"{first} is on cuda:1 but {other} is on cuda:0{TWO}"
-    if case == "indices":
-        return r"src_indices is on cuda:0 but the buffers are on cuda:1"
-    return r"stream is on cuda:0 but the buffers are on cuda:1: pass a stream of cuda:1"
 
 
+FIRST_ON = first_on(L)
 ROUTES = list(FIRST_ON)
 REFUSALS = [(route, case) for route in ROUTES for case in ("src0_dst1", "src1_dst0", "split", "indices", "stream")
             if not (FIRST_ON[route][0] is None and case in ("src0_dst1", "src1_dst0"))]  # a host source: no card
@@ -539,7 +513,7 @@ def test_mixed_devices_are_refused_on_every_route_and_nothing_is_written(route, 
     rng = np.random.default_rng(20)
     _from_card_0()
     call, written = _refused_call(route, case, rng)
-    with pytest.raises(kv.DeviceMismatchError, match=_expected(route, case)):
+    with pytest.raises(kv.DeviceMismatchError, match=_message(route, case)):
         call()
     assert torch.cuda.current_device() == 0
     torch.cuda.synchronize(0)
@@ -547,3 +521,7 @@ def test_mixed_devices_are_refused_on_every_route_and_nothing_is_written(route, 
     for i, t in enumerate(written):
         assert (_bytes(t) == (FP8_POISON if route == "fp8" and t.dtype in (torch.uint8, torch.float32)
                               else POISON)).all(), f"{route}, {case}: destination {i} was written"
+
+
+def _message(route, case):
+    return expected(route, case, L)
