@@ -34,7 +34,9 @@ IN_CI = bool(os.environ.get("CI"))
 # What the browser opens: (name, path on the site, text the rendered page must hold)
 RENDERED = [("home", "/", "Which API do I want?"),
             ("api", "/reference/entry-points/", 'id="kvnumba.api.entry_points.transfer_kv_per_layer_pf_lf"'),
-            ("notebook", "/notebooks/01_layouts/", "executed on Numba")]
+            ("notebook", "/notebooks/01_layouts/", "executed on Numba"),
+            ("kernel notebook", "/notebooks/00_the_copy_kernel/", "ld.global.nc"),
+            ("glossary", "/glossary/", "block_quota")]
 
 
 def _unavailable(reason):
@@ -192,7 +194,7 @@ def test_chromium_renders_the_page(chromium, server, tmp_path, name, path, expec
     dom = _browse(chromium, tmp_path, "--dump-dom", server.url + path)
     assert expected in dom, f"{path}: rendered without {expected!r}"
     assert "<nav" in dom and 'class="md-content"' in dom, f"{path}: not a page of the site's theme"
-    if name == "notebook":
+    if name.endswith("notebook"):
         assert "data:image/png;base64," in dom, "the notebook page shows no saved picture"
     # Every file of the site the rendered page links to or loads answers.
     parser = _Links()
