@@ -45,9 +45,8 @@ PICTURES = {"00_the_copy_kernel": 1, "01_layouts": 1, "02_hicache_round_trip": 1
             "04_prototype_a_layout": 0, "05_disaggregated_handoff": 0, "06_transfers_under_load": 2,
             "07_kv_on_the_wire_fp8": 1 + FP8_SAVED, "08_why_offload": 2 + TIMELINE_SAVED}
 # Notebooks that teach: each has an exercise (a TODO cell) whose solution is in notebooks/solutions/<stem>.py.
-# 03 (plots of a saved run) and 05 (two processes through NIXL) have none yet.
-EXERCISES = {"00_the_copy_kernel", "01_layouts", "02_hicache_round_trip", "04_prototype_a_layout",
-             "06_transfers_under_load", "07_kv_on_the_wire_fp8", "08_why_offload"}
+EXERCISES = {"00_the_copy_kernel", "01_layouts", "02_hicache_round_trip", "03_performance", "04_prototype_a_layout",
+             "05_disaggregated_handoff", "06_transfers_under_load", "07_kv_on_the_wire_fp8", "08_why_offload"}
 NEEDS_NIXL = {"05_disaggregated_handoff"}  # kvnumba.remote: marked nixl (the README's install line brings NIXL)
 RUNS = [pytest.param(p, id=p.stem, marks=[pytest.mark.nixl] if p.stem in NEEDS_NIXL else []) for p in NOTEBOOKS]
 
