@@ -16,12 +16,11 @@ value the pointers get.
 """
 from __future__ import annotations
 
-import functools
 import weakref
 from typing import Any
 
 from ..kernels import layouts
-from .user_layouts import _bases, _layer_offset, _over, _scalar
+from .user_layouts import _bases, head_stride_of, layer_span, token_span
 
 # view -> (heads, lo, hi): bytes [lo, hi) from a buffer's address (a table layout: from each layer's own)
 _hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
@@ -60,17 +59,14 @@ def _corners(view: Any, heads: int) -> tuple[int, int]:
 
 
 def _everywhere(view: Any, heads: int) -> tuple[int, int]:
-    g = view.geometry
-    name = type(view).__name__
-    layer_base, token_offset, head_stride = view.parts.py
-    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
-    stride = _scalar(lambda _: head_stride(dim, item, heads, page), 0, "head_stride", name)
-    t_lo, _, t_hi, _, _ = _over(name, "token_offset", lambda t: token_offset(t, dim, item, heads, page), g.tokens)
-    lo, hi = t_lo + min(0, (heads - 1) * stride), t_hi + max(0, (heads - 1) * stride) + item // heads
+    """The parts' extremes as the check at construction found them (``checks.user_layouts``: every layer and
+    token), summed."""
+    stride = head_stride_of(view, heads)
+    t_lo, _, t_hi, _, _ = token_span(view, heads)
+    chunk = view.geometry.item_bytes // heads
+    lo, hi = t_lo + min(0, (heads - 1) * stride), t_hi + max(0, (heads - 1) * stride) + chunk
     if not view.parts.table:
-        base = _bases(view.k)[0]
-        l_lo, _, l_hi, _, _ = _over(name, "layer_base", functools.partial(_layer_offset, layer_base, base, dim, item,
-                                                                           heads, page), g.layers)
+        l_lo, _, l_hi, _, _ = layer_span(view, heads, _bases(view.k)[0])
         lo, hi = lo + l_lo, hi + l_hi
     return lo, hi
 

@@ -121,6 +121,45 @@ def _bases(buffer: Any) -> list[int]:
         return [0, 1 << 40]
 
 
+# view -> {(part, heads, base): what _over found}: the parts' extremes, shared by the check at construction and
+# the extent every plan checks (checks.extents), so that a plan does not evaluate them again
+_spans: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int], Any]] = weakref.WeakKeyDictionary()
+
+
+def head_stride_of(view: Any, heads: int) -> int:
+    """The view's ``head_stride`` for a copy by ``heads`` heads, as an int (``TypeError`` naming it otherwise)."""
+    g = view.geometry
+    head_stride = view.parts.py[2]
+    return _scalar(lambda _: head_stride(g.layout_dim, g.item_bytes, heads, g.page_size), 0, "head_stride",
+                   type(view).__name__)
+
+
+def token_span(view: Any, heads: int) -> tuple[int, int, int, int, set[int]]:
+    """``_over`` of the view's token part at every token (remembered per view and heads)."""
+    memo = _spans.setdefault(view, {})
+    found = memo.get(("token", heads, 0))
+    if found is None:
+        g = view.geometry
+        token_offset = view.parts.py[1]
+        found = memo[("token", heads, 0)] = _over(
+            type(view).__name__, "token_offset",
+            lambda t: token_offset(t, g.layout_dim, g.item_bytes, heads, g.page_size), g.tokens)
+    return found
+
+
+def layer_span(view: Any, heads: int, base: int) -> tuple[int, int, int, int, set[int]]:
+    """``_over`` of the view's layer part, less ``base``, at every layer (remembered per view, heads and base)."""
+    memo = _spans.setdefault(view, {})
+    found = memo.get(("layer", heads, base))
+    if found is None:
+        g = view.geometry
+        found = memo[("layer", heads, base)] = _over(
+            type(view).__name__, "layer_base",
+            functools.partial(_layer_offset, view.parts.py[0], base, g.layout_dim, g.item_bytes, heads, g.page_size),
+            g.layers)
+    return found
+
+
 def check_arithmetic(view: Any, heads: int) -> None:
     """Refuse ``view`` (``ValueError``) if its address arithmetic, in a copy that goes by ``heads`` heads,
     puts any byte of any item of any layer, token and head outside its buffer (K and V each against
@@ -133,14 +172,11 @@ def check_arithmetic(view: Any, heads: int) -> None:
     if g.tokens <= 0 or g.layers <= 0:
         return  # no item to copy: every token index is refused
     name = type(view).__name__
-    layer_base, token_offset, head_stride = view.parts.py
-    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
-    chunk = item // heads
-    stride = _scalar(lambda _: head_stride(dim, item, heads, page), 0, "head_stride", name)
+    chunk = g.item_bytes // heads
+    stride = head_stride_of(view, heads)
     head_lo, head_hi = min(0, (heads - 1) * stride), max(0, (heads - 1) * stride)
     head_at = {head_lo: 0 if head_lo == 0 else heads - 1, head_hi: heads - 1 if head_hi > 0 else 0}
-    t_lo, t_lo_at, t_hi, t_hi_at, t_res = _over(name, "token_offset", lambda t: token_offset(t, dim, item, heads, page),
-                                                g.tokens)
+    t_lo, t_lo_at, t_hi, t_hi_at, t_res = token_span(view, heads)
     kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None else [("v", view.v)])
     for which, buffer in kinds:  # V too where it shares K's arrays (vLLM): its addresses differ
         offset = _integer(view.kind_offset(which), f"kind_offset({which!r})", name)
@@ -152,8 +188,7 @@ def check_arithmetic(view: Any, heads: int) -> None:
                 layers.append((label, offset, offset, i, i, math.prod(shape) * itemsize, {offset % 8}))
         else:
             shape, itemsize, _ = shape_of(buffer, which)
-            found = [_over(name, "layer_base", functools.partial(_layer_offset, layer_base, base, dim, item, heads, page),
-                           g.layers) for base in _bases(buffer)]
+            found = [layer_span(view, heads, base) for base in _bases(buffer)]
             if any(f[::2] != found[0][::2] for f in found[1:]):
                 raise ValueError(f"{name}: its layer_base does more than add an offset to the buffer's address (its "
                                  f"layers span [{found[0][0]}, {found[0][2]}] at base 0, [{found[1][0]}, "
