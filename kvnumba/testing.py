@@ -22,6 +22,7 @@ from typing import Any, cast
 import numpy as np
 
 from .arrays import device_array, pinned
+from .driver.devices import device_count
 from .driver.target import CHOICE, SIMULATOR, gpu_available
 
 __all__ = ["ON_SIMULATOR", "device_array", "gpu_count", "gpu_skip_reason", "pinned", "requires_gpu", "synchronize",
@@ -78,11 +79,7 @@ def gpu_skip_reason() -> str | None:
 
 def gpu_count() -> int:
     """How many CUDA GPUs can be used (0 on the simulator or without one)."""
-    if gpu_skip_reason() is not None:
-        return 0
-    from numba import cuda
-
-    return len(cuda.gpus)
+    return 0 if gpu_skip_reason() is not None else device_count()
 
 
 class _NoGpu:

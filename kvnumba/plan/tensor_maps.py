@@ -1,25 +1,20 @@
 """Tensor maps of a load's source buffers, for the staged kernel's bulk copies (``kernels.staged``).
 
-A tensor map tells the bulk-copy unit how a buffer is laid out (sizes and byte strides of up to five
-dimensions) and what box one copy moves. kvnumba describes each source layout as five dimensions,
-the innermost the 8-byte words of one row of at most 2 KB (a box may not be wider than 256 elements):
+A tensor map tells the bulk-copy unit a buffer's layout (sizes and byte strides of up to five dimensions)
+and the box one copy moves. Each source layout is five dimensions, the innermost the 8-byte words of one
+row of at most 2 KB (a box is at most 256 elements wide):
 
-- layer-first and page-first (token-major): ``[row words, rows per item, layers, tokens, 1]``; a box
-  is every row of ``2**r`` consecutive tokens of one layer, stored token by token;
-- page-head (head-major): ``[head words, layers, tokens of a page, heads, pages]``; a box is every
-  head of ``2**r`` consecutive tokens of one page and layer, stored head by head.
+- layer-first and page-first: ``[row words, rows per item, layers, tokens, 1]``; a box is ``2**r``
+  consecutive tokens of one layer;
+- page-head: ``[head words, layers, tokens of a page, heads, pages]``; a box is every head of ``2**r``
+  consecutive tokens of one page and layer.
 
-One map per box length ``2**r`` that the kernel uses (``min_log2 <= r <= max_log2``: pieces shorter
-than ``2**min_log2`` go through registers), for K then V: the box is part of the map.
-
-Where the maps live: in *pinned host memory* (``MapStore``), which the bulk-copy unit reads through
-unified addressing as fast as device memory (H200, 2026-12-01: a staged pf->lf load at 48.9 GB/s with
-host maps, 48.4 with device maps). So a new plan's maps cost no device allocation and no copy: each is
-encoded by the driver (``cuTensorMapEncodeTiled``, its arguments prepared once per geometry) and its
-128 bytes written into a block of the store. On the simulator the maps are kvnumba's own 16-word form
-that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box sizes), in the
-same store. ``source_maps`` returns None when a layout or size cannot be described (the register
-kernel then does the load).
+One map per box length the kernel uses (``min_log2 <= r <= max_log2``), for K then V. The maps live in
+pinned host memory (``MapStore``), which the bulk-copy unit reads as fast as device memory
+(scripts/RESULTS.md), so a new plan's maps cost no device allocation or copy: each is encoded by the
+driver (``cuTensorMapEncodeTiled``) into a block of the store. On the simulator they are kvnumba's own
+16-word form that ``kernels.tma.tensor_load`` reads. ``source_maps`` returns None for what cannot be
+described (the register kernel then loads).
 """
 import ctypes
 import threading
