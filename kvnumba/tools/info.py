@@ -1,5 +1,6 @@
 """``kvnumba info``: what kvnumba runs on, as text or (``--json``) as data. Every probe is guarded:
 without a GPU, a driver or the CUDA runtime it says so instead of failing."""
+import importlib
 import importlib.metadata
 import platform
 import warnings
@@ -27,28 +28,15 @@ def _unavailable(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _runtime_version():
-    """``(version, None)`` or ``(None, why not)``."""
+def _cuda_version_of(module, call):
+    """``(version, None)`` from ``cuda.bindings.<module>.<call>()``, or ``(None, why not)``: a missing
+    runtime library or libcuda (no driver) is an answer, not a crash."""
     try:
-        from cuda.bindings import runtime
-
-        err, version = runtime.cudaRuntimeGetVersion()
+        err, version = getattr(importlib.import_module(f"cuda.bindings.{module}"), call)()
         if int(err):
             return None, error_name(err)
         return _cuda_version(version), None
-    except Exception as exc:  # noqa: BLE001 - no runtime library is an answer, not a crash
-        return None, _unavailable(exc)
-
-
-def _driver_version():
-    try:
-        from cuda.bindings import driver
-
-        err, version = driver.cuDriverGetVersion()
-        if int(err):
-            return None, error_name(err)
-        return _cuda_version(version), None
-    except Exception as exc:  # noqa: BLE001 - no libcuda (no driver) is an answer, not a crash
+    except Exception as exc:  # noqa: BLE001
         return None, _unavailable(exc)
 
 
@@ -103,8 +91,8 @@ def facts():
     """
     from .. import __version__
 
-    runtime, runtime_why = _runtime_version()
-    driver, driver_why = _driver_version()
+    runtime, runtime_why = _cuda_version_of("runtime", "cudaRuntimeGetVersion")
+    driver, driver_why = _cuda_version_of("driver", "cuDriverGetVersion")
     where, gpu, gpu_note = _gpu()
     batch, batch_why = _batch_copy()
     unavailable = {"cuda_runtime": runtime_why, "cuda_driver": driver_why, "gpu": gpu_note, "batch_copy": batch_why}
