@@ -112,9 +112,9 @@ else:
         The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,
         ``CUDA_ERROR_INVALID_CONTEXT``) a function of one context launched while another context
         is current on the null stream, or on a stream of another device, and never runs it
-        elsewhere (measured on two H200s); on a stream of the function's own device it runs there
-        whatever is current. Only a refused launch pays for pushing the device's context (and
-        retrying): checking the current context first would cost every call ~0.5 us.
+        elsewhere; on a stream of the function's own device it runs there whatever is current. Only a
+        refused launch pays for pushing the device's context (and retrying): checking the current
+        context first would cost every call a driver call.
         """
 
         __slots__ = ("function", "ctx", "ctx_handle", "blocks", "shared")

@@ -22,9 +22,8 @@ from . import tensor_maps
 from ..memo import BoundedMemo
 from .cache import remembered
 
-# In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
-# 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
-# The crossover was not measured; 512 items (8 pages of 64) is a conservative guess.
+# In auto mode, calls with fewer items take the register kernel: a short load staged pays the ring's set-up
+# and one round trip (scripts/RESULTS.md). The crossover was not measured; 512 items is a conservative guess.
 AUTO_MIN_ITEMS = 512
 
 

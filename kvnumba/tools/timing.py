@@ -1,17 +1,12 @@
 """One timer for GPU work, shared by the benchmark, the demo and the GPU tests.
 
-- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream``, from two CUDA events
-  (``numba.cuda.event``) recorded around it, and its host time;
+- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream`` (two CUDA events) and its host time;
 - ``gpu_time(fn, repeats, stream)``: device seconds per call of ``fn``, called back to back (as in a
-  serving loop the GPU never waits for the host between calls), the median over ``groups`` groups;
+  serving loop), the median over ``groups`` groups;
 - ``host_time(fn, calls)``: host seconds per call, back to back, the device synchronised between groups.
 
-On Numba's CUDA simulator there are no CUDA events: every time is the host's wall clock
-(``time.perf_counter``), which says nothing about a GPU. ``CLOCK`` says which clock is in use.
-
-A stream is anything kvnumba's entry points take as ``stream=``: None (the default stream), a raw
-handle, or a torch, CuPy, Numba or ``cuda.core`` stream. Events belong to the current CUDA context
-(the current device's primary context, shared with torch and CuPy).
+On Numba's CUDA simulator there are no events: every time is the host's wall clock, which says nothing
+about a GPU (``CLOCK`` says which clock is in use). ``stream`` is anything kvnumba's ``stream=`` takes.
 """
 import statistics
 import time
