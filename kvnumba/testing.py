@@ -1,16 +1,10 @@
 """Helpers for code that must run on a GPU and on Numba's CUDA simulator alike: tests, notebooks, examples.
 
-On a GPU, ``device_array(a)`` is a copy of NumPy array ``a`` in GPU memory and ``pinned(a)`` one in pinned
-host memory (what kvnumba's kernels read and write directly); on the simulator both are NumPy copies, which
-stand for either there. ``to_numpy(x)`` brings any of them back (waiting for the GPU first).
+``device_array(a)`` and ``pinned(a)`` copy NumPy array ``a`` to GPU memory and to pinned host memory (on
+the simulator both are NumPy copies); ``to_numpy(x)`` brings any of them back, once the GPU is done.
+``requires_gpu`` marks a pytest test, class or module that needs a real GPU: skipped, with the reason,
+where there is none, decided when the test runs (collecting never touches CUDA; pytest is needed only here).
 
-``requires_gpu`` marks a pytest test (or class, or module: ``pytestmark = requires_gpu``) that needs a
-real GPU: it is skipped, with the reason, where there is none. The check runs when the test runs, not when
-it is collected, so collecting never touches CUDA. pytest is needed only for ``requires_gpu``.
-
-Examples
---------
->>> from kvnumba.testing import device_array, to_numpy           # doctest: +SKIP
 >>> dst = device_array(np.zeros((16, 64), np.uint8))              # doctest: +SKIP
 >>> kv.transfer_kv_per_layer_mla(src, dst, idx, idx, item_size=64)  # doctest: +SKIP
 >>> to_numpy(dst)                                                  # doctest: +SKIP

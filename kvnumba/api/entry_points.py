@@ -1,17 +1,10 @@
 """The ten kernel entry points of SGLang's ``sgl_kernel.kvcacheio``: thin wrappers over ``kvnumba.prepare``'s path.
 
-Names, argument names, order and defaults are the seed's; ``stream=`` is kvnumba's keyword-only
-addition. Sizes (``item_size``, ``*_layout_dim``) are in bytes. Every buffer is read as raw bytes,
-so any dtype works (fp16, bf16, fp8, fp32, int8, ...).
-
-Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L layers:
-- layer-first ``lf``: one buffer per layer, ``[T, item]``; token t at ``t * item_size``.
-- layer table: the ``*_layers`` arguments, a uint64 table of L layer-first base addresses
-  (``kvnumba.layer_table``).
-- page-first ``pf``: one buffer ``[T, L, item]``; token t, layer l at ``t * layout_dim + l * item_size``
-  (``layout_dim = L * item_size`` for a dense buffer).
-- page-head ``ph``: one buffer ``[T / page_size, head_num, page_size, L, item / head_num]``, copied head
-  by head (``layout_dim = L * item_size``).
+Names, argument names, order and defaults are the seed's; ``stream=`` and ``check=`` are kvnumba's
+keyword-only additions. Sizes (``item_size``, ``*_layout_dim``) are in bytes, and every buffer is read as
+raw bytes, so any dtype works. Per K or V buffer (MLA: one buffer, no V), for T token slots and L layers:
+layer-first ``lf`` ``[T, item]``; a layer table (the ``*_layers`` arguments: ``kvnumba.layer_table``);
+page-first ``pf`` ``[T, L, item]``; page-head ``ph`` ``[T / page_size, head_num, page_size, L, item / head_num]``.
 """
 from __future__ import annotations
 
