@@ -77,18 +77,12 @@ def _batch_copy():
 
 
 def facts():
-    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict).
-
-    ``packages`` maps each distribution to its version (None: not installed); ``cuda_runtime`` and
-    ``cuda_driver`` are CUDA versions (the driver's: the newest CUDA it supports); ``target`` is
-    ``"gpu"``, ``"simulator"`` or ``"none"``; ``gpu`` holds the current device's name, compute capability and
-    SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used; ``copy_engine_min_bytes`` the
-    copies' average size from which ``kv.copy(route="auto")`` takes the copy engine, and
-    ``copy_engine_crossover`` where that was measured. A None value has its reason
-    in ``unavailable``. ``target_reason`` says why kvnumba runs where it does (``NUMBA_ENABLE_CUDASIM=1``,
-    ``no CUDA driver (...)``, ``a CUDA driver``); ``settings`` holds the variables kvnumba reads that are
-    set, and ``setting_errors`` the message for each one it cannot use.
-    """
+    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict): package
+    versions (None: not installed), the CUDA runtime's and driver's versions, the ``target`` (``"gpu"``,
+    ``"simulator"`` or ``"none"``) and why (``target_reason``), the GPU's name, compute capability and SMs,
+    whether ``cudaMemcpyBatchAsync`` would be used, where ``kv.copy(route="auto")`` takes the copy engine,
+    and the settings set (``setting_errors`` for those it cannot use). A None value has its reason in
+    ``unavailable``."""
     from .. import __version__
 
     runtime, runtime_why = _cuda_version_of("runtime", "cudaRuntimeGetVersion")
