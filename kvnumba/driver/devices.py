@@ -23,6 +23,18 @@ def device_count():
     return len(cuda.gpus)
 
 
+_attributes: dict[tuple[int, str], int] = {}
+
+
+def attribute(device, name):
+    """``CU_DEVICE_ATTRIBUTE_<name>`` of GPU ``device`` (memoised: a device's attributes never change)."""
+    known = _attributes.get((device, name))
+    if known is None:
+        which = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+        known = _attributes[device, name] = int(check(cu.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute"))
+    return known
+
+
 def context(device):
     """``(CUcontext, int handle)`` of ``device``'s primary context, made ready by Numba on first use
     (Numba then loads kernels into it)."""

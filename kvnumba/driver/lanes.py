@@ -85,12 +85,10 @@ def sm_count(device: int = 0) -> int:
     device = device_ordinal(device)
     if SIMULATOR:
         return 1
-    from .devices import context
+    from .devices import attribute, context
 
     context(device)  # CUDA initialised, as kvnumba's other calls find it
-    dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
-    return int(check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                     "cuDeviceGetAttribute"))
+    return attribute(device, "MULTIPROCESSOR_COUNT")
 
 
 class SmLanes:

@@ -24,6 +24,7 @@ import numpy as np
 
 from .. import config
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
+from ..driver.devices import attribute
 from ..driver.target import SIMULATOR
 from ..memo import BoundedMemo
 
@@ -222,33 +223,11 @@ def _write_encoded(at, base, sizes, strides, box, promotion):
 
 
 def compute_capability(device):
-    """``(major, minor)`` of GPU ``device`` (memoised)."""
-    known = _capabilities.get(device)
-    if known is None:
-        from ..driver.bindings import check, cu
-
-        attribute = cu.CUdevice_attribute
-        major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-                      "cuDeviceGetAttribute")
-        minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-                      "cuDeviceGetAttribute")
-        known = _capabilities[device] = (int(major), int(minor))
-    return known
-
-
-_capabilities: dict[int, tuple[int, int]] = {}
+    """``(major, minor)`` of GPU ``device``."""
+    return attribute(device, "COMPUTE_CAPABILITY_MAJOR"), attribute(device, "COMPUTE_CAPABILITY_MINOR")
 
 
 def shared_limit(device):
-    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes (memoised): 227 KiB
-    on an H100 or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
-    known = _shared_limits.get(device)
-    if known is None:
-        from ..driver.bindings import check, cu
-
-        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        known = _shared_limits[device] = int(check(cu.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"))
-    return known
-
-
-_shared_limits: dict[int, int] = {}
+    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes: 227 KiB on an H100
+    or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
+    return attribute(device, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")
