@@ -13,6 +13,7 @@ import time
 
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
+from ..testing import synchronize
 
 CLOCK = "wall clock (the CUDA simulator has no CUDA events; the times say nothing about a GPU)" if SIMULATOR \
     else "CUDA events"
@@ -29,14 +30,6 @@ def _numba_stream(handle):
     if handle == 2:
         return cuda.per_thread_default_stream()
     return cuda.external_stream(handle)
-
-
-def synchronize():
-    """Wait for all work of the current device (nothing to wait for on the simulator)."""
-    if not SIMULATOR:
-        from numba import cuda
-
-        cuda.synchronize()
 
 
 class GpuTimer:
