@@ -32,11 +32,9 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+    from .tma import _asm, _no_operands  # the inline-PTX helpers of the bulk-copy unit's intrinsics
 
-    def _asm(builder, ret, args, text, constraints):
-        kind = ir.FunctionType(ret, [a.type for a in args])
-        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=True), args)
+    _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
     def _copy(size):
         @intrinsic
@@ -52,25 +50,11 @@ else:
 
     copy4, copy8 = _copy(4), _copy(8)
 
-    @intrinsic
-    def commit(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(), codegen
+    commit = _no_operands("cp.async.commit_group;")
 
     @functools.lru_cache(maxsize=None)
     def waiter(n):
-        @intrinsic
-        def wait(typingctx):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}")
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return wait
+        return _no_operands(f"cp.async.wait_group {int(n)};")
 
     @intrinsic
     def landed_arrive(typingctx, bar):
