@@ -86,12 +86,7 @@ def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
     src_layout_dim : int
         Bytes per source token slot across all layers (``L * item_size`` for a dense buffer).
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_pf_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
@@ -127,12 +122,7 @@ def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
     page_size, head_num : int
         Tokens per page and heads per item, both >= 1.
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_ph_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
@@ -161,12 +151,7 @@ def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_
     num_layers : int
         Length of every table.
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer(
         (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
@@ -197,12 +182,7 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         ``L * item_size`` for a dense buffer.
     num_layers : int
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
@@ -236,12 +216,7 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         ``L * item_size`` for a dense buffer.
     num_layers, page_size, head_num : int
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_ph(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,
