@@ -81,7 +81,7 @@ def generate():
         own = ", ".join(["self", *_entry_point_signature(function)])
         keywords = _optional_keywords(function)
         call = ", ".join(["self", "*args: Any", *keywords, "stream: StreamLike | None = None", "check: bool = False"])
-        classes.append(f"    class _{camel}(Protocol):\n        def __call__({own}) -> None: ...\n\n"
+        classes.append(f"    class _{camel}(Protocol):\n        def __call__({own}) -> None: ...\n"
                        f"    class {camel}Transfer(Transfer):\n"
                        f"        def __call__({call}) -> None: ...  # type: ignore[override]\n")
         bound = ", ".join(["entry_point: " + f'_{camel} | Literal["{name}"]', "/", "*", *keywords,

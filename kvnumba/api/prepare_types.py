@@ -21,85 +21,71 @@ __all__ = ["prepare"]
 if TYPE_CHECKING:  # the entry points' call types, and the transfers prepare returns
     class _TransferKvPerLayer(Protocol):
         def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvPerLayerPfLf(Protocol):
         def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvPerLayerPhLf(Protocol):
         def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerPhLfTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayer(Protocol):
         def __call__(self, src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike, dst_v_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k_layers: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayerLfPf(Protocol):
         def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayerLfPh(Protocol):
         def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerLfPhTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvPerLayerMla(Protocol):
         def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerMlaTransfer(Transfer):
         def __call__(self, *args: Any, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvPerLayerMlaPfLf(Protocol):
         def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerMlaPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayerMla(Protocol):
         def __call__(self, src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerMlaTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: ArrayLike = ..., dst_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayerMlaLfPf(Protocol):
         def __call__(self, src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerMlaLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _Copy(Protocol):
         def __call__(self, src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike, layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, route: Literal['auto', 'kernel', 'copy_engine'] = 'auto', stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class CopyTransfer(Transfer):
         def __call__(self, *args: Any, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., route: Literal['auto', 'kernel', 'copy_engine'] = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvDirect(Protocol):
         def __call__(self, src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvDirectTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: Sequence[ArrayLike] = ..., dst_layers: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvPerLayerDirectPfLf(Protocol):
         def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvPerLayerDirectPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
     class _TransferKvAllLayerDirectLfPf(Protocol):
         def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
     class TransferKvAllLayerDirectLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
