@@ -270,13 +270,10 @@ def _check_tuning(name, value):
     ``SettingError`` for an L2 promotion kvnumba does not know."""
     if value is None:
         return
-    if name == "l2_promotion":
-        if value not in L2_PROMOTIONS:
-            raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {value!r}")
-        return
-    if name == "fp8_kernel":
-        if value not in FP8_KERNELS:
-            raise SettingError(f"fp8_kernel must be one of {', '.join(FP8_KERNELS)}, got {value!r}")
+    choices = {"l2_promotion": L2_PROMOTIONS, "fp8_kernel": FP8_KERNELS}.get(name)
+    if choices is not None:
+        if value not in choices:
+            raise SettingError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return
     if name in ("host_index_checks", "scale_boxes"):
         if not isinstance(value, bool):
