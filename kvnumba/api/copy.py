@@ -1,4 +1,4 @@
-"""``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers; with a
+"""``kv.copy``: move tokens between any two cache views (``kvnumba.layouts``), K and V, over some layers; with a
 ``kv.Fp8View`` (``kvnumba.api.fp8_views``) on a side, quantise, dequantise or copy FP8 (its plan:
 ``kvnumba.plan.fp8_plan``). Every copy takes the one path of the plain entry points (``plain_caller``)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Literal, SupportsIndex
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
 from .fp8_views import Fp8View
-from .views import CacheView
+from ..layouts import CacheView
 
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,

@@ -13,7 +13,7 @@ from tests.helpers.ptx import ptx_report as run_ptx_script
 
 SCRIPT = r"""
 import json, re
-from kvnumba.api.views import PageFirstDirect
+from kvnumba.layouts import PageFirstDirect
 from kvnumba.kernels import fp8_copy, fp8_pipelined, fp8_wide, layouts as L
 cases = {"quantise": (L.PAGE_FIRST, L.BLOCKS, False, "quantise", "e4m3", "bfloat16"),
          "dequantise": (L.HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
