@@ -25,9 +25,8 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     Parameters
     ----------
     src_view, dst_view : CacheView
-        Any two views (``kv.LayerFirst``, ``kv.PageFirst``, ``kv.PageFirstDirect``, ``kv.PageHead``,
-        ``kv.VllmFlashAttn``, ``kv.VllmFlashInfer``, ``kv.LayerTable``, or a user's own) with the same
-        item bytes and dtype, both MLA or neither; on one GPU (and pinned host memory).
+        Any two views (kvnumba's, ``kvnumba.layouts``: ``kv.LayerFirst``, ``kv.PageFirst``, ...; or a user's
+        own) with the same item bytes and dtype, both MLA or neither; on one GPU (and pinned host memory).
     src_indices, dst_indices : int64 arrays, ``[N]``
         Token slots, on the device or the host.
     layers : None, int or range

@@ -1,10 +1,6 @@
-"""The base of every layout: ``CacheView`` (buffers plus a layout plus geometry), ``Geometry``, and the registry
-of layouts by name.
-
-A view class registers itself by declaring ``name`` (and ``short_name``, where it has one): ``NAMES`` maps every
-name to its class, ``registered()`` gives the classes in the order they were declared, ``view_class`` reads a
-name (or ``module:Class``) and ``view_name`` gives one back. Nothing outside this package lists layouts: the
-plan, ``kvnumba.remote`` and ``kvnumba.convert`` read what each class declares (see ``CacheView``).
+"""``CacheView`` (buffers plus a layout plus geometry), ``Geometry``, and the registry: a view class registers
+itself by declaring its ``name`` (and ``short_name``); ``NAMES`` maps each to its class, ``registered()`` gives
+the classes in the order declared, ``view_class`` reads a name (or ``module:Class``), ``view_name`` gives it back.
 """
 from __future__ import annotations
 
@@ -64,7 +60,7 @@ class CacheView:
     and the copy engine, which serve a layout by its address parts).
     """
 
-    name: ClassVar[str | None] = None  # a kvnumba view's string name ("page_first"): see NAMES and view_class
+    name: ClassVar[str | None] = None  # its registered name ("page_first"): see NAMES and view_class
     short_name: ClassVar[str | None] = None  # its short name, where it has one ("pf")
     whole_tensor = True  # one array holds all of a cache's K (or V): kv.convert reads and writes this layout
     head_split = False
@@ -124,9 +120,15 @@ class CacheView:
         self._finish("k")
 
     def _finish(self, argument: str) -> None:
-        """The end of every constructor: a cache of nothing refused (naming ``argument``), the buffers held, the
-        arithmetic of a layout of your own checked."""
-        _refuse_empty(self, argument)
+        """The end of every constructor: a cache of nothing refused, naming ``argument`` (a copy of it could move
+        nothing: every index would be out of range; ``picture`` allows it), the buffers held, the arithmetic of a
+        layout of your own checked."""
+        g = self.geometry
+        for what, count in (("layers", g.layers), ("tokens", g.tokens), ("item bytes", g.item_bytes)):
+            if count == 0 and not _PICTURE_ONLY.get():
+                first = self.k[0] if isinstance(self.k, (list, tuple)) else self.k
+                raise ValueError(f"{type(self).__name__}: {argument} holds 0 {what} (shape {self.array(first)[0]}); "
+                                 "a cache view needs at least one layer, one token and a non-empty item")
         self._held, self._kept, self.flagged = hold(self)
         check_user_layout(self)
 
@@ -263,22 +265,6 @@ def picture(cls: type[CacheView], array: Any) -> CacheView:
         _PICTURE_ONLY.reset(token)
 
 
-def _refuse_empty(view: CacheView, argument: str) -> None:
-    """``ValueError`` naming ``argument`` for a view of no layers, no tokens or empty items: a copy of it
-    could move nothing, and every index into it would be out of range."""
-    if _PICTURE_ONLY.get():
-        return
-    g = view.geometry
-    for what, count in (("layers", g.layers), ("tokens", g.tokens), ("item bytes", g.item_bytes)):
-        if count == 0:
-            raise ValueError(f"{type(view).__name__}: {argument} holds 0 {what} (shape {view.array(_first(view.k))[0]}); "
-                             "a cache view needs at least one layer, one token and a non-empty item")
-
-
-def _first(buffer: Any) -> Any:
-    return buffer[0] if isinstance(buffer, (list, tuple)) else buffer
-
-
 def raw_item(g: Geometry) -> tuple[int, int]:
     """A staging view's item as raw bytes, ``(H, item/H)``: every view takes it, opposite any dtype."""
     return (g.heads, g.item_bytes // g.heads)
@@ -320,6 +306,15 @@ class Geometry:
                 f"item_bytes={self.item_bytes}, layout_dim={self.layout_dim}, dtype={self.dtype})")
 
 
+def leading(buffer: Any, axes: int, where: str, form: str) -> tuple[tuple[int, ...], int, int, str]:
+    """``(its first axes, heads, item bytes, dtype)`` of a buffer of the ``form`` ``[*axes, *item]``;
+    ``ValueError`` saying so, from ``where``, for one of too few axes."""
+    shape, size, dtype = shape_of(buffer, where)
+    if len(shape) <= axes:
+        raise ValueError(f"{where}: a buffer is {form}, got {shape}")
+    return (shape[:axes], *item_of(shape[axes:], size, where), dtype)
+
+
 def item_of(shape: Sequence[int], dtype_bytes: int, where: str) -> tuple[int, int]:
     """``(heads, item_bytes)`` of an item shaped ``shape``: ``(H, D)``, or ``(D,)`` for one vector."""
     if len(shape) == 1:
@@ -355,15 +350,9 @@ def registered() -> tuple[type[CacheView], ...]:
     return tuple(dict.fromkeys(NAMES.values()))
 
 
-def declared() -> list[type[CacheView]]:
-    """Every ``CacheView`` subclass defined in this process (kvnumba's and yours, named or not)."""
-    found: list[type[CacheView]] = []
-    todo = list(CacheView.__subclasses__())
-    while todo:
-        cls = todo.pop(0)
-        found.append(cls)
-        todo[:0] = cls.__subclasses__()
-    return found
+def declared(base: type[CacheView] | None = None) -> list[type[CacheView]]:
+    """Every ``CacheView`` subclass (of ``base``) defined in this process: kvnumba's and yours, named or not."""
+    return [c for sub in (base or CacheView).__subclasses__() for c in (sub, *declared(sub))]
 
 
 def view_name(cls: type[CacheView]) -> str:

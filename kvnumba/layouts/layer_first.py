@@ -1,9 +1,5 @@
-"""Layer-first caches: ``LayerFirst`` (one ``[L, T, *item]`` array, or a list of L ``[T, *item]`` arrays read
-through a table of their addresses) and ``LayerTable`` (such tables given raw, as the seed takes them).
-
-Their address arithmetic is the seed's (``kvnumba.kernels.layouts.LAYER_FIRST`` and ``LAYER_TABLE``): the seed's
-entry points use it too.
-"""
+"""Layer-first caches, ``LayerFirst`` and ``LayerTable`` (raw tables of layer addresses), in the address
+arithmetic of the seed's entry points (``kvnumba.kernels.layouts.LAYER_FIRST`` and ``LAYER_TABLE``)."""
 from __future__ import annotations
 
 from typing import Any, SupportsIndex
@@ -12,7 +8,7 @@ from ..arrays import array_info, shape_of
 from ..checks import validate
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
-from .base import Allocate, CacheView, Geometry, item_of, per_layer, raw_item
+from .base import Allocate, CacheView, Geometry, item_of, leading, per_layer, raw_item
 
 
 class LayerFirst(CacheView):
@@ -27,22 +23,14 @@ class LayerFirst(CacheView):
         super().__init__(k, v)
 
     def shape(self, buffer: Any) -> Geometry:
-        if isinstance(buffer, (list, tuple)):
-            if not buffer:
-                raise ValueError("LayerFirst: a list of per-layer arrays must hold at least one layer")
-            described = [shape_of(b, f"LayerFirst layer {i}") for i, b in enumerate(buffer)]
-            if any(d != described[0] for d in described):
-                raise ValueError("LayerFirst: every layer must have the same shape and dtype")
-            shape, size, dtype = described[0]
+        if isinstance(buffer, (list, tuple)):  # layers alike (CacheView.__init__ checked): layer 0 says
+            shape, size, dtype = shape_of(buffer[0], "LayerFirst layer 0")
             if len(shape) < 2:
                 raise ValueError(f"LayerFirst: a layer is [T, *item], got {shape}")
             heads, item = item_of(shape[1:], size, "LayerFirst")
-            return Geometry(len(described), shape[0], 1, heads, item, 0, dtype)
-        shape, size, dtype = shape_of(buffer, "LayerFirst")
-        if len(shape) < 3:
-            raise ValueError(f"LayerFirst: a buffer is [L, T, *item], got {shape}")
-        heads, item = item_of(shape[2:], size, "LayerFirst")
-        return Geometry(shape[0], shape[1], 1, heads, item, shape[1] * item, dtype)
+            return Geometry(len(buffer), shape[0], 1, heads, item, 0, dtype)
+        (layers, tokens), heads, item, dtype = leading(buffer, 2, "LayerFirst", "[L, T, *item]")
+        return Geometry(layers, tokens, 1, heads, item, tokens * item, dtype)
 
     @classmethod
     def buffer_shape(cls, layers: int, tokens: int, page_size: int, item: tuple[int, ...]) -> tuple[int, ...]:

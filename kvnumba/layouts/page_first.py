@@ -1,16 +1,13 @@
-"""Page-first caches, every layer of a token (or page) together: ``PageFirst`` ``[T, L, *item]`` (SGLang's host
-pool; its arithmetic is the seed's ``kvnumba.kernels.layouts.PAGE_FIRST``) and ``PageFirstDirect``
-``[T/P, L, P, *item]`` (SGLang's memcpy-path host pool: one page of one layer contiguous).
-"""
+"""Page-first caches, every layer of a token (or page) together: ``PageFirst`` (the seed's ``PAGE_FIRST``
+arithmetic) and ``PageFirstDirect``."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
 
-from ..arrays import shape_of
 from ..kernels import layouts
-from .base import CacheView, Geometry, Paged, item_of
+from .base import CacheView, Geometry, Paged, leading
 
 
 class PageFirst(CacheView):
@@ -20,11 +17,8 @@ class PageFirst(CacheView):
     parts = layouts.PAGE_FIRST
 
     def shape(self, buffer: Any) -> Geometry:
-        shape, size, dtype = shape_of(buffer, "PageFirst")
-        if len(shape) < 3:
-            raise ValueError(f"PageFirst: a buffer is [T, L, *item], got {shape}")
-        heads, item = item_of(shape[2:], size, "PageFirst")
-        return Geometry(shape[1], shape[0], 1, heads, item, shape[1] * item, dtype)
+        (tokens, layers), heads, item, dtype = leading(buffer, 2, "PageFirst", "[T, L, *item]")
+        return Geometry(layers, tokens, 1, heads, item, layers * item, dtype)
 
     @classmethod
     def buffer_shape(cls, layers: int, tokens: int, page_size: int, item: tuple[int, ...]) -> tuple[int, ...]:
@@ -50,11 +44,7 @@ class PageFirstDirect(Paged):
     head_stride = staticmethod(layouts.item_head_stride)
 
     def shape(self, buffer: Any) -> Geometry:
-        shape, size, dtype = shape_of(buffer, "PageFirstDirect")
-        if len(shape) < 4:
-            raise ValueError(f"PageFirstDirect: a buffer is [T/P, L, P, *item], got {shape}")
-        pages, layers, page = shape[:3]
-        heads, item = item_of(shape[3:], size, "PageFirstDirect")
+        (pages, layers, page), heads, item, dtype = leading(buffer, 3, "PageFirstDirect", "[T/P, L, P, *item]")
         return Geometry(layers, pages * page, page, heads, item, layers * item, dtype)
 
     @classmethod

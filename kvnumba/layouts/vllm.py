@@ -102,6 +102,7 @@ class VllmFlashInfer(_Blocks):
     or ``[num_blocks, 2, H, block_size, D]`` ("HND")."""
 
     name = "vllm_flash_infer"
+    parts = BLOCKS  # NHD's; an HND view's is HEAD_MAJOR_BLOCKS
 
     def __init__(self, caches: Sequence[ArrayLike], layout: Literal["NHD", "HND"] = "NHD") -> None:
         if layout not in ("NHD", "HND"):

@@ -144,7 +144,8 @@ def find_parts(name: str) -> layouts.LayoutParts:
 
 def find_class(name: str) -> type[CacheView] | None:
     """The view class named ``module:qualname`` if it is loaded in this process (never imports)."""
-    for cls in [CacheView, *declared()]:
+    candidates: list[type[CacheView]] = [CacheView, *declared()]
+    for cls in candidates:
         if _class_name(cls) == name:
             return cls
     return None
