@@ -9,6 +9,7 @@ import pytest
 import kvnumba as kv
 from kvnumba import layouts, reference
 from kvnumba.convert import LayoutName, UnifiedArg
+from kvnumba.kernels import layouts as kernel_layouts
 from kvnumba.kernels.layouts import LayoutParts
 from kvnumba.layouts.base import CacheView
 from kvnumba.remote.sides import find_parts
@@ -73,17 +74,12 @@ def slot_major():
         name, short_name = "slot_major", "sm"
         paged = True
 
-        @staticmethod
-        def layer_base(base, layer, layout_dim, item_size, heads, page_size):
-            return base + layer * layout_dim  # layout_dim: the bytes of one layer
+        layer_base = staticmethod(kernel_layouts.layer_first_layer_base)  # layout_dim: the bytes of one layer
+        head_stride = staticmethod(kernel_layouts.item_head_stride)  # a token's heads side by side
 
         @staticmethod
         def token_offset(token, layout_dim, item_size, heads, page_size):
             return token % page_size * (layout_dim // page_size) + token // page_size * item_size
-
-        @staticmethod
-        def head_stride(layout_dim, item_size, heads, page_size):
-            return item_size // heads
 
         def shape(self, buffer):
             shape, itemsize, dtype = self.array(buffer)
