@@ -42,7 +42,7 @@ import numpy as np
 from ..checks import validate
 from ..driver.target import SIMULATOR, gpu_available
 from ..arrays import ArrayInfo, array_info
-from ..layouts import CacheView, PageUnified
+from ..layouts import CacheView, LayerFirst, PageUnified
 from ..types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
 from . import unified
 from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_page_size
@@ -55,9 +55,8 @@ Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
 
 LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
-"""The string names (and short names) of kvnumba's views ``convert`` takes, as type checkers know them (a misspelt
-one is an error): a type checker cannot read the registry. At run time every registered name converts (a test
-holds these to the registry)."""
+"""The names of kvnumba's views ``convert`` takes, as type checkers know them (a misspelt one is an error; they
+cannot read the registry, and a test holds these to it). At run time every registered name converts."""
 LayoutArg: TypeAlias = Union[LayoutName, "type[CacheView]"]
 """A layout as ``convert`` is typed to take it: a view class, or its string name. At run time names are read in
 any case, and ``"module:Class"`` names a view class (the command line's form)."""
@@ -407,7 +406,6 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
     """The kernel engine for a pool: one ``kv.copy`` between the two sides' views (K and V together), or two
     through a layer-first pair where the sides cut a token's heads into runs no copy shares."""
     from ..api.copy import copy
-    from ..layouts import LayerFirst
 
     device = _Device(infos[0])
     outs = [device.empty(shape) for shape in plan.shapes]

@@ -1,9 +1,9 @@
 """One whole-cache tensor (K, V or MLA: every token of every layer) in a layout, read through its view class:
 its dimensions, its shape in another layout, and its NumPy picture ``(L, T // P, P, *item)``.
 
-Layouts are the cache views (``kvnumba.layouts``), named by the class or its string name; the views read
-the shapes and give the pictures, and say which a conversion takes (``whole_tensor``, ``kv_pool``). ``kv.convert`` (``kvnumba.convert.api``) and the file converter
-(``kvnumba.convert.files``) share what is here.
+Layouts are the cache views (``kvnumba.layouts``), named by the class or its string name; the views read the
+shapes, give the pictures and say which a conversion takes (``whole_tensor``, ``kv_pool``). ``kv.convert``
+(``kvnumba.convert.api``) and the file converter (``kvnumba.convert.files``) share what is here.
 """
 from __future__ import annotations
 

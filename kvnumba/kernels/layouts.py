@@ -14,9 +14,8 @@ functions serve whole-item and head-by-head copies (the seed's ``per_head_lf`` i
 here, with ``heads > 1``).
 
 The seed's four layouts follow its ``get_global_offset_*`` term for term, so addresses agree even on
-unusual arguments; the seed's entry points use them. Every other layout declares its three functions with its
-view class (``kvnumba.layouts``), and ``LayoutParts`` compiles them; a user-defined layout is three plain Python
-functions of the same form.
+unusual arguments; the seed's entry points use them. Every other layout, a user-defined one too, declares three
+plain Python functions of the same form in its view class (``kvnumba.layouts``), which ``LayoutParts`` compiles.
 """
 import enum
 

@@ -1,9 +1,6 @@
-"""Cache views, the two sides of ``kv.copy``: buffers plus a layout plus geometry. One module per family of
-layouts (``layer_first``, ``page_first``, ``page_head``, ``page_unified``, ``vllm``); each view class declares
-everything the package knows of its layout: its shapes, address parts and bounds, NumPy picture and routes
-(``base.CacheView``). A class registers itself by declaring its ``name``; ``view_class`` reads a name, ``NAMES``
-holds them all. A module added to this package is imported here, and so registered.
-"""
+"""Cache views, the two sides of ``kv.copy``, one module per family of layouts: each view class declares all the
+package reads of its layout (``base.CacheView``), and registers itself by its ``name``. Every module here is
+imported, so a layout added as a module is registered."""
 import importlib
 import pkgutil
 
@@ -19,7 +16,3 @@ for _module in pkgutil.iter_modules(__path__):
 
 BUILT_IN = registered()
 """kvnumba's view classes, in the order declared."""
-
-__all__ = ["BUILT_IN", "NAMES", "CacheView", "Geometry", "LayerFirst", "LayerTable", "PageFirst", "PageFirstDirect",
-           "PageHead", "PageUnified", "VllmFlashAttn", "VllmFlashInfer", "picture", "registered", "view_class",
-           "view_name"]

@@ -54,10 +54,9 @@ class CacheView:
     class of your own (not kvnumba's) has its arithmetic evaluated at construction at every layer and
     token, with the heads a copy can use: every byte it can reach must lie in its buffer, K and V each.
 
-    What the routes read of a class (never its name): ``staging`` and ``stages`` (``kvnumba.remote``'s staged
-    route), ``export_options`` (what an export carries), ``parts_named`` (an export's layout found again),
-    ``buffer_shape``, ``whole_tensor`` and ``paged`` (``kv.convert``), ``parts`` (the kernels, the staged kernel
-    and the copy engine, which serve a layout by its address parts).
+    What the routes read of a class, never its name: ``parts`` (the kernels and the copy engine), ``staging``,
+    ``stages``, ``export_options`` and ``parts_named`` (``kvnumba.remote``), ``buffer_shape``, ``whole_tensor``,
+    ``kv_pool`` and ``paged`` (``kv.convert``).
     """
 
     name: ClassVar[str | None] = None  # its registered name ("page_first"): see NAMES and view_class
@@ -209,11 +208,9 @@ class CacheView:
 
     @classmethod
     def stages(cls) -> bool:
-        """Whether ``staging`` can make a view of this layout: a class with its own ``staging``, or one buffer
-        with a ``buffer_shape``."""
-        if cls.staging.__func__ is not CacheView.staging.__func__:  # type: ignore[attr-defined]
-            return True
-        return not cls.per_layer and cls.buffer_shape.__func__ is not CacheView.buffer_shape.__func__  # type: ignore[attr-defined]
+        """Whether ``staging`` can make a view of this layout: a class with its own, or one buffer with a shape."""
+        own = cls.staging.__func__ is not CacheView.staging.__func__  # type: ignore[attr-defined]
+        return own or not cls.per_layer and cls.buffer_shape.__func__ is not CacheView.buffer_shape.__func__  # type: ignore[attr-defined]
 
     def export_options(self) -> dict[str, Any]:
         """What an export carries of this view's options (those a staging view of its layout is made with)."""
@@ -274,8 +271,7 @@ def per_layer(make_layer: Callable[[], Any], layers: Any, total: int) -> list[An
     """A staging view's per-layer list: ``total`` entries, a fresh array for each of ``layers`` (those a copy
     touches), the first of them elsewhere (never read or written: ``kv.copy`` maps layer ``l`` to layer ``l``)."""
     arrays = {int(layer): make_layer() for layer in layers}
-    first = arrays[int(layers[0])]
-    return [arrays.get(layer, first) for layer in range(total)]
+    return [arrays.get(layer, arrays[int(layers[0])]) for layer in range(total)]
 
 
 class Geometry:
@@ -340,7 +336,6 @@ class Paged(CacheView):
 
     def _options(self) -> dict[str, Any]:
         return {"page_size": self.page_size_given}
-
 
 
 # --- the registry ----------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ flash-attention backend's) and ``VllmFlashInfer`` (FlashInfer's, NHD or HND).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -37,11 +37,15 @@ HEAD_MAJOR_BLOCKS = layouts.LayoutParts("hnd_blocks", layouts.table_layer_base, 
 
 
 class _Blocks(CacheView):
-    """Per-layer paged caches read through tables of K and V block addresses (vLLM, FlashInfer)."""
+    """Per-layer paged caches read through tables of K and V block addresses (vLLM, FlashInfer). ``AXES`` says,
+    per ``layout`` option, where a layer's array keeps K/V (2), its blocks, a block's tokens and the heads; D
+    is last."""
 
     per_layer = True
     paged = True
     whole_tensor = False
+    AXES: ClassVar[dict[str | None, tuple[int, int, int, int]]]
+    layout: str | None = None
 
     def __init__(self, caches: Sequence[ArrayLike]) -> None:
         if not isinstance(caches, (list, tuple)) or not caches:
@@ -54,6 +58,27 @@ class _Blocks(CacheView):
         self.v = self.caches  # K and V share each layer's array; the tables tell them apart
         self._finish("caches")
 
+    def shape(self, caches: Any) -> Geometry:
+        name, (kv, blocks, block, heads) = type(self).__name__, self.AXES[self.layout]
+        infos = [array_info(c, f"{name} caches[{i}]") for i, c in enumerate(caches)]
+        shape = infos[0].shape
+        if len(shape) != 5 or shape[kv] != 2 or any(i.shape != shape for i in infos):
+            words = dict(zip((kv, blocks, block, heads, 4), ("2", "num_blocks", "block_size", "H", "D")))
+            raise ValueError(f"{name}: every layer is [{', '.join(words[a] for a in range(5))}], got {shape}")
+        item = shape[heads] * shape[4] * dtype_bytes(infos[0])
+        between = shape[block] * item * (2 if kv > blocks else 1)  # the bytes from one block to the next
+        return Geometry(len(infos), shape[blocks] * shape[block], shape[block], shape[heads], item, between,
+                        infos[0].dtype)
+
+    @classmethod
+    def staging(cls, remote: Any, pages: int, layers: Any, allocate: Allocate) -> CacheView:
+        """Arrays only for the layers copied, each ``pages`` blocks in the remote's order (its ``layout``)."""
+        g, options = remote.geometry, remote.origin.options
+        shape = [0] * 5
+        for axis, size in zip((*cls.AXES[options.get("layout")], 4), (2, pages, g.page_size, *raw_item(g))):
+            shape[axis] = size
+        return cls(per_layer(lambda: allocate(tuple(shape)), layers, g.layers), **options)
+
     def like(self, caches: Any, v: Any = None) -> CacheView:
         return type(self)(caches, **self._options())
 
@@ -61,11 +86,8 @@ class _Blocks(CacheView):
         return list(self.caches)
 
     def layer_items(self, which: str, layer: int) -> Any:
-        return self.logical_layer(self.caches[layer], which)
-
-    def logical_layer(self, cache: Any, which: str) -> Any:
-        """K's (or V's) blocks of one layer's ``cache`` as a NumPy view ``[blocks, P, H, D]``."""
-        raise NotImplementedError
+        kv, blocks, block, heads = self.AXES[self.layout]  # [blocks, P, H, D] of K (or V)
+        return np.moveaxis(self.caches[layer], (kv, blocks, block, heads), (0, 1, 2, 3))[0 if which == "k" else 1]
 
 
 class VllmFlashAttn(_Blocks):
@@ -73,28 +95,10 @@ class VllmFlashAttn(_Blocks):
 
     name = "vllm_flash_attn"
     parts = BLOCKS
-
-    def shape(self, caches: Any) -> Geometry:
-        infos = [array_info(c, f"VllmFlashAttn caches[{i}]") for i, c in enumerate(caches)]
-        info = infos[0]
-        if len(info.shape) != 5 or info.shape[0] != 2 or any(i.shape != info.shape for i in infos):
-            raise ValueError(f"VllmFlashAttn: every layer is [2, num_blocks, block_size, H, D], got {info.shape}")
-        _, blocks, block, heads, dim = info.shape
-        item = heads * dim * dtype_bytes(info)
-        return Geometry(len(infos), blocks * block, block, heads, item, block * item, info.dtype)
+    AXES = {None: (0, 1, 2, 3)}
 
     def kind_offset(self, which: str) -> int:
         return self.geometry.tokens * self.geometry.item_bytes if which == "v" else 0  # V's half of the layer
-
-    @classmethod
-    def staging(cls, remote: Any, pages: int, layers: Any, allocate: Allocate) -> CacheView:
-        """Arrays only for the layers copied, each ``[2, pages, P, H, item/H]``."""
-        g = remote.geometry
-        shape = (2, pages, g.page_size, *raw_item(g))
-        return cls(per_layer(lambda: allocate(shape), layers, g.layers))
-
-    def logical_layer(self, cache: Any, which: str) -> Any:
-        return cache[0 if which == "k" else 1]  # [blocks, P, H, D]
 
 
 class VllmFlashInfer(_Blocks):
@@ -103,6 +107,7 @@ class VllmFlashInfer(_Blocks):
 
     name = "vllm_flash_infer"
     parts = BLOCKS  # NHD's; an HND view's is HEAD_MAJOR_BLOCKS
+    AXES = {"NHD": (1, 0, 2, 3), "HND": (1, 0, 3, 2)}
 
     def __init__(self, caches: Sequence[ArrayLike], layout: Literal["NHD", "HND"] = "NHD") -> None:
         if layout not in ("NHD", "HND"):
@@ -115,31 +120,9 @@ class VllmFlashInfer(_Blocks):
     def _options(self) -> dict[str, Any]:
         return {"layout": self.layout}
 
-    def shape(self, caches: Any) -> Geometry:
-        infos = [array_info(c, f"VllmFlashInfer caches[{i}]") for i, c in enumerate(caches)]
-        info = infos[0]
-        if len(info.shape) != 5 or info.shape[1] != 2 or any(i.shape != info.shape for i in infos):
-            raise ValueError(f"VllmFlashInfer: every layer is [num_blocks, 2, {'block_size, H' if self.layout == 'NHD' else 'H, block_size'}, D], got {info.shape}")
-        blocks = info.shape[0]
-        block, heads = (info.shape[2], info.shape[3]) if self.layout == "NHD" else (info.shape[3], info.shape[2])
-        item = heads * info.shape[4] * dtype_bytes(info)
-        return Geometry(len(infos), blocks * block, block, heads, item, 2 * block * item, info.dtype)
-
     def kind_offset(self, which: str) -> int:
         return self.geometry.page_size * self.geometry.item_bytes if which == "v" else 0  # V's half of a block
 
     @classmethod
-    def staging(cls, remote: Any, pages: int, layers: Any, allocate: Allocate) -> CacheView:
-        """Arrays only for the layers copied, in the remote's order (NHD or HND)."""
-        g, layout = remote.geometry, remote.origin.options.get("layout", "NHD")
-        heads, per_head = raw_item(g)
-        shape = (pages, 2, g.page_size, heads, per_head) if layout == "NHD" else (pages, 2, heads, g.page_size, per_head)
-        return cls(per_layer(lambda: allocate(shape), layers, g.layers), layout=layout)
-
-    @classmethod
     def parts_named(cls, name: str) -> layouts.LayoutParts | None:
         return {p.name: p for p in (BLOCKS, HEAD_MAJOR_BLOCKS)}.get(name)
-
-    def logical_layer(self, cache: Any, which: str) -> Any:
-        half = cache[:, 0 if which == "k" else 1]
-        return half if self.layout == "NHD" else np.swapaxes(half, 1, 2)  # [blocks, P, H, D]

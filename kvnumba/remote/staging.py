@@ -2,10 +2,8 @@
 
 The staged route (``kvnumba.remote.plan``) moves the remote side's runs as they are into such a view
 on this side, and ``kv.copy`` relayouts between it and the local view. A staging view has the remote
-view's class, item and page size, ``pages`` pages (the touched ones, in page order), made by its class's
-``staging`` (``kvnumba.layouts``): a per-layer layout holds arrays only for the copied layers, the others
-layers ``0 .. last copied`` (a user layout: every layer, by ``buffer_shape`` of its class if it defines one;
-else no staging: the direct route).
+view's class, item and page size, and ``pages`` pages (the touched ones, in page order): its class's
+``staging`` makes it (``kvnumba.layouts``; a class that cannot: the direct route).
 
 Items are stored as raw bytes (uint8, ``(H, item/H)``), which ``kv.copy`` takes opposite any dtype.
 Memory: on the simulator NumPy; on a GPU, device memory on the local view's GPU, or pinned host
@@ -56,8 +54,7 @@ def can_stage(remote: Side) -> bool:
 def make(remote: Side, pages: int, layers: np.ndarray, allocate: Allocate) -> CacheView:
     """A staging view for ``remote`` with ``pages`` pages covering ``layers`` (its class's ``staging``)."""
     cls = find_class(remote.origin.view_class)
-    if cls is None:  # pragma: no cover - can_stage said yes
-        raise TypeError(f"no staging view for {remote.origin.view_class}")
+    assert cls is not None, "can_stage said yes"
     return cls.staging(remote, pages, layers, allocate)
 
 
