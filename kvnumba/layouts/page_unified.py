@@ -125,10 +125,7 @@ class PageUnified(Paged):
         return type(self)(k, **self._options())
 
     def layer_items(self, which: str, layer: int) -> Any:
-        buffer = np.asarray(self.k)
-        if self.mla:
-            return buffer[:, layer]  # [T/P, P, D]
-        return np.moveaxis(buffer[:, :, layer, 0 if which == "k" else 1], 1, 2)  # [T/P, P, G, H/G, D]
+        return self.pool_pictures(np.asarray(self.k))[int(which == "v" and not self.mla)][layer]  # [T/P, P, *item]
 
 
 PageUnified.parts = PageUnified.arithmetic(2, 1)  # the class's own: one head group of K and V (an instance: its shape's)

@@ -82,9 +82,6 @@ class _Blocks(CacheView):
     def like(self, caches: Any, v: Any = None) -> CacheView:
         return type(self)(caches, **self._options())
 
-    def buffers(self, which: str) -> list[Any]:
-        return list(self.caches)
-
     def layer_items(self, which: str, layer: int) -> Any:
         kv, blocks, block, heads = self.AXES[self.layout]  # [blocks, P, H, D] of K (or V)
         return np.moveaxis(self.caches[layer], (kv, blocks, block, heads), (0, 1, 2, 3))[0 if which == "k" else 1]
