@@ -48,7 +48,7 @@ try:
     from .driver.lanes import LaneStream, SmLanes, sm_count
     from .api.prepare_types import prepare
     from .api.transfer import Transfer, clear_plan_caches
-    from .api.views import (
+    from .layouts import (
         CacheView,
         Geometry,
         LayerFirst,

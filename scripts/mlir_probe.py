@@ -151,7 +151,7 @@ class Worker:
     def _run_row(self, key):
         kv, np = self.kv, self.np
         from kvnumba import config, quant_reference, reference
-        from kvnumba.api.views import LayerFirst, PageFirst
+        from kvnumba.layouts import LayerFirst, PageFirst
         from kvnumba.testing import device_array
         from kvnumba.tools.timing import gpu_time
 

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, SupportsIndex, overloa
 from ..types import ArrayLike, StreamLike
 from .transfer import Transfer
 from .transfer import prepare as _prepare
-from .views import CacheView
+from ..layouts import CacheView
 
 __all__ = ["prepare"]
 '''

@@ -6,10 +6,11 @@ Layers, lowest first (a module may import its own layer and the ones below it):
 1. ``driver``: CUDA through its bindings (and ``arrays``: memory as the driver sees it);
 2. ``kernels``: the CUDA kernels and their parameter block;
 3. ``checks``: argument and memory checks (they read the kernels' layouts and bounds);
-4. ``plan``: what is built once per geometry (``kvnumba.plan``);
-5. ``api``: the public calls (and ``reference``, the NumPy oracle of the same calls);
-6. the package's public face: ``kvnumba`` itself, ``convert``, ``compat``, ``remote``;
-7. ``tools``: the command line and its helpers (``timing``: the GPU timer of the demo and the scripts), and
+4. ``layouts``: the cache views, one module per family of layouts (what every wing above reads of a layout);
+5. ``plan``: what is built once per geometry (``kvnumba.plan``);
+6. ``api``: the public calls (and ``reference``, the NumPy oracle of the same calls);
+7. the package's public face: ``kvnumba`` itself, ``convert``, ``compat``, ``remote``;
+8. ``tools``: the command line and its helpers (``timing``: the GPU timer of the demo and the scripts), and
    ``testing``, ``__main__``.
 
 Every import counts, for the layers and for loops: at module level, inside functions, and under ``if
@@ -31,12 +32,13 @@ LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
     "kvnumba.driver": 1, "kvnumba.arrays": 1,
     "kvnumba.kernels": 2,
     "kvnumba.checks": 3,
-    "kvnumba.plan": 4,
-    "kvnumba.api": 5, "kvnumba.reference": 5, "kvnumba.quant_reference": 5,
-    "kvnumba": 6, "kvnumba.convert": 6, "kvnumba.compat": 6, "kvnumba.remote": 6,
-    "kvnumba.tools": 7, "kvnumba.testing": 7, "kvnumba.__main__": 7,
+    "kvnumba.layouts": 4,
+    "kvnumba.plan": 5,
+    "kvnumba.api": 6, "kvnumba.reference": 6, "kvnumba.quant_reference": 6,
+    "kvnumba": 7, "kvnumba.convert": 7, "kvnumba.compat": 7, "kvnumba.remote": 7,
+    "kvnumba.tools": 8, "kvnumba.testing": 8, "kvnumba.__main__": 8,
 }
-LAYER_NAMES = ["base", "driver", "kernels", "checks", "plan", "api", "public face", "tools"]
+LAYER_NAMES = ["base", "driver", "kernels", "checks", "layouts", "plan", "api", "public face", "tools"]
 
 def _modules():
     """``{module name: path}`` of every module of the package."""
@@ -77,7 +79,7 @@ def _imports(module, path, source=None):
         else:
             continue
         for target in targets:
-            while target and target not in MODULES:  # ``import kvnumba.api.views`` -> that module
+            while target and target not in MODULES:  # ``import kvnumba.layouts.base`` -> that module
                 target = target.rpartition(".")[0]
             if target and target != module and target.split(".")[0] == "kvnumba":
                 found.append((target, node.lineno))
@@ -143,9 +145,9 @@ def test_the_rules_catch_what_they_forbid():
     assert "kvnumba.plan.per_call" in targets  # from . import per_call
     assert any(t == "kvnumba.driver.pointers" for t, _ in GRAPH["kvnumba.plan.cache"])  # inside a function
     assert _layer("kvnumba.plan.kernel_plan") < _layer("kvnumba.api.transfer")
-    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .views import CacheView\n"
+    typing_only = "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..layouts import CacheView\n"
     path = MODULES["kvnumba.api.copy"]
-    assert dict(_imports("kvnumba.api.copy", path, typing_only)) == {"kvnumba.api.views": 3}  # a type only: counted
+    assert dict(_imports("kvnumba.api.copy", path, typing_only)) == {"kvnumba.layouts": 3}  # a type only: counted
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

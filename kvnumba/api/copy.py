@@ -1,4 +1,4 @@
-"""``kv.copy``: move tokens between any two cache views (``kvnumba.api.views``), K and V, over some layers; with a
+"""``kv.copy``: move tokens between any two cache views (``kvnumba.layouts``), K and V, over some layers; with a
 ``kv.Fp8View`` (``kvnumba.api.fp8_views``) on a side, quantise, dequantise or copy FP8 (its plan:
 ``kvnumba.plan.fp8_plan``). Every copy takes the one path of the plain entry points (``plain_caller``)."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Literal, SupportsIndex
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
 from .fp8_views import Fp8View
-from .views import CacheView
+from ..layouts import CacheView
 
 
 def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -25,9 +25,8 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     Parameters
     ----------
     src_view, dst_view : CacheView
-        Any two views (``kv.LayerFirst``, ``kv.PageFirst``, ``kv.PageFirstDirect``, ``kv.PageHead``,
-        ``kv.VllmFlashAttn``, ``kv.VllmFlashInfer``, ``kv.LayerTable``, or a user's own) with the same
-        item bytes and dtype, both MLA or neither; on one GPU (and pinned host memory).
+        Any two views (kvnumba's, ``kvnumba.layouts``: ``kv.LayerFirst``, ``kv.PageFirst``, ...; or a user's
+        own) with the same item bytes and dtype, both MLA or neither; on one GPU (and pinned host memory).
     src_indices, dst_indices : int64 arrays, ``[N]``
         Token slots, on the device or the host.
     layers : None, int or range

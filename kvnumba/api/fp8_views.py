@@ -1,6 +1,6 @@
 """``kv.Fp8View``: a KV cache held in FP8, and ``kv.fp8_like``, which allocates one shaped like a view.
 
-An ``Fp8View`` pairs two views of the same built-in class (``kvnumba.api.views``), the same layout,
+An ``Fp8View`` pairs two views of the same built-in class (``kvnumba.layouts``), the same layout,
 layers, tokens and page size (and options: ``VllmFlashInfer``'s ``layout``):
 
 - ``codes``: uint8 buffers of FP8 bit patterns (``fmt="e4m3"``: e4m3fn, or ``"e5m2"``), items ``(H, D)``
@@ -27,7 +27,7 @@ import numpy as np
 from ..arrays import array_info, device_array, pinned
 from ..kernels.fp8_format import fp8_format, plain_dtype
 from ..plan.fp8_plan import plain_dtype_of
-from .views import CacheView, LayerTable
+from ..layouts import CacheView
 
 __all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
 
@@ -62,10 +62,10 @@ class Fp8View:
             if not isinstance(view, CacheView):
                 raise TypeError(f"Fp8View: {name} must be a kvnumba cache view (kv.PageFirst, kv.LayerFirst, ...), "
                                 f"got {type(view).__name__}")
-            if isinstance(view, LayerTable):
+            if view.raw_tables:
                 raise TypeError(f"Fp8View: {name} is a LayerTable (raw addresses, no dtype): make it a LayerFirst of "
                                 "the layers' arrays")
-            if view.user_layout or type(view).__module__ != CacheView.__module__:
+            if not view.built_in:
                 raise TypeError(f"Fp8View: {name} must be one of kvnumba's built-in views, got {type(view).__name__}")
         if type(codes) is not type(scales):
             raise TypeError(f"Fp8View: codes is a {type(codes).__name__} but scales a {type(scales).__name__}: both "
@@ -170,9 +170,9 @@ def fp8_like(view: CacheView, fmt: str = "e4m3", dtype: str | None = None) -> Fp
     """A zeroed ``Fp8View`` with ``view``'s class, options and geometry (codes shaped as ``view``'s buffers,
     uint8; scales with their last axis 1, float32), in the same kind of memory (``_zeros_like``).
     ``dtype``: for a plain view of uint16 bit patterns, the floats they are (else ``view``'s own)."""
-    if not isinstance(view, CacheView) or isinstance(view, LayerTable):
+    if not isinstance(view, CacheView) or view.raw_tables:
         raise TypeError(f"fp8_like: view must be a kvnumba cache view other than LayerTable, got {type(view).__name__}")
-    if view.user_layout or type(view).__module__ != CacheView.__module__:
+    if not view.built_in:
         raise TypeError(f"fp8_like: view must be one of kvnumba's built-in views, got {type(view).__name__}")
     if dtype is None and view.geometry.dtype in ("bfloat16", "float16"):
         dtype = view.geometry.dtype

@@ -19,7 +19,7 @@ from ..errors import BufferMovedError
 
 def _is_view(obj):
     from .fp8_views import Fp8View
-    from .views import CacheView
+    from ..layouts import CacheView
 
     return isinstance(obj, (CacheView, Fp8View))  # both say check_unchanged and flagged
 

@@ -1,16 +1,13 @@
 """``kv.convert``: one K (or V, or MLA) tensor of a whole cache (T tokens, L layers) re-laid out, or every
 array of a file.
 
-A layout is a cache view class (``kvnumba.api.views``) or its string name (``item`` is one token's shape
-in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for MLA; ``P`` is the page size):
-
-- ``kv.LayerFirst``, ``"layer_first"`` (``"lf"``): ``(L, T, *item)``
-- ``kv.PageFirst``, ``"page_first"`` (``"pf"``): ``(T, L, *item)``
-- ``kv.PageFirstDirect``, ``"page_first_direct"`` (``"pfd"``): ``(T // P, L, P, *item)`` (the memcpy path's layout)
-- ``kv.PageHead``, ``"page_head"`` (``"ph"``): ``(T // P, H, P, L, D)`` (MHA items ``(H, D)`` only)
-- ``kv.PageUnified``, ``"page_unified"`` (``"pu"``): SGLang's page-unified pool, K and V in one array
-  ``(T // P, G, L, 2, P, H // G, D)`` (MLA ``(T // P, L, P, D)``): a pool converts into the pair ``(k, v)``
-  (MLA: one tensor), a pair ``(k, v)`` into a pool of ``head_groups=G`` groups (``kvnumba.convert.unified``)
+A layout is a cache view class (``kvnumba.layouts``) or its registered name (``kvnumba.layouts.NAMES``: in any
+case, ``"lf"`` for ``"layer_first"``...), one that holds a whole cache's K in one array (its ``whole_tensor``),
+shaped as its ``buffer_shape`` says: e.g. ``kv.LayerFirst`` ``(L, T, *item)``, ``kv.PageFirst`` ``(T, L, *item)``
+(``item`` is one token's shape in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for MLA; ``P`` the page
+size). A pool of K and V in one array (its ``kv_pool``: SGLang's page-unified pool, ``kv.PageUnified``,
+``(T // P, G, L, 2, P, H // G, D)``, MLA ``(T // P, L, P, D)``) converts into the pair ``(k, v)`` (MLA: one
+tensor), and a pair ``(k, v)`` into a pool of ``head_groups=G`` groups (``kvnumba.convert.unified``).
 
 A user-defined layout (a ``kv.CacheView`` subclass with a ``buffer_shape`` classmethod) converts to and from
 every other; on the command line, name it ``module:Class``. The views read the shapes and give the NumPy
@@ -45,7 +42,7 @@ import numpy as np
 from ..checks import validate
 from ..driver.target import SIMULATOR, gpu_available
 from ..arrays import ArrayInfo, array_info
-from ..api.views import CacheView, PageUnified
+from ..layouts import CacheView, LayerFirst, PageUnified
 from ..types import ArrayLike, SupportsCudaArrayInterface, TorchTensorLike
 from . import unified
 from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_page_size
@@ -58,8 +55,8 @@ Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
 
 LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
-"""The string names (and short names) of the views ``convert`` takes, as type checkers know them (a misspelt one
-is an error)."""
+"""The names of kvnumba's views ``convert`` takes, as type checkers know them (a misspelt one is an error; they
+cannot read the registry, and a test holds these to it). At run time every registered name converts."""
 LayoutArg: TypeAlias = Union[LayoutName, "type[CacheView]"]
 """A layout as ``convert`` is typed to take it: a view class, or its string name. At run time names are read in
 any case, and ``"module:Class"`` names a view class (the command line's form)."""
@@ -222,11 +219,10 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
     ----------
     array : array, str or os.PathLike
         A NumPy array (any memory order), a CPU torch tensor, or a GPU array (torch, CuPy, Numba).
-        C-contiguous for the kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA):
+        C-contiguous for the kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or
+        ``(1, D)``/``(D,)`` (MLA): the layout's ``buffer_shape``, e.g.
 
         - ``"layer_first"``: ``(L, T, *item)``
-        - ``"page_first"``: ``(T, L, *item)``
-        - ``"page_first_direct"``: ``(T // page_size, L, page_size, *item)``
         - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
         - ``"page_unified"``: one pool ``(T // page_size, G, L, 2, page_size, H // G, D)`` holding K (at 0)
           and V (at 1), ``G`` head groups; MLA ``(T // page_size, L, page_size, D)``
@@ -236,14 +232,13 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
         Or the path of a ``.npy`` file, ``.npz`` archive or ``.safetensors`` file: every array in it is
         converted (with NumPy, in chunks) into ``out``, as ``kvnumba convert`` does.
     src, dst : CacheView subclass or str
-        A view class (``kv.LayerFirst``, ``kv.PageFirst``, ``kv.PageFirstDirect``, ``kv.PageHead``,
+        A view class that holds a whole cache in one array (``kv.LayerFirst``, ``kv.PageFirst``, ...,
         ``kv.PageUnified``, or a user-defined layout: a ``kv.CacheView`` subclass with ``buffer_shape``), its
-        string name (``"layer_first"``, ``"page_first"``, ``"page_first_direct"``, ``"page_head"``,
-        ``"page_unified"``; short names ``lf``, ``pf``, ``pfd``, ``ph``, ``pu``), or ``"module:Class"`` naming
-        one. Page-unified to page-unified regroups a pool's heads into ``head_groups`` groups.
+        registered name or short name (``"layer_first"``, ``"lf"``: ``kvnumba.layouts.NAMES``), or
+        ``"module:Class"`` naming one. Page-unified to page-unified regroups a pool's heads into ``head_groups``
+        groups.
     page_size : int, optional
-        Tokens per page; required when either layout is paged (page_first_direct, page_head, page_unified,
-        or a paged view class), unused (but checked) when neither is (``kvnumba convert`` refuses
+        Tokens per page; required when either layout is paged (its class's ``paged``), unused (but checked) when neither is (``kvnumba convert`` refuses
         ``--page-size`` there).
     out : str or os.PathLike, optional
         The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
@@ -312,7 +307,7 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
         raise ValueError(f"engine must be one of 'auto', 'numpy', 'kernels', got {engine!r}")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
-    if unified.is_unified(src) or unified.is_unified(dst):
+    if src.kv_pool or dst.kv_pool:
         return _convert_pool(array, src, dst, page_size, head_groups, engine, block_quota, num_warps_per_block)
     if head_groups is not None:
         raise ValueError("head_groups applies to dst='page_unified' (a pool's head groups); leave it out")
@@ -411,7 +406,6 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
     """The kernel engine for a pool: one ``kv.copy`` between the two sides' views (K and V together), or two
     through a layer-first pair where the sides cut a token's heads into runs no copy shares."""
     from ..api.copy import copy
-    from ..api.views import LayerFirst
 
     device = _Device(infos[0])
     outs = [device.empty(shape) for shape in plan.shapes]
@@ -419,7 +413,7 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
         return outs
 
     def view(lay: type[CacheView], arrays: list[Any]) -> CacheView:
-        return lay(arrays[0]) if unified.is_unified(lay) else lay(*arrays)
+        return lay(arrays[0]) if lay.kv_pool else lay(*arrays)
 
     source, destination = view(src, [i.obj for i in infos]), view(dst, outs)
     g = source.geometry

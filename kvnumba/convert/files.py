@@ -153,12 +153,12 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
     dtype = quantised.checked_dtype(dtype)
-    pooled = unified.is_unified(src) or unified.is_unified(dst)
+    pooled = src.kv_pool or dst.kv_pool
     if pooled and dtype is not None:
         raise ValueError(f"dtype={dtype!r} does not combine with page_unified: quantise or dequantise the file in "
                          "another layout, then convert it")
     if head_groups is not None:
-        if not unified.is_unified(dst):
+        if not dst.kv_pool:
             raise ValueError("head_groups applies to dst='page_unified' (a pool's head groups); leave it out")
         head_groups = validate.integer("head_groups", head_groups, minimum=1)
     chunk_bytes = config.chunk_bytes() if chunk_bytes is None else int(chunk_bytes)

@@ -30,7 +30,7 @@ def outputs(source, kind, in_path, src, dst, page_size, head_groups):
     naming the file (and the array) otherwise."""
     plans = []  # (output name, inputs, part)
     items = list(source.items)
-    if unified.is_unified(src) and not unified.is_unified(dst):
+    if src.kv_pool and not dst.kv_pool:
         for item in items:
             if len(item.shape) != 7:  # an MLA pool (or not a pool: planned() says so)
                 plans.append((item.name, [item], 0))
@@ -39,7 +39,7 @@ def outputs(source, kind, in_path, src, dst, page_size, head_groups):
             else:
                 raise ValueError(f"{_where(in_path, kind, item.name)}: a page_unified pool of K and V converts into "
                                  f"arrays named {K!r} and {V!r}: store it as {POOL!r}")
-    elif unified.is_unified(dst) and not unified.is_unified(src):
+    elif dst.kv_pool and not src.kv_pool:
         by_name = {item.name: item for item in items}
         paired = K in by_name and V in by_name
         for item in items:
@@ -61,7 +61,7 @@ def outputs(source, kind, in_path, src, dst, page_size, head_groups):
             raise TypeError(f"{in_path}: K and V must have one dtype, got {inputs[0].dtype} and {inputs[1].dtype}")
         where = _where(in_path, kind, inputs[0].name) if len(inputs) == 1 else f"{in_path}[{K}, {V}]"
         try:
-            mha = len(inputs) == 2 or (unified.is_unified(src) and len(inputs[0].shape) == 7)
+            mha = len(inputs) == 2 or (src.kv_pool and len(inputs[0].shape) == 7)
             planned = unified.planned([i.shape for i in inputs], src, dst, page_size, head_groups if mha else None,
                                       argument=where)  # an MLA pool has no head groups: they are K and V's
         except ValueError as err:

@@ -1,9 +1,9 @@
 """One whole-cache tensor (K, V or MLA: every token of every layer) in a layout, read through its view class:
 its dimensions, its shape in another layout, and its NumPy picture ``(L, T // P, P, *item)``.
 
-Layouts are the cache views (``kvnumba.api.views``), named by the class or its string name; the views read
-the shapes and give the pictures. ``kv.convert`` (``kvnumba.convert.api``) and the file converter
-(``kvnumba.convert.files``) share what is here.
+Layouts are the cache views (``kvnumba.layouts``), named by the class or its string name; the views read the
+shapes, give the pictures and say which a conversion takes (``whole_tensor``, ``kv_pool``). ``kv.convert``
+(``kvnumba.convert.api``) and the file converter (``kvnumba.convert.files``) share what is here.
 """
 from __future__ import annotations
 
@@ -12,22 +12,22 @@ from typing import Any, NamedTuple, SupportsIndex
 
 import numpy as np
 
-from ..api.views import BUILT_IN, CacheView, PageUnified, picture, view_class, view_name
+from ..layouts import CacheView, picture, registered, view_class, view_name
 from ..checks import validate
 
 __all__ = ["Dims", "canonical_view", "converted_shape", "dims", "layout", "view_page_size"]
 
 
 def layout(value: Any, argument: str = "layout", unified: bool = False) -> type[CacheView]:
-    """The view class ``value`` names (``kvnumba.api.views.view_class``), one that holds a whole cache's K in
-    one array, or (``unified``) SGLang's page-unified pool, which holds K and V (``kvnumba.convert.unified``);
+    """The view class ``value`` names (``kvnumba.layouts.view_class``), one that holds a whole cache's K in
+    one array, or (``unified``) a pool that holds K and V (``kv_pool``: ``kvnumba.convert.unified``);
     ``ValueError`` naming ``argument`` otherwise (a per-layer layout, an unknown name)."""
-    cls = view_class(value, argument, among=[c for c in BUILT_IN if c.whole_tensor or (unified and c is PageUnified)])
-    if unified and issubclass(cls, PageUnified):
-        return cls
-    if issubclass(cls, PageUnified):
-        raise ValueError(f"{argument}: page_unified holds K and V in one array, not one tensor's shape: convert it with "
-                         "kv.convert (a pool in, the pair (k, v) out, and back)")
+    cls = view_class(value, argument, among=[c for c in registered() if c.whole_tensor or (unified and c.kv_pool)])
+    if cls.kv_pool:
+        if unified:
+            return cls
+        raise ValueError(f"{argument}: {view_name(cls)} holds K and V in one array, not one tensor's shape: convert it "
+                         "with kv.convert (a pool in, the pair (k, v) out, and back)")
     if not cls.whole_tensor:
         raise ValueError(f"{argument}: {view_name(cls)} keeps a cache in per-layer arrays (or address tables): a "
                          "conversion reads and writes one K (or V) tensor of every layer, or SGLang's page-unified pool; "

@@ -17,15 +17,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..api.views import CacheView, PageUnified, picture
+from ..layouts import CacheView, picture
 from ..checks import validate
 from .shapes import _shaped, canonical_view, converted_shape, dims
 
-__all__ = ["Pictures", "Planned", "assign", "is_unified", "pictures", "planned", "pool_pictures", "put", "split_pair"]
-
-
-def is_unified(cls: type[CacheView]) -> bool:
-    return issubclass(cls, PageUnified)
+__all__ = ["Pictures", "Planned", "assign", "pictures", "planned", "put", "split_pair"]
 
 
 class Planned(NamedTuple):
@@ -36,10 +32,11 @@ class Planned(NamedTuple):
     groups: int  # the destination pool's head groups (1 where the destination is not a pool)
 
 
-def _pool_dims(shape: tuple[int, ...], page_size: int | None) -> tuple[int, int, int, tuple[int, ...], bool]:
+def _pool_dims(pool: type[CacheView], shape: tuple[int, ...], page_size: int | None
+               ) -> tuple[int, int, int, tuple[int, ...], bool]:
     """``(L, T, P, item, mla)`` of a pool of ``shape``; ``ValueError`` for a shape that is not a pool's, or
     pages that are not ``page_size`` tokens."""
-    g = picture(PageUnified, _shaped(shape)).geometry
+    g = picture(pool, _shaped(shape)).geometry
     if page_size is not None and g.page_size != page_size:
         raise ValueError(f"page_unified: its page size is {g.page_size} (shape {shape}), page_size={page_size} "
                          "was given")
@@ -58,14 +55,6 @@ def _groups(head_groups: Any, heads: int, mla: bool) -> int:
     return groups
 
 
-def pool_shape(layers: int, tokens: int, page_size: int, item: tuple[int, ...], groups: int, mla: bool
-               ) -> tuple[int, ...]:
-    if mla:
-        return (tokens // page_size, layers, page_size, item[-1])
-    heads = item[0] if len(item) == 2 else 1
-    return (tokens // page_size, groups, layers, 2, page_size, heads // groups, item[-1])
-
-
 def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[CacheView], page_size: int | None,
             head_groups: Any = None, argument: str = "array") -> Planned:
     """The outputs of a conversion from or to a pool, the inputs' ``shapes`` checked: one pool from
@@ -73,19 +62,20 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
     ``ValueError`` naming ``argument`` for inputs of the wrong count or shape, ``head_groups`` for a count
     that is not ``dst``'s or does not divide H, ``page_size`` where it is missing or disagrees."""
     shapes = [tuple(int(n) for n in s) for s in shapes]
+    pool: Any = src if src.kv_pool else dst  # its shapes and pictures: the pool class's (kvnumba.layouts)
     if page_size is None:
         raise ValueError("page_unified needs page_size (tokens per page): pass page_size=")
     page_size = validate.integer("page_size", page_size, minimum=1)
-    if head_groups is not None and not is_unified(dst):
+    if head_groups is not None and not dst.kv_pool:
         raise ValueError("head_groups applies to dst='page_unified' (a pool's head groups); leave it out")
-    if is_unified(src):
+    if src.kv_pool:
         if len(shapes) != 1:
             raise ValueError(f"{argument}: src='page_unified' reads one pool (K and V in one array), got "
                              f"{len(shapes)} arrays")
-        layers, tokens, _, item, mla = _pool_dims(tuple(shapes[0]), page_size)
-        if is_unified(dst):
+        layers, tokens, _, item, mla = _pool_dims(src, tuple(shapes[0]), page_size)
+        if dst.kv_pool:
             groups = _groups(head_groups, item[0] if not mla else 1, mla)
-            return Planned([pool_shape(layers, tokens, page_size, item, groups, mla)], mla, groups)
+            return Planned([pool.pool_shape(layers, tokens, page_size, item, groups, mla)], mla, groups)
         # a pool's MLA bytes are page_first_direct's; its K and V each hold a layer_first tensor's items
         one = converted_shape(shapes[0], "pfd", dst, page_size) if mla else \
             converted_shape((layers, tokens, *item), "lf", dst, page_size)
@@ -104,14 +94,7 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
                          f"({d.token_axis}) have heads: pass K and V as a pair (k, v)")
     heads = 1 if mla or len(d.item) == 1 else d.item[0]
     groups = _groups(head_groups, heads, mla)
-    return Planned([pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla, groups)
-
-
-def pool_pictures(pool: np.ndarray) -> list[np.ndarray]:
-    """A pool's K and V as views ``(L, T // P, P, G, H/G, D)``, or its MLA tensor ``(L, T // P, P, D)``."""
-    if pool.ndim == 4:
-        return [np.swapaxes(pool, 0, 1)]
-    return [np.transpose(pool[:, :, :, kind], (2, 0, 3, 1, 4, 5)) for kind in (0, 1)]
+    return Planned([pool.pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla, groups)
 
 
 class Pictures(NamedTuple):
@@ -125,8 +108,9 @@ def pictures(inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray], src: t
              dst: type[CacheView], page_size: int) -> Pictures:
     """Views of ``inputs`` (layout ``src``) and ``outputs`` (layout ``dst``) pairing K with K and V with V."""
     def side(arrays: Sequence[np.ndarray], lay: type[CacheView]) -> list[np.ndarray]:
-        if is_unified(lay):
-            return pool_pictures(arrays[0])
+        if lay.kv_pool:
+            pool: Any = lay
+            return list(pool.pool_pictures(arrays[0]))
         return [canonical_view(a, lay, page_size) for a in arrays]
 
     return Pictures(side(inputs, src), side(outputs, dst))

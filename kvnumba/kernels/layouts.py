@@ -14,8 +14,8 @@ functions serve whole-item and head-by-head copies (the seed's ``per_head_lf`` i
 here, with ``heads > 1``).
 
 The seed's four layouts follow its ``get_global_offset_*`` term for term, so addresses agree even on
-unusual arguments. The others are kvnumba's, for ``kv.copy`` between any two cache views
-(``kvnumba.api.views``); a user-defined layout is three plain Python functions of the same form.
+unusual arguments; the seed's entry points use them. Every other layout, a user-defined one too, declares three
+plain Python functions of the same form in its view class (``kvnumba.layouts``), which ``LayoutParts`` compiles.
 """
 import enum
 
@@ -115,14 +115,6 @@ def page_head_token_offset(token, layout_dim, item_size, heads, page_size):
             + token % page_size * layout_dim // heads)  # token within the head's block
 
 
-def block_token_offset(token, layout_dim, item_size, heads, page_size):
-    return token // page_size * layout_dim + token % page_size * item_size  # layout_dim: bytes between blocks
-
-
-def head_major_block_token_offset(token, layout_dim, item_size, heads, page_size):
-    return token // page_size * layout_dim + token % page_size * (item_size // heads)  # [block, ..., H, P, D]
-
-
 # --- head parts ----------------------------------------------------------------------------------------
 
 def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adjacent in the item
@@ -131,10 +123,6 @@ def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adja
 
 def page_head_head_stride(layout_dim, item_size, heads, page_size):  # a head's block of the page
     return layout_dim // heads * page_size
-
-
-def head_major_head_stride(layout_dim, item_size, heads, page_size):  # a head's page_size tokens
-    return item_size // heads * page_size
 
 
 # --- token bounds in closed form (checked against a search over the arithmetic by the tests) ------------
@@ -164,10 +152,6 @@ PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, i
                          token_limit=page_first_limit)
 PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True,
                         title="page-head")  # not linear in the token: its bound is searched for
-# Per-layer tables of paged blocks: vLLM's flash-attention cache and FlashInfer's NHD/HND caches.
-BLOCKS = LayoutParts("blocks", table_layer_base, block_token_offset, item_head_stride, table=True, title="blocks")
-HEAD_MAJOR_BLOCKS = LayoutParts("hnd_blocks", table_layer_base, head_major_block_token_offset,
-                                head_major_head_stride, table=True, head_split=True, title="head-major blocks")
 
 # The seed's layouts by their enum.
 PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,

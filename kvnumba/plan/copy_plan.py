@@ -4,7 +4,7 @@
 and tables through the checks every side goes through); ``KernelPlan`` (``kernel_plan``) builds the plan
 from the two sides, and ``plan.routes`` the copy-engine form. The views are read through their public
 protocol (``geometry``, ``parts``, ``mla``, ``head_split``, ``per_layer``, ``raw_tables``, ``buffers``,
-``kind_offset``; ``kvnumba.api.views.CacheView``), so this module does not import the view classes.
+``kind_offset``; ``kvnumba.layouts.CacheView``), so this module does not import the view classes.
 """
 from __future__ import annotations
 

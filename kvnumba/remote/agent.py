@@ -15,7 +15,7 @@ import numpy as np
 from .. import errors
 from ..api.copy import copy as kv_copy
 from ..api.transfer import prepare
-from ..api.views import CacheView
+from ..layouts import CacheView
 from ..checks import bounds, validate
 from ..kernels import layouts
 from ..types import ArrayLike

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..api.views import CacheView
+from ..layouts import CacheView
 from . import plan, staging
 from .handles import RemoteView
 from .sides import Side, of_view

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .. import errors
-from ..api.views import Geometry
+from ..layouts import Geometry
 from ..units import format_bytes
 from .calls import call
 from .sides import Side

@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..api.views import Geometry
+from ..layouts import Geometry
 from ..checks.validate import MAX_SIZE
 from ..errors import ExportError
 from ..kernels import layouts

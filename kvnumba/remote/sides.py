@@ -12,16 +12,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from ..api import views
 from ..arrays import array_info
 from ..checks import validate
 from ..checks.extents import kind_offset as checked_kind_offset
 from ..driver.target import SIMULATOR
 from ..kernels import layouts
+from ..layouts.base import CacheView, Geometry, declared
 from ..plan.sides import KINDS, Side
-
-# Every layout of kvnumba.kernels.layouts by its name (user layouts are found among CacheView's subclasses).
-_BUILT_IN_PARTS = {p.name: p for p in vars(layouts).values() if isinstance(p, layouts.LayoutParts)}
 
 
 class Origin(NamedTuple):
@@ -37,20 +34,20 @@ class Origin(NamedTuple):
         return self.view_class.rsplit(":", 1)[-1]
 
 
-def _side(name: str, origin: Origin, parts: layouts.LayoutParts, geometry: views.Geometry, mla: bool,
+def _side(name: str, origin: Origin, parts: layouts.LayoutParts, geometry: Geometry, mla: bool,
           bases: list[list[int]], buffer_of: list[list[int]], buffers: list[tuple[int, int]]) -> Side:
     return Side(name=name, label=origin.class_name, parts=parts, mla=mla, layout_dim=geometry.layout_dim,
                 page_size=geometry.page_size, tokens=geometry.tokens, geometry=geometry, bases=bases,
                 buffer_of=buffer_of, buffers=buffers, origin=origin)
 
 
-def of_view(view: views.CacheView, name: str) -> Side:
+def of_view(view: CacheView, name: str) -> Side:
     """The side of a local view; ``TypeError`` naming ``name`` for what cannot be one."""
-    if not isinstance(view, views.CacheView):
+    if not isinstance(view, CacheView):
         raise TypeError(f"{name} must be a kvnumba cache view (kv.PageFirst, kv.VllmFlashAttn, ...) or a "
                         f"kvnumba.remote.RemoteView, got {type(view).__name__}")
-    if isinstance(view, views.LayerTable):
-        raise TypeError(f"{name} is a kv.LayerTable: it holds raw addresses, and NIXL needs to know the memory "
+    if view.raw_tables:
+        raise TypeError(f"{name} is a kv.{type(view).__name__}: it holds raw addresses, and NIXL needs to know the memory "
                         "it registers; use kv.LayerFirst over the same per-layer arrays")
     parts = view.parts
     assert parts is not None  # every view has its parts
@@ -79,7 +76,7 @@ def of_view(view: views.CacheView, name: str) -> Side:
         raise ValueError(f"{name}: its buffers lie in different memories ({sorted(set(places))}); "
                          "a view's buffers must all be on one GPU, or all in host memory")
     mem, device = places[0]
-    origin = Origin(_class_name(type(view)), _options(view), mem, device)
+    origin = Origin(_class_name(type(view)), view.export_options(), mem, device)
     return _side(name, origin, parts, g, view.mla, bases, buffer_of, buffers)
 
 
@@ -88,7 +85,7 @@ def header(side: Side) -> dict[str, Any]:
     g, origin = side.geometry, side.origin
     assert side.bases is not None and side.buffer_of is not None
     return {"class": origin.view_class, "options": origin.options, "parts": side.parts.name, "mla": side.mla,
-            "geometry": {a: getattr(g, a) for a in views.Geometry.__slots__},
+            "geometry": {a: getattr(g, a) for a in Geometry.__slots__},
             "bases": side.bases.tolist(), "buffer_of": side.buffer_of.tolist(),
             "buffers": [list(b) for b in side.buffers], "mem": origin.mem, "device": origin.device}
 
@@ -101,7 +98,7 @@ def from_header(side: dict[str, Any], name: str = "remote") -> Side:
                  side["buffer_of"], [(int(a), int(n)) for a, n in side["buffers"]])
 
 
-def check_writable(view: views.CacheView, name: str) -> None:
+def check_writable(view: CacheView, name: str) -> None:
     """Every buffer of ``view`` (a local view a copy writes, or one exported writable) is writable as it is
     now; else the ``ValueError`` of a read-only destination, naming the buffer (``dst.k[2]``)."""
     for which in KINDS[:1] if view.mla else KINDS:
@@ -112,7 +109,7 @@ def check_writable(view: views.CacheView, name: str) -> None:
                 validate.writable(f"{name}.{which}" + (f"[{i}]" if view.per_layer else ""), info)
 
 
-def writable(view: views.CacheView) -> bool:
+def writable(view: CacheView) -> bool:
     """Whether every buffer of ``view`` is writable now (``check_writable`` would pass)."""
     try:
         check_writable(view, "view")
@@ -132,20 +129,10 @@ def _class_name(cls: type) -> str:
     return f"{cls.__module__}:{cls.__qualname__}"
 
 
-def _options(view: views.CacheView) -> dict[str, Any]:
-    options = {key: value for key, value in view._options().items() if isinstance(value, (int, str, type(None)))}
-    if isinstance(view, views.LayerFirst):
-        options["per_layer"] = view.per_layer
-    return options
-
-
 def find_parts(name: str) -> layouts.LayoutParts:
-    """The ``LayoutParts`` named ``name``: a built-in layout, or that of a ``CacheView`` subclass defined
-    in this process (import its module first). ``ExportError`` otherwise."""
-    parts = _BUILT_IN_PARTS.get(name)
-    if parts is not None:
-        return parts
-    for cls in _subclasses(views.CacheView):  # layouts declared by their view class: kvnumba's and yours
+    """The ``LayoutParts`` named ``name``: that of a ``CacheView`` subclass defined in this process (kvnumba's,
+    or yours: import its module first). ``ExportError`` otherwise."""
+    for cls in declared():
         found = cls.parts_named(name)
         if found is not None:
             return found
@@ -155,18 +142,9 @@ def find_parts(name: str) -> layouts.LayoutParts:
                       "subclass); import the module that defines it before connecting")
 
 
-def find_class(name: str) -> type[views.CacheView] | None:
+def find_class(name: str) -> type[CacheView] | None:
     """The view class named ``module:qualname`` if it is loaded in this process (never imports)."""
-    candidates: list[type[views.CacheView]] = [views.CacheView, *_subclasses(views.CacheView)]
-    for cls in candidates:
+    for cls in declared():  # (CacheView itself makes no view: it has no arithmetic)
         if _class_name(cls) == name:
             return cls
     return None
-
-
-def _subclasses(cls: type[views.CacheView]) -> list[type[views.CacheView]]:
-    found: list[type[views.CacheView]] = []
-    for sub in cls.__subclasses__():
-        found.append(sub)
-        found.extend(_subclasses(sub))
-    return found

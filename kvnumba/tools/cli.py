@@ -121,14 +121,14 @@ def _rerun_on_simulator_without_gpu(argv):
 def _convert(args):
     from ..convert.files import Interrupted, convert_file
     from ..convert.shapes import layout
-    from ..convert.unified import is_unified
+    from ..layouts import registered, view_name
     from .progress import progress
 
     src, dst = layout(args.src, "--from", unified=True), layout(args.dst, "--to", unified=True)
-    if args.head_groups is not None and not is_unified(dst):
+    if args.head_groups is not None and not dst.kv_pool:
         args.error(f"--head-groups applies to --to page_unified (a pool's head groups); --to {args.dst} has none: "
                    "leave it out")
-    if args.dtype is not None and (is_unified(src) or is_unified(dst)):
+    if args.dtype is not None and (src.kv_pool or dst.kv_pool):
         args.error(f"--dtype does not combine with page_unified: quantise or dequantise in another layout, then "
                    "convert")
     named = " and ".join(f"{option} {name}" for option, name, lay in (("--from", args.src, src), ("--to", args.dst, dst))
@@ -136,8 +136,9 @@ def _convert(args):
     if named and args.page_size is None:
         args.error(f"{named} needs --page-size (tokens per page)")
     if not named and args.page_size is not None:
-        args.error(f"--page-size applies to paged layouts only (page_first_direct, page_head, or a paged layout "
-                   f"of your own); {args.src} -> {args.dst} has no pages: leave it out")
+        paged = ", ".join(view_name(c) for c in registered() if c.paged and c.whole_tensor)
+        args.error(f"--page-size applies to paged layouts only ({paged}, or a paged layout of your own); "
+                   f"{args.src} -> {args.dst} has no pages: leave it out")
     try:
         shapes = convert_file(args.input, args.output, src, dst, args.page_size, chunk_bytes=args.chunk_bytes,
                               progress=functools.partial(progress, stream=None if args.quiet else sys.stderr),
@@ -174,7 +175,7 @@ def _info(args):
 
 def _layout_name(value):
     """argparse type: a layout (a view's string name, short name or ``module:Class``), as its view's name."""
-    from ..api.views import view_name
+    from ..layouts import view_name
     from ..convert.shapes import layout
 
     try:
@@ -247,8 +248,8 @@ def build_parser():
     c = commands.add_parser(
         "convert",
         help="convert a .npy file, or every array of a .npz archive or a .safetensors file, between cache layouts",
-        description="Convert one K (or V, or MLA) tensor of a whole cache between layouts: layer_first (L, T, *item), "
-                    "page_first (T, L, *item), page_first_direct (T/P, L, P, *item), page_head (T/P, H, P, L, D); "
+        description="Convert one K (or V, or MLA) tensor of a whole cache between layouts that hold it in one array "
+                    "(e.g. layer_first (L, T, *item), page_first (T, L, *item): each view class says its shape); "
                     "or K and V, the arrays k and v, to and from SGLang's page_unified pool kv "
                     "(T/P, G, L, 2, P, H/G, D; MLA: one array, T/P, L, P, D). "
                     "OUT is written in the format its name says (.npy, .npz or .safetensors), in chunks with NumPy; "
@@ -259,14 +260,14 @@ def build_parser():
                    help="output file (required): .npy (one array), .npz or .safetensors, written in the format its "
                         "suffix names; not IN, and not an existing file unless --force")
     c.add_argument("--from", dest="src", required=True, type=_layout_name, metavar="LAYOUT",
-                   help="layout of IN (required): a cache view's name, layer_first, page_first, page_first_direct, page_head, "
-                        "page_unified (or lf, pf, pfd, ph, pu), or module:Class naming a kvnumba.CacheView subclass (a "
-                        "layout of your own)")
+                   help="layout of IN (required): a cache view's name or short name (layer_first or lf, page_first "
+                        "or pf, ...: a misspelt one lists them all), or module:Class naming a kvnumba.CacheView "
+                        "subclass (a layout of your own)")
     c.add_argument("--to", dest="dst", required=True, type=_layout_name, metavar="LAYOUT",
                    help="layout of OUT (required), named as for --from")
     c.add_argument("--page-size", type=_positive_int, metavar="N",
-                   help="tokens per page: required when --from or --to is paged (page_first_direct, page_head, "
-                        "page_unified), refused otherwise (default: none)")
+                   help="tokens per page: required when --from or --to is a paged layout (page_head, page_unified, "
+                        "...), refused otherwise (default: none)")
     c.add_argument("--head-groups", type=_positive_int, metavar="G",
                    help="head groups of the page_unified pools written (--to page_unified only); G must divide the "
                         "heads H (default: 1)")

@@ -80,11 +80,11 @@ def test_a_user_layout_on_the_command_line(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("name", ["layer_first", "page_first", "page_first_direct", "page_head",
-                                  "lf", "pf", "pfd", "ph", "Page-First", "kvnumba.api.views:PageHead"])
+                                  "lf", "pf", "pfd", "ph", "Page-First", "kvnumba.layouts:PageHead"])
 def test_every_view_name_on_the_command_line(tmp_path, capsys, name):
     """--to takes each view's string name (and short name, and module:Class): the bytes are kv.convert's with the
     view class, and the summary line names the layout by the view's name."""
-    from kvnumba.api.views import view_class
+    from kvnumba.layouts import view_class
 
     cls = view_class(name)
     lf = _cache()
@@ -216,7 +216,7 @@ def test_unknown_layout_is_a_usage_error(tmp_path, capsys):
                            "layer_first (lf), page_first (pf), ")
     assert len(line) < 250, line
     # It lists exactly the layouts convert takes: each one converts, and none it refuses is named.
-    from kvnumba.api.views import BUILT_IN
+    from kvnumba.layouts import BUILT_IN
 
     listed = set(re.findall(r"\b([a-z_]+) \(([a-z]+)\)", line))
     assert listed == {(c.name, c.short_name) for c in BUILT_IN if c.whole_tensor} | {("page_unified", "pu")}

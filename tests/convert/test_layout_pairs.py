@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import kvnumba
-from kvnumba.api.views import NAMES
+from kvnumba.layouts import NAMES
 from kvnumba.convert import converted_shape
 from tests.helpers.placement import device, to_numpy
 

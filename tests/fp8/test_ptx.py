@@ -13,10 +13,11 @@ from tests.helpers.ptx import ptx_report as run_ptx_script
 
 SCRIPT = r"""
 import json, re
-from kvnumba.api.views import PageFirstDirect
+from kvnumba.layouts import PageFirstDirect
+from kvnumba.layouts.vllm import BLOCKS, HEAD_MAJOR_BLOCKS
 from kvnumba.kernels import fp8_copy, fp8_pipelined, fp8_wide, layouts as L
-cases = {"quantise": (L.PAGE_FIRST, L.BLOCKS, False, "quantise", "e4m3", "bfloat16"),
-         "dequantise": (L.HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
+cases = {"quantise": (L.PAGE_FIRST, BLOCKS, False, "quantise", "e4m3", "bfloat16"),
+         "dequantise": (HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
          "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16"),
          "wide quantise": (L.LAYER_TABLE, L.PAGE_FIRST, False, "quantise", "e4m3", "bfloat16"),
          "pipelined dequantise": (L.PAGE_FIRST, L.LAYER_TABLE, False, "e5m2", "float16")}

@@ -70,7 +70,7 @@ def test_layer_table_rejects_empty_and_non_sequences():
 
 
 def test_layout_names_fail_early():
-    from kvnumba.api.views import view_class
+    from kvnumba.layouts import view_class
 
     assert view_class("pf") is view_class("page_first") is view_class(kvnumba.PageFirst) is kvnumba.PageFirst
     with pytest.raises(ValueError, match=r"^src: unknown layout 'pg'"):

@@ -12,7 +12,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import reference
-from kvnumba.api import views
+from kvnumba import layouts
 from kvnumba.plan.copy_plan import copy_sides
 from kvnumba.remote.sides import find_parts
 from tests.helpers.placement import device, host, on_gpu, synchronize, to_numpy
@@ -49,9 +49,9 @@ def _layer_first(rng=None, mla=False):
 
 
 def test_it_is_a_built_in_layout_by_its_names():
-    assert kv.PageUnified in views.BUILT_IN
-    assert views.view_class("page_unified") is kv.PageUnified and views.view_class("pu") is kv.PageUnified
-    assert views.view_name(kv.PageUnified) == "page_unified"
+    assert kv.PageUnified in layouts.BUILT_IN
+    assert layouts.view_class("page_unified") is kv.PageUnified and layouts.view_class("pu") is kv.PageUnified
+    assert layouts.view_name(kv.PageUnified) == "page_unified"
     assert kv.PageUnified.parts.name == "pu" and not kv.PageUnified.user_layout and not kv.PageUnified.parts.table
     names = {kv.PageUnified(_pool(g)).parts.name for g in (1, 2, 4)} | {kv.PageUnified(_pool(mla=True)).parts.name}
     assert names == {"pu", "pu_g2", "pu_g4", "pu_mla"}
