@@ -4,8 +4,10 @@ object carried it.
 SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every call; a cache keyed
 on object identity would validate every call again. Here a plan is keyed on, per buffer:
 
-- a torch tensor: its data pointer, size in bytes and whether it is contiguous;
-- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable;
+- a torch tensor: its data pointer, size in bytes, whether it is contiguous, its shape and dtype (the copy-engine
+  entry points' plans read rows and pages from the shape); a call of torch tensors alone, a kernel entry
+  point's hot case, keys the first three;
+- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable, its shape and dtype;
 - a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
 - a list of arrays: the same, element by element;
 - a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
@@ -17,7 +19,8 @@ on object identity would validate every call again. Here a plan is keyed on, per
 plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
 Two calls with the same key touch the same bytes in the same way, so every check that depends on them
 holds for both: bounds come from the extent actually passed, a read-only array is another key, a
-reshaped or resized array is another key.
+resized array is another key, and so is a reshaped one wherever the shape is keyed (a kernel entry point's
+torch tensors take their geometry from its sizes, not their shapes).
 
 What the key cannot see is whether *host* memory is still pinned: a pinned buffer freed and replaced
 by pageable memory at the same address has the same key. So an entry with host buffers keeps a
@@ -42,6 +45,7 @@ registered with ``remembered`` (``plan.build``'s geometries, ``plan.seed_args``'
 recipes). ``forget_plans`` clears them all: ``kv.clear_plan_caches()``, and every setting changed through
 ``kvnumba.config.override`` (settings are read when a plan is built).
 """
+import itertools
 import operator
 import sys
 import threading
@@ -174,6 +178,28 @@ def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
                     *map(type, scalars))
 
         return torch_keys
+    generic = _generic_keyer(objects, identity, destinations)
+    if torch is not None and not identity and objects and all(type(o) in (list, tuple) for o in objects):
+        # The copy-engine entry points' lists of layers (SGLang's: torch tensors, a fresh pool[layer] view in
+        # one of them on every call): each list's length, then its tensors' values as in _list_key, flat, by
+        # C-level loops. A list holding anything but tensors has the generic key.
+        data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, operator.attrgetter("nbytes"), torch.Tensor.is_contiguous
+        chain = itertools.chain.from_iterable
+
+        def torch_list_keys(objs, scalars):
+            flat = list(chain(objs))
+            try:
+                return (torch_list_keys, *map(len, objs), *map(data_ptr, flat), *map(nbytes, flat),
+                        *map(contiguous, flat), *map(_SHAPE, flat), *map(_DTYPE, flat), *scalars, *map(type, scalars))
+            except TypeError:  # not a tensor (data_ptr is torch.Tensor's alone)
+                return generic(objs, scalars)
+
+        return torch_list_keys
+    return generic
+
+
+def _generic_keyer(objects, identity, destinations):
+    """``make_keyer``'s keyer for any arguments: each object's key function, chosen by its type now."""
     parts = tuple(_identity_key_function(o, i in destinations) if i in identity else
                   _view_key if i in destinations and _is_view(o) else _value_key_function(o)
                   for i, o in enumerate(objects))
@@ -229,12 +255,12 @@ def _value_key_function(obj):
 
 
 def _torch_key(t):
-    return t.data_ptr(), t.nbytes, t.is_contiguous()
+    return t.data_ptr(), t.nbytes, t.is_contiguous(), t.shape, t.dtype
 
 
 def _numpy_key(a):
     flags = a.flags
-    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable
+    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable, a.shape, a.dtype
 
 
 def _fake_key(fake):  # the simulator's device arrays wrap a NumPy array
@@ -251,12 +277,13 @@ def _list_key(items):
     torch = sys.modules.get("torch")
     if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
         # SGLang's lists of layers (transfer_kv_all_layer_direct_lf_pf takes 2L of them): C-level loops, each
-        # element's three values as in _torch_key, flat (a tuple of ints never equals one of tuples)
-        return (*map(torch.Tensor.data_ptr, items), *map(_NBYTES, items), *map(torch.Tensor.is_contiguous, items))
+        # element's values as in _torch_key, flat (a tuple of ints never equals one of tuples)
+        return (*map(torch.Tensor.data_ptr, items), *map(_NBYTES, items), *map(torch.Tensor.is_contiguous, items),
+                *map(_SHAPE, items), *map(_DTYPE, items))
     return tuple(_element_key(x) for x in items)
 
 
-_NBYTES = operator.attrgetter("nbytes")
+_NBYTES, _SHAPE, _DTYPE = operator.attrgetter("nbytes"), operator.attrgetter("shape"), operator.attrgetter("dtype")
 
 
 _key_functions: dict[type, Any] = {}  # element type -> its key function (lists of arrays)
@@ -305,6 +332,18 @@ def make_witness(objects, identity=frozenset()):
                 checks.append((i, j if type(obj) in (list, tuple) else None, *test))
     if not checks:
         return None
+    if all(test is _same_torch_owner for _, _, test, _ in checks):
+        owners = [(i, j, reference) for i, j, _, reference in checks]
+
+        def same_list_owners(objs):  # the witness below for torch host tensors only, unrolled: on every hit
+            for i, j, reference in owners:
+                t = objs[i] if j is None else objs[i][j]
+                base = t._base
+                if (t if base is None else base) is not reference():
+                    return False
+            return True
+
+        return same_list_owners
 
     def witness(objs):
         for i, j, test, reference in checks:
