@@ -5,25 +5,16 @@ compiled loop over the indices.
 Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and about a
 microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
 in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
-a second per function) and cached on disk (``cache=True``: Numba keeps it beside this file, or in the user's
-cache directory where the package is read-only), so later processes load it in milliseconds (past Numba's
-one-time start-up for CPU code, which the first call of a process pays).
+a second per function) and cached on disk (``kvnumba.checks.compiled``), so later processes load it in
+milliseconds (past Numba's one-time start-up for CPU code, which the first call of a process pays).
 
 Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
 the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
 nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
-from numba import njit
+from ..checks.compiled import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
-
-
-def _compiled(function):
-    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
-    try:
-        return njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
-        return njit(nogil=True)(function)
 
 
 @_compiled
