@@ -5,8 +5,8 @@ SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every
 on object identity would validate every call again. Here a plan is keyed on, per buffer:
 
 - a torch tensor: its data pointer, size in bytes, whether it is contiguous, its shape and dtype (the copy-engine
-  entry points' plans read rows and pages from the shape); a call of torch tensors alone, a kernel entry
-  point's hot case, keys the first three;
+  entry points' plans read rows and pages from the shape; in their lists the size is left out, as the shape and
+  dtype give it); a call of torch tensors alone, a kernel entry point's hot case, keys the first three;
 - a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable, its shape and dtype;
 - a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
 - a list of arrays: the same, element by element;
@@ -182,15 +182,14 @@ def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
     if torch is not None and not identity and objects and all(type(o) in (list, tuple) for o in objects):
         # The copy-engine entry points' lists of layers (SGLang's: torch tensors, a fresh pool[layer] view in
         # one of them on every call): each list's length, then its tensors' values as in _list_key, flat, by
-        # C-level loops. A list holding anything but tensors has the generic key.
-        data_ptr, nbytes, contiguous = torch.Tensor.data_ptr, operator.attrgetter("nbytes"), torch.Tensor.is_contiguous
-        chain = itertools.chain.from_iterable
+        # C-level loops (four reads a tensor). A list holding anything but tensors has the generic key.
+        data_ptr, contiguous, chain = torch.Tensor.data_ptr, torch.Tensor.is_contiguous, itertools.chain.from_iterable
 
         def torch_list_keys(objs, scalars):
             flat = list(chain(objs))
             try:
-                return (torch_list_keys, *map(len, objs), *map(data_ptr, flat), *map(nbytes, flat),
-                        *map(contiguous, flat), *map(_SHAPE, flat), *map(_DTYPE, flat), *scalars, *map(type, scalars))
+                return (torch_list_keys, *map(len, objs), *map(data_ptr, flat), *map(contiguous, flat),
+                        *map(_SHAPE, flat), *map(_DTYPE, flat), *scalars, *map(type, scalars))
             except TypeError:  # not a tensor (data_ptr is torch.Tensor's alone)
                 return generic(objs, scalars)
 
@@ -277,13 +276,14 @@ def _list_key(items):
     torch = sys.modules.get("torch")
     if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
         # SGLang's lists of layers (transfer_kv_all_layer_direct_lf_pf takes 2L of them): C-level loops, each
-        # element's values as in _torch_key, flat (a tuple of ints never equals one of tuples)
-        return (*map(torch.Tensor.data_ptr, items), *map(_NBYTES, items), *map(torch.Tensor.is_contiguous, items),
-                *map(_SHAPE, items), *map(_DTYPE, items))
+        # element's values as in _torch_key but its size (its shape and dtype give it), flat (a tuple of ints never
+        # equals one of tuples)
+        return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
+                *map(_DTYPE, items))
     return tuple(_element_key(x) for x in items)
 
 
-_NBYTES, _SHAPE, _DTYPE = operator.attrgetter("nbytes"), operator.attrgetter("shape"), operator.attrgetter("dtype")
+_SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")
 
 
 _key_functions: dict[type, Any] = {}  # element type -> its key function (lists of arrays)

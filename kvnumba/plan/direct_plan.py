@@ -211,14 +211,15 @@ def _index(obj, name, device):
     if kind is np.ndarray:
         if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
             return obj, obj.shape[0], False
-    elif _TORCH and kind is _TORCH[0]:
-        if obj.dtype is _TORCH[1] and obj.dim() == 1 and not obj.data_ptr() & 7 and not obj.requires_grad:
+    elif _TORCH and kind is _TORCH[0]:  # int64 tensors never require grad: numpy() takes them as they are
+        shape = obj.shape
+        if obj.dtype is _TORCH[1] and len(shape) == 1 and not obj.data_ptr() & 7:
             on = obj.get_device()
             if on < 0:
-                return obj.numpy(), obj.shape[0], True
+                return obj.numpy(), shape[0], True
             if on != device:
                 raise DeviceMismatchError(f"{name} is on cuda:{on} but the buffers are on cuda:{device}")
-            return obj, obj.shape[0], True  # checked: the caller copies it to the host
+            return obj, shape[0], True  # checked: the caller copies it to the host
     elif not _TORCH and kind.__module__.startswith("torch"):
         torch = sys.modules["torch"]
         _TORCH[:] = [torch.Tensor, torch.int64]

@@ -115,7 +115,8 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
         return False
     if route == "auto" and (not (src.on_host and dst.on_host) or not routes.engine_available(handle)):
         return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
-    capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
+    if SIMULATOR or not (src.on_host or dst.on_host):  # else run has refused a capture already (host indices)
+        capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
     with on_device(plan.device):
         s_idx = src.values() if src.on_host else bounds.host_indices(array_info(src_indices, "src_indices"))
         d_idx = dst.values() if dst.on_host else bounds.host_indices(array_info(dst_indices, "dst_indices"))
