@@ -55,6 +55,7 @@ CLOCK = time.process_time_ns if SIMULATOR else time.perf_counter_ns
 # script profiles a checkout before and after a change of its per-call path.
 STAGES = (
     ("plan lookup", "kvnumba.api.transfer", "Transfer._plan_for_geometry"),
+    ("plan lookup", "kvnumba.plan.cache", "PlanCache.find"),
     ("view checks", "kvnumba.api.views", "CacheView.check_unchanged"),
     ("describe indices", "kvnumba.checks.validate", "indices"),
     ("describe indices", "kvnumba.plan.per_call", "_index"),

@@ -98,12 +98,12 @@ def direct_caller(spec, cache):
     dst_indices, stream, check)``, ``objects`` its buffer lists, ``scalars`` its sizes, in argument order: the
     plan ``cache`` holds for them (one look-up by value), else built and stored (every argument checked); then
     its ``run``. A copy-engine plan reads no layer tables, so checks on need no other plan."""
-    lookup, add, names = cache.find, cache.add, geometry_names(spec)
+    names = geometry_names(spec)
 
     def call(objects, scalars, src_indices, dst_indices, stream, check):
-        plan = lookup(objects, scalars)
+        plan = cache.find(objects, scalars)  # looked up by name: scripts/direct_host_profile.py times it
         if plan is None:
-            plan = add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
+            plan = cache.add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
         plan.run(src_indices, dst_indices, stream, check)
 
     return call
