@@ -12,9 +12,51 @@ Each function returns the number of copies written, or -1 when an index is out o
 the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
 nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
+from numba import njit
+from numba.core.errors import NumbaError
+import numpy as np
+
 from ..checks.compiled import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
+
+
+def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
+    """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens`` (int64), by a loop
+    compiled for the host on first use of ``function`` (a few tenths of a second in each process: a loop made for
+    one function is not cached on disk), where NumPy's whole-array arithmetic makes a temporary per operation;
+    None where Numba cannot compile ``function`` (a layout of one's own in plain Python): the caller evaluates it
+    with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    loop = _loops.get(function, _UNSEEN)
+    if loop is _UNSEEN:
+        loop = _loops[function] = _token_loop(function)
+    if loop is None:
+        return None
+    try:
+        return loop(tokens, layout_dim, item_size, heads, page_size)
+    except NumbaError:  # typed at the first call: not compilable; NumPy from now on
+        _loops[function] = None
+        return None
+
+
+_UNSEEN = object()
+_loops: dict = {}  # a layout's token function -> its compiled loop, or None
+
+
+def _token_loop(function):
+    try:
+        part = njit(function)
+    except (NumbaError, TypeError):
+        return None
+
+    @njit(nogil=True)
+    def loop(tokens, layout_dim, item_size, heads, page_size):
+        out = np.empty(tokens.shape[0], np.int64)
+        for i in range(tokens.shape[0]):
+            out[i] = part(tokens[i], layout_dim, item_size, heads, page_size)
+        return out
+
+    return loop
 
 
 @_compiled
