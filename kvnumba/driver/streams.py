@@ -71,8 +71,12 @@ class PerStream:
         value = self.compute(stream)
         if type(stream).__module__.startswith(("torch", "cupy")):
             key, known_ = id(stream), self.known
-            try:  # dropped when the stream goes (before its id can be another object's)
-                known_[key] = (weakref.ref(stream, lambda _, key=key: known_.pop(key, None)), value)
+
+            def forget(_reference):  # when the stream goes, before its id can be another object's
+                known_.pop(key, None)
+
+            try:
+                known_[key] = (weakref.ref(stream, forget), value)
             except TypeError:  # no weak references to it: asked every time
                 pass
         return value

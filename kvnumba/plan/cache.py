@@ -333,10 +333,10 @@ def make_witness(objects, identity=frozenset()):
     if not checks:
         return None
     if all(test is _same_torch_owner for _, _, test, _ in checks):
-        owners = [(i, j, reference) for i, j, _, reference in checks]
+        torch_owners = [(i, j, reference) for i, j, _, reference in checks]
 
         def same_list_owners(objs):  # the witness below for torch host tensors only, unrolled: on every hit
-            for i, j, reference in owners:
+            for i, j, reference in torch_owners:
                 t = objs[i] if j is None else objs[i][j]
                 base = t._base
                 if (t if base is None else base) is not reference():
