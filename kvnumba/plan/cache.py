@@ -4,12 +4,12 @@ object carried it.
 SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every call; a cache keyed
 on object identity would validate every call again. Here a plan is keyed on, per buffer:
 
-- a torch tensor: its data pointer, size in bytes, whether it is contiguous, its shape and dtype (the copy-engine
-  entry points' plans read rows and pages from the shape; in their lists the size is left out, as the shape and
-  dtype give it); a call of torch tensors alone, a kernel entry point's hot case, keys the first three;
-- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable, its shape and dtype;
+- a torch tensor: its data pointer, size in bytes and whether it is contiguous;
+- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable;
 - a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
-- a list of arrays: the same, element by element;
+- a list of arrays (a copy-engine entry point's layers): the same, element by element, and each element's shape
+  and dtype, which its plan reads rows and pages from (lists of torch tensors, keyed flat, leave the size out:
+  shape and dtype give it);
 - a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
   size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
   at the same address is not the same table; and, for a destination, whether the NumPy arrays behind
@@ -19,8 +19,8 @@ on object identity would validate every call again. Here a plan is keyed on, per
 plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
 Two calls with the same key touch the same bytes in the same way, so every check that depends on them
 holds for both: bounds come from the extent actually passed, a read-only array is another key, a
-resized array is another key, and so is a reshaped one wherever the shape is keyed (a kernel entry point's
-torch tensors take their geometry from its sizes, not their shapes).
+resized array is another key, and so is a reshaped one in a list (a kernel entry point addresses bytes: its
+geometry comes from its sizes, not its buffers' shapes).
 
 What the key cannot see is whether *host* memory is still pinned: a pinned buffer freed and replaced
 by pageable memory at the same address has the same key. So an entry with host buffers keeps a
@@ -254,12 +254,12 @@ def _value_key_function(obj):
 
 
 def _torch_key(t):
-    return t.data_ptr(), t.nbytes, t.is_contiguous(), t.shape, t.dtype
+    return t.data_ptr(), t.nbytes, t.is_contiguous()
 
 
 def _numpy_key(a):
     flags = a.flags
-    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable, a.shape, a.dtype
+    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable
 
 
 def _fake_key(fake):  # the simulator's device arrays wrap a NumPy array
@@ -280,7 +280,7 @@ def _list_key(items):
         # equals one of tuples)
         return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
                 *map(_DTYPE, items))
-    return tuple(_element_key(x) for x in items)
+    return tuple((_element_key(x), getattr(x, "shape", None), getattr(x, "dtype", None)) for x in items)
 
 
 _SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")
