@@ -12,9 +12,9 @@ Each function returns the number of copies written, or -1 when an index is out o
 the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
 nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
+import numpy as np
 from numba import njit
 from numba.core.errors import NumbaError
-import numpy as np
 
 from ..checks.compiled import compiled as _compiled
 
