@@ -22,11 +22,13 @@ BAD = -1  # an index out of range: nothing to submit
 
 
 def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
-    """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens`` (int64), by a loop
+    """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens``, by a loop
     compiled for the host on first use of ``function`` (a few tenths of a second in each process: a loop made for
     one function is not cached on disk), where NumPy's whole-array arithmetic makes a temporary per operation;
-    None where Numba cannot compile ``function`` (a layout of one's own in plain Python): the caller evaluates it
-    with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    None for tokens other than int64, or where Numba cannot compile ``function`` (a layout of one's own in plain
+    Python): the caller evaluates it with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    if tokens.dtype != _INT64:  # Numba's integer promotions are NumPy's for int64 alone (uint64 * int64: float)
+        return None
     loop = _loops.get(function, _UNSEEN)
     if loop is _UNSEEN:
         loop = _loops[function] = _token_loop(function)
@@ -40,6 +42,7 @@ def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
 
 
 _UNSEEN = object()
+_INT64 = np.dtype(np.int64)
 _loops: dict = {}  # a layout's token function -> its compiled loop, or None
 
 

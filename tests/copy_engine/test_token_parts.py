@@ -39,3 +39,9 @@ def test_a_function_numba_cannot_compile_answers_none():
     assert direct_fill.token_parts(token_offset, tokens, 0, 8, 1, 1) is None
     assert direct_fill.token_parts(token_offset, tokens, 0, 8, 1, 1) is None  # remembered
     np.testing.assert_array_equal(elementwise(token_offset, tokens, 0, 8, 1, 1), tokens * 8)
+
+
+def test_tokens_other_than_int64_are_left_to_numpy():
+    """Numba promotes uint64 with int64 to float64 where NumPy keeps uint64: only int64 tokens are compiled."""
+    tokens = np.arange(4, dtype=np.uint64)
+    assert direct_fill.token_parts(FUNCTIONS["page_first_direct"], tokens, 4096, 512, 1, 16) is None
