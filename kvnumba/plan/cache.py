@@ -280,7 +280,15 @@ def _list_key(items):
         # equals one of tuples)
         return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
                 *map(_DTYPE, items))
-    return tuple((_element_key(x), getattr(x, "shape", None), getattr(x, "dtype", None)) for x in items)
+    return tuple(map(_layer_key, items))
+
+
+def _layer_key(x):
+    """One layer of a list: its value key, shape and dtype (a NumPy array's size left out: they give it)."""
+    if type(x) is np.ndarray:
+        flags = x.flags
+        return x.__array_interface__["data"][0], flags.c_contiguous, flags.writeable, x.shape, x.dtype
+    return _element_key(x), getattr(x, "shape", None), getattr(x, "dtype", None)
 
 
 _SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")
