@@ -332,7 +332,8 @@ def harness():
     from kvnumba.driver import capture
 
     saved = batch_copy.runtime, capture.capturing
-    batch_copy.runtime = StubRuntime  # every copy-engine call submits to the stand-in
+    stub = StubRuntime()
+    batch_copy.runtime = lambda: stub  # every copy-engine call submits to the stand-in (one, as a GPU's runtime)
     capture.capturing = lambda handle: False  # a made-up side stream: the simulator captures none
     try:
         yield None, 0x5EED, lambda: None
