@@ -27,6 +27,7 @@ Python work around ``cudaMemcpyBatchAsync``, which is the same code on a GPU. On
 buffers and indices (host us, and GB/s counted until the stream is done).
 """
 import argparse
+import contextlib
 import cProfile
 import ctypes
 import importlib
@@ -54,6 +55,7 @@ CLOCK = time.process_time_ns if SIMULATOR else time.perf_counter_ns
 # script profiles a checkout before and after a change of its per-call path.
 STAGES = (
     ("plan lookup", "kvnumba.api.transfer", "Transfer._plan_for_geometry"),
+    ("plan lookup", "kvnumba.plan.cache", "PlanCache.find"),
     ("view checks", "kvnumba.layouts.base", "CacheView.check_unchanged"),
     ("describe indices", "kvnumba.checks.validate", "indices"),
     ("describe indices", "kvnumba.plan.per_call", "_index"),
@@ -315,6 +317,30 @@ def _row(r):
     return f"{r['case']:24} {r['indices']:7} {r['tokens']:5} tok  host {r['host_us']:8.1f} us{gbps}{ref_text}"
 
 
+@contextlib.contextmanager
+def harness():
+    """``(torch, stream, sync)`` for the block: on a GPU torch, a side stream (current in the block) and
+    ``torch.cuda.synchronize``; on the simulator None, a made-up handle and a no-op, with every copy-engine call
+    submitting to the stand-in batch call and no stream capturing (both undone when the block ends)."""
+    if not SIMULATOR:
+        import torch
+
+        side = torch.cuda.Stream()
+        with torch.cuda.stream(side):
+            yield torch, side, torch.cuda.synchronize
+        return
+    from kvnumba.driver import capture
+
+    saved = batch_copy.runtime, capture.capturing
+    stub = StubRuntime()
+    batch_copy.runtime = lambda: stub  # every copy-engine call submits to the stand-in (one, as a GPU's runtime)
+    capture.capturing = lambda handle: False  # a made-up side stream: the simulator captures none
+    try:
+        yield None, 0x5EED, lambda: None
+    finally:
+        batch_copy.runtime, capture.capturing = saved
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tokens", type=int, nargs="*", default=list(TOKENS))
@@ -324,39 +350,22 @@ def main(argv=None):
     parser.add_argument("--cprofile", action="store_true", help="a cProfile summary per case (own time)")
     parser.add_argument("--json", help="write the rows to this file")
     args = parser.parse_args(argv)
-    torch = reference = None
-    from kvnumba.driver import capture
+    reference = None
+    with harness() as (torch, stream, sync):
+        if torch is not None:
+            sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+            from bench import load_reference
 
-    saved = batch_copy.runtime, capture.capturing
-    if SIMULATOR:
-        batch_copy.runtime = StubRuntime  # every copy-engine call submits to the stand-in (until main returns)
-        capture.capturing = lambda handle: False  # a made-up side stream: the simulator captures none
-        stream, sync = 0x5EED, lambda: None
-    else:
-        import torch
-
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from bench import load_reference
-
-        reference = load_reference(args.reference)
-        side = torch.cuda.Stream()
-        stream, sync = side, torch.cuda.synchronize
-    print(f"{'CPU (simulator, stand-in batch call)' if SIMULATOR else torch.cuda.get_device_name()}; "
-          f"kvnumba from {os.path.dirname(kv.__file__)}")
-    rows = []
-    try:
+            reference = load_reference(args.reference)
+        print(f"{'CPU (simulator, stand-in batch call)' if SIMULATOR else torch.cuda.get_device_name()}; "
+              f"kvnumba from {os.path.dirname(kv.__file__)}")
+        rows = []
         for tokens in args.tokens:
             setup = Setup(tokens, torch)
             for case in args.cases:
                 for where in args.indices:
-                    if torch is not None:
-                        with torch.cuda.stream(stream):
-                            profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
-                    else:
-                        profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
+                    profile_case(setup, case, where, stream, sync, reference, args.cprofile, rows)
             del setup
-    finally:
-        batch_copy.runtime, capture.capturing = saved
     if args.json:
         import json
 

@@ -318,18 +318,12 @@ def plain_caller(name: str) -> Callable[..., Any]:
     return build.caller(SPECS[name], plain(name)._cache)
 
 
-def plain_direct_caller(name: str) -> Callable:
+def plain_direct_caller(name: str) -> Callable[..., Any]:
     """The per-call function of plain copy-engine entry point ``name``:
     ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
-    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache."""
-    transfer = plain(name)
-
-    def call(objects: tuple, scalars: tuple, src_indices: Any, dst_indices: Any, stream: StreamLike | None,
-             check: bool) -> None:
-        strict = check or guard.ALWAYS_CHECK
-        transfer._plan_for_geometry(objects + scalars, strict, stream).run(src_indices, dst_indices, stream, strict)
-
-    return call
+    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache of
+    ``plain(name)`` (``plan.build.direct_caller``)."""
+    return build.direct_caller(SPECS[name], plain(name)._cache)
 
 
 _PLAIN: dict[str, Transfer] = {}

@@ -13,6 +13,7 @@ import functools
 import numpy as np
 
 from ..driver.pointers import HOST
+from . import compiled
 from ..errors import IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
@@ -82,12 +83,21 @@ def host_indices(info):
 
 
 def first_outside(values, low, high):
-    """Position of the first value outside ``[low, high)``, or None. Vectorised: min/max first."""
+    """Position of the first value outside ``[low, high)``, or None. int64 values: one compiled pass
+    (``kvnumba.checks.compiled.first_outside``); anything else vectorised, min/max first."""
+    if (type(values) is np.ndarray and values.dtype == _INT64 and type(low) is int and type(high) is int
+            and _INT64_MIN <= low and high <= _INT64_MAX):
+        where = compiled.first_outside(values, low, high)
+        return None if where < 0 else where
     if len(values) == 0:
         return None
     if int(values.min()) >= low and int(values.max()) < high:
         return None
     return int(np.flatnonzero((values < low) | (values >= high))[0])
+
+
+_INT64 = np.dtype(np.int64)
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def check_indices(name, values, limit, what, positions=None):

@@ -3,6 +3,7 @@ that says it belongs to another GPU, refused."""
 from ..driver.pointers import HOST
 from ..driver.devices import current_device
 from ..driver.lanes import LaneStream
+from ..driver.streams import PerStream
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 
@@ -30,6 +31,10 @@ def stream_device(stream):
         return None
     if type(stream) is LaneStream:
         return stream.device
+    return _devices(stream)
+
+
+def _stream_object_device(stream):
     module = type(stream).__module__
     if module.startswith("torch"):
         found = getattr(getattr(stream, "device", None), "index", None)
@@ -38,6 +43,9 @@ def stream_device(stream):
     else:
         return None
     return found if type(found) is int else None
+
+
+_devices = PerStream(_stream_object_device)  # a torch or CuPy stream's device, read once per stream object
 
 
 def same_device_stream(stream, device):

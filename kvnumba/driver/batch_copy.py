@@ -361,7 +361,9 @@ class PreparedBatch:
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
         self.out = np.zeros((3, 0), np.int64)
         self.pointers: tuple = ()
-        self._attrs: tuple = (None, None)  # (the CudartBatch, byref of its attributes for this plan's devices)
+        # (the runtime, its CudartBatch, byref of its attributes for this plan's devices) once that runtime was
+        # found to take the batch call: what is asked per call depends only on the runtime and the stream
+        self._ready: tuple = (None, None, None)
 
     def reserve(self, count):
         """``out`` with room for ``count`` copies (a new array when it has less: twice the room)."""
@@ -377,22 +379,25 @@ class PreparedBatch:
         if count == 0:
             return None
         rt = runtime()
-        cudart = getattr(rt, "cudart", None)
-        batch = self.batch
-        if (batch and cudart is not None and rt.has_batch and rt.driver_version >= MIN_DRIVER_VERSION
-                and int(stream) not in LEGACY_STREAMS):
-            owner, attrs_ref = self._attrs
-            if owner is not cudart:
-                attrs_ref = ctypes.byref(cudart.attributes(self.src_device, self.dst_device))
-                self._attrs = (cudart, attrs_ref)
-            result = cudart.call(self.pointers, count, attrs_ref, stream)
-            if result.error == 0:
-                log.record("batch")
-                return "batch"
+        ready, cudart, attrs_ref = self._ready
+        if ready is not rt:
+            cudart = getattr(rt, "cudart", None)
+            if not (self.batch and cudart is not None and rt.has_batch and rt.driver_version >= MIN_DRIVER_VERSION):
+                return self._by_copy_many(count, stream, self.batch)
+            attrs_ref = ctypes.byref(cudart.attributes(self.src_device, self.dst_device))
+            self._ready = (rt, cudart, attrs_ref)
+        if int(stream) in LEGACY_STREAMS:
+            return self._by_copy_many(count, stream, self.batch)
+        result = cudart.call(self.pointers, count, attrs_ref, stream)
+        if result.error == 0:
+            log.record("batch")
+            return "batch"
+        if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
             out = self.out
-            if result.error not in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
-                raise _batch_error(result, out[0, :count].tolist(), out[1, :count].tolist(), out[2, :count].tolist())
-            batch = False  # not supported: page by page, without asking again
+            raise _batch_error(result, out[0, :count].tolist(), out[1, :count].tolist(), out[2, :count].tolist())
+        return self._by_copy_many(count, stream, False)  # not supported: page by page, without asking again
+
+    def _by_copy_many(self, count, stream, batch):
         out = self.out
         return copy_many(out[0, :count], out[1, :count], out[2, :count], stream, src_device=self.src_device,
                          dst_device=self.dst_device, batch=batch)

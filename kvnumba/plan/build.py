@@ -3,7 +3,8 @@ a plan of the same geometry rebound to new buffers, or a new one: a kernel plan 
 copy-engine plan (``direct_plan``) or an FP8 copy's (``fp8_plan``). A miss calls down from here, never back up.
 
 ``caller`` makes a plain kernel entry point's per-call function: the cached plan's fast call
-(``plan.per_call``) on a hit, else the plan found or built here, with every argument checked.
+(``plan.per_call``) on a hit, else the plan found or built here, with every argument checked; ``direct_caller``
+a plain copy-engine entry point's: the cached plan's ``run``.
 
 A miss on new buffers of a known geometry is a rebind. SGLang's per-layer calls pass a fresh ``pool[layer_id]``
 view per call: new tensors, often new addresses of a geometry seen before. For a seed entry point without
@@ -88,6 +89,22 @@ def caller(spec, cache):
                 plan = add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
         return plan.fast(src_indices, dst_indices, layer_id, block_quota, warps, stream=stream, check=check,
                          route=route)
+
+    return call
+
+
+def direct_caller(spec, cache):
+    """The per-call function of plain copy-engine entry point ``spec``: ``call(objects, scalars, src_indices,
+    dst_indices, stream, check)``, ``objects`` its buffer lists, ``scalars`` its sizes, in argument order: the
+    plan ``cache`` holds for them (one look-up by value), else built and stored (every argument checked); then
+    its ``run``. A copy-engine plan reads no layer tables, so checks on need no other plan."""
+    names = geometry_names(spec)
+
+    def call(objects, scalars, src_indices, dst_indices, stream, check):
+        plan = cache.find(objects, scalars)  # looked up by name: scripts/direct_host_profile.py times it
+        if plan is None:
+            plan = cache.add(objects, scalars, lambda: build(spec, dict(zip(names, objects + scalars)), False, stream))
+        plan.run(src_indices, dst_indices, stream, check)
 
     return call
 

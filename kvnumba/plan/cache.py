@@ -7,7 +7,9 @@ on object identity would validate every call again. Here a plan is keyed on, per
 - a torch tensor: its data pointer, size in bytes and whether it is contiguous;
 - a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable;
 - a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
-- a list of arrays: the same, element by element;
+- a list of arrays (a copy-engine entry point's layers): the same, element by element, and each element's shape
+  and dtype, which its plan reads rows and pages from (lists of torch tensors, keyed flat, leave the size out:
+  shape and dtype give it);
 - a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
   size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
   at the same address is not the same table; and, for a destination, whether the NumPy arrays behind
@@ -17,7 +19,8 @@ on object identity would validate every call again. Here a plan is keyed on, per
 plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
 Two calls with the same key touch the same bytes in the same way, so every check that depends on them
 holds for both: bounds come from the extent actually passed, a read-only array is another key, a
-reshaped or resized array is another key.
+resized array is another key, and so is a reshaped one in a list (a kernel entry point addresses bytes: its
+geometry comes from its sizes, not its buffers' shapes).
 
 What the key cannot see is whether *host* memory is still pinned: a pinned buffer freed and replaced
 by pageable memory at the same address has the same key. So an entry with host buffers keeps a
@@ -42,6 +45,7 @@ registered with ``remembered`` (``plan.build``'s geometries, ``plan.seed_args``'
 recipes). ``forget_plans`` clears them all: ``kv.clear_plan_caches()``, and every setting changed through
 ``kvnumba.config.override`` (settings are read when a plan is built).
 """
+import itertools
 import operator
 import sys
 import threading
@@ -174,6 +178,27 @@ def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
                     *map(type, scalars))
 
         return torch_keys
+    generic = _generic_keyer(objects, identity, destinations)
+    if torch is not None and not identity and objects and all(type(o) in (list, tuple) for o in objects):
+        # The copy-engine entry points' lists of layers (SGLang's: torch tensors, a fresh pool[layer] view in
+        # one of them on every call): each list's length, then its tensors' values as in _list_key, flat, by
+        # C-level loops (four reads a tensor). A list holding anything but tensors has the generic key.
+        data_ptr, contiguous, chain = torch.Tensor.data_ptr, torch.Tensor.is_contiguous, itertools.chain.from_iterable
+
+        def torch_list_keys(objs, scalars):
+            flat = list(chain(objs))
+            try:
+                return (torch_list_keys, *map(len, objs), *map(data_ptr, flat), *map(contiguous, flat),
+                        *map(_SHAPE, flat), *map(_DTYPE, flat), *scalars, *map(type, scalars))
+            except TypeError:  # not a tensor (data_ptr is torch.Tensor's alone)
+                return generic(objs, scalars)
+
+        return torch_list_keys
+    return generic
+
+
+def _generic_keyer(objects, identity, destinations):
+    """``make_keyer``'s keyer for any arguments: each object's key function, chosen by its type now."""
     parts = tuple(_identity_key_function(o, i in destinations) if i in identity else
                   _view_key if i in destinations and _is_view(o) else _value_key_function(o)
                   for i, o in enumerate(objects))
@@ -251,12 +276,22 @@ def _list_key(items):
     torch = sys.modules.get("torch")
     if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
         # SGLang's lists of layers (transfer_kv_all_layer_direct_lf_pf takes 2L of them): C-level loops, each
-        # element's three values as in _torch_key, flat (a tuple of ints never equals one of tuples)
-        return (*map(torch.Tensor.data_ptr, items), *map(_NBYTES, items), *map(torch.Tensor.is_contiguous, items))
-    return tuple(_element_key(x) for x in items)
+        # element's values as in _torch_key but its size (its shape and dtype give it), flat (a tuple of ints never
+        # equals one of tuples)
+        return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
+                *map(_DTYPE, items))
+    return tuple(map(_layer_key, items))
 
 
-_NBYTES = operator.attrgetter("nbytes")
+def _layer_key(x):
+    """One layer of a list: its value key, shape and dtype (a NumPy array's size left out: they give it)."""
+    if type(x) is np.ndarray:
+        flags = x.flags
+        return x.__array_interface__["data"][0], flags.c_contiguous, flags.writeable, x.shape, x.dtype
+    return _element_key(x), getattr(x, "shape", None), getattr(x, "dtype", None)
+
+
+_SHAPE, _DTYPE = operator.attrgetter("shape"), operator.attrgetter("dtype")
 
 
 _key_functions: dict[type, Any] = {}  # element type -> its key function (lists of arrays)
@@ -305,6 +340,18 @@ def make_witness(objects, identity=frozenset()):
                 checks.append((i, j if type(obj) in (list, tuple) else None, *test))
     if not checks:
         return None
+    if all(test is _same_torch_owner for _, _, test, _ in checks):
+        torch_owners = [(i, j, reference) for i, j, _, reference in checks]
+
+        def same_list_owners(objs):  # the witness below for torch host tensors only, unrolled: on every hit
+            for i, j, reference in torch_owners:
+                t = objs[i] if j is None else objs[i][j]
+                base = t._base
+                if (t if base is None else base) is not reference():
+                    return False
+            return True
+
+        return same_list_owners
 
     def witness(objs):
         for i, j, test, reference in checks:

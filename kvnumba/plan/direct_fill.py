@@ -5,25 +5,61 @@ compiled loop over the indices.
 Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and about a
 microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
 in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
-a second per function) and cached on disk (``cache=True``: Numba keeps it beside this file, or in the user's
-cache directory where the package is read-only), so later processes load it in milliseconds (past Numba's
-one-time start-up for CPU code, which the first call of a process pays).
+a second per function) and cached on disk (``kvnumba.checks.compiled``), so later processes load it in
+milliseconds (past Numba's one-time start-up for CPU code, which the first call of a process pays).
 
 Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
 the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
 nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
+import numpy as np
 from numba import njit
+from numba.core.errors import NumbaError
+
+from ..checks.compiled import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
 
 
-def _compiled(function):
-    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
+def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
+    """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens``, by a loop
+    compiled for the host on first use of ``function`` (a few tenths of a second in each process: a loop made for
+    one function is not cached on disk), where NumPy's whole-array arithmetic makes a temporary per operation;
+    None for tokens other than int64, or where Numba cannot compile ``function`` (a layout of one's own in plain
+    Python): the caller evaluates it with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    if tokens.dtype != _INT64:  # Numba's integer promotions are NumPy's for int64 alone (uint64 * int64: float)
+        return None
+    loop = _loops.get(function, _UNSEEN)
+    if loop is _UNSEEN:
+        loop = _loops[function] = _token_loop(function)
+    if loop is None:
+        return None
     try:
-        return njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
-        return njit(nogil=True)(function)
+        return loop(tokens, layout_dim, item_size, heads, page_size)
+    except NumbaError:  # typed at the first call: not compilable; NumPy from now on
+        _loops[function] = None
+        return None
+
+
+_UNSEEN = object()
+_INT64 = np.dtype(np.int64)
+_loops: dict = {}  # a layout's token function -> its compiled loop, or None
+
+
+def _token_loop(function):
+    try:
+        part = njit(function)
+    except (NumbaError, TypeError):
+        return None
+
+    @njit(nogil=True)
+    def loop(tokens, layout_dim, item_size, heads, page_size):
+        out = np.empty(tokens.shape[0], np.int64)
+        for i in range(tokens.shape[0]):
+            out[i] = part(tokens[i], layout_dim, item_size, heads, page_size)
+        return out
+
+    return loop
 
 
 @_compiled

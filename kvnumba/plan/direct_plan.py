@@ -130,6 +130,7 @@ class DirectPlan:
         lf_layer_base = self.lf_base.T
         pf_layer_base = self.pf_base[None, :] + (layers * layer_bytes)[:, None]
         self.bases = np.ascontiguousarray(np.stack([lf_layer_base, pf_layer_base]))
+        self.copies_per_page = num_layers * kinds
         self.page_bytes = layers_total * layer_bytes
         self.params = np.array([page_size, max(self.lf_tokens - page_size + 1, 0), pages_total * page_size, row,
                                 self.page_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
@@ -145,7 +146,7 @@ class DirectPlan:
         into the plan's batch arrays, under their lock: threads may share a plan."""
         page_size, batch = self.page_size, self.batch
         with batch.lock:
-            out = batch.reserve(len(lf_idx) // page_size * self.bases.shape[1] * self.bases.shape[2])
+            out = batch.reserve(len(lf_idx) // page_size * self.copies_per_page)
             count = direct_fill.fill_pages(lf_idx, pf_idx, self.params, self.bases, out)
             if count == direct_fill.BAD:
                 self._page_error(lf_idx, pf_idx)
@@ -184,8 +185,8 @@ class DirectPlan:
             return
         with on_device(device):
             # indices on the GPU: one device-to-host copy each, as SGLang's entry points make
-            s_idx = src if type(src) is np.ndarray else bounds.host_indices(src)
-            d_idx = dst if type(dst) is np.ndarray else bounds.host_indices(dst)
+            s_idx = src if type(src) is np.ndarray else _on_host(src)
+            d_idx = dst if type(dst) is np.ndarray else _on_host(dst)
             if self.runs:
                 self._run_merged(s_idx, d_idx, handle)
             elif self.lf_to_pf:
@@ -202,20 +203,23 @@ _TORCH: list = []  # [torch.Tensor, torch.int64] once a torch tensor has been se
 
 def _index(obj, name, device):
     """An index array as ``(values, length, is_torch)``: ``values`` its host NumPy int64 values where they are
-    on the host already (NumPy, CPU tensors: no copy), else its ``ArrayInfo`` (brought to the host by the
-    caller, after the stream is checked). NumPy arrays and torch tensors of int64 take a few attribute reads; anything
-    else goes through ``validate.index_info``, which gives every error message."""
+    on the host already (NumPy, CPU tensors: no copy), else the tensor (a checked torch tensor on the device) or its
+    ``ArrayInfo``, brought to the host by the caller (``_on_host``) after the stream is checked. NumPy arrays and
+    torch tensors of int64 take a few attribute reads; anything else goes through ``validate.index_info``, which
+    gives every error message."""
     kind = type(obj)
     if kind is np.ndarray:
         if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
             return obj, obj.shape[0], False
-    elif _TORCH and kind is _TORCH[0]:
-        if obj.dtype is _TORCH[1] and obj.dim() == 1 and not obj.data_ptr() & 7 and not obj.requires_grad:
+    elif _TORCH and kind is _TORCH[0]:  # int64 tensors never require grad: numpy() takes them as they are
+        shape = obj.shape
+        if obj.dtype is _TORCH[1] and len(shape) == 1 and not obj.data_ptr() & 7:
             on = obj.get_device()
             if on < 0:
-                return obj.numpy(), obj.shape[0], True
+                return obj.numpy(), shape[0], True
             if on != device:
                 raise DeviceMismatchError(f"{name} is on cuda:{on} but the buffers are on cuda:{device}")
+            return obj, shape[0], True  # checked: the caller copies it to the host
     elif not _TORCH and kind.__module__.startswith("torch"):
         torch = sys.modules["torch"]
         _TORCH[:] = [torch.Tensor, torch.int64]
@@ -227,11 +231,20 @@ def _index(obj, name, device):
     return info, info.shape[0], info.is_torch
 
 
+def _on_host(values):
+    """``_index``'s device indices as host NumPy values: one synchronous device-to-host copy (int64 tensors
+    never require grad: no ``detach``)."""
+    if _TORCH and type(values) is _TORCH[0]:
+        return values.cpu().numpy()
+    return bounds.host_indices(values)
+
+
 def refuse_in_capture(name, handle):
     """``CaptureError`` if stream ``handle`` is being captured: a copy-engine entry point reads its indices on the
     host and submits copies with their addresses, which a graph cannot replay with new indices."""
-    capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
-                   "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
+    if capture.capturing(handle):  # the message is made only then
+        capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
+                       "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
 
 
 def _layer_first(name, obj, is_mla):

@@ -69,8 +69,9 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
         validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
     _clear_of_destinations(plan, src, dst)
     host_side = src.on_host or dst.on_host
+    checked = (None, None)  # the host values checked here, read once: the copy engine takes them too
     if host_side and count and plan.host_index_checks:
-        _check_host_indices(plan, src, dst, window)
+        checked = _check_host_indices(plan, src, dst, window)
     uses_torch = plan.uses_torch or src.torch or dst.torch
     same_device_stream(stream, plan.device)
     handle = stream_handle(stream, plan.device if uses_torch else None)
@@ -82,7 +83,8 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     if check:
         capture.refuse(handle, "check=True (it waits for the stream)",
                        "call kv.check_errors() after the replay instead")
-    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check):
+    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check,
+                                             checked):
         return handle
     items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
     # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
@@ -99,9 +101,10 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     return handle
 
 
-def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check):
+def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, checked):
     """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way (``route="auto"``
-    decides by where the indices are, the stream and the runs they make), False for the kernel."""
+    decides by where the indices are, the stream and the runs they make), False for the kernel. ``checked``: the
+    source's and destination's host values ``run`` checked (None for either it did not)."""
     engine = plan.engine
     if engine is None:
         if route == "copy_engine":
@@ -109,11 +112,11 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
         return False
     if route == "auto" and (not (src.on_host and dst.on_host) or not routes.engine_available(handle)):
         return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
-    capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
+    if SIMULATOR or not (src.on_host or dst.on_host):  # else run has refused a capture already (host indices)
+        capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
     with on_device(plan.device):
-        s_idx = src.values() if src.on_host else bounds.host_indices(array_info(src_indices, "src_indices"))
-        d_idx = dst.values() if dst.on_host else bounds.host_indices(array_info(dst_indices, "dst_indices"))
-        s_idx, d_idx = (np.ascontiguousarray(i, dtype=np.int64) for i in (s_idx, d_idx))
+        s_idx, d_idx = (np.ascontiguousarray(_host_values(*i), dtype=np.int64) for i in (
+            (src, checked[0], src_indices, "src_indices"), (dst, checked[1], dst_indices, "dst_indices")))
         for index, values, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
                                                  (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
             if not (index.on_host and plan.host_index_checks):  # not checked by run already: no kernel guard here
@@ -136,11 +139,23 @@ def _clear_of_destinations(plan, src, dst):
         plan.clearance.check(name, index.address, index.address + 8 * index.length)
 
 
+def _host_values(index, checked, obj, name):
+    """An index's values on the host: those ``run`` checked, else read (a device-to-host copy for GPU memory)."""
+    if checked is not None:
+        return checked
+    return index.values() if index.on_host else bounds.host_indices(array_info(obj, name))
+
+
 def _check_host_indices(plan, src, dst, window):
+    """Check the indices in host memory against the window's limits; their values (None for device indices)."""
+    checked = []
     for index, name, limit, side in ((src, "src_indices", window.src_limit, "src"),
                                      (dst, "dst_indices", window.dst_limit, "dst")):
-        if index.on_host:
-            bounds.check_indices(name, index.values(), limit, lambda side=side: window.what(plan, side))
+        values = index.values() if index.on_host else None
+        if values is not None:
+            bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
+        checked.append(values)
+    return tuple(checked)
 
 
 def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check):

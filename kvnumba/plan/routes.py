@@ -102,12 +102,14 @@ class HostCost(NamedTuple):
                 <= self.kernel_fixed_us + nbytes / self.kernel_bytes_per_us)
 
 
-# The constants, in one place (scripts/RESULTS.md, "Loads under compute" and "The batch call's host time", one
-# H200, 2026-12-01): cudaMemcpyBatchAsync costs ~0.55 us of host time a copy; the kernel loads 45-46 GB/s idle.
-# The fixed parts are estimates to be replaced by measured ones (scripts/direct_host_profile.py on a GPU gives
-# the copy engine's per-call host us; the kernel's with host indices is its index staging, launch and wait).
-HOST_COST = HostCost(engine_fixed_us=20.0, engine_per_copy_us=0.55, kernel_fixed_us=30.0,
-                     kernel_bytes_per_us=45.5e3)
+# The constants, in one place: the line scripts/route_costs.py prints on a GPU, pasted here (its figures, card and
+# date go to scripts/RESULTS.md). It times kv.copy of one layer of a 32-layer pool (item 2048 B, pages of 64) from
+# layer-first and page-first-direct pinned host views into a GPU view, host indices of random whole pages, on a side
+# stream, at 64 to 8192 tokens: the copy engine's host us a call back to back against the copies it submitted,
+# and the kernel's us until its stream is done (index staging, launch, the load) against the bytes it moved; each
+# a least-squares line (fixed part and slope). Until that line is pasted, the values are estimates: the batch
+# call's cost a copy and the kernel's idle speed measured before, the fixed parts guessed.
+HOST_COST = HostCost(engine_fixed_us=20.0, engine_per_copy_us=0.55, kernel_fixed_us=30.0, kernel_bytes_per_us=45500.0)
 
 
 class EngineFill(NamedTuple):

@@ -22,6 +22,7 @@ from ..checks.devices import one_device
 from ..checks.tables import TableLayers, table_layers
 from ..kernels.layouts import LayoutParts
 from ..kernels.params import NO_LIMIT
+from . import direct_fill
 
 KINDS = ("k", "v")
 
@@ -125,8 +126,13 @@ class Side:
                          for k in range(self.kinds)])
 
     def token_offsets(self, tokens: np.ndarray, item_size: int, heads: int) -> np.ndarray:
-        """Every token's token part (int64, like ``tokens``)."""
-        return elementwise(self.parts.py[1], tokens, self.layout_dim, item_size, heads, self.page_size)
+        """Every token's token part (int64, like ``tokens``): the layout's function compiled for the host where
+        Numba can compile it (``direct_fill.token_parts``), else evaluated with NumPy."""
+        function = self.parts.py[1]
+        found = direct_fill.token_parts(function, tokens, self.layout_dim, item_size, heads, self.page_size)
+        if found is None:
+            return elementwise(function, tokens, self.layout_dim, item_size, heads, self.page_size)
+        return found
 
     def head_stride(self, item_size: int, heads: int) -> int:
         return int(self.parts.py[2](self.layout_dim, item_size, heads, self.page_size))

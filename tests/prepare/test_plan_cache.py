@@ -68,3 +68,43 @@ def test_clear_plan_caches_empties_every_plan_cache():
     cache.get((a,), (4,), lambda: _Plan("A"))
     kv.clear_plan_caches()
     assert cache.find((a,), (4,)) is None and not cache.entries
+
+
+def test_a_reshaped_or_retyped_layer_in_a_list_is_another_key():
+    """The copy-engine entry points' plans read rows and pages from their buffers' shapes (and check dtypes):
+    a list holding the same memory reshaped, or viewed as another dtype of the same size, misses."""
+    cache = PlanCache()
+    a = host(np.zeros((4, 8), np.uint8))
+    assert _both(cache, ([a],), (4,), _Plan("A")) == ("miss", "miss")
+    assert _both(cache, ([a],), (4,), _Plan("other")) == ("A", "A")
+    assert _both(cache, ([a.reshape(8, 4)],), (4,), _Plan("B")) == ("miss", "miss")
+    assert _both(cache, ([a.view(np.int8)],), (4,), _Plan("C")) == ("miss", "miss")
+    assert _both(cache, ([a, a],), (4,), _Plan("D")) == ("miss", "miss")  # another length: another key
+
+
+def test_transfer_kv_direct_of_reshaped_layers_copies_their_rows():
+    """The same memory as rows of 16 bytes, then of 8: each call copies its own rows (not the earlier plan's)."""
+    src = host(np.arange(64, dtype=np.uint8)).reshape(4, 16)
+    dst = host(np.zeros(64, np.uint8)).reshape(4, 16)
+    idx, to = np.array([0, 1], np.int64), np.array([2, 3], np.int64)
+    kv.transfer_kv_direct([src], [dst], idx, to, 1)
+    assert (dst[2:] == src[:2]).all() and not dst[:2].any()
+    dst[:] = 0
+    kv.transfer_kv_direct([src.reshape(8, 8)], [dst.reshape(8, 8)], idx, to, 1)
+    assert (dst.reshape(8, 8)[2:4] == src.reshape(8, 8)[:2]).all()
+    assert np.count_nonzero(dst.reshape(8, 8)[[0, 1, 4, 5, 6, 7]]) == 0
+
+
+def test_the_direct_caller_runs_the_cached_plan():
+    spec = SPECS["transfer_kv_per_layer_direct_pf_lf"]
+    cache = build.plan_cache(spec)
+    lists = ([host(np.zeros(8, np.uint8))], [host(np.zeros(8, np.uint8))])
+    ran = []
+
+    class Plan:
+        def run(self, *args):
+            ran.append(args)
+
+    cache.get(lists, (0, 4), Plan)
+    build.direct_caller(spec, cache)(lists, (0, 4), "s", "d", None, True)
+    assert ran == [("s", "d", None, True)] and cache.misses == 1
