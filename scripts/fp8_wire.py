@@ -43,7 +43,7 @@ import numpy as np
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.kernels.fp8_format import PLAIN_DTYPES
+from kvnumba.quant.fp8 import PLAIN_DTYPES
 from kvnumba.tools.timing import synchronize
 
 import overlap

@@ -25,7 +25,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from ..arrays import array_info, device_array, pinned
-from ..kernels.fp8_format import fp8_format, plain_dtype
+from ..quant.fp8 import fp8_format, plain_dtype
 from ..plan.fp8_plan import plain_dtype_of
 from .views import CacheView, LayerTable
 

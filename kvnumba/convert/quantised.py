@@ -39,8 +39,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..kernels.fp8_format import FORMATS, PLAIN_DTYPES
-from ..quant_reference import dequantise, quantise
+from ..quant.fp8 import FORMATS, PLAIN_DTYPES
+from ..quant.fp8 import dequantise, quantise
 from .inputs import Item, Source
 
 __all__ = ["DTYPES", "FORMAT_KEY", "PLAIN_KEY", "SCALES_SUFFIX", "checked_dtype", "transformed"]
