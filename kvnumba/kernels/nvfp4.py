@@ -190,7 +190,7 @@ def group_ops(mode, dtype):
 def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
     op = group_ops(mode, dtype) if mode != "copy" else None
-    plain_src = mode == "dequantise"
+    plain_src = mode == "quantise"  # the plain side is the source
     parts = plain_parts
     lb = parts.layer_base if parts is not None else None
     to = parts.token_offset if parts is not None else None
@@ -267,10 +267,10 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
                  dst_page_bytes, dst_block)
         elif plain_src:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale)
+                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale)
         else:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale)
+                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale)
         j = 0
         count = min(items_per_warp, num_items - first)
         while j < count:
