@@ -97,7 +97,7 @@ class Nvfp4View:
         if not isinstance(caches, (list, tuple)) or not caches:
             raise TypeError(f"Nvfp4View: caches must be a non-empty list of per-layer arrays, got "
                             f"{type(caches).__name__}")
-        shape = None
+        shape: tuple[int, ...] = ()
         raw, orders = [], set()
         for i, cache in enumerate(caches):
             label = f"caches[{i}]"
@@ -106,7 +106,7 @@ class Nvfp4View:
                 raise TypeError(f"Nvfp4View: {label} must be uint8, got {dtype_name}")
             if len(got) != 5 or got[1] != 2:
                 raise ValueError(f"Nvfp4View: {label} must be (blocks, 2, block_size, heads, D/2 + D/16), got {got}")
-            if shape is not None and got != shape:
+            if shape and got != shape:
                 raise ValueError(f"Nvfp4View: {label} has the shape {got}, caches[0] {shape}")
             shape = got
             blocks, _, block, heads, full = got

@@ -11,7 +11,7 @@ one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a mul
 An NVFP4 side is a table of its layers' addresses (``*_table``), its page bytes and block size; token ``t``
 of head ``h`` sits at slot ``t * H + h`` (NHD) or ``h * block + t`` (HND) of its side's regions.
 """
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from numba import cuda
 
@@ -189,12 +189,11 @@ def group_ops(mode, dtype):
 
 def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
-    op = group_ops(mode, dtype) if mode != "copy" else None
+    op: Any = group_ops(mode, dtype) if mode != "copy" else None
     plain_src = mode == "quantise"  # the plain side is the source
-    parts = plain_parts
-    lb = parts.layer_base if parts is not None else None
-    to = parts.token_offset if parts is not None else None
-    hs = parts.head_stride if parts is not None else None
+    lb: Any = plain_parts.layer_base if plain_parts is not None else None
+    to: Any = plain_parts.token_offset if plain_parts is not None else None
+    hs: Any = plain_parts.head_stride if plain_parts is not None else None
 
     @device_function
     def side_base(table, layer, tok, page_bytes, block, kind):
@@ -262,6 +261,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first = warp * items_per_warp
+        a: tuple
         if mode == "copy":
             a = (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table,
                  dst_page_bytes, dst_block)

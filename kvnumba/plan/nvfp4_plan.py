@@ -102,7 +102,7 @@ class Nvfp4Plan(Fp8Plan):
         else:
             scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
         p = plain_side
-        self.template = kernels.Nvfp4Args(
+        self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
             src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
             groups=head_dim // 16, error_flag=guard.flag_address(),

@@ -62,10 +62,10 @@ class Fp8Codec(Codec):
         self.max_code, self.nan_code = max_code, nan_code  # codes of +FMT_MAX and of a NaN (| 0x80: negative)
         self.exponent_bits, self.mantissa_bits, self.bias = exponent_bits, mantissa_bits, bias
 
-    def quantise(self, x: Any, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
+    def quantise(self, x: Any, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         return quantise(x, self.name, dtype)
 
-    def dequantise(self, codes: Any, scales: Any, dtype: str = "bfloat16") -> np.ndarray:  # type: ignore[override]
+    def dequantise(self, codes: Any, scales: Any, dtype: str = "bfloat16") -> np.ndarray:
         return dequantise(codes, scales, dtype, self.name)
 
 

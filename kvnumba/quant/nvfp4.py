@@ -169,10 +169,10 @@ class Nvfp4Codec(Codec):
     scale_dtype = np.uint8  # e4m3fn bits
     kernels = "kvnumba.kernels.nvfp4"
 
-    def quantise(self, x: Any, global_scale: Any = 1.0, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:  # type: ignore[override]
+    def quantise(self, x: Any, global_scale: Any = 1.0, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         return quantise(x, global_scale, dtype)
 
-    def dequantise(self, data: Any, scales: Any, global_scale: Any = 1.0, dtype: str = "bfloat16") -> np.ndarray:  # type: ignore[override]
+    def dequantise(self, data: Any, scales: Any, global_scale: Any = 1.0, dtype: str = "bfloat16") -> np.ndarray:
         return dequantise(data, scales, global_scale, dtype)
 
 
