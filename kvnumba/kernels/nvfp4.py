@@ -2,8 +2,9 @@
 pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype).
 
 The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation); the bit arithmetic is
-``kernels.fp8``'s (``make_narrow`` rounds to e4m3 and e2m1 alike). A warp takes one token item (the bounds
-guard of every kernel), then every layer of the window, K then V. A side of a token is ``H * D/16`` groups of
+``kernels.fp8``'s (e4m3 and bfloat16/float16 rounding), e2m1's the reference's thresholds. A warp takes one
+token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
+issued before either is converted; a load from host memory takes two passes at once). A side of a token is ``H * D/16`` groups of
 16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
 scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
 one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
@@ -17,7 +18,7 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, make_narrow, narrow, widen
+from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
 from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
@@ -67,7 +68,8 @@ class Nvfp4Args(NamedTuple):
 SIGNATURE = signature(Nvfp4Args)
 PER_CALL = Nvfp4Args._fields.index("first_layer")
 
-narrow_e2m1 = make_narrow(2, 1, 1, 7, 7)
+E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
+E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even
 
 
 @device_function
@@ -83,10 +85,19 @@ def rcp(bits):
 
 @device_function
 def e2m1_code(p):
-    """The e2m1 code of float32 bits ``p``: to nearest even, saturated; NaN -> 7."""
-    if (p & 0x7FFFFFFF) > 0x7F800000:
+    """The e2m1 code of float32 bits ``p``: to nearest even by the thresholds of the reference (magnitudes compare
+    as their bits do), saturated; NaN (above every threshold) -> 7."""
+    a = p & 0x7FFFFFFF
+    m = 0
+    for t in E2M1_UP:
+        if a > t:
+            m += 1
+    for t in E2M1_AT:
+        if a >= t:
+            m += 1
+    if a > 0x7F800000:
         return 7
-    return narrow_e2m1(p)
+    return ((p >> 28) & 8) | m
 
 
 @device_function
@@ -114,10 +125,31 @@ def slot_of(hnd):
     return slot
 
 
-def group_ops(mode, dtype):
-    """``op(lane, active, plain, data, scale, g, scale_bits, unscale_bits)``: one lane's group of 16 elements
-    (``plain``: its 32 bytes of bfloat16; ``data``: its 8 bytes of codes; ``scale``: the 4-byte word of scales
-    that holds its own, byte ``g & 3``). Every lane calls it (the scales' shuffles), ``active`` or not."""
+@device_function
+def fetch_plain(active, plain):
+    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane."""
+    if active:
+        return load_i64(plain), load_i64(plain + 8), load_i64(plain + 16), load_i64(plain + 24)
+    return 0, 0, 0, 0
+
+
+@device_function
+def fetch_codes(active, data, scale):
+    """A group's 8 bytes of codes and the 4-byte word of scales holding its own, zeros for an idle lane."""
+    if active:
+        return load_i64(data), load_i32(scale)
+    return 0, 0
+
+
+def group_ops(dtype):
+    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
+
+    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
+      words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
+      lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
+    - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
+      group's 32 bytes at ``plain``.
+    """
     name = plain_dtype(dtype)
     widen_plain = widen(name)
     to_e4m3, from_e4m3 = narrow("e4m3"), widen("e4m3")
@@ -125,53 +157,39 @@ def group_ops(mode, dtype):
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
 
-    if mode == "quantise":
-        @device_function
-        def quantise(lane, active, plain, data, scale, g, scale_bits, unscale_bits):
-            w0 = 0
-            w1 = 0
-            w2 = 0
-            w3 = 0
-            if active:
-                w0 = load_i64(plain)
-                w1 = load_i64(plain + 8)
-                w2 = load_i64(plain + 16)
-                w3 = load_i64(plain + 24)
-            m = -1
-            for k in range(16):
-                w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-                a = (w >> (16 * (k & 3))) & 0x7FFF
-                if a <= exponent_mask:  # NaN is ignored (__hmax)
-                    m = max(m, a)
-            vmax = NAN_F32 if m < 0 else widen_plain(m)
-            sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
-            code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
-            sfv = from_e4m3(code)
-            out = 0
-            if sfv != 0:
-                out = rcp(f32_mul(sfv, unscale_bits))
-            word = 0
-            for k in range(16):
-                w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-                b = (w >> (16 * (k & 3))) & 0xFFFF
-                word |= e2m1_code(f32_mul(widen_plain(b), out)) << (4 * k)
-            first = lane & ~3
-            scales = lane_value(lane, code, first)
-            scales |= lane_value(lane, code, first + 1) << 8
-            scales |= lane_value(lane, code, first + 2) << 16
-            scales |= lane_value(lane, code, first + 3) << 24
-            if active:
-                store_i64(data, word)
-                if (g & 3) == 0:
-                    store_i32(scale, scales)
-
-        return quantise
+    @device_function
+    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
+        m = -1
+        for k in range(16):
+            w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+            a = (w >> (16 * (k & 3))) & 0x7FFF
+            if a <= exponent_mask:  # NaN is ignored (__hmax)
+                m = max(m, a)
+        vmax = NAN_F32 if m < 0 else widen_plain(m)
+        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
+        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
+        sfv = from_e4m3(code)
+        out = 0
+        if sfv != 0:
+            out = rcp(f32_mul(sfv, unscale_bits))
+        word = 0
+        for k in range(16):
+            w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+            word |= e2m1_code(f32_mul(widen_plain((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
+        first = lane & ~3
+        scales = lane_value(lane, code, first)
+        scales |= lane_value(lane, code, first + 1) << 8
+        scales |= lane_value(lane, code, first + 2) << 16
+        scales |= lane_value(lane, code, first + 3) << 24
+        if active:
+            store_i64(data, word)
+            if (g & 3) == 0:
+                store_i32(scale, scales)
 
     @device_function
-    def dequantise(lane, active, plain, data, scale, g, scale_bits, unscale_bits):
+    def decode(active, plain, codes, scales, g, scale_bits):
         if active:
-            codes = load_i64(data)
-            sfv = from_e4m3((load_i32(scale) >> (8 * (g & 3))) & 0xFF)
+            sfv = from_e4m3((scales >> (8 * (g & 3))) & 0xFF)
             for j in range(4):
                 word = 0
                 for e in range(4):
@@ -184,12 +202,11 @@ def group_ops(mode, dtype):
                     word |= v << (16 * e)
                 store_i64(plain + 8 * j, word)
 
-    return dequantise
+    return encode, decode
 
 
 def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
-    op: Any = group_ops(mode, dtype) if mode != "copy" else None
     plain_src = mode == "quantise"  # the plain side is the source
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
     to: Any = plain_parts.token_offset if plain_parts is not None else None
@@ -225,6 +242,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
                         i += WARP_SIZE
     else:
         nv_slot = dst_slot if mode == "quantise" else src_slot
+        encode, decode = group_ops(dtype)
 
         @device_function
         def move_token(lane, s_tok, d_tok, a):
@@ -236,23 +254,44 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
             p_off = to(p_tok, plain_dim, plain_item, heads, plain_page)
             p_stride = hs(plain_dim, plain_item, heads, plain_page)
             t = n_tok % block
+            scales_at = heads * block * groups * 8  # a side's scale region, past its data
             for layer in range(first_layer, first_layer + num_layers):
-                for kind in range(2):
-                    p = lb(plain_k if kind == 0 else plain_v, layer, plain_dim, plain_item, heads, plain_page) + p_off
-                    n = side_base(table, layer, n_tok, page_bytes, block, kind)
-                    n_scales = n + heads * block * groups * 8
-                    scale_bits = k_scale if kind == 0 else v_scale
-                    unscale_bits = k_unscale if kind == 0 else v_unscale
-                    base = 0
-                    while base < total:  # the whole warp, every pass: the scales' shuffles
-                        i = base + lane
-                        active = i < total
-                        h = i // groups
-                        g = i - h * groups
-                        slot = nv_slot(t, h, heads, block)
-                        op(lane, active, p + h * p_stride + g * 32, n + slot * groups * 8 + g * 8,
-                           n_scales + slot * groups + (g & ~3), g, scale_bits, unscale_bits)
+                pk = lb(plain_k, layer, plain_dim, plain_item, heads, plain_page) + p_off
+                pv = lb(plain_v, layer, plain_dim, plain_item, heads, plain_page) + p_off
+                nk = side_base(table, layer, n_tok, page_bytes, block, 0)
+                nv = nk + (page_bytes >> 1)
+                base = 0
+                while base < total:  # the whole warp, every pass: the scales' shuffles
+                    i = base + lane
+                    j = i + WARP_SIZE
+                    h = i // groups
+                    g = i - h * groups
+                    h2 = j // groups
+                    g2 = j - h2 * groups
+                    plain_at = h * p_stride + g * 32
+                    plain_at2 = h2 * p_stride + g2 * 32
+                    slot = nv_slot(t, h, heads, block)
+                    slot2 = nv_slot(t, h2, heads, block)
+                    data_at = slot * groups * 8 + g * 8
+                    data_at2 = slot2 * groups * 8 + g2 * 8
+                    scale_at = scales_at + slot * groups + (g & ~3)
+                    scale_at2 = scales_at + slot2 * groups + (g2 & ~3)
+                    if plain_src:  # K and V read before either is converted
+                        k0, k1, k2, k3 = fetch_plain(i < total, pk + plain_at)
+                        v0, v1, v2, v3 = fetch_plain(i < total, pv + plain_at)
+                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale)
+                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale)
                         base += WARP_SIZE
+                    else:  # two passes of K and V in flight: a load from host memory waits on the link
+                        ck, sk = fetch_codes(i < total, nk + data_at, nk + scale_at)
+                        cv, sv = fetch_codes(i < total, nv + data_at, nv + scale_at)
+                        ck2, sk2 = fetch_codes(j < total, nk + data_at2, nk + scale_at2)
+                        cv2, sv2 = fetch_codes(j < total, nv + data_at2, nv + scale_at2)
+                        decode(i < total, pk + plain_at, ck, sk, g, k_scale)
+                        decode(i < total, pv + plain_at, cv, sv, g, v_scale)
+                        decode(j < total, pk + plain_at2, ck2, sk2, g2, k_scale)
+                        decode(j < total, pv + plain_at2, cv2, sv2, g2, v_scale)
+                        base += 2 * WARP_SIZE
 
     def nvfp4_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                  num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page, src_table,

@@ -182,3 +182,25 @@ def test_bad_views_and_copies_are_named():
     with pytest.raises(ValueError, match="route='copy_engine' cannot quantise"):
         kv.copy(plain, pages, idx, idx, route="copy_engine")
     assert all((b == POISON).all() for b in nvfp4_bytes(pages) + nvfp4_bytes(other))
+
+
+def test_ties_signed_zeros_nans_and_infinities_through_the_kernel():
+    """Values on e2m1's grid and at its ties, -0, and groups holding NaN, ±inf, all zeros or all NaN: the kernel's
+    codes and scales are the reference's."""
+    rng = np.random.default_rng(8)
+    pattern = np.array([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5, 6, -0.0, -0.25, -2.5, -5, 0.5, 1, 3, 4], np.float32)
+    values = np.resize(pattern, (L, T, H, D)) * np.float32(2.0) ** rng.integers(-3, 4, (L, T, H, D // 16, 1)).repeat(
+        16, -1).reshape(L, T, H, D)
+    values[0, 0, 0, :16] = np.nan
+    values[0, 1, 0, 3] = np.nan
+    values[0, 2, 1, 5], values[0, 2, 1, 20] = np.inf, -np.inf
+    values[1, 3, 0, 16:32] = 0
+    bits = values.astype(ml_dtypes.bfloat16).view(np.uint16)
+    src_np = kv.LayerFirst(bits, bits.copy())
+    src = kv.LayerFirst(PLACE["device"](bits), PLACE["device"](bits.copy()))
+    dst_np, dst = make_nvfp4()
+    idx = np.arange(4, dtype=np.int64)
+    kv.copy(src, dst, idx, idx[::-1].copy(), block_quota=1, num_warps_per_block=2)
+    qr.copy(src_np, dst_np, idx, idx[::-1].copy())
+    for got, want in zip(nvfp4_bytes(dst), nvfp4_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
