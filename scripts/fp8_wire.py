@@ -217,67 +217,44 @@ def _bytes(bench, what, fmt):
 def verify(c, what, call, layer, fmt=FMT):
     """Run ``call(layer)`` once onto poisoned destinations and compare a sample of its tokens with
     ``kvnumba.quant_reference`` (NVFP4: ``kvnumba.quant.nvfp4``), bit for bit; ``AssertionError`` when they differ."""
-    if fmt == "nvfp4":
-        return _verify_nvfp4(c, what, call, layer)
-    if what == "backup":
-        src, dst = c.d1[c.sample], c.h1[c.sample]
-        synchronize()
-        for codes, scales in zip(c.codes, c.scales):
-            _fill(codes, dst, POISON_CODE)
-            _fill(scales, dst, float("nan"))
-        call(layer)
-        synchronize()
-        kv.check_errors()
-        for which in range(2):
-            values = np.stack([_bits(_take(x, src)) for x in c.layers[which]], axis=1)  # [n, L, H, D]
-            codes, scales = qr.quantise(values, FMT, "bfloat16")
-            _same(_bits(_take(c.codes[which], dst)), codes, f"{what} codes")
-            _same(_bits(_take(c.scales[which], dst)), scales.view(np.uint32), f"{what} scales")
-        return
-    src, dst = c.h1[c.sample], c.d2[c.sample]
+    host = c.h1[c.sample]
+    gpu = (c.d1 if what == "backup" else c.d2)[c.sample]
     synchronize()
     for which in range(2):
-        _fill(c.layers[which][layer], dst, float("nan"))
+        if what == "load":
+            _fill(c.layers[which][layer], gpu, float("nan"))
+        elif fmt == "nvfp4":
+            P = c.host_nvfp4.page_size
+            for part in (part for l in range(len(c.layers[which])) for part in c.host_nvfp4.layer_regions(l)):
+                part[host // P, which, host % P] = POISON_CODE
+        else:
+            _fill(c.codes[which], host, POISON_CODE)
+            _fill(c.scales[which], host, float("nan"))
     call(layer)
     synchronize()
     kv.check_errors()
     for which in range(2):
-        codes = _bits(_take(c.codes[which], src))[:, layer]
-        scales = _bits(_take(c.scales[which], src))[:, layer].view(np.float32)
-        want = qr.dequantise(codes, scales, "bfloat16", FMT).view(np.uint16)
-        _same(_bits(_take(c.layers[which][layer], dst)), want, f"{what} layer {layer}")
+        codes, scales = _host_tokens(c, fmt, which, host)  # [n, L, H, ...]
+        if what == "backup":
+            values = np.stack([_bits(_take(x, gpu)) for x in c.layers[which]], axis=1)  # [n, L, H, D]
+            want_codes, want_scales = (nvfp4.quantise(values, 1.0, "bfloat16") if fmt == "nvfp4"
+                                       else qr.quantise(values, FMT, "bfloat16"))
+            _same(codes, want_codes, f"{what} codes")
+            _same(scales, want_scales.view(scales.dtype), f"{what} scales")
+            continue
+        codes, scales = codes[:, layer], scales[:, layer]
+        want = (nvfp4.dequantise(codes, scales) if fmt == "nvfp4"
+                else qr.dequantise(codes, scales.view(np.float32), "bfloat16", FMT))
+        _same(_bits(_take(c.layers[which][layer], gpu)), want.view(np.uint16), f"{what} layer {layer}")
 
 
-def _verify_nvfp4(c, what, call, layer):
-    """``verify`` of an NVFP4 call: the sample's pages (a backup) or its bf16 tokens (a load)."""
+def _host_tokens(c, fmt, which, tokens):
+    """``(codes, scales)`` of the host's K (``which`` 0) or V at ``tokens``, every layer, as NumPy bits."""
+    if fmt != "nvfp4":
+        return _bits(_take(c.codes[which], tokens)), _bits(_take(c.scales[which], tokens))
     P = c.host_nvfp4.page_size
-    if what == "backup":
-        src, dst = c.d1[c.sample], c.h1[c.sample]
-        synchronize()
-        for layer_pages in c.host_nvfp4.raw:
-            _fill(layer_pages.reshape(-1, *layer_pages.shape[2:]), (dst // P) * 2, POISON_CODE)
-            _fill(layer_pages.reshape(-1, *layer_pages.shape[2:]), (dst // P) * 2 + 1, POISON_CODE)
-        call(layer)
-        synchronize()
-        kv.check_errors()
-        for l in range(len(c.host_nvfp4.raw)):
-            data, scales = c.host_nvfp4.layer_regions(l)
-            for which in range(2):
-                want_data, want_scales = nvfp4.quantise(_bits(_take(c.layers[which][l], src)), 1.0, "bfloat16")
-                _same(data[dst // P, which, dst % P], want_data, f"{what} layer {l} codes")
-                _same(scales[dst // P, which, dst % P], want_scales, f"{what} layer {l} scales")
-        return
-    src, dst = c.h1[c.sample], c.d2[c.sample]
-    synchronize()
-    for which in range(2):
-        _fill(c.layers[which][layer], dst, float("nan"))
-    call(layer)
-    synchronize()
-    kv.check_errors()
-    data, scales = c.host_nvfp4.layer_regions(layer)
-    for which in range(2):
-        want = nvfp4.dequantise(data[src // P, which, src % P], scales[src // P, which, src % P]).view(np.uint16)
-        _same(_bits(_take(c.layers[which][layer], dst)), want, f"{what} layer {layer}")
+    parts = [c.host_nvfp4.layer_regions(l) for l in range(len(c.layers[which]))]
+    return tuple(np.stack([p[i][tokens // P, which, tokens % P] for p in parts], axis=1) for i in (0, 1))
 
 
 def _same(got, want, what):

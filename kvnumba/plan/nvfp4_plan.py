@@ -19,9 +19,9 @@ from ..driver.launch import BoundKernel, launchable
 from ..kernels import nvfp4 as kernels
 from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
-from .copy_plan import copy_window, is_view, view_side
+from .copy_plan import copy_window, view_side
 from .device_tables import device_table
-from .fp8_plan import Fp8Plan, plain_dtype_of
+from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
 from .sides import Placement, resolve_array
 
 
@@ -30,7 +30,7 @@ def is_nvfp4(view):
     return getattr(getattr(type(view), "codec", None), "family", None) == "nvfp4"
 
 
-def _nvfp4_side(place, name, view, destination, first_layer, window):
+def _nvfp4_side(place, name, view, destination):
     """``(table, keep)``: a device table of the layers' addresses (every layer: the kernel adds the layer)."""
     infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
     table = device_table(np.array([i.ptr for i in infos], dtype=np.uint64), infos)
@@ -44,15 +44,8 @@ class Nvfp4Plan(Fp8Plan):
     """The validated, launch-ready part of one NVFP4 copy (see the module docstring)."""
 
     def __init__(self, src, dst, layers):
-        names = ("src_view", "dst_view")
-        for name, view in zip(names, (src, dst)):
-            if not (is_view(view) or is_nvfp4(view)):
-                raise TypeError(f"{name} must be a kvnumba cache view or kv.Nvfp4View, got {type(view).__name__}")
-            if getattr(view, "raw_tables", False):
-                raise TypeError(f"{name} is a LayerTable (raw addresses, no dtype): an NVFP4 copy needs a LayerFirst "
-                                "of the layers' arrays")
+        self.mode = mode = copy_mode(src, dst, is_nvfp4, "NVFP4", "kv.Nvfp4View")
         src_q, dst_q = is_nvfp4(src), is_nvfp4(dst)
-        self.mode = mode = "copy" if src_q and dst_q else "quantise" if dst_q else "dequantise"
         nv = dst if mode == "quantise" else src
         heads, head_dim = nv.heads, nv.head_dim
         dtype = "bfloat16"
@@ -83,7 +76,7 @@ class Nvfp4Plan(Fp8Plan):
         plain_side, tables, keep = None, {}, []
         for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
             if is_nvfp4(view):
-                tables[name], table = _nvfp4_side(place, name, view, destination, self.first_layer, self.window)
+                tables[name], table = _nvfp4_side(place, name, view, destination)
                 keep.append(table)
             else:
                 plain_side = view_side(place, name, view, destination, self.first_layer, self.window, strict=False,

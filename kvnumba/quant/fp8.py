@@ -72,7 +72,6 @@ class Fp8Codec(Codec):
 E4M3 = Fp8Codec("e4m3", ml_dtypes.float8_e4m3fn, 448.0, 0x7E, 0x7F, 4, 3, 7)
 E5M2 = Fp8Codec("e5m2", ml_dtypes.float8_e5m2, 57344.0, 0x7B, 0x7E, 5, 2, 15)
 FORMATS = {"e4m3": E4M3, "e5m2": E5M2}
-Fp8Format = Fp8Codec  # the name the kernels knew it by
 
 PLAIN_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
 CANONICAL_NAN = {"bfloat16": 0x7FC0, "float16": 0x7E00}
@@ -157,5 +156,5 @@ def dequantise(codes: Any, scales: Any, dtype: str = "bfloat16", fmt: str = "e4m
     return out.view(PLAIN_DTYPES[name])
 
 
-__all__ = ["CANONICAL_NAN", "E4M3", "E5M2", "FORMATS", "PLAIN_DTYPES", "Fp8Codec", "Fp8Format", "dequantise",
+__all__ = ["CANONICAL_NAN", "E4M3", "E5M2", "FORMATS", "PLAIN_DTYPES", "Fp8Codec", "dequantise",
            "fp8_format", "plain_dtype", "quantise"]

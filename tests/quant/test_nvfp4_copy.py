@@ -204,3 +204,15 @@ def test_ties_signed_zeros_nans_and_infinities_through_the_kernel():
     qr.copy(src_np, dst_np, idx, idx[::-1].copy())
     for got, want in zip(nvfp4_bytes(dst), nvfp4_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_a_prepared_copy_writes_what_kv_copy_writes():
+    rng = np.random.default_rng(9)
+    src_np, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    dst_np, dst = make_nvfp4()
+    call = kv.prepare("copy", src_view=src, dst_view=dst)
+    idx = np.array([1, 6], np.int64)
+    call(src_indices=idx, dst_indices=idx[::-1].copy())
+    qr.copy(src_np, dst_np, idx, idx[::-1].copy())
+    for got, want in zip(nvfp4_bytes(dst), nvfp4_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
