@@ -71,7 +71,7 @@ def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", spec
     assert moved > 0
 
 
-@pytest.mark.parametrize("plain_name, layout", [("LayerFirst", "NHD"), ("PageFirst", "HND"), ("FlashInferHND", "NHD"),
+@pytest.mark.parametrize("plain_name, layout", [("LayerFirstList", "NHD"), ("PageFirst", "HND"), ("FlashInferHND", "NHD"),
                                                 ("PageHead", "HND")])
 def test_quantising_matches_the_reference(plain_name, layout):
     quantise_case(plain_name, layout)
@@ -85,7 +85,7 @@ def test_one_token_into_the_last_slot_of_the_last_page():
     quantise_case("PageFirst", "HND", tokens=(np.array([2], np.int64), np.array([T - 1], np.int64)))
 
 
-@pytest.mark.parametrize("plain_name, layout, dtype", [("LayerFirst", "HND", "bfloat16"), ("PageFirst", "NHD", "float16"),
+@pytest.mark.parametrize("plain_name, layout, dtype", [("LayerFirstList", "HND", "bfloat16"), ("PageFirst", "NHD", "float16"),
                                                        ("FlashInferNHD", "HND", "bfloat16")])
 def test_dequantising_matches_the_reference(plain_name, layout, dtype):
     rng = np.random.default_rng(2)
