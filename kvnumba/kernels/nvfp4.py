@@ -19,7 +19,8 @@ from numba import cuda
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
 from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
-from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64
+from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .fp8_packed import packed_dequantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64
@@ -112,6 +113,20 @@ def e2m1_bits(c):
     return ((c & 8) << 28) | bits
 
 
+@device_function
+def e4m3_of_e2m1(codes):
+    """The e4m3 codes (a byte each, in a 32-bit word) of the four e2m1 codes in the low 16 bits of ``codes``, the
+    first lowest: the same values (0.5 is e4m3 ``0x30``, magnitude ``m >= 2`` is ``0x30 + 4 m``), sign kept.
+    Whole-word arithmetic within 40 bits: no carry crosses a byte, nothing overflows."""
+    x = codes & 0xFFFF
+    x = (x | (x << 8)) & 0x00FF00FF
+    x = (x | (x << 4)) & 0x0F0F0F0F  # a code a byte
+    m = x & 0x07070707
+    two_up = ((m + 0x06060606) >> 3) & 0x01010101
+    one_up = ((m + 0x07070707) >> 3) & 0x01010101
+    return ((x & 0x08080808) << 4) | ((0x30303030 & ((one_up << 8) - one_up)) + ((m << 2) & ((two_up << 8) - two_up)))
+
+
 def slot_of(hnd):
     """``slot(t, h, heads, block)``: a token's head's slot in its side's regions."""
     if hnd:
@@ -141,14 +156,15 @@ def fetch_codes(active, data, scale):
     return 0, 0
 
 
-def group_ops(dtype):
+def group_ops(dtype, packed):
     """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
 
     - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
       words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
       lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
     - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
-      group's 32 bytes at ``plain``.
+      group's 32 bytes at ``plain``; ``packed``: with a finite scale, FP8's packed conversions (``kernels.fp8_packed``,
+      compute capability 9.0) of the codes' e4m3 twins, the format's definition (``kvnumba.quant.nvfp4``).
     """
     name = plain_dtype(dtype)
     widen_plain = widen(name)
@@ -156,6 +172,7 @@ def group_ops(dtype):
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
+    dequantise4 = packed_dequantiser("e4m3", name) if packed else None
 
     @device_function
     def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
@@ -189,12 +206,17 @@ def group_ops(dtype):
     @device_function
     def decode(active, plain, codes, scales, g, scale_bits):
         if active:
-            sfv = from_e4m3((scales >> (8 * (g & 3))) & 0xFF)
+            s = f32_mul(from_e4m3((scales >> (8 * (g & 3))) & 0xFF), scale_bits)
+            if packed and (s & 0x7F800000) != 0x7F800000:
+                store_pair(plain, dequantise4(e4m3_of_e2m1(codes), s), dequantise4(e4m3_of_e2m1(codes >> 16), s))
+                store_pair(plain + 16, dequantise4(e4m3_of_e2m1(codes >> 32), s),
+                           dequantise4(e4m3_of_e2m1(codes >> 48), s))
+                return
             for j in range(4):
                 word = 0
                 for e in range(4):
                     c = (codes >> (4 * (4 * j + e))) & 0xF
-                    p = f32_mul(f32_mul(e2m1_bits(c), sfv), scale_bits)
+                    p = f32_mul(e2m1_bits(c), s)
                     if (p & 0x7FFFFFFF) > 0x7F800000:
                         v = ((c & 8) << 12) | nan_out
                     else:
@@ -205,7 +227,7 @@ def group_ops(dtype):
     return encode, decode
 
 
-def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
+def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
     plain_src = mode == "quantise"  # the plain side is the source
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
@@ -242,7 +264,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
                         i += WARP_SIZE
     else:
         nv_slot = dst_slot if mode == "quantise" else src_slot
-        encode, decode = group_ops(dtype)
+        encode, decode = group_ops(dtype, packed)
 
         @device_function
         def move_token(lane, s_tok, d_tok, a):
@@ -323,25 +345,26 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     check_parameters(nvfp4_kv, Nvfp4Args)
     plain = "" if plain_parts is None else f"_{plain_parts.name}"
     order = f"_{'hnd' if src_hnd else 'nhd'}_{'hnd' if dst_hnd else 'nhd'}"
-    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}"
+    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}{'_packed' if packed else ''}"
     return kernel(nvfp4_kv, max_registers=64)
 
 
 _kernels: dict = {}
 
 
-def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16"):
-    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype), built on
-    first request and memoised (a compiled kernel, not a plan: no setting changes it)."""
+def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False):
+    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, packed
+    conversions: compute capability 9.0), built on first request and memoised (a compiled kernel, not a plan:
+    no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype))
+    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), bool(packed and mode == "dequantise"))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0)):
+def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False, cc=(9, 0)):
     """PTX of one NVFP4 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype), SIGNATURE, cc)
+    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed), SIGNATURE, cc)

@@ -16,6 +16,7 @@ from ..checks import guard
 from ..checks.overlap import Clearance, check_disjoint
 from ..checks.user_layouts import check_user_layout
 from ..driver.launch import BoundKernel, launchable
+from ..driver.target import SIMULATOR
 from ..kernels import nvfp4 as kernels
 from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
@@ -23,6 +24,7 @@ from .copy_plan import copy_window, view_side
 from .device_tables import device_table
 from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
 from .sides import Placement, resolve_array
+from .tensor_maps import compute_capability
 
 
 def is_nvfp4(view):
@@ -38,6 +40,12 @@ def _nvfp4_side(place, name, view, destination):
     info = resolve_array(guide, f"{name} (its layer table)", table, False, 8)
     place.guides.append((f"{name} (its layer table)", info.ptr, info.ptr + info.nbytes))
     return info.ptr, table
+
+
+def packed_conversions(device):
+    """Whether the kernels may convert with FP8's packed instructions (compute capability 9.0; the simulator's
+    twins)."""
+    return SIMULATOR or compute_capability(device) >= (9, 0)
 
 
 class Nvfp4Plan(Fp8Plan):
@@ -106,7 +114,7 @@ class Nvfp4Plan(Fp8Plan):
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
             k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
         dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
-                                        dst_q and dst.layout == "HND", dtype)
+                                        dst_q and dst.layout == "HND", dtype, packed_conversions(self.device))
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, 0), self.device, self.template)
         self.staged = None
         checks = config.tuning("host_index_checks")

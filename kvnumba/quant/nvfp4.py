@@ -31,9 +31,10 @@ of bfloat16 or float16, in float32:
 - a code: ``x * out`` rounded to nearest even onto e2m1's grid (0, 0.5, 1, 1.5, 2, 3, 4, 6), saturated at 6,
   with its sign (so ``-0`` is ``0x8``); NaN gives ``0x7`` (``satfinite``: e2m1 has no NaN).
 
-Dequantising: ``e2m1(c) * float(sf)`` (exact in float32) times ``global_scale``, rounded to nearest even in
-float32, then into bfloat16 (float16: overflow to infinity); a NaN (a NaN scale code) gives the canonical
-quiet NaN with the code's sign.
+Dequantising: ``e2m1(c) * s`` with ``s = float(sf) * global_scale`` (each product rounded to nearest even in
+float32; so a block is FP8 dequantisation of the e4m3 codes of its e2m1 values, exact, with scale ``s``), then
+into bfloat16 (float16: overflow to infinity); a NaN (a NaN scale code) gives the canonical quiet NaN with the
+code's sign.
 """
 from __future__ import annotations
 
@@ -137,7 +138,7 @@ def dequantise(data: Any, scales: Any, global_scale: Any = 1.0, dtype: str = "bf
     sign = np.where(codes & 8, np.float32(-1), np.float32(1))
     sf = scales.view(ml_dtypes.float8_e4m3fn).astype(np.float32)[..., None]
     with np.errstate(all="ignore"):
-        p = ((sign * E2M1[codes & 7] * sf).astype(np.float32) * _global(global_scale)).astype(np.float32)
+        p = (sign * E2M1[codes & 7] * (sf * _global(global_scale)).astype(np.float32)).astype(np.float32)
         out = p.astype(PLAIN_DTYPES[name]).view(np.uint16)
     nan = ((codes.astype(np.uint16) & 8) << 12) | CANONICAL_NAN[name]
     out = np.where(np.isnan(p), nan, out).astype(np.uint16)

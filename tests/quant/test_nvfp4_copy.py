@@ -10,6 +10,7 @@ import pytest
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.api.transfer import plain as plain_transfer
+from kvnumba.plan import nvfp4_plan
 from kvnumba.plan.nvfp4_plan import Nvfp4Plan
 from kvnumba.quant import nvfp4 as q
 from tests.helpers.placement import PLACE, to_numpy
@@ -85,9 +86,15 @@ def test_one_token_into_the_last_slot_of_the_last_page():
     quantise_case("PageFirst", "HND", tokens=(np.array([2], np.int64), np.array([T - 1], np.int64)))
 
 
-@pytest.mark.parametrize("plain_name, layout, dtype", [("LayerFirstList", "HND", "bfloat16"), ("PageFirst", "NHD", "float16"),
-                                                       ("FlashInferNHD", "HND", "bfloat16")])
-def test_dequantising_matches_the_reference(plain_name, layout, dtype):
+@pytest.mark.parametrize("plain_name, layout, dtype, packed", [("LayerFirstList", "HND", "bfloat16", True),
+                                                               ("PageFirst", "NHD", "float16", True),
+                                                               ("FlashInferNHD", "HND", "bfloat16", False),
+                                                               ("PageFirst", "NHD", "float16", False)])
+def test_dequantising_matches_the_reference(plain_name, layout, dtype, packed, monkeypatch):
+    """With FP8's packed conversions (compute capability 9.0) and without (the element by element path, which
+    also takes the blocks whose scale is not finite)."""
+    monkeypatch.setattr(nvfp4_plan, "packed_conversions", lambda device: packed)
+    kv.clear_plan_caches()
     rng = np.random.default_rng(2)
     src_np, src = make_nvfp4(layout=layout, rng=rng, dtype=dtype)
     dst_np, dst = make_view(plain_name, L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))

@@ -12,6 +12,7 @@ import json, re
 from kvnumba.kernels import nvfp4, layouts as L
 cases = {"quantise": ("quantise", L.LAYER_TABLE, False, True, "bfloat16"),
          "dequantise": ("dequantise", L.PAGE_FIRST, True, False, "float16"),
+         "packed dequantise": ("dequantise", L.LAYER_TABLE, False, False, "bfloat16", True),
          "copy": ("copy", None, False, True, "bfloat16")}
 out = {}
 for name, args in cases.items():
@@ -19,7 +20,8 @@ for name, args in cases.items():
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1), "local": ".local" in ptx,
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma|rcp|add)\.[a-z0-9.]*f32", ptx))),
-                 "shfl": "shfl.sync.idx" in ptx}
+                 "shfl": "shfl.sync.idx" in ptx,
+                 "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9.]*(?:e4m3x2|bf16x2|f16x2)[a-z0-9.]*", ptx)))}
 print(json.dumps(out))
 """
 
@@ -38,10 +40,19 @@ def test_float32_arithmetic_is_ieee(report):
     assert set(report["quantise"]["float"]) <= {"mul.f32", "mul.rn.f32", "rcp.rn.f32", "div.rn.f32"}
     assert "mul.f32" in report["quantise"]["float"] and report["quantise"]["shfl"]
     assert report["dequantise"]["float"] in (["mul.f32"], ["mul.rn.f32"]) and report["copy"]["float"] == []
+    assert set(report["packed dequantise"]["float"]) == {"mul.f32", "mul.rn.f32"}
+
+
+def test_the_packed_load_converts_with_fp8s_instructions(report):
+    """A block's e2m1 codes as their e4m3 twins, converted by FP8's packed cvt (kernels.fp8_packed); none without."""
+    assert set(report["packed dequantise"]["cvt"]) == {"cvt.rn.f16x2.e4m3x2", "cvt.rn.bf16x2.f32"}
+    assert report["dequantise"]["cvt"] == []
 
 
 def test_memory_moves_in_words(report):
     for name, r in report.items():
         assert all(op.startswith(("ld.global.nc", "st.global.cg")) for op in r["ops"]), (name, r["ops"])
-        assert {op.rsplit(".", 1)[1] for op in r["ops"]} <= {"b32", "b64"}, (name, r["ops"])
+        assert {op.rsplit(".", 1)[1] for op in r["ops"]} <= {"b32", "b64"}, (name, r["ops"])  # v2.b64: 16 bytes
     assert report["dequantise"]["ops"] == ["ld.global.nc.b32", "ld.global.nc.b64", "st.global.cg.b64"]
+    assert report["packed dequantise"]["ops"] == ["ld.global.nc.b32", "ld.global.nc.b64", "st.global.cg.b64",
+                                                  "st.global.cg.v2.b64"]
