@@ -172,7 +172,7 @@ def group_ops(dtype, packed):
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
-    dequantise4 = packed_dequantiser("e4m3", name) if packed else None
+    dequantise4: Any = packed_dequantiser("e4m3", name) if packed else None
 
     @device_function
     def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
