@@ -123,10 +123,9 @@ class Nvfp4View:
             if strides is None or strides == nhd:
                 found = {"NHD"} | ({"HND"} if nhd == hnd else set())
                 raw.append(cache)
-            elif strides == hnd:
+            elif strides == hnd and hasattr(cache, "swapaxes"):  # torch, CuPy, NumPy: its pages as allocated
                 found = {"HND"}
-                raw.append(cache.transpose(2, 3) if hasattr(cache, "transpose") and not isinstance(cache, np.ndarray)
-                           else np.swapaxes(cache, 2, 3))
+                raw.append(cache.swapaxes(2, 3))
             else:
                 raise ValueError(f"Nvfp4View: {label}'s strides {strides} are neither NHD's {nhd} nor HND's {hnd}")
             orders.add(frozenset(found))
