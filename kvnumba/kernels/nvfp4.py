@@ -20,7 +20,7 @@ from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
 from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
 from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
-from .fp8_packed import packed_dequantiser
+from .fp8_packed import magnitudes, packed_dequantiser
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64
@@ -69,10 +69,6 @@ class Nvfp4Args(NamedTuple):
 SIGNATURE = signature(Nvfp4Args)
 PER_CALL = Nvfp4Args._fields.index("first_layer")
 
-E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
-E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even
-
-
 @device_function
 def rcp(bits):
     """float32 ``1 / x`` with subnormals flushed to zero, input and result (``rcp.approx.ftz``'s contract)."""
@@ -86,18 +82,16 @@ def rcp(bits):
 
 @device_function
 def e2m1_code(p):
-    """The e2m1 code of float32 bits ``p``: to nearest even by the thresholds of the reference (magnitudes compare
-    as their bits do), saturated; NaN (above every threshold) -> 7."""
+    """The e2m1 code of float32 bits ``p``, as the reference rounds (to nearest even, saturated; NaN -> 7): from
+    1 up, the mantissa's top bit rounded to nearest even on the bits (a carry moves into the exponent); below,
+    0.5 between 0.25 (excluded: its tie goes to 0) and 0.75 (excluded: its tie goes to 1)."""
     a = p & 0x7FFFFFFF
-    m = 0
-    for t in E2M1_UP:
-        if a > t:
-            m += 1
-    for t in E2M1_AT:
-        if a >= t:
-            m += 1
     if a > 0x7F800000:
         return 7
+    if a >= 0x3F800000:
+        m = min(((a - 0x3F800000 + 0x1FFFFF + ((a >> 22) & 1)) >> 22) + 2, 7)
+    else:
+        m = (1 if a > 0x3E800000 else 0) + (1 if a >= 0x3F400000 else 0)
     return ((p >> 28) & 8) | m
 
 
@@ -162,6 +156,7 @@ def group_ops(dtype, packed):
     - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
       words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
       lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
+      ``packed``: the amax by FP8's packed maximum (``kernels.fp8_packed.magnitudes``) where no element is NaN;
     - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
       group's 32 bytes at ``plain``; ``packed``: with a finite scale, FP8's packed conversions (``kernels.fp8_packed``,
       compute capability 9.0) of the codes' e4m3 twins, the format's definition (``kvnumba.quant.nvfp4``).
@@ -176,12 +171,14 @@ def group_ops(dtype, packed):
 
     @device_function
     def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
-        m = -1
-        for k in range(16):
-            w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-            a = (w >> (16 * (k & 3))) & 0x7FFF
-            if a <= exponent_mask:  # NaN is ignored (__hmax)
-                m = max(m, a)
+        m = magnitudes(w0, w1, w2, w3) if packed else exponent_mask + 1  # max.u16x2: NaN counts
+        if m > exponent_mask:  # a NaN, or no packed max: the largest magnitude but NaN's (__hmax ignores it)
+            m = -1
+            for k in range(16):
+                w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+                a = (w >> (16 * (k & 3))) & 0x7FFF
+                if a <= exponent_mask:
+                    m = max(m, a)
         vmax = NAN_F32 if m < 0 else widen_plain(m)
         sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
         code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
@@ -358,7 +355,7 @@ def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=Fal
     no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), bool(packed and mode == "dequantise"))
+    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), bool(packed and mode != "copy"))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)

@@ -78,7 +78,11 @@ def test_quantising_matches_the_reference(plain_name, layout):
     quantise_case(plain_name, layout)
 
 
-def test_quantising_bit_patterns_nans_and_infinities_included():
+@pytest.mark.parametrize("packed", [True, False])
+def test_quantising_bit_patterns_nans_and_infinities_included(packed, monkeypatch):
+    """With FP8's packed maximum for the amax (compute capability 9.0) and without."""
+    monkeypatch.setattr(nvfp4_plan, "packed_conversions", lambda device: packed)
+    kv.clear_plan_caches()
     quantise_case("LayerFirst", "NHD", specials=True, seed=1)
 
 

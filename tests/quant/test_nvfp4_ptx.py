@@ -13,6 +13,7 @@ from kvnumba.kernels import nvfp4, layouts as L
 cases = {"quantise": ("quantise", L.LAYER_TABLE, False, True, "bfloat16"),
          "dequantise": ("dequantise", L.PAGE_FIRST, True, False, "float16"),
          "packed dequantise": ("dequantise", L.LAYER_TABLE, False, False, "bfloat16", True),
+         "packed quantise": ("quantise", L.PAGE_FIRST, False, True, "float16", True),
          "copy": ("copy", None, False, True, "bfloat16")}
 out = {}
 for name, args in cases.items():
@@ -20,7 +21,7 @@ for name, args in cases.items():
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1), "local": ".local" in ptx,
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma|rcp|add)\.[a-z0-9.]*f32", ptx))),
-                 "shfl": "shfl.sync.idx" in ptx,
+                 "shfl": "shfl.sync.idx" in ptx, "u16x2": "max.u16x2" in ptx,
                  "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9.]*(?:e4m3x2|bf16x2|f16x2)[a-z0-9.]*", ptx)))}
 print(json.dumps(out))
 """
@@ -47,6 +48,11 @@ def test_the_packed_load_converts_with_fp8s_instructions(report):
     """A block's e2m1 codes as their e4m3 twins, converted by FP8's packed cvt (kernels.fp8_packed); none without."""
     assert set(report["packed dequantise"]["cvt"]) == {"cvt.rn.f16x2.e4m3x2", "cvt.rn.bf16x2.f32"}
     assert report["dequantise"]["cvt"] == []
+
+
+def test_the_packed_backup_takes_fp8s_packed_maximum(report):
+    assert report["packed quantise"]["u16x2"] and report["packed quantise"]["shfl"]
+    assert not report["quantise"]["u16x2"]
 
 
 def test_memory_moves_in_words(report):
