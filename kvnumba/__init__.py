@@ -44,6 +44,7 @@ try:
     )
     from .api.copy import copy
     from .api.fp8_views import Fp8View, fp8_like
+    from .api.nvfp4_views import Nvfp4View
     from .plan.routes import last_route
     from .driver.lanes import LaneStream, SmLanes, sm_count
     from .api.prepare_types import prepare
@@ -104,6 +105,7 @@ __all__ = [
     "VllmFlashInfer",
     "copy",
     "Fp8View",
+    "Nvfp4View",
     "fp8_like",
     "CaptureError",
     "CopyError",

@@ -20,8 +20,9 @@ included ("wall").
 
 ``--only overlap`` measures HiCache's per-layer loads while a model computes, one row per route
 (``scripts/overlap.py`` says how). ``--only fp8`` measures the backup and the load with the host's copy in FP8
-(``kv.Fp8View``) beside the same in bf16 and the seed's, idle and under compute, each FP8 call checked against
-``kvnumba.quant_reference`` first, and prints its targets last (``scripts/fp8_wire.py``):
+(``kv.Fp8View``) or vLLM's NVFP4 pages (``kv.Nvfp4View``) beside the same in bf16 and the seed's, idle and under
+compute, each quantised call checked against its reference first, and prints its targets last
+(``scripts/fp8_wire.py``; ``--only fp8 nvfp4``: the NVFP4 rows alone):
 
     python scripts/bench.py --only fp8 --reference seedref.so --json fp8.json --commit SHA --machine "one H200"
 

@@ -1,6 +1,8 @@
 """FP8 on the wire, for ``scripts/bench.py --only fp8``: HiCache's transfers with the host copy of the KV cache in
 FP8 (``kv.Fp8View``: the backup quantises and the load dequantises inside ``kv.copy``'s kernel), beside the same
-transfers in bf16, by kvnumba and by the seed (``--reference``).
+transfers in bf16, by kvnumba and by the seed (``--reference``); and with the host copy as vLLM's NVFP4 pages
+(``kv.Nvfp4View``: uint8 ``[T/P, 2, P, 8, 72]`` a layer, e2m1 codes and e4m3 scales per 16 elements in regions of
+the page, ``kvnumba.quant.nvfp4``; global scales 1.0), format ``nvfp4`` in the rows.
 
 The model and sizes are the bench's (``bench.Shape``): 8 KV heads of 128 bf16 (2048 bytes a token and layer for K,
 as many for V), 32 layers, 8192 tokens in random 64-token pages of a pool four times larger. The GPU's cache is
@@ -22,7 +24,8 @@ Rows (every ``case`` starts with ``fp8``):
   measured as its rows are (``overlap.measure``: ``*_x`` is what the compute pays).
 
 Every row has ``bf16_bytes`` (the tokens' bytes in bf16: 4096 a token and layer, K and V) and ``link_bytes`` (the
-bytes that cross PCIe: FP8 codes and scales, 2 x (1024 + 32) a token and layer, or the bf16 bytes), and their
+bytes that cross PCIe: FP8 codes and scales, 2 x (1024 + 32) a token and layer, NVFP4's 2 x 576, or the bf16
+bytes), and their
 ratio ``link_per_bf16``. Idle rows: ``gpu_ms`` (CUDA events, median of groups: ``Shape.device_seconds``),
 ``host_us`` (``Shape.host_seconds``), ``bf16_gbps`` (bf16 bytes / GPU time: the rate tokens move at) and
 ``link_gbps`` (link bytes / GPU time). Under-compute rows: ``overlap.measure``'s figures in GB/s of bf16 bytes
@@ -43,7 +46,8 @@ import numpy as np
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.kernels.fp8_format import PLAIN_DTYPES
+from kvnumba.quant import nvfp4
+from kvnumba.quant.fp8 import PLAIN_DTYPES
 from kvnumba.tools.timing import synchronize
 
 import overlap
@@ -54,6 +58,7 @@ HEADS = sglang_shapes.HEADS["mha"]
 ITEM = sglang_shapes.ITEM["mha"]  # bf16 bytes of one token's K (or V) in one layer
 HEAD_DIM = ITEM // 2 // HEADS
 FP8_ITEM = HEADS * HEAD_DIM + 4 * HEADS  # codes and scales of the same
+NVFP4_ITEM = HEADS * nvfp4.full_dim(HEAD_DIM)  # NVFP4 codes and scales of the same
 BACKUP_OP, LOAD_OP = "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_pf_lf"
 LOAD_QUOTAS = (4, 2)
 BACKUPS_UNDER_COMPUTE = 4  # backups in a row under compute (32 GEMMs take about as long as 4 FP8 backups)
@@ -64,7 +69,9 @@ POISON_CODE = 0xAB
 TARGETS = [("link bytes per bf16 byte", "fp8 backup e4m3 kv.copy bq=2", "link_per_bf16", "<=", 0.52),
            ("backup, GB/s of bf16", "fp8 backup e4m3 kv.copy bq=2", "bf16_gbps", ">=", 90.0),
            ("per-layer load bq=4, GB/s of bf16", "fp8 load e4m3 kv.copy bq=4", "bf16_gbps", ">=", 90.0),
-           ("per-layer load bq=2, GB/s of bf16", "fp8 load e4m3 kv.copy bq=2", "bf16_gbps", ">=", 80.0)]
+           ("per-layer load bq=2, GB/s of bf16", "fp8 load e4m3 kv.copy bq=2", "bf16_gbps", ">=", 80.0),
+           ("NVFP4 backup, GB/s of bf16", "fp8 backup nvfp4 kv.copy bq=2", "bf16_gbps", ">=", 150.0),
+           ("NVFP4 load bq=4, GB/s of bf16", "fp8 load nvfp4 kv.copy bq=4", "bf16_gbps", ">=", 150.0)]
 
 
 @dataclasses.dataclass
@@ -151,6 +158,8 @@ class Caches:
         self.codes = [r[:codes_n].reshape(T, L, HEADS, HEAD_DIM) for r in raw]
         self.scales = [_typed(r[codes_n:], "float32", (T, L, HEADS, 1)) for r in raw]
         self.host_fp8 = kv.Fp8View(kv.PageFirst(*self.codes), kv.PageFirst(*self.scales), FMT)
+        pages = backend.buffer(L * T * 2 * NVFP4_ITEM, "host").reshape(L, T // P, 2, P, HEADS, NVFP4_ITEM // HEADS)
+        self.host_nvfp4 = kv.Nvfp4View([pages[layer] for layer in range(L)], dtype="bfloat16")
         device_pages = np.split(rng.choice(T // P, 2 * s.tokens // P, replace=False), 2)
         host_pages = rng.choice(T // P, s.tokens // P, replace=False)
         self.d1, self.d2, self.h1 = ((p[:, None] * P + np.arange(P)).reshape(-1).astype(np.int64)
@@ -173,6 +182,7 @@ def _calls(bench, c, what, block_quota):
     out = {}
     if what == "backup":
         out[FMT, "kv.copy", "kvnumba"] = lambda layer=None: kv.copy(c.device, c.host_fp8, d1, h1, **launch)
+        out["nvfp4", "kv.copy", "kvnumba"] = lambda layer=None: kv.copy(c.device, c.host_nvfp4, d1, h1, **launch)
         out["bf16", "kv.copy", "kvnumba"] = lambda layer=None: kv.copy(c.device, c.host_bf16, d1, h1, route="kernel",
                                                                        **launch)
         for impl, module in impls.items():
@@ -181,6 +191,7 @@ def _calls(bench, c, what, block_quota):
             out["bf16", BACKUP_OP, impl] = lambda layer=None, call=call: call()
         return out
     out[FMT, "kv.copy", "kvnumba"] = lambda layer: kv.copy(c.host_fp8, c.device, h1, d2, layer, **launch)
+    out["nvfp4", "kv.copy", "kvnumba"] = lambda layer: kv.copy(c.host_nvfp4, c.device, h1, d2, layer, **launch)
     out["bf16", "kv.copy", "kvnumba"] = lambda layer: kv.copy(c.host_bf16, c.device, h1, d2, layer, route="kernel",
                                                               **launch)
     (hk, hv), (dk, dv) = c.host_bytes, c.device_bytes
@@ -199,40 +210,51 @@ def _bytes(bench, what, fmt):
     """``(bf16 bytes, link bytes)`` one call moves."""
     s = bench.shape
     moved = s.tokens * 2 * (s.layers if what == "backup" else 1)
-    return moved * ITEM, moved * (FP8_ITEM if fmt != "bf16" else ITEM)
+    return moved * ITEM, moved * {FMT: FP8_ITEM, "nvfp4": NVFP4_ITEM}.get(fmt, ITEM)
 
 
 # ---------------------------------------------------------------------------------------- checks
-def verify(c, what, call, layer):
+def verify(c, what, call, layer, fmt=FMT):
     """Run ``call(layer)`` once onto poisoned destinations and compare a sample of its tokens with
-    ``kvnumba.quant_reference``, bit for bit; ``AssertionError`` when they differ."""
-    if what == "backup":
-        src, dst = c.d1[c.sample], c.h1[c.sample]
-        synchronize()
-        for codes, scales in zip(c.codes, c.scales):
-            _fill(codes, dst, POISON_CODE)
-            _fill(scales, dst, float("nan"))
-        call(layer)
-        synchronize()
-        kv.check_errors()
-        for which in range(2):
-            values = np.stack([_bits(_take(x, src)) for x in c.layers[which]], axis=1)  # [n, L, H, D]
-            codes, scales = qr.quantise(values, FMT, "bfloat16")
-            _same(_bits(_take(c.codes[which], dst)), codes, f"{what} codes")
-            _same(_bits(_take(c.scales[which], dst)), scales.view(np.uint32), f"{what} scales")
-        return
-    src, dst = c.h1[c.sample], c.d2[c.sample]
+    ``kvnumba.quant_reference`` (NVFP4: ``kvnumba.quant.nvfp4``), bit for bit; ``AssertionError`` when they differ."""
+    host = c.h1[c.sample]
+    gpu = (c.d1 if what == "backup" else c.d2)[c.sample]
     synchronize()
     for which in range(2):
-        _fill(c.layers[which][layer], dst, float("nan"))
+        if what == "load":
+            _fill(c.layers[which][layer], gpu, float("nan"))
+        elif fmt == "nvfp4":
+            P = c.host_nvfp4.page_size
+            for part in (part for l in range(len(c.layers[which])) for part in c.host_nvfp4.layer_regions(l)):
+                part[host // P, which, host % P] = POISON_CODE
+        else:
+            _fill(c.codes[which], host, POISON_CODE)
+            _fill(c.scales[which], host, float("nan"))
     call(layer)
     synchronize()
     kv.check_errors()
     for which in range(2):
-        codes = _bits(_take(c.codes[which], src))[:, layer]
-        scales = _bits(_take(c.scales[which], src))[:, layer].view(np.float32)
-        want = qr.dequantise(codes, scales, "bfloat16", FMT).view(np.uint16)
-        _same(_bits(_take(c.layers[which][layer], dst)), want, f"{what} layer {layer}")
+        codes, scales = _host_tokens(c, fmt, which, host)  # [n, L, H, ...]
+        if what == "backup":
+            values = np.stack([_bits(_take(x, gpu)) for x in c.layers[which]], axis=1)  # [n, L, H, D]
+            want_codes, want_scales = (nvfp4.quantise(values, 1.0, "bfloat16") if fmt == "nvfp4"
+                                       else qr.quantise(values, FMT, "bfloat16"))
+            _same(codes, want_codes, f"{what} codes")
+            _same(scales, want_scales.view(scales.dtype), f"{what} scales")
+            continue
+        codes, scales = codes[:, layer], scales[:, layer]
+        want = (nvfp4.dequantise(codes, scales) if fmt == "nvfp4"
+                else qr.dequantise(codes, scales.view(np.float32), "bfloat16", FMT))
+        _same(_bits(_take(c.layers[which][layer], gpu)), want.view(np.uint16), f"{what} layer {layer}")
+
+
+def _host_tokens(c, fmt, which, tokens):
+    """``(codes, scales)`` of the host's K (``which`` 0) or V at ``tokens``, every layer, as NumPy bits."""
+    if fmt != "nvfp4":
+        return _bits(_take(c.codes[which], tokens)), _bits(_take(c.scales[which], tokens))
+    P = c.host_nvfp4.page_size
+    parts = [c.host_nvfp4.layer_regions(l) for l in range(len(c.layers[which]))]
+    return tuple(np.stack([p[i][tokens // P, which, tokens % P] for p in parts], axis=1) for i in (0, 1))
 
 
 def _same(got, want, what):
@@ -249,7 +271,8 @@ def run(bench, quick=False, words=()):
     rng = np.random.default_rng(3)
     c = Caches(bench, rng)
     kv.copy(c.device, c.host_fp8, c.on_gpu["d1"], c.on_gpu["h1"], block_quota=2, num_warps_per_block=s.warps)
-    synchronize()  # the host's FP8 tokens the loads read, whatever rows run
+    kv.copy(c.device, c.host_nvfp4, c.on_gpu["d1"], c.on_gpu["h1"], block_quota=2, num_warps_per_block=s.warps)
+    synchronize()  # the host's FP8 and NVFP4 tokens the loads read, whatever rows run
 
     def wanted(case):
         return not words or any(w in case for w in words)
@@ -263,7 +286,7 @@ def run(bench, quick=False, words=()):
                 continue
             record = _record(bench, case, what, fmt, api, impl, bq)
             if fmt != "bf16":
-                verify(c, what, call, layer)
+                verify(c, what, call, layer, fmt)
                 record["verified"] = True
             one = (lambda call=call: call(layer))
             seconds = s.device_seconds(one)
@@ -280,7 +303,7 @@ def run(bench, quick=False, words=()):
         calls = BACKUPS_UNDER_COMPUTE if what == "backup" else s.layers
         record = _record(bench, case, what, fmt, api, impl, 2)
         if fmt != "bf16":
-            verify(c, what, call, 0)
+            verify(c, what, call, 0, fmt)
             record["verified"] = True
         record["calls"] = calls
         record.update(measure(call, record["bf16_bytes"], calls))
@@ -361,10 +384,11 @@ def summary(records):
         value = r[key]
         ok = value <= bound if op == "<=" else value >= bound
         lines.append(f"  {what:40} {value:8.3f}  {op} {bound:<6} {'PASS' if ok else 'MISS'}")
-    columns = [(FMT, "kv.copy", "kvnumba"), ("bf16", "kv.copy", "kvnumba"), ("bf16", None, "kvnumba"),
-               ("bf16", None, "seed")]
+    columns = [(FMT, "kv.copy", "kvnumba"), ("nvfp4", "kv.copy", "kvnumba"), ("bf16", "kv.copy", "kvnumba"),
+               ("bf16", None, "kvnumba"), ("bf16", None, "seed")]
     lines += ["", "GB/s of bf16 bytes (link GB/s)",
-              f"  {'':24} {'e4m3 kv.copy':>15} {'bf16 kv.copy':>15} {'bf16 entry point':>16} {'bf16 seed':>15}"]
+              f"  {'':24} {'e4m3 kv.copy':>15} {'nvfp4 kv.copy':>15} {'bf16 kv.copy':>15} {'bf16 entry point':>16} "
+              f"{'bf16 seed':>15}"]
     rows = ([(f"{what} bq={bq}", what, bq, False, "") for what, bq in [("backup", 2)] + [("load", q) for q in LOAD_QUOTAS]]
             + [(f"{what} bq=2 {kind}", what, 2, True, kind) for what in ("backup", "load") for kind in ("prefill", "decode")])
     for label, what, bq, under, kind in rows:
@@ -375,5 +399,5 @@ def summary(records):
             key = f"{kind}_gbps" if under else "bf16_gbps"
             link = f"{kind}_link_gbps" if under else "link_gbps"
             cells.append(f"{r[key]:6.1f} ({r[link]:5.1f})" if r is not None and r.get(key) is not None else "-")
-        lines.append(f"  {label:24} {cells[0]:>15} {cells[1]:>15} {cells[2]:>16} {cells[3]:>15}")
+        lines.append(f"  {label:24} {cells[0]:>15} {cells[1]:>15} {cells[2]:>15} {cells[3]:>16} {cells[4]:>15}")
     return "\n".join(lines)

@@ -124,10 +124,10 @@ def test_quick_overlap_runs_every_route(tmp_path, capsys):
     assert "overlap page-head kernel on SM lanes (8 SMs) 8tok" in capsys.readouterr().out
 
 
-FP8_ROWS = ["fp8 backup e4m3 kv.copy bq=2", "fp8 backup bf16 kv.copy bq=2",
+FP8_ROWS = ["fp8 backup e4m3 kv.copy bq=2", "fp8 backup nvfp4 kv.copy bq=2", "fp8 backup bf16 kv.copy bq=2",
             "fp8 backup bf16 transfer_kv_all_layer_lf_pf bq=2", "fp8 backup bf16 transfer_kv_all_layer_lf_pf bq=2 [seed]"]
 FP8_ROWS += [f"fp8 load {fmt} {api} bq={bq}{seed}" for bq in (4, 2)
-             for fmt, api, seed in (("e4m3", "kv.copy", ""), ("bf16", "kv.copy", ""),
+             for fmt, api, seed in (("e4m3", "kv.copy", ""), ("nvfp4", "kv.copy", ""), ("bf16", "kv.copy", ""),
                                     ("bf16", "transfer_kv_per_layer_pf_lf", ""),
                                     ("bf16", "transfer_kv_per_layer_pf_lf", " [seed]"))]
 FP8_ROWS += [f"fp8 under compute {row.removeprefix('fp8 ')}" for row in FP8_ROWS if "bq=2" in row]
@@ -147,27 +147,29 @@ def test_quick_fp8_runs_every_row(tmp_path, capsys):
     assert (meta["section"], meta["commit"], meta["machine"], meta["shape"]["layers"]) == ("fp8", "0123abc", "sim", 2)
     assert meta["kvnumba_from"] == os.path.realpath(os.path.join(HERE, "..", "kvnumba"))  # the checkout's package
     assert [r["case"] for r in records] == FP8_ROWS
-    assert [t[1] for t in meta["targets"]] == FP8_ROWS[:1] * 2 + ["fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2"]
+    assert [t[1] for t in meta["targets"]] == FP8_ROWS[:1] * 2 + ["fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2",
+                                                               "fp8 backup nvfp4 kv.copy bq=2", "fp8 load nvfp4 kv.copy bq=4"]
     tokens, layers = meta["shape"]["tokens"], meta["shape"]["layers"]
     for r in records:
         fp8 = r["format"] == "e4m3"
-        assert r["verified"] is (True if fp8 else None), r["case"]
+        assert r["verified"] is (True if r["format"] != "bf16" else None), r["case"]
         per_token = 2 * 2048 * (layers if r["what"] == "backup" else 1)  # bf16 K and V of 8 heads of 128
         assert r["bf16_bytes"] == tokens * per_token
-        assert r["link_per_bf16"] == ((1024 + 32) / 2048 if fp8 else 1.0)
+        assert r["link_per_bf16"] == ((1024 + 32) / 2048 if fp8 else 576 / 2048 if r["format"] == "nvfp4" else 1.0)
         assert r["link_bytes"] == r["bf16_bytes"] * r["link_per_bf16"]
         speeds = ["idle_gbps", "idle_link_gbps"] if "under compute" in r["case"] else ["bf16_gbps", "link_gbps"]
         assert all(r[key] > 0 for key in speeds) and ("host_us" in r) != ("under compute" in r["case"])
     printed = capsys.readouterr().out
     assert all(case in printed for case in FP8_ROWS)
     targets = printed[printed.index("FP8 on the wire: targets"):].splitlines()
-    assert [line.split()[-1] for line in targets[1:5]] == ["PASS", "MISS", "MISS", "MISS"]  # simulator speeds
-    assert targets[6] == "GB/s of bf16 bytes (link GB/s)" and len(targets) == 6 + 2 + 7
-    assert all(line.count("(") == 4 for line in targets[8:11])  # idle: the four ways of a transfer, each measured
+    assert [line.split()[-1] for line in targets[1:7]] == ["PASS", "MISS", "MISS", "MISS", "MISS", "MISS"]  # simulator
+    assert targets[8] == "GB/s of bf16 bytes (link GB/s)" and len(targets) == 8 + 2 + 7
+    assert all(line.count("(") == 5 for line in targets[10:13])  # idle: the five ways of a transfer, each measured
 
 
+@pytest.mark.parametrize("fmt", ["e4m3", "nvfp4"])
 @pytest.mark.parametrize("what", ["backup", "load"])
-def test_fp8_rows_refuse_wrong_bytes(monkeypatch, what):
+def test_fp8_rows_refuse_wrong_bytes(monkeypatch, what, fmt):
     """An FP8 call that leaves its destination as it was (here: one that does nothing) stops the run before it
     is timed: the check against kvnumba.quant_reference finds the poisoned tokens."""
     bench = _bench()
@@ -176,9 +178,9 @@ def test_fp8_rows_refuse_wrong_bytes(monkeypatch, what):
     copy = fp8_wire.kv.copy
 
     def skips_fp8(src, dst, *args, **kwargs):
-        if not isinstance(dst if what == "backup" else src, fp8_wire.kv.Fp8View):
+        if not isinstance(dst if what == "backup" else src, fp8_wire.kv.Fp8View if fmt == "e4m3" else fp8_wire.kv.Nvfp4View):
             copy(src, dst, *args, **kwargs)
 
     monkeypatch.setattr(fp8_wire.kv, "copy", skips_fp8)
     with pytest.raises(AssertionError, match="differ from kvnumba.quant_reference"):
-        bench.main(["--only", "fp8", f"{what} e4m3", "--quick", "--quiet"])
+        bench.main(["--only", "fp8", f"{what} {fmt}", "--quick", "--quiet"])

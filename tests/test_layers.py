@@ -2,7 +2,8 @@
 
 Layers, lowest first (a module may import its own layer and the ones below it):
 
-0. ``errors``, ``config``, ``types``, ``_version``, ``memo``, ``integers``: what every layer uses;
+0. ``errors``, ``config``, ``types``, ``_version``, ``memo``, ``integers``, ``quant`` (the codecs: formats and
+   their NumPy references): what every layer uses;
 1. ``driver``: CUDA through its bindings (and ``arrays``: memory as the driver sees it);
 2. ``kernels``: the CUDA kernels and their parameter block;
 3. ``checks``: argument and memory checks (they read the kernels' layouts and bounds);
@@ -28,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "kvnumba"
 
 LAYERS = {  # module name (or package prefix) -> layer; the longest match wins
     "kvnumba.errors": 0, "kvnumba.config": 0, "kvnumba.types": 0, "kvnumba._version": 0, "kvnumba.memo": 0,
-    "kvnumba.integers": 0,
+    "kvnumba.integers": 0, "kvnumba.quant": 0,
     "kvnumba.driver": 1, "kvnumba.arrays": 1,
     "kvnumba.kernels": 2,
     "kvnumba.checks": 3,

@@ -1,6 +1,6 @@
 """``kv.copy``: move tokens between any two cache views (``kvnumba.layouts``), K and V, over some layers; with a
-``kv.Fp8View`` (``kvnumba.api.fp8_views``) on a side, quantise, dequantise or copy FP8 (its plan:
-``kvnumba.plan.fp8_plan``). Every copy takes the one path of the plain entry points (``plain_caller``)."""
+``kv.Fp8View`` (``kvnumba.api.fp8_views``) or ``kv.Nvfp4View`` (``kvnumba.api.nvfp4_views``) on a side, quantise,
+dequantise or copy quantised caches (their plans: ``kvnumba.plan.fp8_plan``, ``kvnumba.plan.nvfp4_plan``). Every copy takes the one path of the plain entry points (``plain_caller``)."""
 from __future__ import annotations
 
 from typing import Literal, SupportsIndex
@@ -8,6 +8,7 @@ from typing import Literal, SupportsIndex
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_caller
 from .fp8_views import Fp8View
+from .nvfp4_views import Nvfp4View
 from ..layouts import CacheView
 
 
@@ -61,9 +62,9 @@ def copy(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_i
     >>> kv.copy(kv.PageFirst(host_k, host_v), kv.VllmFlashAttn(vllm_caches), idx, idx)  # doctest: +SKIP
     """
     # The views' buffers, as the layers copied use them: unchanged since the views were made.
-    if isinstance(src_view, (CacheView, Fp8View)):
+    if isinstance(src_view, (CacheView, Fp8View, Nvfp4View)):
         src_view.check_unchanged("src_view", layers)
-    if isinstance(dst_view, (CacheView, Fp8View)):
+    if isinstance(dst_view, (CacheView, Fp8View, Nvfp4View)):
         dst_view.check_unchanged("dst_view", layers)
     _copy((src_view, dst_view), (layers,), src_indices, dst_indices, None, block_quota, num_warps_per_block,
           stream, check, route)

@@ -25,7 +25,7 @@ from typing import Any, SupportsIndex
 import numpy as np
 
 from ..arrays import array_info, device_array, pinned
-from ..kernels.fp8_format import fp8_format, plain_dtype
+from ..quant.fp8 import Fp8Codec, fp8_format, plain_dtype
 from ..plan.fp8_plan import plain_dtype_of
 from ..layouts import CacheView
 
@@ -99,6 +99,11 @@ class Fp8View:
         self.flagged: tuple[Any, ...] = codes.flagged + scales.flagged
         self.geometry = gc
         self.heads, self.head_dim = gc.heads, head_dim
+
+    @property
+    def codec(self) -> Fp8Codec:
+        """Its codec (``kvnumba.quant.fp8``: ``E4M3`` or ``E5M2``), which ``plan.build`` finds its plan by."""
+        return fp8_format(self.fmt)
 
     @property
     def mla(self) -> bool:

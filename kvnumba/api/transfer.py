@@ -34,7 +34,7 @@ _KERNEL_CALL = ("src_indices", "dst_indices", "layer_id", "block_quota", "num_wa
 _DIRECT_CALL = ("src_indices", "dst_indices")
 
 # Which one follows the spec's kind ("kernel" or "direct"); kv.copy with a kv.Fp8View: an Fp8Plan.
-Plan = Union[KernelPlan, DirectPlan, Fp8Plan]
+Plan = Union[KernelPlan, DirectPlan, Fp8Plan]  # Nvfp4Plan is an Fp8Plan
 
 
 class _HandedOver(property):

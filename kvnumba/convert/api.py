@@ -52,7 +52,7 @@ __all__ = ["LayoutArg", "LayoutName", "UnifiedArg", "convert", "converted_shape"
 _Scalar = TypeVar("_Scalar", bound=np.generic)
 _GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
 Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
-FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2"]
+FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 
 LayoutName: TypeAlias = Literal["layer_first", "page_first", "page_first_direct", "page_head", "lf", "pf", "pfd", "ph"]
 """The names of kvnumba's views ``convert`` takes, as type checkers know them (a misspelt one is an error; they
@@ -255,10 +255,11 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
         For ``dst="page_unified"``: the pool's head groups ``G`` (default 1), dividing the heads ``H``; 1 for
         an MLA pool. For a file: the groups of every pool written (K and V are paired by name, ``k`` and
         ``v`` with the pool ``kv``: ``kvnumba.convert.pool_files``).
-    dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16"}, optional
+    dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "nvfp4"}, optional
         For a file: quantise its bfloat16/float16 tensors into FP8 codes with float32 scales (a
         ``.safetensors`` output), or dequantise a quantised file (``kvnumba.convert.quantised`` gives the
-        file format). Default: every tensor as it is (a quantised file stays quantised). Arrays are
+        file format); ``"nvfp4"``: its ``k`` and ``v`` into vLLM's NVFP4 pages, one uint8 ``kv_cache``
+        (``page_size``: vLLM's block_size; ``dst`` is not read: ``kvnumba.convert.nvfp4_pages``). Default: every tensor as it is (a quantised file stays quantised). Arrays are
         quantised with ``kv.copy`` into ``kv.fp8_like(view)``, or ``kvnumba.reference.quantise``.
 
     Returns

@@ -17,7 +17,8 @@ its suffix names (any mix: a ``.npy`` input's array is named after its file's st
   kept in a ``.safetensors`` output, and bf16 and fp8 tensors keep their dtype (``kvnumba.convert.safetensors``);
   ``.npy`` and ``.npz`` files cannot hold those, and are refused as their output.
 - ``dtype=``: bfloat16/float16 tensors quantised into FP8 codes and float32 scales, or a quantised file
-  dequantised (``kvnumba.convert.quantised``, which gives the file format).
+  dequantised (``kvnumba.convert.quantised``, which gives the file format); ``"nvfp4"``: ``k`` and ``v``
+  quantised into vLLM's NVFP4 pages (``kvnumba.convert.nvfp4_pages``).
 
 Either way the output appears complete, by ``os.replace``, or not at all: on any error, and on
 SIGINT, SIGTERM or SIGHUP, the temporary file is removed and an existing output is left as it was.
@@ -35,7 +36,7 @@ import numpy as np
 from .. import config
 from ..checks import validate
 from ..errors import Interrupted
-from . import pool_files, quantised, unified
+from . import nvfp4_pages, pool_files, quantised, unified
 from .inputs import SOURCES, checked_kind
 from .outputs import WRITERS, checked_for, checked_output, removed_on_failure, temporary
 from .shapes import canonical_view, converted_shape, layout, view_page_size
@@ -148,7 +149,8 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
 
     Nothing is written on any error: the temporary output is removed, an existing output is kept.
     """
-    src, dst = layout(src, "src", unified=True), layout(dst, "dst", unified=True)
+    src = layout(src, "src", unified=True)
+    dst = src if dtype == "nvfp4" else layout(dst, "dst", unified=True)  # nvfp4: vLLM's pages, whatever dst
     in_path, out_path = os.fspath(in_path), os.fspath(out_path)
     if page_size is not None:  # checked even where the layouts do not use it: 0 is a mistake, not "none"
         page_size = validate.integer("page_size", page_size, minimum=1)
@@ -167,9 +169,14 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
     kind = checked_kind(in_path)
     out_kind = checked_output(in_path, out_path, overwrite)
     with interrupt_on_signals(), SOURCES[kind](in_path) as read:
-        source = quantised.transformed(read, dtype, in_path)  # as it is, quantised or dequantised
+        if dtype == "nvfp4":  # already laid out: vLLM's pages (kvnumba.convert.nvfp4_pages)
+            source = nvfp4_pages.paged(read, src, page_size, in_path)
+        else:
+            source = quantised.transformed(read, dtype, in_path)  # as it is, quantised or dequantised
         # every array's shape and dtype is checked before anything is written
-        if pooled:  # K and V paired by name with the pool (kvnumba.convert.pool_files)
+        if dtype == "nvfp4":
+            shapes = {item.name: item.shape for item in source.items}
+        elif pooled:  # K and V paired by name with the pool (kvnumba.convert.pool_files)
             source, shapes, made_of = pool_files.outputs(source, kind, in_path, src, dst, page_size, head_groups)
         else:
             shapes = {item.name: _shape_in(item, kind, in_path, src, dst, page_size) for item in source.items}
@@ -185,7 +192,12 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
                 return
             array = item.load()
             with (contextlib.nullcontext() if progress is None else progress(label, array.nbytes)) as bar:
-                convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
+                if dtype == "nvfp4":
+                    out[...] = array
+                    if bar is not None:
+                        bar.advance(array.nbytes)
+                else:
+                    convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar)
 
         needed = sum(math.prod(item.shape) * item.dtype.itemsize for item in source.items)
         tmp = temporary(out_path)

@@ -39,13 +39,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..kernels.fp8_format import FORMATS, PLAIN_DTYPES
-from ..quant_reference import dequantise, quantise
+from ..quant.fp8 import FORMATS, PLAIN_DTYPES
+from ..quant.fp8 import dequantise, quantise
 from .inputs import Item, Source
 
 __all__ = ["DTYPES", "FORMAT_KEY", "PLAIN_KEY", "SCALES_SUFFIX", "checked_dtype", "transformed"]
 
-DTYPES = ("bfloat16", "float16", "fp8_e4m3", "fp8_e5m2")  # what dtype= / --dtype take
+DTYPES = ("bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "nvfp4")  # what dtype= / --dtype take (nvfp4:
+# kvnumba.convert.nvfp4_pages)
 SCALES_SUFFIX = "_scales"
 FORMAT_KEY = "kvnumba.fp8"  # __metadata__: "e4m3" or "e5m2"
 PLAIN_KEY = "kvnumba.fp8_dtype"  # __metadata__: "bfloat16" or "float16", the dtype quantised

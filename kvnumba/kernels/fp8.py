@@ -23,7 +23,7 @@ factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dty
 """
 import functools
 
-from .fp8_format import CANONICAL_NAN, fp8_format, plain_dtype
+from ..quant.fp8 import CANONICAL_NAN, fp8_format, plain_dtype
 from .fp8_memory import f32_div, f32_mul
 from .jit import device_function
 

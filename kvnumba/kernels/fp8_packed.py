@@ -26,7 +26,7 @@ the same definitions with ``ml_dtypes``.
 import functools
 
 from ..driver.target import SIMULATOR
-from .fp8_format import fp8_format, plain_dtype
+from ..quant.fp8 import fp8_format, plain_dtype
 from .fp8_memory import store_pair
 from .jit import device_function
 

@@ -1,6 +1,7 @@
 """Where a call's plan comes from: its entry point's plan cache (``plan.cache``, by the value of its buffers),
 a plan of the same geometry rebound to new buffers, or a new one: a kernel plan (``kernel_plan``), a
-copy-engine plan (``direct_plan``) or an FP8 copy's (``fp8_plan``). A miss calls down from here, never back up.
+copy-engine plan (``direct_plan``) or, for ``kv.copy`` with a quantised view on a side, its codec's plan (``fp8_plan``,
+``nvfp4_plan``: found by the view's ``codec.family``). A miss calls down from here, never back up.
 
 ``caller`` makes a plain kernel entry point's per-call function: the cached plan's fast call
 (``plan.per_call``) on a hit, else the plan found or built here, with every argument checked; ``direct_caller``
@@ -20,12 +21,23 @@ from ..kernels.layouts import Layout
 from ..memo import BoundedMemo
 from .cache import PlanCache, remembered
 from .direct_plan import DirectPlan
-from .fp8_plan import Fp8Plan, involves_fp8
+from .fp8_plan import Fp8Plan
 from .kernel_plan import KernelPlan
+from .nvfp4_plan import Nvfp4Plan
 from .seed_args import shape_key, sizes_key, sizes_seen
 from .spec import TBL, buffer_names
 
 _shapes = remembered(BoundedMemo(1024))  # geometry key -> a plan of that geometry
+CODEC_PLANS = {"fp8": Fp8Plan, "nvfp4": Nvfp4Plan}  # a quantised view's codec family -> its copy's plan
+
+
+def codec_plan(src, dst):
+    """The plan class of a ``kv.copy`` between ``src`` and ``dst``: their codec's (either side's), or None."""
+    for view in (src, dst):
+        family = getattr(getattr(view, "codec", None), "family", None)
+        if family is not None:
+            return CODEC_PLANS[family]
+    return None
 
 
 def geometry_names(spec):
@@ -54,8 +66,9 @@ def build(spec, geometry, strict, stream=None):
     capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
                    "layer tables read again with checks on: it allocates and copies)",
                    "make one call with the same buffers before the capture, or kv.prepare it there")
-    if spec.name == "copy" and involves_fp8(geometry["src_view"], geometry["dst_view"]):
-        return Fp8Plan(geometry["src_view"], geometry["dst_view"], geometry.get("layers"))
+    quantised = codec_plan(geometry["src_view"], geometry["dst_view"]) if spec.name == "copy" else None
+    if quantised is not None:
+        return quantised(geometry["src_view"], geometry["dst_view"], geometry.get("layers"))
     if spec.kind == "kernel":
         return _kernel_plan(spec, geometry, strict)
     return DirectPlan(spec, geometry, strict)

@@ -56,11 +56,6 @@ def is_fp8(view: Any) -> bool:
     return getattr(type(view), "fp8", False) is True
 
 
-def involves_fp8(src_view: Any, dst_view: Any) -> bool:
-    """Whether a ``kv.copy`` between these is an FP8 one (a ``kv.Fp8View`` on either side)."""
-    return is_fp8(src_view) or is_fp8(dst_view)
-
-
 def plain_dtype_of(plain: Any, quantised: Any) -> str:
     """``"bfloat16"`` or ``"float16"``: the element type of ``plain`` (its dtype, or for uint16 buffers
     ``quantised.dtype``); ``TypeError`` when there is none or they disagree."""
@@ -121,16 +116,19 @@ def _numbers(side: Side | None) -> tuple[int, int, int, int]:
     return side.ptrs[0], side.ptrs[1], side.geometry.item_bytes, side.layout_dim
 
 
-def _mode(src: Any, dst: Any) -> str:
+def copy_mode(src: Any, dst: Any, quantised: Any = None, what: str = "FP8", view_name: str = "kv.Fp8View") -> str:
+    """``"quantise"``, ``"dequantise"`` or ``"copy"``: which side of a copy is a quantised view (``quantised(view)``,
+    FP8's by default; ``what``/``view_name`` name the format and its view class in errors)."""
+    quantised = quantised or is_fp8
     for name, view in (("src_view", src), ("dst_view", dst)):
-        if not (is_view(view) or is_fp8(view)):
-            raise TypeError(f"{name} must be a kvnumba cache view or kv.Fp8View, got {type(view).__name__}")
+        if not (is_view(view) or quantised(view)):
+            raise TypeError(f"{name} must be a kvnumba cache view or {view_name}, got {type(view).__name__}")
         if getattr(view, "raw_tables", False):
-            raise TypeError(f"{name} is a LayerTable (raw addresses, no dtype): an FP8 copy needs a LayerFirst of "
+            raise TypeError(f"{name} is a LayerTable (raw addresses, no dtype): an {what} copy needs a LayerFirst of "
                             "the layers' arrays")
-    src_q, dst_q = is_fp8(src), is_fp8(dst)
+    src_q, dst_q = quantised(src), quantised(dst)
     if not (src_q or dst_q):
-        raise TypeError("an FP8 copy needs a kv.Fp8View on one side at least")
+        raise TypeError(f"an {what} copy needs a {view_name} on one side at least")
     return "copy" if src_q and dst_q else "quantise" if dst_q else "dequantise"
 
 
@@ -138,7 +136,7 @@ class Fp8Plan:
     """The validated, launch-ready part of one FP8 copy (see the module docstring)."""
 
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
-        self.mode = mode = _mode(src, dst)
+        self.mode = mode = copy_mode(src, dst)
         fp8 = dst if mode == "quantise" else src
         if src.mla != dst.mla:
             raise ValueError(f"src_view is {'MLA (no V)' if src.mla else 'K and V'} but dst_view is "

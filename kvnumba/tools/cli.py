@@ -124,7 +124,11 @@ def _convert(args):
     from ..layouts import registered, view_name
     from .progress import progress
 
-    src, dst = layout(args.src, "--from", unified=True), layout(args.dst, "--to", unified=True)
+    src = layout(args.src, "--from", unified=True)
+    nvfp4 = args.dtype == "nvfp4"  # vLLM's NVFP4 pages, whatever --to says (kvnumba.convert.nvfp4_pages)
+    if nvfp4 and args.page_size is None:
+        args.error("--dtype nvfp4 needs --page-size (vLLM's block_size)")
+    dst = src if nvfp4 else layout(args.dst, "--to", unified=True)
     if args.head_groups is not None and not dst.kv_pool:
         args.error(f"--head-groups applies to --to page_unified (a pool's head groups); --to {args.dst} has none: "
                    "leave it out")
@@ -135,7 +139,7 @@ def _convert(args):
                          if lay.paged)
     if named and args.page_size is None:
         args.error(f"{named} needs --page-size (tokens per page)")
-    if not named and args.page_size is not None:
+    if not named and args.page_size is not None and not nvfp4:
         paged = ", ".join(view_name(c) for c in registered() if c.paged and c.whole_tensor)
         args.error(f"--page-size applies to paged layouts only ({paged}, or a paged layout of your own); "
                    f"{args.src} -> {args.dst} has no pages: leave it out")
@@ -152,7 +156,7 @@ def _convert(args):
     except Exception as err:  # noqa: BLE001 - one line, never a traceback
         return _fail("convert", _one_line(err), 1)
     for name, shape in shapes.items():
-        print(f"{args.output}{f'[{name}]' if name else ''}: {args.dst} {shape}")
+        print(f"{args.output}{f'[{name}]' if name else ''}: {'vLLM nvfp4 pages' if nvfp4 else args.dst} {shape}")
     return 0
 
 
@@ -274,7 +278,8 @@ def build_parser():
     c.add_argument("--dtype", type=_dtype_name, metavar="DTYPE",
                    help="fp8_e4m3 or fp8_e5m2: quantise every bfloat16/float16 tensor X into FP8 codes X and float32 "
                         "scales X_scales (one per token, layer and head; OUT must be .safetensors); bfloat16 or "
-                        "float16: dequantise such a file (default: every tensor as it is)")
+                        "float16: dequantise such a file; nvfp4: k and v into vLLM's NVFP4 pages, one uint8 tensor kv_cache "
+                        "(--page-size: its block_size) (default: every tensor as it is)")
     c.add_argument("--chunk-bytes", type=_positive_int, metavar="N",
                    help="bytes converted at a time (default: $KVNUMBA_CHUNK_BYTES, else 64 MiB)")
     c.add_argument("-f", "--force", action="store_true",

@@ -124,7 +124,7 @@ def test_a_bad_dtype_is_named(tmp_path, capsys):
     _plain_file(tmp_path / "in.safetensors")
     code, out, err = _convert([tmp_path / "in.safetensors", tmp_path / "q.safetensors", "--from", "lf", "--to", "pf",
                                "--dtype", "fp8"], capsys)
-    assert code == 2 and "argument --dtype: must be one of bfloat16, float16, fp8_e4m3, fp8_e5m2, got 'fp8'" in err[0]
+    assert code == 2 and "argument --dtype: must be one of bfloat16, float16, fp8_e4m3, fp8_e5m2, nvfp4, got 'fp8'" in err[0]
     with pytest.raises(ValueError, match="dtype must be one of .* got 'int8'"):
         kvnumba.convert(tmp_path / "in.safetensors", "lf", "pf", out=tmp_path / "q.safetensors", dtype="int8")
     assert _files(tmp_path) == ["in.safetensors"]

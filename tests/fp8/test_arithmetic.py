@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kvnumba import quant_reference as qr
+from kvnumba.quant import fp8 as codec
 from kvnumba.driver.target import SIMULATOR
 from kvnumba.kernels import fp8
 
@@ -25,7 +26,7 @@ def f32_bits(values):
 
 @pytest.mark.parametrize("fmt", FMTS)
 def test_every_code_decodes(fmt):
-    f = qr.fp8_format(fmt)
+    f = codec.fp8_format(fmt)
     want = ALL_CODES.view(f.dtype).astype(np.float32)
     widen = fp8.widen(fmt)
     got = np.array([widen(int(c)) for c in ALL_CODES], np.int64).astype(np.uint32).view(np.float32)
@@ -53,7 +54,7 @@ def test_narrowing_float32_rounds_to_nearest_even(target):
     elif target == "float16":
         grid = ALL_16.view(np.float16).astype(np.float32)
     else:
-        grid = ALL_CODES.view(qr.fp8_format(target).dtype).astype(np.float32)
+        grid = ALL_CODES.view(codec.fp8_format(target).dtype).astype(np.float32)
     grid = np.sort(grid[np.isfinite(grid)])
     mids = (grid[:-1].astype(np.float64) + grid[1:]) / 2
     near = np.concatenate([grid, mids, np.nextafter(mids.astype(np.float32), np.float32(np.inf)),
@@ -68,7 +69,7 @@ def test_narrowing_float32_rounds_to_nearest_even(target):
             want = values.astype(np.float16).view(np.uint16).astype(np.int64)
         function = fp8.narrow("float16")
     else:
-        f = qr.fp8_format(target)
+        f = codec.fp8_format(target)
         want = np.clip(values, -f.max_value, f.max_value).astype(f.dtype).view(np.uint8).astype(np.int64)
         function = fp8.narrow(target)
     got = np.array([function(int(u)) for u in values.view(np.uint32)], np.int64)
@@ -86,8 +87,8 @@ def test_every_16_bit_value_quantises_as_the_reference(fmt, dtype):
     one whose inverse overflows, so the format divides), against the code the format's rule gives; the
     reference's scale of a head against scale_of."""
     magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
-    f = qr.fp8_format(fmt)
-    values = ALL_16.view(qr.PLAIN_DTYPES[dtype])
+    f = codec.fp8_format(fmt)
+    values = ALL_16.view(codec.PLAIN_DTYPES[dtype])
     for scale in SCALES:
         s = np.float32(scale)
         with np.errstate(all="ignore"):
@@ -111,8 +112,8 @@ def test_every_16_bit_value_quantises_as_the_reference(fmt, dtype):
         assert not len(bad), f"scale {scale}: bits {ALL_16[bad[:5]]}: got {got[bad[:5]]}, want {want[bad[:5]]}"
     # the scale of a head whose amax is each finite positive value
     positive = ALL_16[(ALL_16 < 0x8000)]
-    positive = positive[np.isfinite(positive.view(qr.PLAIN_DTYPES[dtype]))]
-    _, want_scales = qr.quantise(positive.view(qr.PLAIN_DTYPES[dtype])[:, None], fmt)
+    positive = positive[np.isfinite(positive.view(codec.PLAIN_DTYPES[dtype]))]
+    _, want_scales = qr.quantise(positive.view(codec.PLAIN_DTYPES[dtype])[:, None], fmt)
     got = np.array([scale_of(magnitude(int(b))) for b in positive], np.int64)
     np.testing.assert_array_equal(got, f32_bits(want_scales[:, 0]))
 
@@ -136,10 +137,10 @@ def test_reference_round_trip_is_close(fmt, dtype):
     rng = np.random.default_rng(2)
     x = rng.normal(size=(64, 4, 128)).astype(np.float32)
     x[3] = 0
-    x = x.astype(qr.PLAIN_DTYPES[dtype])
+    x = x.astype(codec.PLAIN_DTYPES[dtype])
     codes, scales = qr.quantise(x, fmt)
     y = qr.dequantise(codes, scales, dtype, fmt).astype(np.float32)
     amax = np.abs(x.astype(np.float32)).max(axis=-1, keepdims=True)
-    tolerance = 2.0 ** -(qr.fp8_format(fmt).mantissa_bits) * amax + 1e-30
+    tolerance = 2.0 ** -(codec.fp8_format(fmt).mantissa_bits) * amax + 1e-30
     assert (np.abs(y - x.astype(np.float32)) <= tolerance).all()
     assert (y[3] == 0).all() and (scales[3] == 0).all()

@@ -13,7 +13,7 @@ import kvnumba as kv
 from kvnumba import config
 from kvnumba import quant_reference as qr
 from kvnumba.kernels import staged
-from kvnumba.kernels.fp8_format import CANONICAL_NAN, FORMATS, PLAIN_DTYPES
+from kvnumba.quant.fp8 import CANONICAL_NAN, FORMATS, PLAIN_DTYPES
 from kvnumba.plan import fp8_staged_plan
 from tests.fp8.cases import FP8_POISON, copy_plan, fp8_bytes, make_fp8, make_view, put_values, view_bytes
 from tests.helpers.placement import device

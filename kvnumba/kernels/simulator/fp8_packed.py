@@ -3,7 +3,7 @@
 even into FP8 and back into bfloat16/float16)."""
 import numpy as np
 
-from ..fp8_format import PLAIN_DTYPES, fp8_format
+from ...quant.fp8 import PLAIN_DTYPES, fp8_format
 
 __all__ = ["magnitudes", "make_dequantise4", "make_quantise8"]
 

@@ -1,0 +1,367 @@
+"""The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
+pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype).
+
+The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation); the bit arithmetic is
+``kernels.fp8``'s (e4m3 and bfloat16/float16 rounding), e2m1's the reference's thresholds. A warp takes one
+token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
+issued before either is converted; a load from host memory takes two passes at once). A side of a token is ``H * D/16`` groups of
+16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
+scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
+one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
+
+An NVFP4 side is a table of its layers' addresses (``*_table``), its page bytes and block size; token ``t``
+of head ``h`` sits at slot ``t * H + h`` (NHD) or ``h * block + t`` (HND) of its side's regions.
+"""
+from typing import Any, NamedTuple
+
+from numba import cuda
+
+from ..quant.fp8 import CANONICAL_NAN, plain_dtype
+from ..quant.nvfp4 import RCP6
+from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
+from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .fp8_packed import magnitudes, packed_dequantiser
+from .item_copy import in_bounds
+from .jit import WARP_SIZE, device_function, kernel
+from .memory import load_i64
+from .params import check_parameters, signature
+from .ptx import ptx_of
+
+MODES = ("quantise", "dequantise", "copy")
+NAN_F32 = 0x7FC00000
+RCP6_BITS = f32_bits_of(RCP6)
+
+
+class Nvfp4Args(NamedTuple):
+    """The NVFP4 kernels' parameters, in order. ``plain_*``: the bfloat16 side (a buffer or table, as
+    ``kernels.fp8_copy``'s); ``src_table``/``dst_table``: an NVFP4 side's layer addresses (0: plain side).
+    ``k_scale``/``v_scale``: float32 bits, quantising ``1 / global_scale``, dequantising ``global_scale``;
+    ``k_unscale``/``v_unscale``: ``rcp(1 / global_scale)`` (quantising only)."""
+
+    src_indices: int
+    dst_indices: int
+    num_items: int
+    items_per_warp: int
+    first_layer: int
+    src_token_limit: int
+    dst_token_limit: int
+    num_layers: int
+    heads: int
+    groups: int  # D / 16
+    error_flag: int
+    plain_k: int
+    plain_v: int
+    plain_item: int
+    plain_dim: int
+    plain_page: int
+    src_table: int
+    src_page_bytes: int
+    src_block: int
+    dst_table: int
+    dst_page_bytes: int
+    dst_block: int
+    k_scale: int
+    v_scale: int
+    k_unscale: int
+    v_unscale: int
+
+
+SIGNATURE = signature(Nvfp4Args)
+PER_CALL = Nvfp4Args._fields.index("first_layer")
+
+@device_function
+def rcp(bits):
+    """float32 ``1 / x`` with subnormals flushed to zero, input and result (``rcp.approx.ftz``'s contract)."""
+    if (bits & 0x7F800000) == 0:
+        return (bits & 0x80000000) | 0x7F800000
+    r = f32_div(ONE_BITS, bits)
+    if (r & 0x7F800000) == 0:
+        return r & 0x80000000
+    return r
+
+
+@device_function
+def e2m1_code(p):
+    """The e2m1 code of float32 bits ``p``, as the reference rounds (to nearest even, saturated; NaN -> 7): from
+    1 up, the mantissa's top bit rounded to nearest even on the bits (a carry moves into the exponent); below,
+    0.5 between 0.25 (excluded: its tie goes to 0) and 0.75 (excluded: its tie goes to 1)."""
+    a = p & 0x7FFFFFFF
+    if a > 0x7F800000:
+        return 7
+    if a >= 0x3F800000:
+        m = min(((a - 0x3F800000 + 0x1FFFFF + ((a >> 22) & 1)) >> 22) + 2, 7)
+    else:
+        m = (1 if a > 0x3E800000 else 0) + (1 if a >= 0x3F400000 else 0)
+    return ((p >> 28) & 8) | m
+
+
+@device_function
+def e2m1_bits(c):
+    """float32 bits of e2m1 code ``c``."""
+    m = c & 7
+    bits = 0
+    if m == 1:
+        bits = 0x3F000000
+    elif m > 1:
+        bits = (((m >> 1) + 126) << 23) | ((m & 1) << 22)
+    return ((c & 8) << 28) | bits
+
+
+@device_function
+def e4m3_of_e2m1(codes):
+    """The e4m3 codes (a byte each, in a 32-bit word) of the four e2m1 codes in the low 16 bits of ``codes``, the
+    first lowest: the same values (0.5 is e4m3 ``0x30``, magnitude ``m >= 2`` is ``0x30 + 4 m``), sign kept.
+    Whole-word arithmetic within 40 bits: no carry crosses a byte, nothing overflows."""
+    x = codes & 0xFFFF
+    x = (x | (x << 8)) & 0x00FF00FF
+    x = (x | (x << 4)) & 0x0F0F0F0F  # a code a byte
+    m = x & 0x07070707
+    two_up = ((m + 0x06060606) >> 3) & 0x01010101
+    one_up = ((m + 0x07070707) >> 3) & 0x01010101
+    return ((x & 0x08080808) << 4) | ((0x30303030 & ((one_up << 8) - one_up)) + ((m << 2) & ((two_up << 8) - two_up)))
+
+
+def slot_of(hnd):
+    """``slot(t, h, heads, block)``: a token's head's slot in its side's regions."""
+    if hnd:
+        @device_function
+        def slot(t, h, heads, block):
+            return h * block + t
+    else:
+        @device_function
+        def slot(t, h, heads, block):
+            return t * heads + h
+    return slot
+
+
+@device_function
+def fetch_plain(active, plain):
+    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane."""
+    if active:
+        return load_i64(plain), load_i64(plain + 8), load_i64(plain + 16), load_i64(plain + 24)
+    return 0, 0, 0, 0
+
+
+@device_function
+def fetch_codes(active, data, scale):
+    """A group's 8 bytes of codes and the 4-byte word of scales holding its own, zeros for an idle lane."""
+    if active:
+        return load_i64(data), load_i32(scale)
+    return 0, 0
+
+
+def group_ops(dtype, packed):
+    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
+
+    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
+      words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
+      lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
+      ``packed``: the amax by FP8's packed maximum (``kernels.fp8_packed.magnitudes``) where no element is NaN;
+    - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
+      group's 32 bytes at ``plain``; ``packed``: with a finite scale, FP8's packed conversions (``kernels.fp8_packed``,
+      compute capability 9.0) of the codes' e4m3 twins, the format's definition (``kvnumba.quant.nvfp4``).
+    """
+    name = plain_dtype(dtype)
+    widen_plain = widen(name)
+    to_e4m3, from_e4m3 = narrow("e4m3"), widen("e4m3")
+    to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
+    nan_out = CANONICAL_NAN[name]
+    exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
+    dequantise4: Any = packed_dequantiser("e4m3", name) if packed else None
+
+    @device_function
+    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
+        m = magnitudes(w0, w1, w2, w3) if packed else exponent_mask + 1  # max.u16x2: NaN counts
+        if m > exponent_mask:  # a NaN, or no packed max: the largest magnitude but NaN's (__hmax ignores it)
+            m = -1
+            for k in range(16):
+                w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+                a = (w >> (16 * (k & 3))) & 0x7FFF
+                if a <= exponent_mask:
+                    m = max(m, a)
+        vmax = NAN_F32 if m < 0 else widen_plain(m)
+        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
+        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
+        sfv = from_e4m3(code)
+        out = 0
+        if sfv != 0:
+            out = rcp(f32_mul(sfv, unscale_bits))
+        word = 0
+        for k in range(16):
+            w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+            word |= e2m1_code(f32_mul(widen_plain((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
+        first = lane & ~3
+        scales = lane_value(lane, code, first)
+        scales |= lane_value(lane, code, first + 1) << 8
+        scales |= lane_value(lane, code, first + 2) << 16
+        scales |= lane_value(lane, code, first + 3) << 24
+        if active:
+            store_i64(data, word)
+            if (g & 3) == 0:
+                store_i32(scale, scales)
+
+    @device_function
+    def decode(active, plain, codes, scales, g, scale_bits):
+        if active:
+            s = f32_mul(from_e4m3((scales >> (8 * (g & 3))) & 0xFF), scale_bits)
+            if packed and (s & 0x7F800000) != 0x7F800000:
+                store_pair(plain, dequantise4(e4m3_of_e2m1(codes), s), dequantise4(e4m3_of_e2m1(codes >> 16), s))
+                store_pair(plain + 16, dequantise4(e4m3_of_e2m1(codes >> 32), s),
+                           dequantise4(e4m3_of_e2m1(codes >> 48), s))
+                return
+            for j in range(4):
+                word = 0
+                for e in range(4):
+                    c = (codes >> (4 * (4 * j + e))) & 0xF
+                    p = f32_mul(e2m1_bits(c), s)
+                    if (p & 0x7FFFFFFF) > 0x7F800000:
+                        v = ((c & 8) << 12) | nan_out
+                    else:
+                        v = to_plain(p) & 0xFFFF
+                    word |= v << (16 * e)
+                store_i64(plain + 8 * j, word)
+
+    return encode, decode
+
+
+def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
+    src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
+    plain_src = mode == "quantise"  # the plain side is the source
+    lb: Any = plain_parts.layer_base if plain_parts is not None else None
+    to: Any = plain_parts.token_offset if plain_parts is not None else None
+    hs: Any = plain_parts.head_stride if plain_parts is not None else None
+
+    @device_function
+    def side_base(table, layer, tok, page_bytes, block, kind):
+        return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
+
+    if mode == "copy":
+        @device_function
+        def move_token(lane, s_tok, d_tok, a):
+            (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes,
+             dst_block) = a
+            total = heads * groups
+            s_t = s_tok % src_block
+            d_t = d_tok % dst_block
+            for layer in range(first_layer, first_layer + num_layers):
+                for kind in range(2):
+                    s = side_base(src_table, layer, s_tok, src_page_bytes, src_block, kind)
+                    d = side_base(dst_table, layer, d_tok, dst_page_bytes, dst_block, kind)
+                    s_scales = s + heads * src_block * groups * 8
+                    d_scales = d + heads * dst_block * groups * 8
+                    i = lane
+                    while i < total:
+                        h = i // groups
+                        g = i - h * groups
+                        ss = src_slot(s_t, h, heads, src_block)
+                        ds = dst_slot(d_t, h, heads, dst_block)
+                        store_i64(d + ds * groups * 8 + g * 8, load_i64(s + ss * groups * 8 + g * 8))
+                        if (g & 3) == 0:
+                            store_i32(d_scales + ds * groups + g, load_i32(s_scales + ss * groups + g))
+                        i += WARP_SIZE
+    else:
+        nv_slot = dst_slot if mode == "quantise" else src_slot
+        encode, decode = group_ops(dtype, packed)
+
+        @device_function
+        def move_token(lane, s_tok, d_tok, a):
+            (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
+             page_bytes, block, k_scale, v_scale, k_unscale, v_unscale) = a
+            p_tok = s_tok if plain_src else d_tok
+            n_tok = d_tok if plain_src else s_tok
+            total = heads * groups
+            p_off = to(p_tok, plain_dim, plain_item, heads, plain_page)
+            p_stride = hs(plain_dim, plain_item, heads, plain_page)
+            t = n_tok % block
+            scales_at = heads * block * groups * 8  # a side's scale region, past its data
+            for layer in range(first_layer, first_layer + num_layers):
+                pk = lb(plain_k, layer, plain_dim, plain_item, heads, plain_page) + p_off
+                pv = lb(plain_v, layer, plain_dim, plain_item, heads, plain_page) + p_off
+                nk = side_base(table, layer, n_tok, page_bytes, block, 0)
+                nv = nk + (page_bytes >> 1)
+                base = 0
+                while base < total:  # the whole warp, every pass: the scales' shuffles
+                    i = base + lane
+                    j = i + WARP_SIZE
+                    h = i // groups
+                    g = i - h * groups
+                    h2 = j // groups
+                    g2 = j - h2 * groups
+                    plain_at = h * p_stride + g * 32
+                    plain_at2 = h2 * p_stride + g2 * 32
+                    slot = nv_slot(t, h, heads, block)
+                    slot2 = nv_slot(t, h2, heads, block)
+                    data_at = slot * groups * 8 + g * 8
+                    data_at2 = slot2 * groups * 8 + g2 * 8
+                    scale_at = scales_at + slot * groups + (g & ~3)
+                    scale_at2 = scales_at + slot2 * groups + (g2 & ~3)
+                    if plain_src:  # K and V read before either is converted
+                        k0, k1, k2, k3 = fetch_plain(i < total, pk + plain_at)
+                        v0, v1, v2, v3 = fetch_plain(i < total, pv + plain_at)
+                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale)
+                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale)
+                        base += WARP_SIZE
+                    else:  # two passes of K and V in flight: a load from host memory waits on the link
+                        ck, sk = fetch_codes(i < total, nk + data_at, nk + scale_at)
+                        cv, sv = fetch_codes(i < total, nv + data_at, nv + scale_at)
+                        ck2, sk2 = fetch_codes(j < total, nk + data_at2, nk + scale_at2)
+                        cv2, sv2 = fetch_codes(j < total, nv + data_at2, nv + scale_at2)
+                        decode(i < total, pk + plain_at, ck, sk, g, k_scale)
+                        decode(i < total, pv + plain_at, cv, sv, g, v_scale)
+                        decode(j < total, pk + plain_at2, ck2, sk2, g2, k_scale)
+                        decode(j < total, pv + plain_at2, cv2, sv2, g2, v_scale)
+                        base += 2 * WARP_SIZE
+
+    def nvfp4_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
+                 num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page, src_table,
+                 src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale,
+                 v_unscale):
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
+        first = warp * items_per_warp
+        a: tuple
+        if mode == "copy":
+            a = (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table,
+                 dst_page_bytes, dst_block)
+        elif plain_src:
+            a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale)
+        else:
+            a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale)
+        j = 0
+        count = min(items_per_warp, num_items - first)
+        while j < count:
+            item = first + j
+            s_tok = load_i64(src_indices + item * 8)
+            d_tok = load_i64(dst_indices + item * 8)
+            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                move_token(lane, s_tok, d_tok, a)
+            j += 1
+
+    check_parameters(nvfp4_kv, Nvfp4Args)
+    plain = "" if plain_parts is None else f"_{plain_parts.name}"
+    order = f"_{'hnd' if src_hnd else 'nhd'}_{'hnd' if dst_hnd else 'nhd'}"
+    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}{'_packed' if packed else ''}"
+    return kernel(nvfp4_kv, max_registers=64)
+
+
+_kernels: dict = {}
+
+
+def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False):
+    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, packed
+    conversions: compute capability 9.0), built on first request and memoised (a compiled kernel, not a plan:
+    no setting changes it)."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), bool(packed and mode != "copy"))
+    built = _kernels.get(key)
+    if built is None:
+        built = _kernels[key] = _build_kernel(*key)
+    return built
+
+
+def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False, cc=(9, 0)):
+    """PTX of one NVFP4 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
+    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed), SIGNATURE, cc)

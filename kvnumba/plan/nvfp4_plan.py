@@ -1,0 +1,121 @@
+"""The plan of a ``kv.copy`` with a ``kv.Nvfp4View`` on a side (``view.codec.family == "nvfp4"``): quantise into
+vLLM's NVFP4 pages, dequantise out of them, or copy pages between NVFP4 caches (``kvnumba.kernels.nvfp4``; the
+format: ``kvnumba.quant.nvfp4``).
+
+Built by ``plan.build`` and cached in ``kv.copy``'s plan cache like every copy's plan, it checks the views once
+(geometry, heads, dtype, global scales), resolves every buffer through ``plan.sides`` (aligned, reachable,
+writable destinations, one device), gives each NVFP4 side a device table of its layers' addresses, and binds the
+kernel. A call is ``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import config
+from ..checks import guard
+from ..checks.overlap import Clearance, check_disjoint
+from ..checks.user_layouts import check_user_layout
+from ..driver.launch import BoundKernel, launchable
+from ..driver.target import SIMULATOR
+from ..kernels import nvfp4 as kernels
+from ..kernels.fp8 import f32_bits_of
+from ..quant.nvfp4 import _rcp
+from .copy_plan import copy_window, view_side
+from .device_tables import device_table
+from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
+from .sides import Placement, resolve_array
+from .tensor_maps import compute_capability
+
+
+def is_nvfp4(view):
+    """Whether ``view`` is a ``kv.Nvfp4View`` (its codec says so)."""
+    return getattr(getattr(type(view), "codec", None), "family", None) == "nvfp4"
+
+
+def _nvfp4_side(place, name, view, destination):
+    """``(table, keep)``: a device table of the layers' addresses (every layer: the kernel adds the layer)."""
+    infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
+    table = device_table(np.array([i.ptr for i in infos], dtype=np.uint64), infos)
+    guide = Placement()
+    info = resolve_array(guide, f"{name} (its layer table)", table, False, 8)
+    place.guides.append((f"{name} (its layer table)", info.ptr, info.ptr + info.nbytes))
+    return info.ptr, table
+
+
+def packed_conversions(device):
+    """Whether the kernels may convert with FP8's packed instructions (compute capability 9.0; the simulator's
+    twins)."""
+    return SIMULATOR or compute_capability(device) >= (9, 0)
+
+
+class Nvfp4Plan(Fp8Plan):
+    """The validated, launch-ready part of one NVFP4 copy (see the module docstring)."""
+
+    def __init__(self, src, dst, layers):
+        self.mode = mode = copy_mode(src, dst, is_nvfp4, "NVFP4", "kv.Nvfp4View")
+        src_q, dst_q = is_nvfp4(src), is_nvfp4(dst)
+        nv = dst if mode == "quantise" else src
+        heads, head_dim = nv.heads, nv.head_dim
+        dtype = "bfloat16"
+        if mode == "copy":
+            if (src.heads, src.head_dim) != (dst.heads, dst.head_dim):
+                raise ValueError(f"the views' heads differ: src_view (H={src.heads}, D={src.head_dim}), dst_view "
+                                 f"(H={dst.heads}, D={dst.head_dim})")
+            if (src.k_scale, src.v_scale) != (dst.k_scale, dst.v_scale):
+                raise ValueError(f"the views' global scales differ: src_view (k_scale={src.k_scale}, v_scale="
+                                 f"{src.v_scale}), dst_view (k_scale={dst.k_scale}, v_scale={dst.v_scale}): a copy "
+                                 "moves codes and scales as they are")
+        else:
+            plain, name = (src, "src_view") if mode == "quantise" else (dst, "dst_view")
+            if plain.mla:
+                raise ValueError(f"{name} is MLA (no V): an NVFP4 cache holds K and V")
+            dtype = plain_dtype_of(plain, nv)
+            g = plain.geometry
+            if g.heads != heads or g.item_bytes != heads * head_dim * 2:
+                raise ValueError(f"{name} has items of {g.heads} heads, {g.item_bytes} bytes; the NVFP4 view's are "
+                                 f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
+            if plain.head_runs not in (1, heads):
+                raise ValueError(f"{name} ({plain!r}) keeps its {heads} heads in {plain.head_runs} groups: an NVFP4 "
+                                 "copy goes head by head, which needs one head group or one head a group")
+            if plain.user_layout:
+                check_user_layout(plain, heads)
+        self.first_layer, self.window = copy_window(src, dst, layers)
+        place = Placement()
+        plain_side, tables, keep = None, {}, []
+        for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
+            if is_nvfp4(view):
+                tables[name], table = _nvfp4_side(place, name, view, destination)
+                keep.append(table)
+            else:
+                plain_side = view_side(place, name, view, destination, self.first_layer, self.window, strict=False,
+                                       align=8, one_layer=False)
+        self.tables_kept = keep  # the device tables the kernel reads, alive with the plan
+        self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
+        check_disjoint(self.destinations, place.guides)
+        self.clearance = Clearance(self.destinations)
+        self.tokens = (src.geometry.tokens, dst.geometry.tokens)
+        self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
+        self.fmt, self.dtype = "nvfp4", dtype
+        if mode == "quantise":  # vLLM's SFScaleVal = 1 / k_scale, and rcp of it
+            inverse = [np.float32(1) / s for s in (nv.k_scale, nv.v_scale)]
+            scales = [f32_bits_of(s) for s in inverse]
+            unscales = [f32_bits_of(_rcp(s)) for s in inverse]
+        else:
+            scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
+        p = plain_side
+        self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
+            src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
+            src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
+            groups=head_dim // 16, error_flag=guard.flag_address(),
+            plain_k=p.ptrs[0] if p else 0, plain_v=p.ptrs[1] if p else 0, plain_item=p.geometry.item_bytes if p else 0,
+            plain_dim=p.layout_dim if p else 0, plain_page=p.page_size if p else 0,
+            src_table=tables.get("src_view", 0), src_page_bytes=src.page_bytes if src_q else 0,
+            src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
+            dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
+            k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
+        dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
+                                        dst_q and dst.layout == "HND", dtype, packed_conversions(self.device))
+        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, 0), self.device, self.template)
+        self.staged = None
+        checks = config.tuning("host_index_checks")
+        self.host_index_checks = checks is None or bool(checks)
