@@ -43,6 +43,7 @@ try:
         transfer_kv_per_layer_direct_pf_lf,
     )
     from .api.copy import copy
+    from .api.resident import LayerSignal, ResidentLoad, load_resident
     from .api.fp8_views import Fp8View, fp8_like
     from .plan.routes import last_route
     from .driver.lanes import LaneStream, SmLanes, sm_count
@@ -103,6 +104,9 @@ __all__ = [
     "VllmFlashAttn",
     "VllmFlashInfer",
     "copy",
+    "LayerSignal",
+    "ResidentLoad",
+    "load_resident",
     "Fp8View",
     "fp8_like",
     "CaptureError",
