@@ -21,6 +21,8 @@ NumPy array, and a wait checks the count on the host (a load that did not land i
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .bindings import check, cu
@@ -39,6 +41,7 @@ class LayerSignal:
         self.max_layers, self.device = max_layers, device
         words = 1 + max_layers
         self._event = None
+        self._words: Any  # a NumPy array on the simulator, a Numba device array on a GPU
         if SIMULATOR:
             self._words = np.zeros(words, np.uint32)
             self.address = self._words.ctypes.data

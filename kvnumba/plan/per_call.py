@@ -56,12 +56,12 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     if route != "kernel":
         route = routes.check_route(route)
     call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
-    src, dst, count, warps, window, handle, host_side, check = call
+    src, dst, count, warps, window, handle, host_side, check, block_quota = call  # count: call.items
     if count == 0:
         return handle
     if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check):
         return handle
-    items_per_warp, grid, threads = launch_shape(count, call.block_quota, warps)
+    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
     # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
     kernel = plan.kernel_for(count, warps)
     if plan.spec.name == "copy":
@@ -81,7 +81,7 @@ class Checked(NamedTuple):
 
     src: "Index"
     dst: "Index"
-    count: int
+    items: int  # the indices' length
     warps: int
     window: Any  # the plan's LayerWindow for the call's layers
     handle: int  # the stream

@@ -27,7 +27,7 @@ def resident_kernel(plan):
     bound = plan.__dict__.get("_resident")
     if bound is None or bound[0] is not plan.template:
         kernel = launchable(get_resident_kernel(*plan.kernel_key), RESIDENT_SIGNATURE)
-        template = ResidentArgs(*plan.template, layers_done=0, arrivals=0)
+        template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
         bound = plan.__dict__["_resident"] = (plan.template, BoundKernel(kernel, plan.device, template))
     return bound[1]
 
@@ -38,15 +38,15 @@ def launch_resident(plan, call, signal):
     GPU for host indices (the caller keeps them until the load has finished), else ``()``."""
     handle, window = call.handle, call.window
     signal.reset(handle)
-    if call.count == 0:
+    if call.items == 0:
         signal.publish_all(handle, plan.window)
         return ()
-    items_per_warp, grid, threads = launch_shape(call.count, call.block_quota, call.warps)
+    items_per_warp, grid, threads = launch_shape(call.items, call.block_quota, call.warps)
     kernel = resident_kernel(plan)
     with on_device(plan.device):
         staged, pointers = _device_indices(call, handle)
         blocks = kernel.blocks
-        pack_call(blocks.view, 0, pointers[0], pointers[1], call.count, items_per_warp, *window.params)
+        pack_call(blocks.view, 0, pointers[0], pointers[1], call.items, items_per_warp, *window.params)
         _pack_signal(blocks.view, _SIGNAL_AT, signal.layers_done_address, signal.arrivals_address)
         kernel.launch(grid, threads, handle, blocks.address)
     return staged
