@@ -17,7 +17,10 @@ drifts over seconds): ``*_x`` is the median ratio of the two compute times (the 
 GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
 ``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
-with one head group and with two.
+with one head group and with two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
+held for the whole load, each layer signalled as it lands), ``kv.copy all layers`` rows in one ``kv.copy`` over
+every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
+whole load, ``host_us`` per whole load.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -144,10 +147,36 @@ def routes(b, sms, reference):
     pfd_views = (kv.PageFirstDirect(pfd_k, pfd_v, page_size=P), kv.LayerFirst(gk, gv))
     add("page-first-direct kv.copy auto (host indices)", lambda l: kv.copy(*pfd_views, si_cpu, di_cpu, l))
     add("page-first-direct kv.copy kernel", lambda l: kv.copy(*pfd_views, si, di, l, route="kernel"))
+    # Every layer in one launch: kv.copy over all layers, and the resident loader (kv.load_resident), each on
+    # block_quota SMs for the whole load; such a load runs at layer 0 (whole_load).
+    one_launch = {"page-first": (kv.PageFirst(pf_k, pf_v), kv.LayerFirst(gk, gv), "mha"),
+                  "page-head": (kv.PageHead(ph_k, ph_v), gpu_heads, "mha"),
+                  "layer-first": (*lf_views, "mha"),
+                  "page-unified": (b.page_unified(1), gpu_heads, "mha"),
+                  "mla page-first": (kv.PageFirst(mla_pf), kv.LayerFirst(mla_gpu), "mla")}
+    for layout, (src, dst, model) in one_launch.items():
+        for bq in (1, 2, 4):
+            signal = kv.LayerSignal(L)
+            add(f"{layout} resident loader bq={bq}", whole_load(
+                lambda src=src, dst=dst, bq=bq, signal=signal: kv.load_resident(src, dst, si, di, block_quota=bq,
+                                                                                 signal=signal)), model)
+        add(f"{layout} kv.copy all layers bq=2", whole_load(
+            lambda src=src, dst=dst: kv.copy(src, dst, si, di, route="kernel")), model)
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")
     return out
+
+
+def whole_load(load_all):
+    """A route that loads every layer in one call: ``load(layer)`` runs ``load_all()`` at layer 0 and nothing after,
+    so the rows' event times and GB/s cover the whole load; ``load.whole`` tells ``host_us`` to time whole loads."""
+    def load(layer):
+        if layer == 0:
+            load_all()
+
+    load.whole = True
+    return load
 
 
 class Compute:
@@ -234,14 +263,15 @@ def measure(torch, compute, load, nbytes, layers, lanes=None, rounds=3):
 
 
 def host_us(torch, load, stream, calls=20, groups=5):
-    """Host microseconds per load call, ``calls`` back to back on ``stream``, median of ``groups``."""
-    times = []
+    """Host microseconds per load call, ``calls`` back to back on ``stream``, median of ``groups``; for a
+    route that loads every layer in one call (``whole_load``), per such call."""
+    times, whole = [], getattr(load, "whole", False)
     with torch.cuda.stream(stream):
         for _ in range(groups):
             torch.cuda.synchronize()
             start = time.perf_counter()
             for layer in range(calls):
-                load(layer % LAYERS)
+                load(0 if whole else layer % LAYERS)
             times.append((time.perf_counter() - start) / calls * 1e6)
     torch.cuda.synchronize()
     return statistics.median(times)
