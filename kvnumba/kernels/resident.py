@@ -21,7 +21,7 @@ from collections import namedtuple
 
 from numba import cuda
 
-from .factory import MAX_REGISTERS, _parts, copy_shape_for
+from .factory import MAX_REGISTERS, NARROW_REGISTERS, _parts, copy_shape_for
 from .item_copy import make_items_copy
 from .jit import WARP_SIZE, kernel
 from .params import KernelArgs, check_parameters, signature
@@ -34,7 +34,7 @@ ResidentArgs = namedtuple("ResidentArgs", KernelArgs._fields + RESIDENT_EXTRA)  
 RESIDENT_SIGNATURE = signature(ResidentArgs)
 
 
-def _build_kernel(src, dst, mla, copy_shape):
+def _build_kernel(src, dst, mla, copy_shape, narrow):
     copy_items = make_items_copy(src, dst, mla, copy_shape)
 
     def resident_load(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
@@ -59,24 +59,27 @@ def _build_kernel(src, dst, mla, copy_shape):
             layer += 1
 
     check_parameters(resident_load, ResidentArgs)
-    resident_load.__name__ = resident_load.__qualname__ = f"resident_load_{src.name}_{dst.name}{'_mla' if mla else ''}"
-    return kernel(resident_load, max_registers=MAX_REGISTERS)
+    name = f"resident_load_{src.name}_{dst.name}{'_mla' if mla else ''}{'_narrow' if narrow else ''}"
+    resident_load.__name__ = resident_load.__qualname__ = name
+    return kernel(resident_load, max_registers=NARROW_REGISTERS if narrow else MAX_REGISTERS)
 
 
 _kernels: dict[tuple, object] = {}
 
 
-def get_resident_kernel(src_layout, dst_layout, mla):
+def get_resident_kernel(src_layout, dst_layout, mla, narrow=False):
     """The resident loader for one layout pair (``LayoutParts`` or a seed layout name), built on first request
-    and memoised; its inner loop's shape is the register kernel's for the pair (``factory.copy_shape_for``)."""
+    and memoised; its inner loop's shape is the register kernel's for the pair (``factory.copy_shape_for``).
+    ``narrow``: the build for one-warp blocks, capped at ``factory.NARROW_REGISTERS`` so that a block fits on an SM
+    beside a GEMM's blocks (as the register kernel's narrow build)."""
     src, dst = _parts(src_layout), _parts(dst_layout)
-    key = (src, dst, bool(mla), copy_shape_for(src, dst, mla))
+    key = (src, dst, bool(mla), copy_shape_for(src, dst, mla), bool(narrow))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def resident_ptx(src_layout, dst_layout, mla, cc=(9, 0)):
+def resident_ptx(src_layout, dst_layout, mla, cc=(9, 0), narrow=False):
     """PTX of one resident loader for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
-    return ptx_of(get_resident_kernel(src_layout, dst_layout, mla), RESIDENT_SIGNATURE, cc)
+    return ptx_of(get_resident_kernel(src_layout, dst_layout, mla, narrow), RESIDENT_SIGNATURE, cc)

@@ -21,14 +21,15 @@ _SIGNAL_AT = 8 * ResidentArgs._fields.index("layers_done")  # the signal's addre
 _pack_signal = struct.Struct("2q").pack_into
 
 
-def resident_kernel(plan):
+def resident_kernel(plan, narrow=False):
     """The resident loader bound to ``plan``'s parameter values (made on first use, and again for a plan whose
-    template changed, a rebound one's)."""
-    bound = plan.__dict__.get("_resident")
+    template changed, a rebound one's); ``narrow``: its build for one-warp blocks (``kernels.resident``)."""
+    key = "_resident_narrow" if narrow else "_resident"
+    bound = plan.__dict__.get(key)
     if bound is None or bound[0] is not plan.template:
-        kernel = launchable(get_resident_kernel(*plan.kernel_key), RESIDENT_SIGNATURE)
+        kernel = launchable(get_resident_kernel(*plan.kernel_key, narrow=narrow), RESIDENT_SIGNATURE)
         template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
-        bound = plan.__dict__["_resident"] = (plan.template, BoundKernel(kernel, plan.device, template))
+        bound = plan.__dict__[key] = (plan.template, BoundKernel(kernel, plan.device, template))
     return bound[1]
 
 
@@ -42,7 +43,7 @@ def launch_resident(plan, call, signal):
         signal.publish_all(handle, plan.window)
         return ()
     items_per_warp, grid, threads = launch_shape(call.items, call.block_quota, call.warps)
-    kernel = resident_kernel(plan)
+    kernel = resident_kernel(plan, narrow=call.warps == 1)  # one-warp blocks: the build that fits beside a GEMM
     with on_device(plan.device):
         staged, pointers = _device_indices(call, handle)
         blocks = kernel.blocks
