@@ -20,7 +20,9 @@ with the compute alone on every SM. ``host_us``: host time per load call (20 bac
 with one head group and with two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
 held for the whole load, each layer signalled as it lands), ``kv.copy all layers`` rows in one ``kv.copy`` over
 every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
-whole load, ``host_us`` per whole load.
+whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: the compute split into 32 layers, each
+waiting on the GPU for its layer of a resident load queued first (``x``: its time so over its time alone; the
+JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has no streams to wait on: no such rows.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -162,6 +164,14 @@ def routes(b, sms, reference):
                                                                                  signal=signal)), model)
         add(f"{layout} kv.copy all layers bq=2", whole_load(
             lambda src=src, dst=dst: kv.copy(src, dst, si, di, route="kernel")), model)
+    # The loader's footprint: 8-warp blocks, and one-warp blocks of the narrow build on every SM (as the register
+    # kernel's "beside compute" rows), page-first.
+    src, dst, _ = one_launch["page-first"]
+    for label, bq, warps in (("bq=2 8 warps", 2, 8), ("one warp per SM", sms, 1)):
+        signal = kv.LayerSignal(L)
+        add(f"page-first resident loader {label}", whole_load(
+            lambda bq=bq, warps=warps, signal=signal: kv.load_resident(src, dst, si, di, block_quota=bq,
+                                                                       num_warps_per_block=warps, signal=signal)))
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")
@@ -309,6 +319,65 @@ def crossover(torch, compute, b):
     return rows
 
 
+def waits(torch, compute, b, block_quota=2, rounds=3):
+    """The model's side of a resident load: the compute split into 32 layers, layer ``l`` waiting on the GPU for
+    the load's layer ``l`` (``ResidentLoad.wait``, a ``cuStreamWaitValue32``), the load queued first. ``*_x``: the
+    compute's time so (waits included) over its time alone; ``wait_host_us``: host time of one ``wait`` call."""
+    pf_k, pf_v = b.host_as("pf")
+    gk, gv = b.gpu_layers()
+    views = (kv.PageFirst(pf_k, pf_v), kv.LayerFirst(gk, gv))
+    signal = kv.LayerSignal(LAYERS)
+    load_stream, work_stream = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def load():
+        return kv.load_resident(*views, b.src_gpu, b.dst_gpu, block_quota=block_quota, signal=signal,
+                                stream=load_stream)
+
+    done = load()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for layer in range(LAYERS):
+            done.wait(layer, work_stream)
+        host.append((time.perf_counter() - start) / LAYERS * 1e6)
+    torch.cuda.synchronize()
+    name = f"page-first resident loader bq={block_quota}, compute waits per layer"
+    row = {"case": f"waits {name} {b.tokens}tok", "route": name, "impl": "kvnumba", "model": "mha",
+           "tokens": b.tokens, "bytes": b.bytes_per_load() * LAYERS, "wait_host_us": statistics.median(host)}
+    for kind, (fn, n) in compute.kinds.items():
+        per_layer = max(1, n // LAYERS)
+
+        def model(done=None):
+            start, end = _events(torch)
+            with torch.cuda.stream(work_stream):
+                start.record()
+                for layer in range(LAYERS):
+                    if done is not None:
+                        done.wait(layer, work_stream)
+                    for _ in range(per_layer):
+                        fn()
+                end.record()
+            return start, end
+
+        ratios, gbps = [], []
+        for _ in range(rounds):
+            s, e = model()
+            torch.cuda.synchronize()
+            alone = s.elapsed_time(e)
+            ls, le = _events(torch)
+            ls.record(load_stream)
+            done = load()
+            le.record(load_stream)
+            s, e = model(done)
+            torch.cuda.synchronize()
+            ratios.append(s.elapsed_time(e) / alone)
+            gbps.append(b.bytes_per_load() * LAYERS / ls.elapsed_time(le) / 1e6)
+        row.update({f"{kind}_gbps": statistics.median(gbps), f"{kind}_x": statistics.median(ratios),
+                    f"{kind}_wall_x": statistics.median(ratios)})
+    return row
+
+
 def run(reference, tokens_list=(8192, 512), quick=False, words=()):
     """Every overlap row, one record at a time (see the module docstring); ``words``: only the routes whose
     name holds one of them, and no crossover rows."""
@@ -340,6 +409,11 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                     row["auto_took"] = kv.last_route()
                 records.append(row)
                 yield row
+            if not words or any(w in ("resident", "waits") for w in words):
+                for bq in (1, 2):
+                    row = waits(torch, compute, b, block_quota=bq)
+                    records.append(row)
+                    yield row
             if tokens == tokens_list[0] and not words:
                 for row in crossover(torch, compute, b):
                     row.update(tokens=tokens, impl="kvnumba", model="mha")
