@@ -8,7 +8,8 @@ Nothing else in kvnumba (or its scripts) reads the environment.
   each copy-engine call).
 - ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``chunk_bytes``; read by
   ``kvnumba.convert.files`` at each conversion).
-- ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take, the entry points' and one-layer ``kv.copy``s (``load_path``; read when a plan is built).
+- ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take, the entry points' and one-layer ``kv.copy``s, and which
+  build ``kv.load_resident`` takes (``load_path``; read when a plan is built or first loads resident).
 - ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
 - ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;
   ``kvnumba.tools.results`` reads it).

@@ -32,10 +32,11 @@ class ResidentLoad:
     (and index arrays copied from the host) alive.
     """
 
-    def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = ()) -> None:
+    def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False) -> None:
         self.layers = layers  # the view layers the load copies, in the order they land
         self.signal = signal
         self.stream = handle  # the raw handle of the stream the load runs on
+        self.staged = staged  # the loader's staged build ran (bulk copies through shared memory), not its register one
         self._keep = keep
 
     def wait(self, layer: SupportsIndex, stream: StreamLike | None = None) -> None:
@@ -66,7 +67,8 @@ class ResidentLoad:
         return self.signal.landed()
 
     def __repr__(self) -> str:
-        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x}>"
+        build = "staged" if self.staged else "register"
+        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {build}>"
 
 
 def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -121,8 +123,8 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
         raise ValueError("load_resident does not move FP8 views (kv.Fp8View); use kv.copy for them")
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
-    keep = launch_resident(plan, call, signal)
-    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, call.handle, keep)
+    keep, staged = launch_resident(plan, call, signal)
+    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, call.handle, keep, staged)
     if call.check:
         load.synchronize()
     return load

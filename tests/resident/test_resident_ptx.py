@@ -1,5 +1,6 @@
 """The resident loaders compile for sm_90 (no GPU needed): the register kernel's loads and stores, a block's
-arrival (atom.add), the fences and the layer's publication (red.release.sys.max), nothing spilled."""
+arrival (atom.add), the fences and the layer's publication (red.release.sys.max), nothing spilled; the staged build
+with the ring's bulk copies and its barriers made again per layer (mbarrier.inval)."""
 from tests.helpers.ptx import ptx_report
 
 SCRIPT = r"""
@@ -13,12 +14,22 @@ for src, dst, mla, narrow in (("pf", "lf", False, False), ("ph", "lf", False, Fa
         "target": re.search(r"\.target\s+(\S+)", ptx).group(1),
         "ops": sorted(set(re.findall(r"(?:atom|red|membar|fence|bar|ld\.global|st\.global)[a-z0-9.:]*", ptx))),
         "local": ".local" in ptx}
+from kvnumba.kernels.layouts import LAYER_TABLE, PAGE_FIRST
+from kvnumba.kernels.resident_staged import resident_staged_ptx
+ptx = resident_staged_ptx(PAGE_FIRST, LAYER_TABLE, False)
+out["staged"] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
+                 "ops": sorted(set(re.findall(r"(?:atom|red|membar|mbarrier|cp\.async\.bulk)[a-z0-9.:_]*", ptx)))}
 print(json.dumps(out))
 """
 
 
 def test_resident_loaders_compile_with_their_signals():
     report = ptx_report(SCRIPT, timeout=600)
+    staged = report.pop("staged")
+    assert staged["target"] == "sm_90"
+    assert {"mbarrier.inval.shared::cta.b64", "mbarrier.init.shared::cta.b64", "atom.global.add.u32",
+            "red.release.sys.global.max.u32", "membar.sys", "cp.async.bulk.global.shared::cta.bulk_group",
+            "cp.async.bulk.wait_group"} <= set(staged["ops"])
     assert len(report) == 4
     for name, kernel in report.items():
         assert kernel["target"] == "sm_90", name
