@@ -85,7 +85,10 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
         As for ``kv.copy`` (the kernel route). Any pair of views: page-first, page-head, layer-first,
         MLA, page-unified, vLLM's, a layout of your own. Not FP8 views.
     block_quota : int
-        Keyword only: the blocks (SMs) the load holds from start to end; 2 by default.
+        Keyword only: the blocks (SMs) the load holds from start to end; 2 by default. Page-first and page-head
+        sources in pinned memory take the loader's staged build on sm_90 and newer (runs of tokens by the
+        bulk-copy unit, as the staged kernel moves them: ``KVNUMBA_LOAD_PATH``), the others its register build;
+        ``ResidentLoad.staged`` says which ran.
     signal : LayerSignal, optional
         Keyword only: where the layers are signalled, ``kv.LayerSignal(max_layers, device)``, reused load after
         load (one load at a time: start the next once the last one's waits have passed). Default: a new one

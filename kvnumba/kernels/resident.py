@@ -15,7 +15,8 @@ waiter for layer ``l`` waits for ``layers_done >= l + 1`` (``kvnumba.driver.laye
 the host resets between loads.
 
 The parameters are the register kernel's (``params.KernelArgs``) and two addresses (``RESIDENT_EXTRA``);
-one kernel per (source layout, destination layout, MLA), memoised, as ``factory``'s.
+one kernel per (source layout, destination layout, MLA), memoised, as ``factory``'s. This is the register build;
+the staged build (``resident_staged``) moves runs of tokens by the bulk-copy unit and publishes alike.
 """
 from collections import namedtuple
 

@@ -1,40 +1,60 @@
 """kv.load_resident on a GPU: another stream waits for each layer with cuStreamWaitValue32 and then reads it (it
 must see the landed bytes, and, without the wait, must not); CUDA graph capture of the loader, and of the loader
-with the waits, replayed with new indices; host indices."""
+with the waits, replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
+staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
 import numpy as np
 import pytest
 
 import kvnumba as kv
 from kvnumba import reference
-from tests.helpers.view_cases import POISON, make_view
+from kvnumba.plan.staged_plan import AUTO_MIN_ITEMS
+from kvnumba.plan.tensor_maps import compute_capability
+from tests.helpers.view_cases import POISON
 
 pytestmark = pytest.mark.gpu
 torch = pytest.importorskip("torch")
 
-L, T, P, H, D = 4, 256, 16, 4, 64  # items of 4 heads x 64 bf16 = 512 bytes
+L, T, P, H, ITEM = 4, 1024, 16, 4, 512  # items of 4 heads of 128 bytes
+COUNTS = [64, AUTO_MIN_ITEMS]  # the register build, the staged one
 HOLD_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on the load's stream before the load starts
 
 
 def _setup(seed=0, count=64):
+    """A page-first pool in pinned memory and per-layer GPU caches (torch, bytes), their NumPy twins, indices."""
     rng = np.random.default_rng(seed)
-    src_np, src = make_view("PageFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("host", "torch"))
-    dst_np, dst = make_view("LayerFirstList", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "torch"))
-    si = rng.choice(T, count, replace=False).astype(np.int64)
+    k, v = (rng.integers(0, 256, (T, L, H, ITEM // H), dtype=np.uint8) for _ in range(2))  # [T, L, H, bytes]
+    src_np, src = kv.PageFirst(k, v), kv.PageFirst(*(torch.from_numpy(a).pin_memory() for a in (k, v)))
+    dk, dv = ([_poisoned() for _ in range(L)] for _ in range(2))
+    dst = kv.LayerFirst([torch.from_numpy(a).cuda() for a in dk], [torch.from_numpy(a).cuda() for a in dv])
+    si = _pages(rng, count)  # whole pages, as HiCache loads them: runs for the staged build's bulk pieces
     di = rng.choice(T, count, replace=False).astype(np.int64)
-    return src_np, src, dst_np, dst, si, di
+    return src_np, src, kv.LayerFirst(dk, dv), dst, si, di
+
+
+def _poisoned():
+    return np.full((T, H, ITEM // H), POISON, np.uint8)
+
+
+def _pages(rng, count):
+    return (rng.choice(T // P, count // P, replace=False)[:, None] * P + np.arange(P)).reshape(-1).astype(np.int64)
 
 
 def _want(src_np, dst_np, si, di):
     reference.copy(src_np, dst_np, si, di, None)
-    return [np.asarray(layer) for layer in dst_np.k]  # K of each layer, [T, H, D]
+    return list(dst_np.k)  # K of each layer, [T, H, bytes]
 
 
 def _bytes(tensor):
-    return tensor.cpu().numpy().view(np.uint8)
+    return tensor.cpu().numpy()
 
 
-def test_a_stream_that_waits_for_a_layer_sees_it():
-    src_np, src, dst_np, dst, si, di = _setup()
+def _staged_expected(count):
+    return count >= AUTO_MIN_ITEMS and compute_capability(0) >= (9, 0)
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_a_stream_that_waits_for_a_layer_sees_it(count):
+    src_np, src, dst_np, dst, si, di = _setup(count=count)
     want = _want(src_np, dst_np, si, di)
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
     snapshots = [torch.empty_like(k) for k in dst.k]
@@ -53,8 +73,9 @@ def test_a_stream_that_waits_for_a_layer_sees_it():
     torch.cuda.synchronize()
     assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
     for layer in range(L):
-        np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer].view(np.uint8), err_msg=f"layer {layer}")
+        np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
     assert done.landed() == L
+    assert done.staged == _staged_expected(count)
     done.synchronize()
 
 
@@ -64,14 +85,15 @@ def test_host_indices():
     done = kv.load_resident(src, dst, si, di)
     done.synchronize()
     for layer in range(L):
-        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer].view(np.uint8))
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
 
 
+@pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("waits", [False, True], ids=["loader", "loader-and-waits"])
-def test_graph_capture(waits):
+def test_graph_capture(waits, count):
     """The loader captured on a side stream (and, with ``waits``, the main stream's waits and reads of every
     layer), replayed twice with new indices written in place."""
-    src_np, src, dst_np, dst, si, di = _setup(seed=2)
+    src_np, src, dst_np, dst, si, di = _setup(seed=2, count=count)
     si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
     signal = kv.LayerSignal(L)
     snapshots = [torch.empty_like(k) for k in dst.k]
@@ -88,20 +110,20 @@ def test_graph_capture(waits):
         main.wait_stream(side)
     rng = np.random.default_rng(5)
     for replay in range(2):
-        si, di = rng.choice(T, len(si), replace=False), rng.choice(T, len(di), replace=False)
+        si, di = _pages(rng, len(si)), rng.choice(T, len(di), replace=False)
         si_t.copy_(torch.from_numpy(si))
         di_t.copy_(torch.from_numpy(di))
         for layer in dst.k + dst.v:
-            layer.view(torch.uint8).fill_(POISON)
-        fresh = [np.full_like(np.asarray(b), POISON * 257) for b in dst_np.k]
-        fresh_v = [np.full_like(np.asarray(b), POISON * 257) for b in dst_np.v]
+            layer.fill_(POISON)
+        fresh, fresh_v = [_poisoned() for _ in range(L)], [_poisoned() for _ in range(L)]
         want_np = kv.LayerFirst(fresh, fresh_v)
         reference.copy(src_np, want_np, si, di, None)
         graph.replay()
         torch.cuda.synchronize()
         assert signal.landed() == L
         for layer in range(L):
-            np.testing.assert_array_equal(_bytes(dst.k[layer]), fresh[layer].view(np.uint8), err_msg=f"replay {replay}")
+            np.testing.assert_array_equal(_bytes(dst.k[layer]), fresh[layer], err_msg=f"replay {replay}")
+            np.testing.assert_array_equal(_bytes(dst.v[layer]), fresh_v[layer], err_msg=f"replay {replay}")
             if waits:
-                np.testing.assert_array_equal(_bytes(snapshots[layer]), fresh[layer].view(np.uint8))
+                np.testing.assert_array_equal(_bytes(snapshots[layer]), fresh[layer])
     kv.check_errors()
