@@ -183,9 +183,9 @@ def whole_load(load_all):
     so the rows' event times and GB/s cover the whole load; ``load.whole`` tells ``host_us`` to time whole loads."""
     def load(layer):
         if layer == 0:
-            load_all()
+            load.last = load_all()
 
-    load.whole = True
+    load.whole, load.last = True, None
     return load
 
 
@@ -344,7 +344,8 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
     torch.cuda.synchronize()
     name = f"page-first resident loader bq={block_quota}, compute waits per layer"
     row = {"case": f"waits {name} {b.tokens}tok", "route": name, "impl": "kvnumba", "model": "mha",
-           "tokens": b.tokens, "bytes": b.bytes_per_load() * LAYERS, "wait_host_us": statistics.median(host)}
+           "tokens": b.tokens, "bytes": b.bytes_per_load() * LAYERS, "wait_host_us": statistics.median(host),
+           "resident_build": "staged" if done.staged else "register"}
     for kind, (fn, n) in compute.kinds.items():
         per_layer = max(1, n // LAYERS)
 
@@ -407,6 +408,8 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                            bytes=b.bytes_per_load(model) * LAYERS)
                 if "kv.copy auto" in name:  # which route auto took for these loads
                     row["auto_took"] = kv.last_route()
+                if isinstance(getattr(load, "last", None), kv.ResidentLoad):  # which build of the loader ran
+                    row["resident_build"] = "staged" if load.last.staged else "register"
                 records.append(row)
                 yield row
             if not words or any(w in ("resident", "waits") for w in words):

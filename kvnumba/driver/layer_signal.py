@@ -49,7 +49,7 @@ class LayerSignal:
             from numba import cuda
 
             with on_device(device):
-                self._words = cuda.device_array(words, np.uint32)
+                self._words = cuda.to_device(np.zeros(words, np.uint32))  # zero: nothing landed before a load
                 self.address = self._words.device_ctypes_pointer.value
                 flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
                 self._event = check(cu.cuEventCreate(flags), "cuEventCreate")
