@@ -76,6 +76,14 @@ def test_some_layers(layers):
         done.wait(done.layers.stop)
 
 
+def test_a_wait_names_its_bad_arguments():
+    done = run_load("PageFirst", "LayerFirst", count=2)
+    with pytest.raises(TypeError, match="layer must be"):
+        done.wait(1.0)
+    with pytest.raises(TypeError, match="stream must be a CUDA stream"):
+        done.wait(0, stream="model")
+
+
 def test_an_empty_load_publishes_every_layer():
     done = run_load("PageFirst", "LayerFirstList", count=0)
     assert done.landed() == L
