@@ -10,8 +10,14 @@ on the load's stream:
 
 A waiter, on any stream of the device, enqueues ``cuStreamWaitEvent(started)`` (so it cannot read the count
 before the reset) and then ``cuStreamWaitValue32(layers_done, l + 1, CU_STREAM_WAIT_VALUE_GEQ)``: the GPU holds
-the stream's later work until the count reaches ``l + 1``, with no host involvement. Both are stream operations,
-so a CUDA graph can hold them (capture them with the load).
+the stream's later work until the count reaches ``l + 1``, with no host involvement.
+
+On a stream being captured into a CUDA graph the second step is a kernel instead (``kernels.layer_wait``: one
+warp polls the word), so that the graph holds the wait as a kernel node, whatever the driver makes of a captured
+stream memory operation; the event wait becomes the graph's edge from the reset. Capture the load and its waits
+in one graph (the load on a stream forked from the capturing one, joined back before the capture ends), with a
+``LayerSignal`` made before the capture (it builds the wait kernel). Nothing here blocks the host: the reset, the
+event and both waits are stream operations.
 
 One load at a time per signal: a new load resets the words, so start it only once every wait of the previous load
 has been enqueued and has passed (SGLang keeps a ring of such counters for the same reason).
@@ -21,14 +27,18 @@ NumPy array, and a wait checks the count on the host (a load that did not land i
 """
 from __future__ import annotations
 
+import struct
 from typing import Any
 
 import numpy as np
 
 from .bindings import check, cu
+from .capture import capturing
 from .devices import on_device
-from .launch import stream_object
+from .launch import BoundKernel, launchable, stream_object
 from .target import SIMULATOR
+
+_pack_count = struct.Struct("q").pack_into  # the wait kernel's second parameter: the count to wait for
 
 
 class LayerSignal:
@@ -54,6 +64,7 @@ class LayerSignal:
                 flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
                 self._event = check(cu.cuEventCreate(flags), "cuEventCreate")
             self._cu_address = cu.CUdeviceptr(self.address)
+        self._waiter = _wait_kernel(device, self.address)  # built now: nothing is compiled under a capture
 
     @property
     def layers_done_address(self) -> int:
@@ -84,17 +95,28 @@ class LayerSignal:
             check(cu.cuMemsetD32Async(self._cu_address, layers, 1, stream_object(handle)), "cuMemsetD32Async")
 
     def wait(self, handle: int, layers: int) -> None:
-        """Stream ``handle`` waits (on the GPU) until ``layers`` layers have landed; nothing waits on the host."""
+        """Stream ``handle`` waits (on the GPU) until ``layers`` layers have landed; nothing waits on the host. On
+        a stream being captured the wait is the wait kernel (module docstring)."""
         if SIMULATOR:
             landed = int(self._words[0])
             if landed < layers:
                 raise RuntimeError(f"the simulator ran the load to its end, yet it landed {landed} layers, "
                                    f"not {layers}")
+            if capturing(handle):
+                self._launch_wait(handle, layers)  # returns at once: the count is there
             return
         with on_device(self.device):
             stream = stream_object(handle)
             check(cu.cuStreamWaitEvent(stream, self._event, 0), "cuStreamWaitEvent")
-            check(cu.cuStreamWaitValue32(stream, self._cu_address, layers, _GEQ), "cuStreamWaitValue32")
+            if capturing(handle):
+                self._launch_wait(handle, layers)
+            else:
+                check(cu.cuStreamWaitValue32(stream, self._cu_address, layers, _GEQ), "cuStreamWaitValue32")
+
+    def _launch_wait(self, handle: int, layers: int) -> None:
+        blocks = self._waiter.blocks
+        _pack_count(blocks.view, 8, layers)
+        self._waiter.launch(1, 32, handle, blocks.address)
 
     def landed(self) -> int:
         """The count of layers landed, read now by the host (on a GPU a synchronous copy of one word: for tests
@@ -110,6 +132,14 @@ class LayerSignal:
         event = getattr(self, "_event", None)
         if event is not None and cu is not None:
             cu.cuEventDestroy(event)
+
+
+def _wait_kernel(device: int, address: int) -> Any:
+    """The wait kernel (``kernels.layer_wait``) bound to the word at ``address`` on ``device``, compiled and
+    loaded now."""
+    from ..kernels.layer_wait import WAIT_SIGNATURE, get_wait_kernel
+
+    return BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (address, 0))
 
 
 _GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0

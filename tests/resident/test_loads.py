@@ -181,3 +181,40 @@ def test_a_capture_needs_a_signal_made_before():
         with pytest.raises(CaptureError, match="without signal="):
             kv.load_resident(src, dst, **args)
         assert kv.load_resident(src, dst, signal=signal, **args).landed() == L
+
+
+class _CountingWaiter:
+    """The signal's wait kernel, its launches recorded (the count each waited for), then run."""
+
+    def __init__(self, waiter):
+        self.waiter, self.blocks, self.counts = waiter, waiter.blocks, []
+
+    def launch(self, grid, threads, handle, address):
+        self.counts.append(self.blocks.values[1])
+        self.waiter.launch(grid, threads, handle, address)
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="a simulated capture (a GPU captures a real graph: test_gpu_resident.py)")
+def test_a_captured_wait_is_the_wait_kernel():
+    src, dst, args = _poisoned_load()
+    signal = kv.LayerSignal(L)
+    done = kv.load_resident(src, dst, signal=signal, **args)
+    signal._waiter = spy = _CountingWaiter(signal._waiter)
+    for layer in range(L):
+        done.wait(layer, 0)
+    assert spy.counts == [], "an uncaptured wait launched the wait kernel"
+    with capture.simulated_capture(0):
+        for layer in range(L):
+            done.wait(layer, 0)
+    assert spy.counts == list(range(1, L + 1))
+
+
+@pytest.mark.skipif(not SIMULATOR, reason="the simulator's words are host memory, set here")
+def test_the_wait_kernel_returns_once_the_count_is_reached():
+    signal = kv.LayerSignal(2)
+    signal._words[0] = 2
+    with capture.simulated_capture(0):
+        signal.wait(0, 2)  # returns: the kernel's poll sees 2
+        signal._words[0] = 1
+        with pytest.raises(RuntimeError, match="landed 1 layers, not 2"):
+            signal.wait(0, 2)

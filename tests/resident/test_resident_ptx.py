@@ -1,6 +1,7 @@
 """The resident loaders compile for sm_90 (no GPU needed): the register kernel's loads and stores, a block's
 arrival (atom.add), the fences and the layer's publication (red.release.sys.max), nothing spilled; the staged build
-with the ring's bulk copies and its barriers made again per layer (mbarrier.inval)."""
+with the ring's bulk copies and its barriers made again per layer (mbarrier.inval); the wait kernel's acquire
+polls."""
 from tests.helpers.ptx import ptx_report
 
 SCRIPT = r"""
@@ -19,13 +20,19 @@ from kvnumba.kernels.resident_staged import resident_staged_ptx
 ptx = resident_staged_ptx(PAGE_FIRST, LAYER_TABLE, False)
 out["staged"] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                  "ops": sorted(set(re.findall(r"(?:atom|red|membar|mbarrier|cp\.async\.bulk)[a-z0-9.:_]*", ptx)))}
+from kvnumba.kernels.layer_wait import wait_ptx
+ptx = wait_ptx()
+out["wait"] = {"ops": sorted(set(re.findall(r"(?:ld\.[a-z.]*global|nanosleep)[a-z0-9.:_]*", ptx))),
+               "local": ".local" in ptx}
 print(json.dumps(out))
 """
 
 
 def test_resident_loaders_compile_with_their_signals():
     report = ptx_report(SCRIPT, timeout=600)
-    staged = report.pop("staged")
+    staged, wait = report.pop("staged"), report.pop("wait")
+    assert "ld.acquire.sys.global.u32" in wait["ops"] and "nanosleep.u32" in wait["ops"], wait["ops"]
+    assert not wait["local"]
     assert staged["target"] == "sm_90"
     assert {"mbarrier.inval.shared::cta.b64", "mbarrier.init.shared::cta.b64", "atom.global.add.u32",
             "red.release.sys.global.max.u32", "membar.sys", "cp.async.bulk.global.shared::cta.bulk_group",

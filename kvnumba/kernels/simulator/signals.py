@@ -6,7 +6,7 @@ import threading
 
 from .alignment import check_aligned
 
-__all__ = ["arrive_u32", "publish_u32"]
+__all__ = ["acquire_u32", "arrive_u32", "backoff", "publish_u32"]
 
 _lock = threading.Lock()
 
@@ -25,3 +25,13 @@ def publish_u32(addr, value):
     with _lock:
         word = ctypes.c_uint32.from_address(check_aligned(int(addr), 4, "red.global.max.u32"))
         word.value = max(word.value, int(value) & 0xFFFFFFFF)
+
+
+def acquire_u32(addr):
+    """The uint32 at ``addr``, read now."""
+    with _lock:
+        return ctypes.c_uint32.from_address(check_aligned(int(addr), 4, "ld.acquire.global.u32")).value
+
+
+def backoff():
+    """Between two polls: nothing to wait for on the simulator (its grids run one at a time)."""
