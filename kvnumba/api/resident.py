@@ -8,7 +8,7 @@ the same checks and errors, nothing written on an error. Only the launch differs
 """
 from __future__ import annotations
 
-from typing import Any, SupportsIndex
+from typing import TYPE_CHECKING, Any, SupportsIndex
 
 from ..checks import guard, validate
 from ..driver import capture
@@ -19,7 +19,9 @@ from ..plan.resident_plan import checked_call, launch_resident
 from ..types import ArrayLike, StreamLike
 from .fp8_views import Fp8View
 from .transfer import plain
-from .views import CacheView
+
+if TYPE_CHECKING:
+    from .. import CacheView
 
 __all__ = ["LayerSignal", "ResidentLoad", "load_resident"]
 
@@ -43,7 +45,8 @@ class ResidentLoad:
         """Make ``stream`` (default: torch's current stream where torch is in use, else the default stream) wait
         until ``layer`` (a layer of the views, in ``self.layers``) has landed: a stream memory operation
         (``cuStreamWaitValue32``, after a wait for the load's start), enqueued without blocking the host, and
-        capturable in a CUDA graph with the load. On the simulator, where the load has finished already, it
+        capturable in a CUDA graph with the load (there a one-warp kernel that polls the count,
+        ``kvnumba.driver.layer_signal``). On the simulator, where the load has finished already, it
         checks the count on the host.
 
         Raises
@@ -114,6 +117,8 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ...     done.wait(layer, model_stream)                                                            # doctest: +SKIP
     ...     attention(layer)                                                                          # doctest: +SKIP
     """
+    from .. import CacheView  # the package's name for it (the module that defines it may move)
+
     if isinstance(src_view, (CacheView, Fp8View)):
         src_view.check_unchanged("src_view", layers)
     if isinstance(dst_view, (CacheView, Fp8View)):

@@ -1,6 +1,7 @@
 """kv.load_resident on a GPU: another stream waits for each layer with cuStreamWaitValue32 and then reads it (it
-must see the landed bytes, and, without the wait, must not); CUDA graph capture of the loader, and of the loader
-with the waits, replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
+must see the landed bytes, and, without the wait, must not); the host goes on while the load's
+stream and the waiting stream are busy; CUDA graph capture of the loader, and of the loader with the waits (the
+wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
 staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
 import numpy as np
 import pytest
@@ -52,19 +53,29 @@ def _staged_expected(count):
     return count >= AUTO_MIN_ITEMS and compute_capability(0) >= (9, 0)
 
 
+def _warm(src, dst, si, di, signal):
+    """One load of the same plan before the test's own, then the destination poisoned again: the first load of a
+    plan builds it and compiles the loader (host time far beyond HOLD_CYCLES), which would let the load run
+    before the reads that must miss it."""
+    kv.load_resident(src, dst, si, di, signal=signal).synchronize()
+    for layer in dst.k + dst.v:
+        layer.fill_(POISON)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("count", COUNTS)
 def test_a_stream_that_waits_for_a_layer_sees_it(count):
     src_np, src, dst_np, dst, si, di = _setup(count=count)
     want = _want(src_np, dst_np, si, di)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
     snapshots = [torch.empty_like(k) for k in dst.k]
     early = torch.empty_like(dst.k[-1])
     signal = kv.LayerSignal(L)
-    torch.cuda.synchronize()
+    _warm(src, dst, si_t, di_t, signal)
     with torch.cuda.stream(loads):
         torch.cuda._sleep(HOLD_CYCLES)  # the load starts late: a read that does not wait sees poison
-    done = kv.load_resident(src, dst, torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda(), signal=signal,
-                            stream=loads)
+    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
     with torch.cuda.stream(model):
         early.copy_(dst.k[-1])  # no wait: before the load
         for layer in range(L):
@@ -76,6 +87,30 @@ def test_a_stream_that_waits_for_a_layer_sees_it(count):
         np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
     assert done.landed() == L
     assert done.staged == _staged_expected(count)
+    done.synchronize()
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
+    """The host issues a load and every wait behind a stream still sleeping, and goes on: nothing in
+    ``kv.load_resident`` or ``ResidentLoad.wait`` waits for the GPU (after the plan's first load)."""
+    src_np, src, dst_np, dst, si, di = _setup(seed=3, count=count)
+    want = _want(src_np, dst_np, si, di)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    signal = kv.LayerSignal(L)
+    _warm(src, dst, si_t, di_t, signal)
+    with torch.cuda.stream(loads):
+        torch.cuda._sleep(HOLD_CYCLES)
+    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+    assert not loads.query(), "kv.load_resident returned only once its stream had finished"
+    for layer in range(L):
+        done.wait(layer, model)
+    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
+    assert not loads.query()
+    torch.cuda.synchronize()
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
     done.synchronize()
 
 
@@ -102,12 +137,14 @@ def test_graph_capture(waits, count):
     with torch.cuda.graph(graph):
         main = torch.cuda.current_stream()
         side.wait_stream(main)
-        done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
-        if waits:
-            for layer in range(L):
-                done.wait(layer, main)
-                snapshots[layer].copy_(dst.k[layer])
-        main.wait_stream(side)
+        try:
+            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
+            if waits:
+                for layer in range(L):
+                    done.wait(layer, main)
+                    snapshots[layer].copy_(dst.k[layer])
+        finally:  # joined even when a call raises: the capture then ends cleanly and the error is the call's
+            main.wait_stream(side)
     rng = np.random.default_rng(5)
     for replay in range(2):
         si, di = _pages(rng, len(si)), rng.choice(T, len(di), replace=False)
