@@ -21,7 +21,8 @@ with one head group and with two. ``resident loader bq=N`` rows load all 32 laye
 held for the whole load, each layer signalled as it lands), ``kv.copy all layers`` rows in one ``kv.copy`` over
 every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
 whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: the compute split into 32 layers, each
-waiting on the GPU for its layer of a resident load queued first (``x``: its time so over its time alone; the
+waiting on the GPU for its layer of a resident load queued first (GB/s: the load's bytes over the time from its
+issue to its last layer landing, seen on a third stream; ``x``: the compute's time so over its time alone; the
 JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has no streams to wait on: no such rows.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
@@ -321,13 +322,19 @@ def crossover(torch, compute, b):
 
 def waits(torch, compute, b, block_quota=2, rounds=3):
     """The model's side of a resident load: the compute split into 32 layers, layer ``l`` waiting on the GPU for
-    the load's layer ``l`` (``ResidentLoad.wait``, a ``cuStreamWaitValue32``), the load queued first. ``*_x``: the
-    compute's time so (waits included) over its time alone; ``wait_host_us``: host time of one ``wait`` call."""
+    the load's layer ``l`` (``ResidentLoad.wait``, a ``cuStreamWaitValue32``), the load queued first.
+
+    ``*_gbps``: the load's bytes over the time from its issue to its last layer landing, both seen on a third,
+    idle stream (an event just before the load is issued; one after a wait for the last layer), so neither the
+    compute's pace nor its waits enter it. ``*_x``: the compute's time so (waits included) over its time alone, by
+    events on its stream. ``*_load_ms``: that load time; ``*_load_stream_ms``: the same load by events around it on
+    its own stream (a cross-check). ``wait_host_us``: host time of one ``wait`` call."""
     pf_k, pf_v = b.host_as("pf")
     gk, gv = b.gpu_layers()
     views = (kv.PageFirst(pf_k, pf_v), kv.LayerFirst(gk, gv))
     signal = kv.LayerSignal(LAYERS)
-    load_stream, work_stream = torch.cuda.Stream(), torch.cuda.Stream()
+    load_stream, work_stream, probe = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    nbytes = b.bytes_per_load() * LAYERS
 
     def load():
         return kv.load_resident(*views, b.src_gpu, b.dst_gpu, block_quota=block_quota, signal=signal,
@@ -344,7 +351,7 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
     torch.cuda.synchronize()
     name = f"page-first resident loader bq={block_quota}, compute waits per layer"
     row = {"case": f"waits {name} {b.tokens}tok", "route": name, "impl": "kvnumba", "model": "mha",
-           "tokens": b.tokens, "bytes": b.bytes_per_load() * LAYERS, "wait_host_us": statistics.median(host),
+           "tokens": b.tokens, "bytes": nbytes, "wait_host_us": statistics.median(host),
            "resident_build": "staged" if done.staged else "register"}
     for kind, (fn, n) in compute.kinds.items():
         per_layer = max(1, n // LAYERS)
@@ -361,21 +368,29 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
                 end.record()
             return start, end
 
-        ratios, gbps = [], []
+        ratios, walls, spans, stream_spans = [], [], [], []
         for _ in range(rounds):
             s, e = model()
             torch.cuda.synchronize()
             alone = s.elapsed_time(e)
+            issued, landed = _events(torch)
             ls, le = _events(torch)
+            issued.record(probe)  # the probe is idle: this is the load's issue
             ls.record(load_stream)
             done = load()
             le.record(load_stream)
+            done.wait(LAYERS - 1, probe)
+            landed.record(probe)  # passes once the last layer has landed
             s, e = model(done)
             torch.cuda.synchronize()
             ratios.append(s.elapsed_time(e) / alone)
-            gbps.append(b.bytes_per_load() * LAYERS / ls.elapsed_time(le) / 1e6)
-        row.update({f"{kind}_gbps": statistics.median(gbps), f"{kind}_x": statistics.median(ratios),
-                    f"{kind}_wall_x": statistics.median(ratios)})
+            walls.append(max(s.elapsed_time(e), issued.elapsed_time(landed)) / alone)
+            spans.append(issued.elapsed_time(landed))
+            stream_spans.append(ls.elapsed_time(le))
+        span = statistics.median(spans)
+        row.update({f"{kind}_gbps": nbytes / span / 1e6, f"{kind}_x": statistics.median(ratios),
+                    f"{kind}_wall_x": statistics.median(walls), f"{kind}_load_ms": span,
+                    f"{kind}_load_stream_ms": statistics.median(stream_spans)})
     return row
 
 
