@@ -43,7 +43,6 @@ try:
         transfer_kv_per_layer_direct_pf_lf,
     )
     from .api.copy import copy
-    from .api.resident import LayerSignal, ResidentLoad, load_resident
     from .api.fp8_views import Fp8View, fp8_like
     from .plan.routes import last_route
     from .driver.lanes import LaneStream, SmLanes, sm_count
@@ -62,6 +61,7 @@ try:
         VllmFlashInfer,
     )
     from .checks.guard import check_errors
+    from .api.resident import LayerSignal, ResidentLoad, load_resident  # after the views (it imports CacheView)
     from .api.entry_points import (
         transfer_kv_all_layer,
         transfer_kv_all_layer_lf_pf,

@@ -8,8 +8,9 @@ the same checks and errors, nothing written on an error. Only the launch differs
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, SupportsIndex
+from typing import Any, SupportsIndex
 
+from .. import CacheView  # the package's name for it (the module that defines it may move)
 from ..checks import guard, validate
 from ..driver import capture
 from ..driver.devices import on_device
@@ -19,9 +20,6 @@ from ..plan.resident_plan import checked_call, launch_resident
 from ..types import ArrayLike, StreamLike
 from .fp8_views import Fp8View
 from .transfer import plain
-
-if TYPE_CHECKING:
-    from .. import CacheView
 
 __all__ = ["LayerSignal", "ResidentLoad", "load_resident"]
 
@@ -117,8 +115,6 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ...     done.wait(layer, model_stream)                                                            # doctest: +SKIP
     ...     attention(layer)                                                                          # doctest: +SKIP
     """
-    from .. import CacheView  # the package's name for it (the module that defines it may move)
-
     if isinstance(src_view, (CacheView, Fp8View)):
         src_view.check_unchanged("src_view", layers)
     if isinstance(dst_view, (CacheView, Fp8View)):
