@@ -379,9 +379,9 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
             ls.record(load_stream)
             done = load()
             le.record(load_stream)
-            done.wait(LAYERS - 1, probe)
-            landed.record(probe)  # passes once the last layer has landed
             s, e = model(done)
+            done.wait(LAYERS - 1, probe)  # after the model's work is queued: a wait cannot hold it up
+            landed.record(probe)  # passes once the last layer has landed
             torch.cuda.synchronize()
             ratios.append(s.elapsed_time(e) / alone)
             walls.append(max(s.elapsed_time(e), issued.elapsed_time(landed)) / alone)
