@@ -62,6 +62,7 @@ try:
         VllmFlashInfer,
     )
     from .checks.guard import check_errors
+    from .api.resident import LayerSignal, ResidentLoad, load_resident  # after the views (it imports CacheView)
     from .api.entry_points import (
         transfer_kv_all_layer,
         transfer_kv_all_layer_lf_pf,
@@ -104,6 +105,9 @@ __all__ = [
     "VllmFlashAttn",
     "VllmFlashInfer",
     "copy",
+    "LayerSignal",
+    "ResidentLoad",
+    "load_resident",
     "Fp8View",
     "Nvfp4View",
     "fp8_like",

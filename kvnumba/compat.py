@@ -25,6 +25,9 @@ and for ``sgl_kernel`` only when no real package can be found.
 ``install_sgl_kernel`` is idempotent. ``uninstall_sgl_kernel()`` removes the hook and puts back what
 it displaced, and ``sgl_kernel_installed()`` does both around a ``with`` block. A real ``sgl_kernel``
 first imported while the hook was in place keeps kvnumba's functions in its own namespace.
+
+``ResidentLayerLoadingEvent`` (``kvnumba.compat_layers``) stands in for HiCache's per-layer load events where a
+resident load (``kvnumba.load_resident``) replaces its loop of per-layer loads.
 """
 import importlib
 import importlib.abc
@@ -35,6 +38,7 @@ import types
 from contextlib import contextmanager
 
 from ._version import __version__
+from .compat_layers import ResidentLayerLoadingEvent
 from .plan.spec import DIRECT_ENTRY_POINTS, KERNEL_ENTRY_POINTS
 
 PACKAGE = "sgl_kernel"
@@ -47,7 +51,7 @@ ENTRY_POINTS = tuple(KERNEL_ENTRY_POINTS) + tuple(DIRECT_ENTRY_POINTS)
 PACKAGE_EXPORTS = ("transfer_kv_all_layer", "transfer_kv_all_layer_mla", "transfer_kv_per_layer",
                    "transfer_kv_per_layer_mla")
 
-__all__ = ["install_sgl_kernel", "sgl_kernel_installed", "uninstall_sgl_kernel"]
+__all__ = ["ResidentLayerLoadingEvent", "install_sgl_kernel", "sgl_kernel_installed", "uninstall_sgl_kernel"]
 
 
 def _build_modules():

@@ -17,7 +17,13 @@ drifts over seconds): ``*_x`` is the median ratio of the two compute times (the 
 GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
 ``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
-with one head group and with two.
+with one head group and with two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
+held for the whole load, each layer signalled as it lands), ``kv.copy all layers`` rows in one ``kv.copy`` over
+every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
+whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: the compute split into 32 layers, each
+waiting on the GPU for its layer of a resident load queued first (GB/s: the load's bytes over the time from its
+issue to its last layer landing, seen on a third stream; ``x``: the compute's time so over its time alone; the
+JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has no streams to wait on: no such rows.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -144,10 +150,44 @@ def routes(b, sms, reference):
     pfd_views = (kv.PageFirstDirect(pfd_k, pfd_v, page_size=P), kv.LayerFirst(gk, gv))
     add("page-first-direct kv.copy auto (host indices)", lambda l: kv.copy(*pfd_views, si_cpu, di_cpu, l))
     add("page-first-direct kv.copy kernel", lambda l: kv.copy(*pfd_views, si, di, l, route="kernel"))
+    # Every layer in one launch: kv.copy over all layers, and the resident loader (kv.load_resident), each on
+    # block_quota SMs for the whole load; such a load runs at layer 0 (whole_load).
+    one_launch = {"page-first": (kv.PageFirst(pf_k, pf_v), kv.LayerFirst(gk, gv), "mha"),
+                  "page-head": (kv.PageHead(ph_k, ph_v), gpu_heads, "mha"),
+                  "layer-first": (*lf_views, "mha"),
+                  "page-unified": (b.page_unified(1), gpu_heads, "mha"),
+                  "mla page-first": (kv.PageFirst(mla_pf), kv.LayerFirst(mla_gpu), "mla")}
+    for layout, (src, dst, model) in one_launch.items():
+        for bq in (1, 2, 4):
+            signal = kv.LayerSignal(L)
+            add(f"{layout} resident loader bq={bq}", whole_load(
+                lambda src=src, dst=dst, bq=bq, signal=signal: kv.load_resident(src, dst, si, di, block_quota=bq,
+                                                                                 signal=signal)), model)
+        add(f"{layout} kv.copy all layers bq=2", whole_load(
+            lambda src=src, dst=dst: kv.copy(src, dst, si, di, route="kernel")), model)
+    # The loader's footprint: 8-warp blocks, and one-warp blocks of the narrow build on every SM (as the register
+    # kernel's "beside compute" rows), page-first.
+    src, dst, _ = one_launch["page-first"]
+    for label, bq, warps in (("bq=2 8 warps", 2, 8), ("one warp per SM", sms, 1)):
+        signal = kv.LayerSignal(L)
+        add(f"page-first resident loader {label}", whole_load(
+            lambda bq=bq, warps=warps, signal=signal: kv.load_resident(src, dst, si, di, block_quota=bq,
+                                                                       num_warps_per_block=warps, signal=signal)))
     if reference is not None:
         kernels(reference, "seed")
         copy_engines(reference, "seed")
     return out
+
+
+def whole_load(load_all):
+    """A route that loads every layer in one call: ``load(layer)`` runs ``load_all()`` at layer 0 and nothing after,
+    so the rows' event times and GB/s cover the whole load; ``load.whole`` tells ``host_us`` to time whole loads."""
+    def load(layer):
+        if layer == 0:
+            load.last = load_all()
+
+    load.whole, load.last = True, None
+    return load
 
 
 class Compute:
@@ -234,14 +274,15 @@ def measure(torch, compute, load, nbytes, layers, lanes=None, rounds=3):
 
 
 def host_us(torch, load, stream, calls=20, groups=5):
-    """Host microseconds per load call, ``calls`` back to back on ``stream``, median of ``groups``."""
-    times = []
+    """Host microseconds per load call, ``calls`` back to back on ``stream``, median of ``groups``; for a
+    route that loads every layer in one call (``whole_load``), per such call."""
+    times, whole = [], getattr(load, "whole", False)
     with torch.cuda.stream(stream):
         for _ in range(groups):
             torch.cuda.synchronize()
             start = time.perf_counter()
             for layer in range(calls):
-                load(layer % LAYERS)
+                load(0 if whole else layer % LAYERS)
             times.append((time.perf_counter() - start) / calls * 1e6)
     torch.cuda.synchronize()
     return statistics.median(times)
@@ -279,6 +320,80 @@ def crossover(torch, compute, b):
     return rows
 
 
+def waits(torch, compute, b, block_quota=2, rounds=3):
+    """The model's side of a resident load: the compute split into 32 layers, layer ``l`` waiting on the GPU for
+    the load's layer ``l`` (``ResidentLoad.wait``, a ``cuStreamWaitValue32``), the load queued first.
+
+    ``*_gbps``: the load's bytes over the time from its issue to its last layer landing, both seen on a third,
+    idle stream (an event just before the load is issued; one after a wait for the last layer), so neither the
+    compute's pace nor its waits enter it. ``*_x``: the compute's time so (waits included) over its time alone, by
+    events on its stream. ``*_load_ms``: that load time; ``*_load_stream_ms``: the same load by events around it on
+    its own stream (a cross-check). ``wait_host_us``: host time of one ``wait`` call."""
+    pf_k, pf_v = b.host_as("pf")
+    gk, gv = b.gpu_layers()
+    views = (kv.PageFirst(pf_k, pf_v), kv.LayerFirst(gk, gv))
+    signal = kv.LayerSignal(LAYERS)
+    load_stream, work_stream, probe = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    nbytes = b.bytes_per_load() * LAYERS
+
+    def load():
+        return kv.load_resident(*views, b.src_gpu, b.dst_gpu, block_quota=block_quota, signal=signal,
+                                stream=load_stream)
+
+    done = load()
+    torch.cuda.synchronize()
+    host = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for layer in range(LAYERS):
+            done.wait(layer, work_stream)
+        host.append((time.perf_counter() - start) / LAYERS * 1e6)
+    torch.cuda.synchronize()
+    name = f"page-first resident loader bq={block_quota}, compute waits per layer"
+    row = {"case": f"waits {name} {b.tokens}tok", "route": name, "impl": "kvnumba", "model": "mha",
+           "tokens": b.tokens, "bytes": nbytes, "wait_host_us": statistics.median(host),
+           "resident_build": "staged" if done.staged else "register"}
+    for kind, (fn, n) in compute.kinds.items():
+        per_layer = max(1, n // LAYERS)
+
+        def model(done=None):
+            start, end = _events(torch)
+            with torch.cuda.stream(work_stream):
+                start.record()
+                for layer in range(LAYERS):
+                    if done is not None:
+                        done.wait(layer, work_stream)
+                    for _ in range(per_layer):
+                        fn()
+                end.record()
+            return start, end
+
+        ratios, walls, spans, stream_spans = [], [], [], []
+        for _ in range(rounds):
+            s, e = model()
+            torch.cuda.synchronize()
+            alone = s.elapsed_time(e)
+            issued, landed = _events(torch)
+            ls, le = _events(torch)
+            issued.record(probe)  # the probe is idle: this is the load's issue
+            ls.record(load_stream)
+            done = load()
+            le.record(load_stream)
+            s, e = model(done)
+            done.wait(LAYERS - 1, probe)  # after the model's work is queued: a wait cannot hold it up
+            landed.record(probe)  # passes once the last layer has landed
+            torch.cuda.synchronize()
+            ratios.append(s.elapsed_time(e) / alone)
+            walls.append(max(s.elapsed_time(e), issued.elapsed_time(landed)) / alone)
+            spans.append(issued.elapsed_time(landed))
+            stream_spans.append(ls.elapsed_time(le))
+        span = statistics.median(spans)
+        row.update({f"{kind}_gbps": nbytes / span / 1e6, f"{kind}_x": statistics.median(ratios),
+                    f"{kind}_wall_x": statistics.median(walls), f"{kind}_load_ms": span,
+                    f"{kind}_load_stream_ms": statistics.median(stream_spans)})
+    return row
+
+
 def run(reference, tokens_list=(8192, 512), quick=False, words=()):
     """Every overlap row, one record at a time (see the module docstring); ``words``: only the routes whose
     name holds one of them, and no crossover rows."""
@@ -308,8 +423,15 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                            bytes=b.bytes_per_load(model) * LAYERS)
                 if "kv.copy auto" in name:  # which route auto took for these loads
                     row["auto_took"] = kv.last_route()
+                if isinstance(getattr(load, "last", None), kv.ResidentLoad):  # which build of the loader ran
+                    row["resident_build"] = "staged" if load.last.staged else "register"
                 records.append(row)
                 yield row
+            if not words or any(w in ("resident", "waits") for w in words):
+                for bq in (1, 2):
+                    row = waits(torch, compute, b, block_quota=bq)
+                    records.append(row)
+                    yield row
             if tokens == tokens_list[0] and not words:
                 for row in crossover(torch, compute, b):
                     row.update(tokens=tokens, impl="kvnumba", model="mha")

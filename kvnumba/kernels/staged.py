@@ -36,9 +36,9 @@ from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64, store_u64, store_u128
 from .params import StagedArgs, check_parameters, signature
-from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init, broadcast,
-                  bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set, load_shared_u128,
-                  release, shared_address, sync_warp, tensor_load, try_wait)
+from .tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence, barrier_init, barrier_inval,
+                  broadcast, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set, first_set,
+                  load_shared_u128, release, shared_address, sync_warp, tensor_load, try_wait)
 from .warp_copy import warp_loop
 
 
@@ -420,7 +420,24 @@ def make_ring(layout, mla, ring, fill_piece=None):
     return make_block
 
 
-def _build(src, dst, mla, shape, ring):
+def make_reset(ring):
+    """``reset(smem)``: the ring's barriers (``3 * slots`` of them at the start of shared memory, as ``make_ring``
+    lays them out) invalidated, for ``set_up`` to make them again: a block that runs the ring once per layer (the
+    resident loader, ``kernels.resident_staged``). One thread calls it, with nothing in flight."""
+    barriers = 3 * ring.slots
+
+    @device_function
+    def reset(smem):
+        base = shared_address(smem)
+        for b in range(barriers):
+            barrier_inval(base + 8 * b)
+
+    return reset
+
+
+def make_load_block(src, dst, mla, shape, ring):
+    """``(set_up, run_block)`` of the staged load (``make_ring``'s, with this kernel's pieces and direct items):
+    one layer's load of a block, for this kernel and the resident loader's staged build (``kernels.resident``)."""
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
     copy_items = make_items_copy(src, dst, mla, shape)
     bulk_stores = ring.bulk_stores
@@ -511,7 +528,11 @@ def _build(src, dst, mla, shape, ring):
                    src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim, src_page_size,
                    dst_page_size, head_num, error_flag)
 
-    set_up, run_block = make_ring(src, mla, ring)(take_piece, take_direct)
+    return make_ring(src, mla, ring)(take_piece, take_direct)
+
+
+def _build(src, dst, mla, shape, ring):
+    set_up, run_block = make_load_block(src, dst, mla, shape, ring)
 
     def transfer_kv_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
                            dst_token_limit, src_k, dst_k, src_v, dst_v, num_layers, item_size, src_layout_dim,

@@ -5,6 +5,8 @@ On the GPU these are inline PTX (sm_90+):
 - ``shared_address(array)``: the shared-window address of a shared array (PTX's ``.shared`` operands);
 - ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a
   phase, made visible to the bulk-copy unit;
+- ``barrier_inval(bar)``: the barrier is no longer one (before ``barrier_init`` makes it again: a block that runs
+  the ring once per layer, ``kernels.resident``);
 - ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also tells the
   barrier to wait for ``nbytes`` of bulk copies before its phase completes);
 - ``expect_bytes(bar, nbytes)``: the barrier's current phase also waits for ``nbytes`` more of bulk
@@ -35,17 +37,18 @@ kvnumba's own format (``plan.tensor_maps``).
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "expect_bytes", "first_set",
-           "load_shared_i128", "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32",
-           "sync_warp", "tensor_load", "try_wait"]
+__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init",
+           "barrier_inval", "broadcast", "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set",
+           "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
+           "shared_address", "store_shared_u32", "sync_warp", "tensor_load", "try_wait"]
 
 # One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
-                                barrier_init, broadcast, bulk_commit, bulk_store, bulk_wait, bulk_wait_read, count_set,
-                                expect_bytes, first_set, load_shared_i128, load_shared_u128, load_shared_u32, release,
-                                shared_address, store_shared_u32, sync_warp, tensor_load, try_wait)
+                                barrier_init, barrier_inval, broadcast, bulk_commit, bulk_store, bulk_wait,
+                                bulk_wait_read, count_set, expect_bytes, first_set, load_shared_i128,
+                                load_shared_u128, load_shared_u32, release, shared_address, store_shared_u32,
+                                sync_warp, tensor_load, try_wait)
 else:
     from llvmlite import ir
     from numba import cuda, int64, types, uint32
@@ -91,6 +94,15 @@ else:
     barrier_init = _barrier_op("mbarrier.init.shared::cta.b64 [$0], $1;")
     arrive_expect_bytes = _barrier_op("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;")
     expect_bytes = _barrier_op("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;")
+
+    @intrinsic
+    def barrier_inval(typingctx, bar):
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [_u32(builder, args[0])], "mbarrier.inval.shared::cta.b64 [$0];",
+                 "r,~{memory}")
+            return context.get_dummy_value()
+
+        return types.void(types.int64), codegen
 
     @intrinsic
     def barrier_fence(typingctx):

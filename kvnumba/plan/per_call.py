@@ -49,7 +49,48 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     ``plan.routes``). Nothing is written when a check fails."""
     if route != "kernel":
         route = routes.check_route(route)
-    warps = num_warps_per_block
+    call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
+    src, dst, count, warps, window, handle, host_side, check, block_quota, values = call  # count: call.items
+    if count == 0:
+        return handle
+    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check,
+                                             values):
+        return handle
+    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
+    # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
+    kernel = plan.kernel_for(count, warps)
+    if plan.spec.name == "copy":
+        routes.log.record("kernel")
+    if host_side and not SIMULATOR:
+        return _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check)
+    blocks = kernel.blocks
+    pack_call(blocks.view, 0, src.address, dst.address, count, items_per_warp, *window.params)
+    kernel.launch(grid, threads, handle, blocks.address)
+    if check:
+        wait_and_check(plan, handle, src_indices, dst_indices, window)
+    return handle
+
+
+class Checked(NamedTuple):
+    """A call that passed ``checked``: what launching it needs."""
+
+    src: "Index"
+    dst: "Index"
+    items: int  # the indices' length
+    warps: int
+    window: Any  # the plan's LayerWindow for the call's layers
+    handle: int  # the stream
+    host_side: bool  # an index array in host memory (or on the simulator)
+    check: bool  # wait and raise after the launch (check=True or KVNUMBA_CHECK)
+    block_quota: int
+    values: tuple  # the host values of (src, dst) checked on the host, read once (None for either not read)
+
+
+def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+    """Every check of a call of ``plan`` before anything is launched (``run``'s, and the resident loader's,
+    ``plan.resident_plan``): a pending error flag, the layer, the launch shape, the index arrays (type, length,
+    clear of the destinations, host indices within the token limits), the stream; for a call with items, what a
+    stream being captured cannot hold. Raises; writes nothing."""
     if plan.flag[0]:
         guard.raise_pending()
     if not plan.spec.per_layer:
@@ -69,36 +110,20 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
         validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
     _clear_of_destinations(plan, src, dst)
     host_side = src.on_host or dst.on_host
-    checked = (None, None)  # the host values checked here, read once: the copy engine takes them too
+    values = (None, None)  # the host values checked here, read once: the copy engine takes them too
     if host_side and count and plan.host_index_checks:
-        checked = _check_host_indices(plan, src, dst, window)
+        values = _check_host_indices(plan, src, dst, window)
     uses_torch = plan.uses_torch or src.torch or dst.torch
     same_device_stream(stream, plan.device)
     handle = stream_handle(stream, plan.device if uses_torch else None)
-    if count == 0:
-        return handle
-    if host_side and not SIMULATOR:
-        capture.refuse(handle, "a call with indices in host memory",
-                       "pass GPU index arrays (a replay reads their contents then)")
-    if check:
-        capture.refuse(handle, "check=True (it waits for the stream)",
-                       "call kv.check_errors() after the replay instead")
-    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check,
-                                             checked):
-        return handle
-    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
-    # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
-    kernel = plan.kernel_for(count, warps)
-    if plan.spec.name == "copy":
-        routes.log.record("kernel")
-    if host_side and not SIMULATOR:
-        return _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check)
-    blocks = kernel.blocks
-    pack_call(blocks.view, 0, src.address, dst.address, count, items_per_warp, *window.params)
-    kernel.launch(grid, threads, handle, blocks.address)
-    if check:
-        _wait_and_check(plan, handle, src_indices, dst_indices, window)
-    return handle
+    if count:
+        if host_side and not SIMULATOR:
+            capture.refuse(handle, "a call with indices in host memory",
+                           "pass GPU index arrays (a replay reads their contents then)")
+        if check:
+            capture.refuse(handle, "check=True (it waits for the stream)",
+                           "call kv.check_errors() after the replay instead")
+    return Checked(src, dst, count, warps, window, handle, host_side, check, block_quota, values)
 
 
 def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, checked):
@@ -180,7 +205,7 @@ def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threa
     return handle
 
 
-def _wait_and_check(plan, handle, src_indices, dst_indices, window):
+def wait_and_check(plan, handle, src_indices, dst_indices, window):
     with on_device(plan.device):
         guard.synchronize(handle)
     if guard.flag_set():

@@ -13,10 +13,10 @@ from typing import Any
 from .alignment import check_aligned, raise_block_fault
 from .warp import exchange
 
-__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init", "broadcast",
-           "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set", "expect_bytes", "first_set",
-           "load_shared_i128", "load_shared_u128", "load_shared_u32", "release", "shared_address", "store_shared_u32",
-           "sync_warp", "tensor_load", "try_wait"]
+__all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init",
+           "barrier_inval", "broadcast", "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set",
+           "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
+           "shared_address", "store_shared_u32", "sync_warp", "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -51,6 +51,12 @@ def barrier_init(bar, count):
     check_aligned(bar, 8, "mbarrier.init")
     with _barriers_lock:
         _barriers[bar] = _Barrier(count)
+
+
+def barrier_inval(bar):
+    check_aligned(bar, 8, "mbarrier.inval")
+    with _barriers_lock:
+        del _barriers[bar]
 
 
 def barrier_fence():

@@ -1,0 +1,150 @@
+"""``kv.load_resident``: every layer of a load in one launch on a few SMs, each layer signalled as it lands, and
+the handle another stream waits on (``ResidentLoad.wait``). HiCache's ``load_to_device_per_layer`` pattern
+(its ``layer_done_counter``), with the waiting done by the GPU.
+
+A load is ``kv.copy``'s: the same views, the same plan (``kvnumba.plan.build``, from ``kv.copy``'s plan cache),
+the same checks and errors, nothing written on an error. Only the launch differs: the resident loader
+(``kvnumba.kernels.resident``) instead of the register or staged kernel.
+"""
+from __future__ import annotations
+
+from typing import Any, SupportsIndex
+
+from .. import CacheView  # the package's name for it (the module that defines it may move)
+from ..checks import guard, validate
+from ..driver import capture
+from ..driver.devices import on_device
+from ..driver.layer_signal import LayerSignal
+from ..plan.kernel_plan import KernelPlan
+from ..plan.resident_plan import checked_call, launch_resident
+from ..types import ArrayLike, StreamLike
+from .fp8_views import Fp8View
+from .transfer import plain
+
+__all__ = ["LayerSignal", "ResidentLoad", "load_resident"]
+
+
+class ResidentLoad:
+    """One resident load in flight: which layers it moves, on which stream, and where they are signalled.
+
+    ``wait(layer, stream)`` makes ``stream`` wait on the GPU until ``layer`` has landed; ``synchronize()`` waits
+    on the host for the whole load; ``landed()`` reads how many layers have landed. It keeps the load's signal
+    (and index arrays copied from the host) alive.
+    """
+
+    def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False) -> None:
+        self.layers = layers  # the view layers the load copies, in the order they land
+        self.signal = signal
+        self.stream = handle  # the raw handle of the stream the load runs on
+        self.staged = staged  # the loader's staged build ran (bulk copies through shared memory), not its register one
+        self._keep = keep
+
+    def wait(self, layer: SupportsIndex, stream: StreamLike | None = None) -> None:
+        """Make ``stream`` (default: torch's current stream where torch is in use, else the default stream) wait
+        until ``layer`` (a layer of the views, in ``self.layers``) has landed: a stream memory operation
+        (``cuStreamWaitValue32``, after a wait for the load's start), enqueued without blocking the host, and
+        capturable in a CUDA graph with the load (there a one-warp kernel that polls the count,
+        ``kvnumba.driver.layer_signal``). On the simulator, where the load has finished already, it
+        checks the count on the host.
+
+        Raises
+        ------
+        TypeError, ValueError
+            ``layer`` not an int of ``self.layers``; ``stream`` not a stream.
+        """
+        layer = validate.integer("layer", layer, minimum=self.layers.start, maximum=self.layers.stop - 1)
+        self.signal.wait(capture.current_handle(stream), layer - self.layers.start + 1)
+
+    def synchronize(self) -> None:
+        """Wait on the host for the load's stream, then raise ``IndexOutOfRangeError`` if a kernel skipped items
+        with out-of-range indices in GPU memory (as ``kv.check_errors``)."""
+        with on_device(self.signal.device):
+            guard.synchronize(self.stream)
+        self._keep = ()
+        guard.raise_pending()
+
+    def landed(self) -> int:
+        """How many of the load's layers have landed, read now (on a GPU a synchronous one-word copy)."""
+        return self.signal.landed()
+
+    def __repr__(self) -> str:
+        build = "staged" if self.staged else "register"
+        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {build}>"
+
+
+def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
+                  layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
+                  num_warps_per_block: SupportsIndex = 32, signal: LayerSignal | None = None,
+                  stream: StreamLike | None = None, check: bool = False) -> ResidentLoad:
+    """Copy tokens between two cache views as ``kv.copy`` does, every layer in one launch of at most
+    ``block_quota`` blocks that stay for the whole load, layer after layer; return a ``ResidentLoad`` whose
+    ``wait(layer, stream)`` holds another stream until that layer has landed.
+
+    Parameters
+    ----------
+    src_view, dst_view, src_indices, dst_indices, layers, num_warps_per_block, stream, check
+        As for ``kv.copy`` (the kernel route). Any pair of views: page-first, page-head, layer-first,
+        MLA, page-unified, vLLM's, a layout of your own. Not FP8 views.
+    block_quota : int
+        Keyword only: the blocks (SMs) the load holds from start to end; 2 by default. Page-first and page-head
+        sources in pinned memory take the loader's staged build on sm_90 and newer (runs of tokens by the
+        bulk-copy unit, as the staged kernel moves them: ``KVNUMBA_LOAD_PATH``), the others its register build;
+        ``ResidentLoad.staged`` says which ran.
+    signal : LayerSignal, optional
+        Keyword only: where the layers are signalled, ``kv.LayerSignal(max_layers, device)``, reused load after
+        load (one load at a time: start the next once the last one's waits have passed). Default: a new one
+        per load (it allocates: pass one made beforehand under CUDA graph capture).
+
+    Returns
+    -------
+    ResidentLoad
+        ``.wait(layer, stream)``, ``.synchronize()``, ``.landed()``, ``.layers``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As ``kv.copy``, naming the argument; nothing is written. A ``signal`` too small for the layers or on
+        another device; FP8 views.
+    CaptureError
+        As ``kv.copy``, and for a load without ``signal`` while the stream is being captured.
+
+    Examples
+    --------
+    >>> done = kv.load_resident(kv.PageFirst(host_k, host_v), kv.LayerFirst(gpu_k, gpu_v), idx, idx)  # doctest: +SKIP
+    >>> for layer in range(num_layers):
+    ...     done.wait(layer, model_stream)                                                            # doctest: +SKIP
+    ...     attention(layer)                                                                          # doctest: +SKIP
+    """
+    if isinstance(src_view, (CacheView, Fp8View)):
+        src_view.check_unchanged("src_view", layers)
+    if isinstance(dst_view, (CacheView, Fp8View)):
+        dst_view.check_unchanged("dst_view", layers)
+    if not isinstance(check, bool):
+        raise TypeError(f"check must be True or False, got {type(check).__name__}")
+    strict = check or guard.ALWAYS_CHECK
+    plan = plain("copy")._plan_for_geometry((src_view, dst_view, layers), strict, stream)
+    if not isinstance(plan, KernelPlan):
+        raise ValueError("load_resident does not move FP8 views (kv.Fp8View); use kv.copy for them")
+    call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
+    signal = _signal_for(plan, signal, call.handle)
+    keep, staged = launch_resident(plan, call, signal)
+    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, call.handle, keep, staged)
+    if call.check:
+        load.synchronize()
+    return load
+
+
+def _signal_for(plan: KernelPlan, signal: LayerSignal | None, handle: int) -> LayerSignal:
+    """The load's signal: ``signal`` checked against the plan, or a new one (refused under capture)."""
+    if signal is None:
+        capture.refuse(handle, "load_resident without signal= (it allocates one)",
+                       "make a kv.LayerSignal before the capture and pass it as signal=")
+        return LayerSignal(plan.window, plan.device)
+    if not isinstance(signal, LayerSignal):
+        raise TypeError(f"signal must be a kv.LayerSignal, got {type(signal).__name__}")
+    if signal.max_layers < plan.window:
+        raise ValueError(f"signal holds loads of at most {signal.max_layers} layers, but this load copies "
+                         f"{plan.window}; make it with kv.LayerSignal({plan.window}, device={plan.device})")
+    if signal.device != plan.device:
+        raise ValueError(f"signal is on cuda:{signal.device} but the views are on cuda:{plan.device}")
+    return signal

@@ -1,0 +1,37 @@
+"""A stream's wait for a resident load's layer as a kernel: one warp whose first thread polls the load's
+``layers_done`` word (``signals.acquire_u32``, a ``nanosleep`` between polls) until it reaches the count asked
+for, then exits, so that the stream's later work starts after the layer has landed.
+
+It is how ``LayerSignal.wait`` waits on a stream being captured into a CUDA graph: a kernel node, which every
+graph holds, where the uncaptured wait is a ``cuStreamWaitValue32`` (``kvnumba.driver.layer_signal``). It holds
+one warp slot of one SM while it waits, beside the loader's blocks and the model's kernels.
+"""
+from numba import cuda
+
+from .ptx import ptx_of
+from .signals import acquire_u32, backoff
+
+WAIT_SIGNATURE = "void(int64, int64)"  # the word's address, the count to wait for
+
+
+def _wait_layers(layers_done, count):
+    if cuda.threadIdx.x == 0:
+        while acquire_u32(layers_done) < count:
+            backoff()
+
+
+_kernel: list = []
+
+
+def get_wait_kernel():
+    """The wait kernel (built on first request)."""
+    if not _kernel:
+        from .jit import kernel
+
+        _kernel.append(kernel(_wait_layers))
+    return _kernel[0]
+
+
+def wait_ptx(cc=(9, 0)):
+    """PTX of the wait kernel for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
+    return ptx_of(get_wait_kernel(), WAIT_SIGNATURE, cc)

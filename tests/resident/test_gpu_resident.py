@@ -1,0 +1,166 @@
+"""kv.load_resident on a GPU: another stream waits for each layer with cuStreamWaitValue32 and then reads it (it
+must see the landed bytes, and, without the wait, must not); the host goes on while the load's
+stream and the waiting stream are busy; CUDA graph capture of the loader, and of the loader with the waits (the
+wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
+staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
+import numpy as np
+import pytest
+
+import kvnumba as kv
+from kvnumba import reference
+from kvnumba.plan.staged_plan import AUTO_MIN_ITEMS
+from kvnumba.plan.tensor_maps import compute_capability
+from tests.helpers.view_cases import POISON
+
+pytestmark = pytest.mark.gpu
+torch = pytest.importorskip("torch")
+
+L, T, P, H, ITEM = 4, 1024, 16, 4, 512  # items of 4 heads of 128 bytes
+COUNTS = [64, AUTO_MIN_ITEMS]  # the register build, the staged one
+HOLD_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on the load's stream before the load starts
+
+
+def _setup(seed=0, count=64):
+    """A page-first pool in pinned memory and per-layer GPU caches (torch, bytes), their NumPy twins, indices."""
+    rng = np.random.default_rng(seed)
+    k, v = (rng.integers(0, 256, (T, L, H, ITEM // H), dtype=np.uint8) for _ in range(2))  # [T, L, H, bytes]
+    src_np, src = kv.PageFirst(k, v), kv.PageFirst(*(torch.from_numpy(a).pin_memory() for a in (k, v)))
+    dk, dv = ([_poisoned() for _ in range(L)] for _ in range(2))
+    dst = kv.LayerFirst([torch.from_numpy(a).cuda() for a in dk], [torch.from_numpy(a).cuda() for a in dv])
+    si = _pages(rng, count)  # whole pages, as HiCache loads them: runs for the staged build's bulk pieces
+    di = rng.choice(T, count, replace=False).astype(np.int64)
+    return src_np, src, kv.LayerFirst(dk, dv), dst, si, di
+
+
+def _poisoned():
+    return np.full((T, H, ITEM // H), POISON, np.uint8)
+
+
+def _pages(rng, count):
+    return (rng.choice(T // P, count // P, replace=False)[:, None] * P + np.arange(P)).reshape(-1).astype(np.int64)
+
+
+def _want(src_np, dst_np, si, di):
+    reference.copy(src_np, dst_np, si, di, None)
+    return list(dst_np.k)  # K of each layer, [T, H, bytes]
+
+
+def _bytes(tensor):
+    return tensor.cpu().numpy()
+
+
+def _staged_expected(count):
+    return count >= AUTO_MIN_ITEMS and compute_capability(0) >= (9, 0)
+
+
+def _warm(src, dst, si, di, signal):
+    """One load of the same plan before the test's own, then the destination poisoned again: the first load of a
+    plan builds it and compiles the loader (host time far beyond HOLD_CYCLES), which would let the load run
+    before the reads that must miss it."""
+    kv.load_resident(src, dst, si, di, signal=signal).synchronize()
+    for layer in dst.k + dst.v:
+        layer.fill_(POISON)
+    torch.cuda.synchronize()
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_a_stream_that_waits_for_a_layer_sees_it(count):
+    src_np, src, dst_np, dst, si, di = _setup(count=count)
+    want = _want(src_np, dst_np, si, di)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    early = torch.empty_like(dst.k[-1])
+    signal = kv.LayerSignal(L)
+    _warm(src, dst, si_t, di_t, signal)
+    with torch.cuda.stream(loads):
+        torch.cuda._sleep(HOLD_CYCLES)  # the load starts late: a read that does not wait sees poison
+    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+    with torch.cuda.stream(model):
+        early.copy_(dst.k[-1])  # no wait: before the load
+        for layer in range(L):
+            done.wait(layer, model)
+            snapshots[layer].copy_(dst.k[layer])
+    torch.cuda.synchronize()
+    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
+    assert done.landed() == L
+    assert done.staged == _staged_expected(count)
+    done.synchronize()
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
+    """The host issues a load and every wait behind a stream still sleeping, and goes on: nothing in
+    ``kv.load_resident`` or ``ResidentLoad.wait`` waits for the GPU (after the plan's first load)."""
+    src_np, src, dst_np, dst, si, di = _setup(seed=3, count=count)
+    want = _want(src_np, dst_np, si, di)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    signal = kv.LayerSignal(L)
+    _warm(src, dst, si_t, di_t, signal)
+    with torch.cuda.stream(loads):
+        torch.cuda._sleep(HOLD_CYCLES)
+    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+    assert not loads.query(), "kv.load_resident returned only once its stream had finished"
+    for layer in range(L):
+        done.wait(layer, model)
+    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
+    assert not loads.query()
+    torch.cuda.synchronize()
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
+    done.synchronize()
+
+
+def test_host_indices():
+    src_np, src, dst_np, dst, si, di = _setup(seed=1)
+    want = _want(src_np, dst_np, si, di)
+    done = kv.load_resident(src, dst, si, di)
+    done.synchronize()
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
+
+
+@pytest.mark.parametrize("count", COUNTS)
+@pytest.mark.parametrize("waits", [False, True], ids=["loader", "loader-and-waits"])
+def test_graph_capture(waits, count):
+    """The loader captured on a side stream (and, with ``waits``, the main stream's waits and reads of every
+    layer), replayed twice with new indices written in place."""
+    src_np, src, dst_np, dst, si, di = _setup(seed=2, count=count)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    signal = kv.LayerSignal(L)
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    kv.load_resident(src, dst, si_t, di_t, signal=signal).synchronize()  # the plan is built before the capture
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.graph(graph):
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        try:
+            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
+            if waits:
+                for layer in range(L):
+                    done.wait(layer, main)
+                    snapshots[layer].copy_(dst.k[layer])
+        finally:  # joined even when a call raises: the capture then ends cleanly and the error is the call's
+            main.wait_stream(side)
+    rng = np.random.default_rng(5)
+    for replay in range(2):
+        si, di = _pages(rng, len(si)), rng.choice(T, len(di), replace=False)
+        si_t.copy_(torch.from_numpy(si))
+        di_t.copy_(torch.from_numpy(di))
+        for layer in dst.k + dst.v:
+            layer.fill_(POISON)
+        fresh, fresh_v = [_poisoned() for _ in range(L)], [_poisoned() for _ in range(L)]
+        want_np = kv.LayerFirst(fresh, fresh_v)
+        reference.copy(src_np, want_np, si, di, None)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert signal.landed() == L
+        for layer in range(L):
+            np.testing.assert_array_equal(_bytes(dst.k[layer]), fresh[layer], err_msg=f"replay {replay}")
+            np.testing.assert_array_equal(_bytes(dst.v[layer]), fresh_v[layer], err_msg=f"replay {replay}")
+            if waits:
+                np.testing.assert_array_equal(_bytes(snapshots[layer]), fresh[layer])
+    kv.check_errors()
