@@ -90,7 +90,7 @@ LOAD_PATHS = ("auto", "staged", "register")
 def load_path(environ=None):
     """``KVNUMBA_LOAD_PATH``: ``auto`` (default: the staged bulk-copy kernel for pinned-host -> GPU
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
-    ``register``. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
+    ``register``; also which build ``kv.load_resident`` takes. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
     return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto", environ)
 
 
