@@ -62,7 +62,7 @@ try:
         VllmFlashInfer,
     )
     from .checks.guard import check_errors
-    from .api.resident import LayerSignal, ResidentLoad, load_resident  # after the views (it imports CacheView)
+    from .api.resident import LayerSignal, ResidentLoad, load_resident
     from .api.entry_points import (
         transfer_kv_all_layer,
         transfer_kv_all_layer_lf_pf,

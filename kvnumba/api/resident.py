@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, SupportsIndex
 
-from .. import CacheView  # the package's name for it (the module that defines it may move)
+from ..layouts import CacheView
 from ..checks import guard, validate
 from ..driver import capture
 from ..driver.devices import on_device
