@@ -27,7 +27,7 @@ class ResidentLayerLoadingEvent:
     load a time (module docstring)."""
 
     def __init__(self, num_layers: int, device: int = 0) -> None:
-        from .driver.layer_signal import LayerSignal
+        from .plan.layer_signal import LayerSignal
 
         self._num_layers = integer("num_layers", num_layers, minimum=1)
         self.signal = LayerSignal(self._num_layers, device)

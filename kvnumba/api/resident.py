@@ -14,7 +14,7 @@ from ..layouts import CacheView
 from ..checks import guard, validate
 from ..driver import capture
 from ..driver.devices import on_device
-from ..driver.layer_signal import LayerSignal
+from ..plan.layer_signal import LayerSignal
 from ..plan.kernel_plan import KernelPlan
 from ..plan.resident_plan import checked_call, launch_resident
 from ..types import ArrayLike, StreamLike
@@ -44,7 +44,7 @@ class ResidentLoad:
         until ``layer`` (a layer of the views, in ``self.layers``) has landed: a stream memory operation
         (``cuStreamWaitValue32``, after a wait for the load's start), enqueued without blocking the host, and
         capturable in a CUDA graph with the load (there a one-warp kernel that polls the count,
-        ``kvnumba.driver.layer_signal``). On the simulator, where the load has finished already, it
+        ``kvnumba.plan.layer_signal``). On the simulator, where the load has finished already, it
         checks the count on the host.
 
         Raises

@@ -3,7 +3,7 @@
 for, then exits, so that the stream's later work starts after the layer has landed.
 
 It is how ``LayerSignal.wait`` waits on a stream being captured into a CUDA graph: a kernel node, which every
-graph holds, where the uncaptured wait is a ``cuStreamWaitValue32`` (``kvnumba.driver.layer_signal``). It holds
+graph holds, where the uncaptured wait is a ``cuStreamWaitValue32`` (``kvnumba.plan.layer_signal``). It holds
 one warp slot of one SM while it waits, beside the loader's blocks and the model's kernels.
 """
 from numba import cuda

@@ -11,7 +11,7 @@ goes on to the next layer without waiting for the others.
 
 One counter, not one per layer: a block arrives at layer ``l + 1`` only after it published or arrived at ``l``,
 so the last arrival at ``l + 1`` follows every arrival at ``l``, and the word counts layers landed in order. A
-waiter for layer ``l`` waits for ``layers_done >= l + 1`` (``kvnumba.driver.layer_signal``), and one word is all
+waiter for layer ``l`` waits for ``layers_done >= l + 1`` (``kvnumba.plan.layer_signal``), and one word is all
 the host resets between loads.
 
 The parameters are the register kernel's (``params.KernelArgs``) and two addresses (``RESIDENT_EXTRA``);

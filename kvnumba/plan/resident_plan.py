@@ -1,6 +1,6 @@
 """A resident load on a kernel plan: ``kv.copy``'s plan for the views, its call checked as every call is
 (``per_call.checked``), then one launch of the resident loader (``kvnumba.kernels.resident``) over the plan's
-layers, its layers published in a ``LayerSignal`` (``kvnumba.driver.layer_signal``) reset on the same stream
+layers, its layers published in a ``LayerSignal`` (``kvnumba.plan.layer_signal``) reset on the same stream
 first.
 
 The loader is bound to a plan on first use, with the plan's parameter values (``KernelPlan.template``) and

@@ -32,11 +32,12 @@ from typing import Any
 
 import numpy as np
 
-from .bindings import check, cu
-from .capture import capturing
-from .devices import on_device
-from .launch import BoundKernel, launchable, stream_object
-from .target import SIMULATOR
+from ..driver.bindings import check, cu
+from ..driver.capture import capturing
+from ..driver.devices import on_device
+from ..driver.launch import BoundKernel, launchable, stream_object
+from ..driver.target import SIMULATOR
+from ..kernels.layer_wait import WAIT_SIGNATURE, get_wait_kernel
 
 _pack_count = struct.Struct("q").pack_into  # the wait kernel's second parameter: the count to wait for
 
@@ -137,8 +138,6 @@ class LayerSignal:
 def _wait_kernel(device: int, address: int) -> Any:
     """The wait kernel (``kernels.layer_wait``) bound to the word at ``address`` on ``device``, compiled and
     loaded now."""
-    from ..kernels.layer_wait import WAIT_SIGNATURE, get_wait_kernel
-
     return BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (address, 0))
 
 
