@@ -51,6 +51,19 @@ def finite(values):
     values[...] = (values.astype(np.float64) / 2**15 - 1).astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
+def fill(placed, values):
+    """Write ``values`` into a placed buffer: a GPU array by a copy to the device (``np.asarray`` of one is a host
+    copy, which a write would leave behind), a NumPy one (the simulator's) in place."""
+    if hasattr(placed, "copy_to_device"):
+        placed.copy_to_device(values)
+    elif type(placed).__module__.startswith("torch"):
+        import torch
+
+        placed.copy_(torch.from_numpy(values))
+    else:
+        np.asarray(placed)[...] = values
+
+
 def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", specials=False, tokens=None):
     rng = np.random.default_rng(seed)
     src_np, src = make_view(plain_name, L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
@@ -58,7 +71,7 @@ def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", spec
         for which in ("k", "v"):
             for values, placed in zip(src_np.buffers(which), src.buffers(which)):
                 finite(values)
-                np.asarray(placed)[...] = values if not hasattr(placed, "copy_to_device") else placed.copy_to_device(values)
+                fill(placed, values)
     dst_np, dst = make_nvfp4(layout=layout, dtype=dtype)
     si, di = tokens or (rng.choice(T, count, replace=False).astype(np.int64),
                         rng.choice(T, count, replace=False).astype(np.int64))
@@ -117,7 +130,7 @@ def test_a_round_trip_through_nvfp4_pages_is_the_references():
     for which in ("k", "v"):
         for values, placed in zip(src_np.buffers(which), src.buffers(which)):
             finite(values)
-            np.asarray(placed)[...] = values
+            fill(placed, values)
     _, pages = make_nvfp4()
     back_np, back = make_view("PageFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
     idx = np.arange(T, dtype=np.int64)
