@@ -1,8 +1,12 @@
 """The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
 pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype).
 
-The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation); the bit arithmetic is
-``kernels.fp8``'s (e4m3 and bfloat16/float16 rounding), e2m1's the reference's thresholds. A warp takes one
+The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
+in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes, e2m1 rounded by one float32 add or
+integer rounding on the bits) wherever it applies: every group of finite elements with a finite ``out`` when
+quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, a scale whose reciprocal
+overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
+reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
 token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
 issued before either is converted; a load from host memory takes two passes at once). A side of a token is ``H * D/16`` groups of
 16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
@@ -18,17 +22,22 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
-from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64
+from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow
+from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .memory import load_i64
+from .memory import load_i64, load_i128
+from .nvfp4_packed import decoder, encoder
 from .params import check_parameters, signature
 from .ptx import ptx_of
 
 MODES = ("quantise", "dequantise", "copy")
 NAN_F32 = 0x7FC00000
 RCP6_BITS = f32_bits_of(RCP6)
+TWO_120_BITS = f32_bits_of(2.0**120)
+TWO_112_BITS = f32_bits_of(2.0**112)
+SIGN_NIBBLES = 0x8888888888888888 - (1 << 64)  # every code's sign bit, as an int64
 
 
 class Nvfp4Args(NamedTuple):
@@ -127,8 +136,13 @@ def slot_of(hnd):
 
 @device_function
 def fetch_plain(active, plain):
-    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane."""
+    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane: two 16-byte loads where
+    ``plain`` is 16-byte aligned (half the load instructions, whole sectors)."""
     if active:
+        if (plain & 15) == 0:
+            w0, w1 = load_i128(plain)
+            w2, w3 = load_i128(plain + 16)
+            return w0, w1, w2, w3
         return load_i64(plain), load_i64(plain + 8), load_i64(plain + 16), load_i64(plain + 24)
     return 0, 0, 0, 0
 
@@ -141,6 +155,32 @@ def fetch_codes(active, data, scale):
     return 0, 0
 
 
+@device_function
+def e4m3_bits(code):
+    """float32 bits of e4m3fn ``code``, branch-free: its magnitude bits placed as a float32's top exponent and
+    mantissa bits are ``2**-120`` times its value, normal or subnormal alike (the product is exact: no flush to
+    zero); ``0x7F`` (NaN) gives the quiet NaN, with the code's sign."""
+    magnitude = code & 0x7F
+    bits = NAN_F32 if magnitude == 0x7F else f32_mul(magnitude << 20, TWO_120_BITS)
+    return ((code & 0x80) << 24) | bits
+
+
+def plain_bits_of(name):
+    """``bits(b)``: float32 bits of bfloat16/float16 bits ``b``, branch-free (float16's finite ones as
+    ``e4m3_bits``: its magnitude bits placed in a float32's are ``2**-112`` times its value)."""
+    if name == "bfloat16":
+        @device_function
+        def bits(b):
+            return b << 16
+    else:
+        @device_function
+        def bits(b):
+            m = b & 0x7FFF
+            value = f32_mul(m << 13, TWO_112_BITS) if m < 0x7C00 else (0x7F800000 if m == 0x7C00 else NAN_F32)
+            return ((b & 0x8000) << 16) | value
+    return bits
+
+
 def group_ops(dtype):
     """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
 
@@ -149,33 +189,53 @@ def group_ops(dtype):
       lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
     - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
       group's 32 bytes at ``plain``.
+
+    Both take ``kernels.nvfp4_packed``'s packed conversions where they apply (every finite group, every scale
+    but NaN's) and the exact element functions elsewhere.
     """
     name = plain_dtype(dtype)
-    widen_plain = widen(name)
-    to_e4m3, from_e4m3 = narrow("e4m3"), widen("e4m3")
+    plain_bits = plain_bits_of(name)
+    to_e4m3 = narrow("e4m3")
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
+    encode16, decode4 = encoder(name), decoder(name)
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
 
     @device_function
-    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
+    def exact_max(w0, w1, w2, w3):
+        """The largest magnitude bits, NaN ignored (``__hmax``); -1 if every element is NaN."""
         m = -1
         for k in range(16):
             w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
             a = (w >> (16 * (k & 3))) & 0x7FFF
-            if a <= exponent_mask:  # NaN is ignored (__hmax)
+            if a <= exponent_mask:
                 m = max(m, a)
-        vmax = NAN_F32 if m < 0 else widen_plain(m)
-        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
-        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
-        sfv = from_e4m3(code)
-        out = 0
-        if sfv != 0:
-            out = rcp(f32_mul(sfv, unscale_bits))
+        return m
+
+    @device_function
+    def exact_codes(w0, w1, w2, w3, out):
         word = 0
         for k in range(16):
             w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-            word |= e2m1_code(f32_mul(widen_plain((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
+            word |= e2m1_code(f32_mul(plain_bits((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
+        return word
+
+    @device_function
+    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
+        top = magnitudes(w0, w1, w2, w3)  # infinities and NaNs order above every finite magnitude
+        finite = top < exponent_mask
+        m = top if finite else exact_max(w0, w1, w2, w3)
+        vmax = NAN_F32 if m < 0 else plain_bits(m)  # m: no NaN
+        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
+        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
+        sfv = e4m3_bits(code)
+        out = 0
+        if sfv != 0:
+            out = rcp(f32_mul(sfv, unscale_bits))
+        if finite and (out & 0x7F800000) != 0x7F800000:  # every product finite or +-inf, none NaN
+            word = encode16(w0, w1, w2, w3, out)
+        else:
+            word = exact_codes(w0, w1, w2, w3, out)
         first = lane & ~3
         scales = lane_value(lane, code, first)
         scales |= lane_value(lane, code, first + 1) << 8
@@ -189,18 +249,25 @@ def group_ops(dtype):
     @device_function
     def decode(active, plain, codes, scales, g, scale_bits):
         if active:
-            sfv = from_e4m3((scales >> (8 * (g & 3))) & 0xFF)
-            for j in range(4):
-                word = 0
-                for e in range(4):
-                    c = (codes >> (4 * (4 * j + e))) & 0xF
-                    p = f32_mul(f32_mul(e2m1_bits(c), sfv), scale_bits)
-                    if (p & 0x7FFFFFFF) > 0x7F800000:
-                        v = ((c & 8) << 12) | nan_out
-                    else:
-                        v = to_plain(p) & 0xFFFF
-                    word |= v << (16 * e)
-                store_i64(plain + 8 * j, word)
+            code = (scales >> (8 * (g & 3))) & 0xFF
+            sfv = e4m3_bits(code)
+            if (code & 0x7F) != 0x7F:  # packed: the magnitude times |sf|, the sign the code's flipped by sf's
+                c = codes ^ ((sfv >> 31) * SIGN_NIBBLES)
+                a = sfv & 0x7FFFFFFF
+                store_pair(plain, decode4(c, a, scale_bits), decode4(c >> 16, a, scale_bits))
+                store_pair(plain + 16, decode4(c >> 32, a, scale_bits), decode4(c >> 48, a, scale_bits))
+            else:
+                for j in range(4):
+                    word = 0
+                    for e in range(4):
+                        c = (codes >> (4 * (4 * j + e))) & 0xF
+                        p = f32_mul(f32_mul(e2m1_bits(c), sfv), scale_bits)
+                        if (p & 0x7FFFFFFF) > 0x7F800000:
+                            v = ((c & 8) << 12) | nan_out
+                        else:
+                            v = to_plain(p) & 0xFFFF
+                        word |= v << (16 * e)
+                    store_i64(plain + 8 * j, word)
 
     return encode, decode
 

@@ -94,6 +94,12 @@ def test_quantising_bit_patterns_nans_and_infinities_included():
     quantise_case("LayerFirst", "NHD", specials=True, seed=1)
 
 
+@pytest.mark.parametrize("specials", [False, True])
+def test_quantising_float16(specials):
+    """float16 elements (subnormals among them) widen by their own rule, in the packed path and the exact one."""
+    quantise_case("PageFirst", "HND", dtype="float16", specials=specials, seed=10)
+
+
 def test_one_token_into_the_last_slot_of_the_last_page():
     quantise_case("PageFirst", "HND", tokens=(np.array([2], np.int64), np.array([T - 1], np.int64)))
 

@@ -19,7 +19,8 @@ for name, args in cases.items():
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1), "local": ".local" in ptx,
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma|rcp|add)\.[a-z0-9.]*f32", ptx))),
-                 "shfl": "shfl.sync.idx" in ptx}
+                 "shfl": "shfl.sync.idx" in ptx, "prmt": "prmt.b32" in ptx,
+                 "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9]+x2\.f32", ptx)))}
 print(json.dumps(out))
 """
 
@@ -35,13 +36,21 @@ def test_they_compile_for_sm90_without_local_memory(report):
 
 
 def test_float32_arithmetic_is_ieee(report):
-    assert set(report["quantise"]["float"]) <= {"mul.f32", "mul.rn.f32", "rcp.rn.f32", "div.rn.f32"}
-    assert "mul.f32" in report["quantise"]["float"] and report["quantise"]["shfl"]
-    assert report["dequantise"]["float"] in (["mul.f32"], ["mul.rn.f32"]) and report["copy"]["float"] == []
+    assert set(report["quantise"]["float"]) <= {"mul.f32", "mul.rn.f32", "add.rn.f32", "rcp.rn.f32", "div.rn.f32"}
+    assert "add.rn.f32" in report["quantise"]["float"] and report["quantise"]["shfl"]  # e2m1's rounding
+    assert set(report["dequantise"]["float"]) == {"mul.f32", "mul.rn.f32"} and report["copy"]["float"] == []
 
 
 def test_memory_moves_in_words(report):
     for name, r in report.items():
         assert all(op.startswith(("ld.global.nc", "st.global.cg")) for op in r["ops"]), (name, r["ops"])
         assert {op.rsplit(".", 1)[1] for op in r["ops"]} <= {"b32", "b64"}, (name, r["ops"])
-    assert report["dequantise"]["ops"] == ["ld.global.nc.b32", "ld.global.nc.b64", "st.global.cg.b64"]
+    assert "ld.global.nc.v2.b64" in report["quantise"]["ops"]  # a group's bfloat16 in two 16-byte loads
+    assert "st.global.cg.v2.b64" in report["dequantise"]["ops"]  # and out in two 16-byte stores
+
+
+def test_the_packed_conversions_are_inline(report):
+    """e2m1 codes by the packed path (byte permutes, no loop over thresholds a element) and float32 products kept
+    in registers: no local memory, checked above."""
+    assert report["quantise"]["prmt"] and report["dequantise"]["prmt"]
+    assert report["dequantise"]["cvt"] == ["cvt.rn.f16x2.f32"]
