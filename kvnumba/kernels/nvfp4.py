@@ -23,7 +23,7 @@ from numba import cuda
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
 from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow
-from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .fp8_memory import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
 from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
@@ -37,6 +37,7 @@ NAN_F32 = 0x7FC00000
 RCP6_BITS = f32_bits_of(RCP6)
 TWO_120_BITS = f32_bits_of(2.0**120)
 TWO_112_BITS = f32_bits_of(2.0**112)
+TWO_14_BITS = f32_bits_of(2.0**14)
 SIGN_NIBBLES = 0x8888888888888888 - (1 << 64)  # every code's sign bit, as an int64
 
 
@@ -165,6 +166,16 @@ def e4m3_bits(code):
     return ((code & 0x80) << 24) | bits
 
 
+@device_function
+def e4m3_code(sf):
+    """The e4m3fn code of float32 bits ``sf`` (>= 0, not NaN: a group's scale), to nearest even, saturated at 448,
+    branch-free: below 2**-6 (e4m3's subnormals and its first normal) ``sf + 2**14`` rounds in e4m3's steps of
+    2**-9 and its bits less those of 2**14 are the code; from there the bits rounded to three mantissa bits, rebiased."""
+    small = f32_bits(f32_from_bits(sf) + f32_from_bits(TWO_14_BITS)) - TWO_14_BITS
+    big = min(((sf + 0x7FFFF + ((sf >> 20) & 1)) >> 20) - 960, 0x7E)
+    return small if sf < 0x3C800000 else big
+
+
 def plain_bits_of(name):
     """``bits(b)``: float32 bits of bfloat16/float16 bits ``b``, branch-free (float16's finite ones as
     ``e4m3_bits``: its magnitude bits placed in a float32's are ``2**-112`` times its value)."""
@@ -195,7 +206,6 @@ def group_ops(dtype):
     """
     name = plain_dtype(dtype)
     plain_bits = plain_bits_of(name)
-    to_e4m3 = narrow("e4m3")
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     encode16, decode4 = encoder(name), decoder(name)
     nan_out = CANONICAL_NAN[name]
@@ -227,7 +237,7 @@ def group_ops(dtype):
         m = top if finite else exact_max(w0, w1, w2, w3)
         vmax = NAN_F32 if m < 0 else plain_bits(m)  # m: no NaN
         sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
-        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
+        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else e4m3_code(sf)
         sfv = e4m3_bits(code)
         out = 0
         if sfv != 0:
@@ -252,7 +262,7 @@ def group_ops(dtype):
             code = (scales >> (8 * (g & 3))) & 0xFF
             sfv = e4m3_bits(code)
             if (code & 0x7F) != 0x7F:  # packed: the magnitude times |sf|, the sign the code's flipped by sf's
-                c = codes ^ ((sfv >> 31) * SIGN_NIBBLES)
+                c = codes ^ (SIGN_NIBBLES & -(sfv >> 31))
                 a = sfv & 0x7FFFFFFF
                 store_pair(plain, decode4(c, a, scale_bits), decode4(c >> 16, a, scale_bits))
                 store_pair(plain + 16, decode4(c >> 32, a, scale_bits), decode4(c >> 48, a, scale_bits))

@@ -143,3 +143,18 @@ def test_decode4_ptx_and_twin_are_the_reference(dtype):
             got = run_ptx(body, as_int64(codes >> 16 * j), sf & 0x7FFFFFFF, bits(global_scale))
             assert got == int(want[j]), (data, scale, global_scale, j)
             assert twin(codes >> 16 * j, sf & 0x7FFFFFFF, bits(global_scale)) & 0xFFFFFFFFFFFFFFFF == int(want[j])
+
+
+def test_a_groups_scale_code_is_the_references():
+    """``kernels.nvfp4.e4m3_code`` (branch-free: subnormals by a float32 add, normals on the bits, saturated) on
+    the simulator, where a device function is its Python: every boundary of e4m3's grid and random magnitudes."""
+    from kvnumba.kernels.nvfp4 import e4m3_code
+
+    rng = np.random.default_rng(3)
+    values = [0, 1, 0x7F800000, 0x3C800000, 0x3C7FFFFF, 0x43E00000, 0x43E80000, 0x43E7FFFF, 0x43F00000]
+    grid = np.arange(0x7F, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32).view(np.uint32)
+    values += [int(g) + d for g in grid[1:] for d in (-1, 0, 1)]  # each code, and a float32 ulp either side
+    values += [int(g) + int(h) >> 1 for g, h in zip(grid[:-1], grid[1:])]  # each tie, the midpoints
+    values += [int(v) for v in rng.integers(0, 0x7F800000, 3000)]
+    want = q._e4m3(np.array(values, np.uint32).view(np.float32))
+    assert [e4m3_code(v) for v in values] == [int(w) for w in want]
