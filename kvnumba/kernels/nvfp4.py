@@ -122,6 +122,12 @@ def e2m1_bits(c):
     return ((c & 8) << 28) | bits
 
 
+@device_function
+def side_base(table, layer, tok, page_bytes, block, kind):
+    """Where side ``kind`` (0: K, 1: V) of token ``tok``'s page of ``layer`` starts (``table``: the layers' addresses)."""
+    return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
+
+
 def slot_of(hnd):
     """``slot(t, h, heads, block)``: a token's head's slot in its side's regions."""
     if hnd:
@@ -288,10 +294,6 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
     to: Any = plain_parts.token_offset if plain_parts is not None else None
     hs: Any = plain_parts.head_stride if plain_parts is not None else None
-
-    @device_function
-    def side_base(table, layer, tok, page_bytes, block, kind):
-        return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
 
     if mode == "copy":
         @device_function

@@ -5,7 +5,7 @@ format: ``kvnumba.quant.nvfp4``).
 Built by ``plan.build`` and cached in ``kv.copy``'s plan cache like every copy's plan, it checks the views once
 (geometry, heads, dtype, global scales), resolves every buffer through ``plan.sides`` (aligned, reachable,
 writable destinations, one device), gives each NVFP4 side a device table of its layers' addresses, and binds the
-kernel. A call is ``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
+kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is ``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
 """
 from __future__ import annotations
 
@@ -16,13 +16,16 @@ from ..checks import guard
 from ..checks.overlap import Clearance, check_disjoint
 from ..checks.user_layouts import check_user_layout
 from ..driver.launch import BoundKernel, launchable
+from ..driver.target import SIMULATOR
 from ..kernels import nvfp4 as kernels
+from ..kernels import nvfp4_load
 from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
 from .copy_plan import copy_window, view_side
 from .device_tables import device_table
 from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
 from .sides import Placement, resolve_array
+from .tensor_maps import compute_capability, shared_limit
 
 
 def is_nvfp4(view):
@@ -38,6 +41,14 @@ def _nvfp4_side(place, name, view, destination):
     info = resolve_array(guide, f"{name} (its layer table)", table, False, 8)
     place.guides.append((f"{name} (its layer table)", info.ptr, info.ptr + info.nbytes))
     return info.ptr, table
+
+
+def _pipelined(device):
+    """Whether a load takes the pipelined kernel (``kernels.nvfp4_load``): ``cp.async`` (compute capability 8.0) and
+    its shared memory a block, unless ``config.override(fp8_kernel="general")`` asks for the register kernel."""
+    if config.tuning("fp8_kernel") == "general":
+        return False
+    return SIMULATOR or (compute_capability(device) >= (8, 0) and shared_limit(device) >= nvfp4_load.SHARED_BYTES)
 
 
 class Nvfp4Plan(Fp8Plan):
@@ -105,9 +116,14 @@ class Nvfp4Plan(Fp8Plan):
             src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
             k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
-        dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
-                                        dst_q and dst.layout == "HND", dtype)
-        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, 0), self.device, self.template)
+        shared = 0
+        if mode == "dequantise" and _pipelined(self.device):
+            dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)
+            shared = nvfp4_load.SHARED_BYTES
+        else:
+            dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
+                                            dst_q and dst.layout == "HND", dtype)
+        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
         self.staged = None
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)

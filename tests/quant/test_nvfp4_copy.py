@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
+from kvnumba import config
 from kvnumba import quant_reference as qr
 from kvnumba.api.transfer import plain as plain_transfer
 from kvnumba.plan.nvfp4_plan import Nvfp4Plan
@@ -234,4 +235,22 @@ def test_a_prepared_copy_writes_what_kv_copy_writes():
     call(src_indices=idx, dst_indices=idx[::-1].copy())
     qr.copy(src_np, dst_np, idx, idx[::-1].copy())
     for got, want in zip(nvfp4_bytes(dst), nvfp4_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fp8_kernel", [None, "general"])
+def test_a_load_walks_items_layers_and_rounds(fp8_kernel):
+    """Heads of 512 (two rounds of 64 groups a token's layer), one warp taking every item: the pipelined load's walk
+    (``fp8_kernel=None``) and the register kernel's (``"general"``) over items, layers and rounds are the
+    reference's."""
+    rng = np.random.default_rng(11)
+    heads, head_dim = 4, 512
+    src_np, src = make_nvfp4(H=heads, D=head_dim, layout="HND", rng=rng)
+    dst_np, dst = make_view("LayerFirst", L, T, P, heads, head_dim, rng, poison=True, mla=False,
+                            place=("device", "numba"))
+    si, di = rng.choice(T, 5, replace=False).astype(np.int64), rng.choice(T, 5, replace=False).astype(np.int64)
+    with config.override(fp8_kernel=fp8_kernel):
+        kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
+    qr.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)

@@ -2,25 +2,27 @@
 no flush to zero but the reference's own), the scales gathered by shuffles, and memory moved in 8-byte words of
 codes and 4-byte words of scales (never a byte at a time: a load of NVFP4 pages from host memory crosses the link
 in wide reads), cache-hinted. Runs in a subprocess with NUMBA_ENABLE_CUDASIM=0; skipped where libNVVM is not
-installed. Three kernels: 1-10 s each on a 2-core machine."""
+installed. Four kernels: 1-20 s each on a 2-core machine."""
 import pytest
 
 from tests.helpers.ptx import ptx_report
 
 SCRIPT = r"""
 import json, re
-from kvnumba.kernels import nvfp4, layouts as L
+from kvnumba.kernels import nvfp4, nvfp4_load, layouts as L
 cases = {"quantise": ("quantise", L.LAYER_TABLE, False, True, "bfloat16"),
          "dequantise": ("dequantise", L.PAGE_FIRST, True, False, "float16"),
          "copy": ("copy", None, False, True, "bfloat16")}
 out = {}
-for name, args in cases.items():
-    ptx = nvfp4.kernel_ptx(*args, cc=(9, 0))
+ptxs = {name: nvfp4.kernel_ptx(*args, cc=(9, 0)) for name, args in cases.items()}
+ptxs["load"] = nvfp4_load.kernel_ptx(L.LAYER_TABLE, False, "bfloat16", 8, cc=(9, 0))
+for name, ptx in ptxs.items():
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1), "local": ".local" in ptx,
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
                  "float": sorted(set(re.findall(r"(?:div|mul|fma|rcp|add)\.[a-z0-9.]*f32", ptx))),
                  "shfl": "shfl.sync.idx" in ptx, "prmt": "prmt.b32" in ptx,
-                 "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9]+x2\.f32", ptx)))}
+                 "cvt": sorted(set(re.findall(r"cvt\.rn\.[a-z0-9]+x2\.f32", ptx))),
+                 "async": sorted(set(re.findall(r"cp\.async\.ca\.shared\.global \[[^]]*\], \[[^]]*\], \d+", ptx)))}
 print(json.dumps(out))
 """
 
@@ -43,6 +45,8 @@ def test_float32_arithmetic_is_ieee(report):
 
 def test_memory_moves_in_words(report):
     for name, r in report.items():
+        if name == "load":
+            continue  # its reads are asynchronous copies (below)
         assert all(op.startswith(("ld.global.nc", "st.global.cg")) for op in r["ops"]), (name, r["ops"])
         assert {op.rsplit(".", 1)[1] for op in r["ops"]} <= {"b32", "b64"}, (name, r["ops"])
     assert "ld.global.nc.v2.b64" in report["quantise"]["ops"]  # a group's bfloat16 in two 16-byte loads
@@ -54,3 +58,11 @@ def test_the_packed_conversions_are_inline(report):
     in registers: no local memory, checked above."""
     assert report["quantise"]["prmt"] and report["dequantise"]["prmt"]
     assert report["dequantise"]["cvt"] == ["cvt.rn.f16x2.f32"]
+
+
+def test_the_pipelined_load_reads_by_asynchronous_copies(report):
+    """Codes 8 bytes and scale words 4 bytes a copy, into shared memory; its global accesses are its stores (16
+    bytes where aligned) and the item indices and layer table it reads."""
+    load = report["load"]
+    assert sorted({a.rsplit(", ", 1)[1] for a in load["async"]}) == ["4", "8"]
+    assert "st.global.cg.v2.b64" in load["ops"] and load["prmt"] and not load["local"]
