@@ -32,7 +32,8 @@ tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
   that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator);
 - ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel (``kvnumba.kernels.fp8_copy`` or
   ``kvnumba.kernels.fp8_wide`` for quantising copies, ``kvnumba.kernels.fp8_pipelined`` for dequantising ones)
-  where both could run, instead of the fast one where it can;
+  where both could run, instead of the fast one where it can; NVFP4 loads likewise (``kvnumba.kernels.nvfp4``
+  or ``kvnumba.kernels.nvfp4_load``);
 - ``scale_boxes``: False has the staged FP8 load's loader warp copy the scales four bytes a lane, where the
   bulk unit could bring them (``kvnumba.plan.fp8_staged_plan``); to compare the two.
 """

@@ -288,7 +288,7 @@ def group_ops(dtype):
     return encode, decode
 
 
-def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
+def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
     plain_src = mode == "quantise"  # the plain side is the source
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
@@ -298,8 +298,9 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     if mode == "copy":
         @device_function
         def move_token(lane, s_tok, d_tok, a):
-            (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes,
+            (first_layer, num_layers, heads, _, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes,
              dst_block) = a
+            groups = per_head
             total = heads * groups
             s_t = s_tok % src_block
             d_t = d_tok % dst_block
@@ -325,8 +326,9 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
 
         @device_function
         def move_token(lane, s_tok, d_tok, a):
-            (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
+            (first_layer, num_layers, heads, _, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
              page_bytes, block, k_scale, v_scale, k_unscale, v_unscale) = a
+            groups = per_head
             p_tok = s_tok if plain_src else d_tok
             n_tok = d_tok if plain_src else s_tok
             total = heads * groups
@@ -402,25 +404,26 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype):
     check_parameters(nvfp4_kv, Nvfp4Args)
     plain = "" if plain_parts is None else f"_{plain_parts.name}"
     order = f"_{'hnd' if src_hnd else 'nhd'}_{'hnd' if dst_hnd else 'nhd'}"
-    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}"
+    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}_g{per_head}"
     return kernel(nvfp4_kv, max_registers=64)
 
 
 _kernels: dict = {}
 
 
-def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16"):
-    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype), built on
-    first request and memoised (a compiled kernel, not a plan: no setting changes it)."""
+def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
+    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, ``groups``: a head's
+    ``D / 16``, compiled in, so that a group's head is a division by a constant), built on first request and
+    memoised (a compiled kernel, not a plan: no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype))
+    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0)):
+def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):
     """PTX of one NVFP4 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype), SIGNATURE, cc)
+    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, groups), SIGNATURE, cc)

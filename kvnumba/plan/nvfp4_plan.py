@@ -122,7 +122,7 @@ class Nvfp4Plan(Fp8Plan):
             shared = nvfp4_load.SHARED_BYTES
         else:
             dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
-                                            dst_q and dst.layout == "HND", dtype)
+                                            dst_q and dst.layout == "HND", dtype, head_dim // 16)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
         self.staged = None
         checks = config.tuning("host_index_checks")
