@@ -252,11 +252,8 @@ def group_ops(dtype):
             word = encode16(w0, w1, w2, w3, out)
         else:
             word = exact_codes(w0, w1, w2, w3, out)
-        first = lane & ~3
-        scales = lane_value(lane, code, first)
-        scales |= lane_value(lane, code, first + 1) << 8
-        scales |= lane_value(lane, code, first + 2) << 16
-        scales |= lane_value(lane, code, first + 3) << 24
+        pair = code | (lane_value(lane, code, lane ^ 1) << 8)  # two shuffles: lanes 4k gather 4k .. 4k + 3
+        scales = pair | (lane_value(lane, pair, lane ^ 2) << 16)
         if active:
             store_i64(data, word)
             if (g & 3) == 0:
