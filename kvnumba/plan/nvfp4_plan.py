@@ -117,7 +117,7 @@ class Nvfp4Plan(Fp8Plan):
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
             k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
         shared = 0
-        if mode == "dequantise" and _pipelined(self.device):
+        if p is not None and mode == "dequantise" and _pipelined(self.device):
             dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)
             shared = nvfp4_load.SHARED_BYTES
         else:
