@@ -395,7 +395,8 @@ def summary(records):
     lines += ["", "GB/s of bf16 bytes (link GB/s)",
               f"  {'':24} {'e4m3 kv.copy':>15} {'nvfp4 kv.copy':>15} {'bf16 kv.copy':>15} {'bf16 entry point':>16} "
               f"{'bf16 seed':>15}"]
-    quotas = [("backup", 2)] + [("load", q) for q in LOAD_QUOTAS] + [(w, q) for q in NVFP4_QUOTAS for w in ("backup", "load")]
+    quotas = ([("backup", 2)] + [("load", q) for q in LOAD_QUOTAS]
+              + [(w, q) for q in NVFP4_QUOTAS for w in ("backup", "load")])
     rows = ([(f"{what} bq={bq}", what, bq, False, "") for what, bq in quotas]
             + [(f"{what} bq=2 {kind}", what, 2, True, kind) for what in ("backup", "load") for kind in ("prefill", "decode")])
     for label, what, bq, under, kind in rows:

@@ -1,5 +1,7 @@
 """The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
-pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype).
+pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype, ``D/16``). Loads
+take ``kernels.nvfp4_load`` where it runs (its reads a round ahead, in shared memory); its conversion is this
+module's.
 
 The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
 in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes, e2m1 rounded by one float32 add or
@@ -8,7 +10,7 @@ quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, 
 overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
 reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
 token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
-issued before either is converted; a load from host memory takes two passes at once). A side of a token is ``H * D/16`` groups of
+issued before either is converted; a load takes two passes at once). A side of a token is ``H * D/16`` groups of
 16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
 scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
 one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
@@ -23,7 +25,8 @@ from numba import cuda
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
 from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow
-from .fp8_memory import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64,
+                         store_pair)
 from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
@@ -124,7 +127,8 @@ def e2m1_bits(c):
 
 @device_function
 def side_base(table, layer, tok, page_bytes, block, kind):
-    """Where side ``kind`` (0: K, 1: V) of token ``tok``'s page of ``layer`` starts (``table``: the layers' addresses)."""
+    """Where side ``kind`` (0: K, 1: V) of token ``tok``'s page of ``layer`` starts (``table``: the layers'
+    addresses)."""
     return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
 
 
@@ -176,7 +180,8 @@ def e4m3_bits(code):
 def e4m3_code(sf):
     """The e4m3fn code of float32 bits ``sf`` (>= 0, not NaN: a group's scale), to nearest even, saturated at 448,
     branch-free: below 2**-6 (e4m3's subnormals and its first normal) ``sf + 2**14`` rounds in e4m3's steps of
-    2**-9 and its bits less those of 2**14 are the code; from there the bits rounded to three mantissa bits, rebiased."""
+    2**-9 and its bits less those of 2**14 are the code; from there the bits rounded to three mantissa bits,
+    rebiased."""
     small = f32_bits(f32_from_bits(sf) + f32_from_bits(TWO_14_BITS)) - TWO_14_BITS
     big = min(((sf + 0x7FFFF + ((sf >> 20) & 1)) >> 20) - 960, 0x7E)
     return small if sf < 0x3C800000 else big

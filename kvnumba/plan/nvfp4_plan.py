@@ -5,7 +5,8 @@ format: ``kvnumba.quant.nvfp4``).
 Built by ``plan.build`` and cached in ``kv.copy``'s plan cache like every copy's plan, it checks the views once
 (geometry, heads, dtype, global scales), resolves every buffer through ``plan.sides`` (aligned, reachable,
 writable destinations, one device), gives each NVFP4 side a device table of its layers' addresses, and binds the
-kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is ``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
+kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is
+``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
 """
 from __future__ import annotations
 
