@@ -4,10 +4,10 @@ take ``kernels.nvfp4_load`` where it runs (its reads a round ahead, in shared me
 module's.
 
 The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
-in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes, e2m1 rounded by one float32 add or
-integer rounding on the bits) wherever it applies: every group of finite elements with a finite ``out`` when
-quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, a scale whose reciprocal
-overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
+in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes; e2m1 codes counted against a row of
+thresholds the plan made for the group's scale code) wherever it applies: every group of magnitudes below 0x7C00
+with a finite ``out`` when quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, huge
+bfloat16, a scale whose reciprocal overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
 reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
 token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
 issued before either is converted; a load takes two passes at once). A side of a token is ``H * D/16`` groups of
@@ -31,7 +31,7 @@ from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64, load_i128
-from .nvfp4_packed import decoder, encoder
+from .nvfp4_packed import NEVER, THRESHOLDS, decoder, encoder
 from .params import check_parameters, signature
 from .ptx import ptx_of
 
@@ -41,6 +41,7 @@ RCP6_BITS = f32_bits_of(RCP6)
 TWO_120_BITS = f32_bits_of(2.0**120)
 TWO_112_BITS = f32_bits_of(2.0**112)
 TWO_14_BITS = f32_bits_of(2.0**14)
+V_ROWS = 128 * 4 * THRESHOLDS  # bytes of K's rows in the threshold table
 SIGN_NIBBLES = 0x8888888888888888 - (1 << 64)  # every code's sign bit, as an int64
 
 
@@ -76,6 +77,7 @@ class Nvfp4Args(NamedTuple):
     v_scale: int
     k_unscale: int
     v_unscale: int
+    thresholds: int  # quantising: nvfp4_packed.threshold_table's rows on the device (K's, then V's)
 
 
 SIGNATURE = signature(Nvfp4Args)
@@ -206,9 +208,10 @@ def plain_bits_of(name):
 def group_ops(dtype):
     """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
 
-    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
-      words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
-      lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
+    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table)``: quantise the
+      group's words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``,
+      the four lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or
+      not; ``table``: the side's rows of ``nvfp4_packed.threshold_table``;
     - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
       group's 32 bytes at ``plain``.
 
@@ -218,7 +221,7 @@ def group_ops(dtype):
     name = plain_dtype(dtype)
     plain_bits = plain_bits_of(name)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
-    encode16, decode4 = encoder(name), decoder(name)
+    encode16, decode4 = encoder(), decoder(name)
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
 
@@ -242,7 +245,7 @@ def group_ops(dtype):
         return word
 
     @device_function
-    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
+    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table):
         top = magnitudes(w0, w1, w2, w3)  # infinities and NaNs order above every finite magnitude
         finite = top < exponent_mask
         m = top if finite else exact_max(w0, w1, w2, w3)
@@ -253,8 +256,11 @@ def group_ops(dtype):
         out = 0
         if sfv != 0:
             out = rcp(f32_mul(sfv, unscale_bits))
-        if finite and (out & 0x7F800000) != 0x7F800000:  # every product finite or +-inf, none NaN
-            word = encode16(w0, w1, w2, w3, out)
+        if top < NEVER and (out & 0x7F800000) != 0x7F800000:  # the row's thresholds hold (packed_table)
+            row = table + code * (4 * THRESHOLDS)
+            t01, t23 = load_i128(row)
+            t45, t67 = load_i128(row + 16)
+            word = encode16(w0, w1, w2, w3, t01, t23, t45, t67)
         else:
             word = exact_codes(w0, w1, w2, w3, out)
         pair = code | (lane_value(lane, code, lane ^ 1) << 8)  # two shuffles: lanes 4k gather 4k .. 4k + 3
@@ -329,7 +335,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
         @device_function
         def move_token(lane, s_tok, d_tok, a):
             (first_layer, num_layers, heads, _, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
-             page_bytes, block, k_scale, v_scale, k_unscale, v_unscale) = a
+             page_bytes, block, k_scale, v_scale, k_unscale, v_unscale, thresholds) = a
             groups = per_head
             p_tok = s_tok if plain_src else d_tok
             n_tok = d_tok if plain_src else s_tok
@@ -362,8 +368,10 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
                     if plain_src:  # K and V read before either is converted
                         k0, k1, k2, k3 = fetch_plain(i < total, pk + plain_at)
                         v0, v1, v2, v3 = fetch_plain(i < total, pv + plain_at)
-                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale)
-                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale)
+                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale,
+                               thresholds)
+                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale,
+                               thresholds + V_ROWS)
                         base += WARP_SIZE
                     else:  # two passes of K and V in flight: a load from host memory waits on the link
                         ck, sk = fetch_codes(i < total, nk + data_at, nk + scale_at)
@@ -379,7 +387,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
     def nvfp4_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                  num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page, src_table,
                  src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale,
-                 v_unscale):
+                 v_unscale, thresholds):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first = warp * items_per_warp
@@ -389,10 +397,10 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
                  dst_page_bytes, dst_block)
         elif plain_src:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale)
+                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
         else:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale)
+                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
         j = 0
         count = min(items_per_warp, num_items - first)
         while j < count:

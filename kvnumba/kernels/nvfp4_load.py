@@ -65,7 +65,7 @@ def build(plain_parts, src_hnd, dtype, groups):
     def nvfp4_load(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                    num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page,
                    src_table, src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale,
-                   k_unscale, v_unscale):
+                   k_unscale, v_unscale, thresholds):
         smem = cuda.shared.array(0, int64)
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)

@@ -1,15 +1,15 @@
 """Packed NVFP4 conversions for ``kernels.nvfp4``: a lane's 16 elements in 32-bit registers, branch-free, bit for
 bit ``kvnumba.quant.nvfp4``'s definitions on the inputs they take (the kernel sends every other group through its
-exact element functions). sm_90 has no e2m1 conversion (``cvt...e2m1x2`` is sm_100a's), so the rounding is
-integer and float32 arithmetic:
+exact element functions). sm_90 has no e2m1 conversion (``cvt...e2m1x2`` is sm_100a's), so quantising counts
+thresholds made on the host (``threshold_table``) and dequantising looks its values up:
 
-- ``encode16(w0, w1, w2, w3, out_bits)``: the 16 e2m1 codes (int64, element ``k`` in bits ``4k..4k+3``) of the
-  bfloat16/float16 elements in four 8-byte words times ``out`` (float32 bits), for finite elements and a finite
-  ``out >= 0``. Per element ``a = min(|x| * out, 6)`` (``|x| * out`` is ``|x * out|``: ``out`` is not negative;
-  6 and above give code 7, as the reference's thresholds do); below 2, ``a + 2**22`` rounds ``a`` to nearest even
-  in steps of 0.5, e2m1's own up to 2, and its bits less those of ``2**22`` are the code; from 2 on, the bits
-  rounded to one mantissa bit (nearest even) are the code once rebiased. The signs are ``x``'s, gathered by
-  byte permutes.
+- ``encode16(w0, w1, w2, w3, t01, t23, t45, t67)``: the 16 e2m1 codes (int64, element ``k`` in bits
+  ``4k..4k+3``) of the bfloat16/float16 elements in four 8-byte words, by a row of ``threshold_table`` (four
+  8-byte words: seven thresholds, each in both 16-bit halves). ``e2m1(|x| * out)`` does not decrease with
+  ``|x|``'s magnitude bits, so the code of an element is the number of the row's thresholds its bits reach:
+  compared two at a time as float16 bit patterns (``set.ge.f16x2``: the patterns below 0x7C00 are finite and
+  order as their bits), counted in float16 on the float pipe, half the integer work of rounding the products.
+  The signs are ``x``'s (``out`` is not negative), gathered by byte permutes. Magnitudes below 0x7C00 only.
 - ``decode4(codes, sf_bits, gs_bits)``: the four bfloat16/float16 elements (one 8-byte word) of the low four
   codes, ``e2m1(c) * |sf|`` (exact) ``* gs`` rounded to nearest even in float32, then into the plain type
   (``cvt.rn``), the sign ``c``'s (the caller flips the codes' sign bits where ``sf`` is negative: rounding to
@@ -25,21 +25,7 @@ import functools
 from ..driver.target import SIMULATOR
 from ..quant.fp8 import plain_dtype
 
-__all__ = ["decode4_ptx", "decoder", "encode16_ptx", "encoder"]
-
-def _widen(word, dtype):
-    """PTX: float32 ``x0``, ``x1`` of the two (sign-cleared) elements of 32-bit register ``word``."""
-    if dtype == "bfloat16":
-        return f"shl.b32 x0, {word}, 16; and.b32 x1, {word}, 0xFFFF0000;"
-    return f"mov.b32 {{h0, h1}}, {word}; cvt.f32.f16 x0, h0; cvt.f32.f16 x1, h1;"
-
-
-def _element(x, k, acc):
-    """PTX: the e2m1 magnitude code of ``x * o`` (``x`` >= 0) added into nibble ``k`` of ``acc``."""
-    return (f"mul.rn.f32 p, {x}, o; min.u32 p, p, 0x40C00000;\n"
-            "add.rn.f32 y, p, 0f4A800000; sub.u32 y, y, 0x4A800000;\n"
-            "shr.u32 b, p, 22; and.b32 b, b, 1; add.u32 b, b, p; add.u32 b, b, 0xC11FFFFF; shr.u32 b, b, 22;\n"
-            f"setp.lt.u32 q, p, 0x40000000; selp.b32 b, y, b, q; mad.lo.u32 {acc}, b, {1 << 4 * k}, {acc};")
+__all__ = ["NEVER", "THRESHOLDS", "decode4_ptx", "decoder", "encode16_ptx", "encoder", "threshold_table"]
 
 
 def _signs(words, acc):
@@ -52,23 +38,29 @@ def _signs(words, acc):
             f"or.b32 {acc}, {acc}, s2; or.b32 {acc}, {acc}, s3;")
 
 
-def encode16_ptx(dtype):
-    """The PTX body of ``encode16`` for ``dtype`` (operands ``$1``..``$5``, result ``$0``)."""
-    parts = []
-    for j in range(8):  # word j: elements 2j and 2j + 1
-        acc = "lo" if j < 4 else "hi"
-        parts.append(f"and.b32 m, a{j}, 0x7FFF7FFF;\n{_widen('m', dtype)}\n"
-                     f"{_element('x0', (2 * j) % 8, acc)}\n{_element('x1', (2 * j + 1) % 8, acc)}")
-    body = "\n".join(parts)
+def _codes(word, j, acc):
+    """PTX: the e2m1 magnitude codes of the two elements of 32-bit ``word`` (pair ``j`` of the register ``acc``
+    gathers) by the row's thresholds ``t0``..``t6``: ``1024 + `` the count of those a magnitude reaches, summed in
+    float16 (exact), whose low bits are the code."""
+    counts = "\n".join(f"set.ge.f16x2.f16x2 s, m, t{i}; add.rn.f16x2 c, c, s;" for i in range(7))
+    return (f"and.b32 m, {word}, 0x7FFF7FFF; mov.b32 c, 0x64006400;\n{counts}\n"
+            "and.b32 c, c, 0x000F000F; shr.u32 s, c, 12; or.b32 c, c, s; and.b32 c, c, 0xFF;\n"
+            f"mad.lo.u32 {acc}, c, {1 << 8 * (j % 4)}, {acc};")
+
+
+def encode16_ptx():
+    """The PTX body of ``encode16`` (operands ``$1``..``$8``, result ``$0``)."""
+    body = "\n".join(_codes(f"a{j}", j, "lo" if j < 4 else "hi") for j in range(8))
     return f"""
-.reg .b32 a<8>, m, x0, x1, p, y, b, o, lo, hi, s<4>;
-.reg .b16 h0, h1;
-.reg .pred q;
+.reg .b32 a<8>, t<8>, m, c, s, lo, hi, s<4>;
 mov.b64 {{a0, a1}}, $1;
 mov.b64 {{a2, a3}}, $2;
 mov.b64 {{a4, a5}}, $3;
 mov.b64 {{a6, a7}}, $4;
-cvt.u32.u64 o, $5;
+mov.b64 {{t0, t1}}, $5;
+mov.b64 {{t2, t3}}, $6;
+mov.b64 {{t4, t5}}, $7;
+mov.b64 {{t6, t7}}, $8;
 mov.b32 lo, 0;
 mov.b32 hi, 0;
 {body}
@@ -113,7 +105,7 @@ else:
     _I64 = ir.IntType(64)
 
     def _asm(body, inputs):
-        """An intrinsic running PTX ``body`` on ``inputs`` (3 or 5) int64 operands (``$1``...), giving an int64."""
+        """An intrinsic running PTX ``body`` on ``inputs`` (3 or 8) int64 operands (``$1``...), giving an int64."""
         def codegen(context, builder, sig, values):
             asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64] * inputs), "{\n" + body + "\n}", "=l" + ",l" * inputs)
             return builder.call(asm, [context.cast(builder, v, t, types.int64) for v, t in zip(values, sig.args)])
@@ -122,20 +114,53 @@ else:
             return types.int64(*args), codegen
 
         by_arity = {3: lambda typingctx, a, b, c: typed(a, b, c),
-                    5: lambda typingctx, a, b, c, d, e: typed(a, b, c, d, e)}
+                    8: lambda typingctx, a, b, c, d, e, f, g, h: typed(a, b, c, d, e, f, g, h)}
         return intrinsic(by_arity[inputs])
 
-    def make_encode16(dtype):
-        return _asm(encode16_ptx(dtype), 5)
+    def make_encode16():
+        return _asm(encode16_ptx(), 8)
 
     def make_decode4(dtype):
         return _asm(decode4_ptx(dtype), 3)
 
 
 @functools.lru_cache(maxsize=None)
-def encoder(dtype):
-    """``encode16`` for elements of ``dtype`` (``"bfloat16"``/``"float16"``; see the module docstring)."""
-    return make_encode16(plain_dtype(dtype))
+def encoder():
+    """``encode16`` (see the module docstring; the thresholds hold the plain dtype)."""
+    return make_encode16()
+
+
+THRESHOLDS = 8  # 32-bit words a row: seven thresholds, each in both halves, and a pad
+NEVER = 0x7C00  # float16 +inf's bits: no finite magnitude reaches it
+
+
+@functools.lru_cache(maxsize=64)
+def threshold_table(k_unscale_bits, v_unscale_bits, dtype):
+    """``uint32 [2, 128, THRESHOLDS]``: for K then V (``unscale``: the float32 bits of ``rcp(1 / global_scale)``)
+    and each e4m3 scale code, the seven magnitude bits (``x & 0x7FFF``) at which ``e2m1(|x| * out)`` first reaches
+    codes 1..7, ``out`` the kernel's for that code (``rcp(e4m3(code) * unscale)``, 0 for a zero scale), the
+    reference's arithmetic throughout; ``NEVER`` where no magnitude below 0x7C00 does (the packed path takes only
+    those: bfloat16 magnitudes from there on go element by element). Codes whose ``out`` is not finite (and NaN's,
+    0x7F) have rows of ``NEVER``: their groups go element by element."""
+    import ml_dtypes
+    import numpy as np
+
+    from ..quant.nvfp4 import _e2m1, _rcp
+    from ..quant.fp8 import PLAIN_DTYPES
+
+    magnitudes = np.arange(NEVER, dtype=np.uint16)
+    x = magnitudes.view(PLAIN_DTYPES[plain_dtype(dtype)]).astype(np.float32)
+    sf = np.arange(128, dtype=np.uint8).view(ml_dtypes.float8_e4m3fn).astype(np.float32)
+    table = np.full((2, 128, THRESHOLDS), NEVER * 0x10001, np.uint32)
+    for kind, unscale in enumerate((k_unscale_bits, v_unscale_bits)):
+        with np.errstate(all="ignore"):
+            out = np.where(sf != 0, _rcp(sf * np.uint32(unscale).view(np.float32)), np.float32(0)).astype(np.float32)
+            for code in np.nonzero(np.isfinite(out))[0]:
+                codes = _e2m1((x * out[code]).astype(np.float32))  # non-decreasing in the magnitude bits
+                first = np.searchsorted(codes, np.arange(1, 8), side="left").astype(np.uint32)
+                table[kind, code, :7] = first * 0x10001
+    table.setflags(write=False)
+    return table
 
 
 @functools.lru_cache(maxsize=None)

@@ -20,6 +20,7 @@ from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import nvfp4 as kernels
 from ..kernels import nvfp4_load
+from ..kernels.nvfp4_packed import threshold_table
 from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
 from .copy_plan import copy_window, view_side
@@ -34,14 +35,21 @@ def is_nvfp4(view):
     return getattr(getattr(type(view), "codec", None), "family", None) == "nvfp4"
 
 
-def _nvfp4_side(place, name, view, destination):
-    """``(table, keep)``: a device table of the layers' addresses (every layer: the kernel adds the layer)."""
-    infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
-    table = device_table(np.array([i.ptr for i in infos], dtype=np.uint64), infos)
-    guide = Placement()
-    info = resolve_array(guide, f"{name} (its layer table)", table, False, 8)
-    place.guides.append((f"{name} (its layer table)", info.ptr, info.ptr + info.nbytes))
+def _read_table(place, label, words, infos):
+    """``(address, keep)``: uint64 ``words`` as a device table beside the arrays ``infos`` describe, which the
+    destinations must stay clear of (``place.guides``)."""
+    table = device_table(words, infos)
+    info = resolve_array(Placement(), label, table, False, 16)
+    place.guides.append((label, info.ptr, info.ptr + info.nbytes))
     return info.ptr, table
+
+
+def _nvfp4_side(place, name, view, destination):
+    """``(table, keep, infos)``: a device table of the layers' addresses (every layer: the kernel adds the layer),
+    and the layers' ``ArrayInfo``."""
+    infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
+    ptr, table = _read_table(place, f"{name} (its layer table)", np.array([i.ptr for i in infos], np.uint64), infos)
+    return ptr, table, infos
 
 
 def _pipelined(device):
@@ -85,14 +93,24 @@ class Nvfp4Plan(Fp8Plan):
                 check_user_layout(plain, heads)
         self.first_layer, self.window = copy_window(src, dst, layers)
         place = Placement()
-        plain_side, tables, keep = None, {}, []
+        plain_side, tables, keep, nv_infos = None, {}, [], []
         for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
             if is_nvfp4(view):
-                tables[name], table = _nvfp4_side(place, name, view, destination)
+                tables[name], table, nv_infos = _nvfp4_side(place, name, view, destination)
                 keep.append(table)
             else:
                 plain_side = view_side(place, name, view, destination, self.first_layer, self.window, strict=False,
                                        align=8, one_layer=False)
+        if mode == "quantise":  # vLLM's SFScaleVal = 1 / k_scale, and rcp of it
+            inverse = [np.float32(1) / s for s in (nv.k_scale, nv.v_scale)]
+            scales = [f32_bits_of(s) for s in inverse]
+            unscales = [f32_bits_of(_rcp(s)) for s in inverse]
+            rows = threshold_table(unscales[0], unscales[1], dtype).view(np.uint64).reshape(-1).copy()
+            thresholds, table = _read_table(place, "dst_view (its e2m1 thresholds)", rows, nv_infos)
+            keep.append(table)
+        else:
+            scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
+            thresholds = 0
         self.tables_kept = keep  # the device tables the kernel reads, alive with the plan
         self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
         check_disjoint(self.destinations, place.guides)
@@ -100,12 +118,6 @@ class Nvfp4Plan(Fp8Plan):
         self.tokens = (src.geometry.tokens, dst.geometry.tokens)
         self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
         self.fmt, self.dtype = "nvfp4", dtype
-        if mode == "quantise":  # vLLM's SFScaleVal = 1 / k_scale, and rcp of it
-            inverse = [np.float32(1) / s for s in (nv.k_scale, nv.v_scale)]
-            scales = [f32_bits_of(s) for s in inverse]
-            unscales = [f32_bits_of(_rcp(s)) for s in inverse]
-        else:
-            scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
         p = plain_side
         self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
@@ -116,7 +128,7 @@ class Nvfp4Plan(Fp8Plan):
             src_table=tables.get("src_view", 0), src_page_bytes=src.page_bytes if src_q else 0,
             src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
-            k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
+            k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1], thresholds=thresholds)
         shared = 0
         if p is not None and mode == "dequantise" and _pipelined(self.device):
             dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)

@@ -33,6 +33,15 @@ def prmt(a, b, c):
     return out
 
 
+def halves(word):
+    return np.array([word & 0xFFFF, word >> 16], np.uint16).view(np.float16)
+
+
+def from_halves(pair):
+    low, high = (int(v) for v in np.asarray(pair, np.float16).view(np.uint16))
+    return high << 16 | low
+
+
 def half(x, dtype):
     """``cvt.rn`` of a float32 into a bfloat16/float16's bits."""
     with np.errstate(all="ignore"):
@@ -47,6 +56,8 @@ OPS = {
     "add.rn.f32": lambda a, b: bits(f32(a) + f32(b)), "setp.lt.u32": lambda a, b: int(a < b),
     "cvt.rn.bf16x2.f32": lambda a, b: half(f32(a), ml_dtypes.bfloat16) << 16 | half(f32(b), ml_dtypes.bfloat16),
     "cvt.rn.f16x2.f32": lambda a, b: half(f32(a), np.float16) << 16 | half(f32(b), np.float16),
+    "set.ge.f16x2.f16x2": lambda a, b: from_halves((halves(a) >= halves(b)).astype(np.float16)),
+    "add.rn.f16x2": lambda a, b: from_halves(halves(a) + halves(b)),
 }
 
 
@@ -114,16 +125,39 @@ def as_int64(word):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_encode16_ptx_and_twin_are_the_reference(dtype):
+    """The codes by the threshold table's row for the group's scale code (the table from the kernel's ``out``
+    for each code and the reference's e2m1): on random groups, ties, signed zeros and several global scales."""
     rng = np.random.default_rng(1)
-    body, twin = packed.encode16_ptx(dtype), make_encode16(dtype)
-    for x in groups(rng, dtype, 150):
-        for global_scale in (1.0, 0.37, 8.0):
+    body, twin = packed.encode16_ptx(), make_encode16()
+    for global_scale in (1.0, 0.37, 8.0):
+        unscale = bits(q._rcp(np.float32(1) / np.float32(global_scale)))
+        table = packed.threshold_table(unscale, unscale, dtype)
+        for x in groups(rng, dtype, 120):
             data, scales = q.quantise(x, global_scale, dtype)
-            out = kernel_out(scales[0], global_scale)
+            if (x & 0x7FFF).max() >= packed.NEVER or not np.isfinite(f32(kernel_out(scales[0], global_scale))):
+                continue  # the exact path's
+            row = [as_int64(int(w)) for w in table[1, scales[0]].view(np.uint64)]
             words = [as_int64(int(w)) for w in x.view(np.uint64)]
             want = int(data.view(np.uint64)[0])
-            assert run_ptx(body, *words, out) == want, (x, global_scale)
-            assert twin(*words, out) & 0xFFFFFFFFFFFFFFFF == want
+            assert run_ptx(body, *words, *row) == want, (x, global_scale)
+            assert twin(*words, *row) & 0xFFFFFFFFFFFFFFFF == want
+
+
+def test_the_threshold_table_is_the_rounding_of_every_magnitude():
+    """Each row's thresholds split the magnitudes exactly where the kernel's product, rounded by the reference's
+    e2m1, changes code (every magnitude, a few scale codes); rows of NaN's code never match."""
+    unscale = bits(q._rcp(np.float32(1) / np.float32(0.37)))
+    table = packed.threshold_table(unscale, unscale, "bfloat16")
+    m = np.arange(packed.NEVER, dtype=np.uint16)
+    x = m.view(ml_dtypes.bfloat16).astype(np.float32)
+    for code in (0, 1, 7, 8, 0x40, 0x7E):
+        out = f32(kernel_out(code, 0.37))
+        with np.errstate(over="ignore"):  # huge magnitudes times out: infinity, code 7
+            want = q._e2m1((x * out).astype(np.float32))
+        got = (m[:, None] >= (table[0, code, :7] & 0xFFFF)[None, :]).sum(axis=1)
+        np.testing.assert_array_equal(got, want)
+        assert (table[0, code, :7] >> 16 == table[0, code, :7] & 0xFFFF).all()  # both halves
+    assert (table[:, 0x7F] == packed.NEVER * 0x10001).all()
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

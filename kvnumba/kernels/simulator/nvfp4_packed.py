@@ -1,6 +1,6 @@
-"""The simulator's twins of ``kernels.nvfp4_packed``'s PTX: the same steps on Python ints (32-bit words) and NumPy
-float32 scalars (products and sums rounded to nearest even, as ``mul.rn``/``add.rn``), so that the simulated
-kernel runs the GPU's arithmetic, not the reference's."""
+"""The simulator's twins of ``kernels.nvfp4_packed``'s PTX: the same steps on Python ints and NumPy float32 scalars
+(products rounded to nearest even, as ``mul.rn``): codes counted against a row of thresholds, elements from two
+products and ``cvt.rn``, so that the simulated kernel runs the GPU's arithmetic, not the reference's."""
 import ml_dtypes
 import numpy as np
 
@@ -18,27 +18,12 @@ def _bits(x):
     return int(np.float32(x).view(np.uint32))
 
 
-def _widen(element, dtype):
-    """float32 bits of a 16-bit element (``cvt.f32.f16`` for float16, a shift for bfloat16)."""
-    if dtype == "bfloat16":
-        return element << 16
-    return _bits(np.uint16(element).view(np.float16).astype(np.float32))
-
-
-def encode_element(x_bits, out_bits):
-    """The e2m1 magnitude code of float32 ``x_bits`` (>= 0) times ``out_bits``: the PTX's steps."""
-    with np.errstate(all="ignore"):
-        p = min(_bits(_f32(x_bits) * _f32(out_bits)), 0x40C00000)
-        small = (_bits(_f32(p) + np.float32(4194304.0)) - 0x4A800000) & _M32
-    big = ((((p >> 22) & 1) + p + 0xC11FFFFF) & _M32) >> 22
-    return small if p < 0x40000000 else big
-
-
-def make_encode16(dtype):
-    def encode16(w0, w1, w2, w3, out_bits):
+def make_encode16():
+    def encode16(w0, w1, w2, w3, t01, t23, t45, t67):
+        rows = [int(t) & 0xFFFF for t in (t01, t01 >> 32, t23, t23 >> 32, t45, t45 >> 32, t67)]
         codes = 0
         for e, word in enumerate(int(w) >> s & 0xFFFF for w in (w0, w1, w2, w3) for s in (0, 16, 32, 48)):
-            codes |= (encode_element(_widen(word & 0x7FFF, dtype), int(out_bits) & _M32) | (word >> 12 & 8)) << 4 * e
+            codes |= (sum((word & 0x7FFF) >= t for t in rows) | (word >> 12 & 8)) << 4 * e
         return codes - (1 << 64) if codes >> 63 else codes  # the int64 the GPU's register holds
 
     return encode16
