@@ -31,7 +31,7 @@ from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64, load_i128
-from .nvfp4_packed import NEVER, THRESHOLDS, decoder, encoder
+from .nvfp4_packed import NEVER, THRESHOLDS, decoder, encoder, unit_decoder
 from .params import check_parameters, signature
 from .ptx import ptx_of
 
@@ -221,7 +221,7 @@ def group_ops(dtype):
     name = plain_dtype(dtype)
     plain_bits = plain_bits_of(name)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
-    encode16, decode4 = encoder(), decoder(name)
+    encode16, decode4, decode4_unit = encoder(), decoder(name), unit_decoder(name)
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
 
@@ -278,8 +278,12 @@ def group_ops(dtype):
             if (code & 0x7F) != 0x7F:  # packed: the magnitude times |sf|, the sign the code's flipped by sf's
                 c = codes ^ (SIGN_NIBBLES & -(sfv >> 31))
                 a = sfv & 0x7FFFFFFF
-                store_pair(plain, decode4(c, a, scale_bits), decode4(c >> 16, a, scale_bits))
-                store_pair(plain + 16, decode4(c >> 32, a, scale_bits), decode4(c >> 48, a, scale_bits))
+                if scale_bits == ONE_BITS:  # a global scale of 1: exact packed products
+                    store_pair(plain, decode4_unit(c, a), decode4_unit(c >> 16, a))
+                    store_pair(plain + 16, decode4_unit(c >> 32, a), decode4_unit(c >> 48, a))
+                else:
+                    store_pair(plain, decode4(c, a, scale_bits), decode4(c >> 16, a, scale_bits))
+                    store_pair(plain + 16, decode4(c >> 32, a, scale_bits), decode4(c >> 48, a, scale_bits))
             else:
                 for j in range(4):
                     word = 0

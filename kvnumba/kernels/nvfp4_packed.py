@@ -25,7 +25,8 @@ import functools
 from ..driver.target import SIMULATOR
 from ..quant.fp8 import plain_dtype
 
-__all__ = ["NEVER", "THRESHOLDS", "decode4_ptx", "decoder", "encode16_ptx", "encoder", "threshold_table"]
+__all__ = ["NEVER", "THRESHOLDS", "decode4_ptx", "decode4_unit_ptx", "decoder", "encode16_ptx", "encoder",
+           "threshold_table", "unit_decoder"]
 
 
 def _signs(words, acc):
@@ -95,8 +96,40 @@ mul.lo.u32 t, cs, 0x10010; and.b32 t, t, 0x80008000; xor.b32 hi, hi, t;
 mov.b64 $0, {{lo, hi}};"""
 
 
+def decode4_unit_ptx(dtype):
+    """The PTX body of ``decode4_unit`` into ``dtype`` (operands ``$1``, ``$2``, result ``$0``): with a global scale
+    of 1, ``e2m1(c) * |sf|`` is the element exactly (at most six significant bits, within range), so two packed
+    products (``fma.rn.*x2`` adding -0, which keeps a product's zero) make the four elements, from e2m1's values in
+    the plain type looked up by ``prmt`` (float16's low bytes are all zero: one table)."""
+    if dtype == "bfloat16":
+        pair, scale = "bf16x2", "shr.u32 s, s, 16;"
+        values = ("mov.b32 th0, 0x3F3F3F00; mov.b32 th1, 0x40404040; mov.b32 tl0, 0xC0800000; "
+                  "mov.b32 tl1, 0xC0804000;\nprmt.b32 hb, th0, th1, i; prmt.b32 lb, tl0, tl1, i;\n"
+                  "prmt.b32 lo, lb, hb, 0x5140; prmt.b32 hi, lb, hb, 0x7362;")
+    else:
+        pair, scale = "f16x2", "mov.b32 f, s; cvt.rn.f16.f32 h, f; mov.b32 s, {h, h};"
+        values = ("mov.b32 th0, 0x3E3C3800; mov.b32 th1, 0x46444240;\nprmt.b32 hb, th0, th1, i;\n"
+                  "prmt.b32 lo, hb, hb, 0x1808; prmt.b32 hi, hb, hb, 0x3828;")
+    return f"""
+.reg .b32 c, i, th0, th1, tl0, tl1, hb, lb, s, f, z, lo, hi, cs, t;
+.reg .b16 h;
+cvt.u32.u64 c, $1;
+cvt.u32.u64 s, $2;
+mov.b32 z, 0x80008000;
+{scale}
+prmt.b32 s, s, s, 0x1010;
+and.b32 i, c, 0x7777;
+{values}
+fma.rn.{pair} lo, lo, s, z;
+fma.rn.{pair} hi, hi, s, z;
+and.b32 cs, c, 0x8888;
+mul.lo.u32 t, cs, 0x1001000; and.b32 t, t, 0x80008000; xor.b32 lo, lo, t;
+mul.lo.u32 t, cs, 0x10010; and.b32 t, t, 0x80008000; xor.b32 hi, hi, t;
+mov.b64 $0, {{lo, hi}};"""
+
+
 if SIMULATOR:
-    from .simulator.nvfp4_packed import make_decode4, make_encode16
+    from .simulator.nvfp4_packed import make_decode4, make_decode4_unit, make_encode16
 else:
     from llvmlite import ir
     from numba import types
@@ -113,7 +146,8 @@ else:
         def typed(*args):
             return types.int64(*args), codegen
 
-        by_arity = {3: lambda typingctx, a, b, c: typed(a, b, c),
+        by_arity = {2: lambda typingctx, a, b: typed(a, b),
+                    3: lambda typingctx, a, b, c: typed(a, b, c),
                     8: lambda typingctx, a, b, c, d, e, f, g, h: typed(a, b, c, d, e, f, g, h)}
         return intrinsic(by_arity[inputs])
 
@@ -122,6 +156,9 @@ else:
 
     def make_decode4(dtype):
         return _asm(decode4_ptx(dtype), 3)
+
+    def make_decode4_unit(dtype):
+        return _asm(decode4_unit_ptx(dtype), 2)
 
 
 @functools.lru_cache(maxsize=None)
@@ -167,3 +204,10 @@ def threshold_table(k_unscale_bits, v_unscale_bits, dtype):
 def decoder(dtype):
     """``decode4`` into ``dtype`` (see the module docstring)."""
     return make_decode4(plain_dtype(dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def unit_decoder(dtype):
+    """``decode4_unit(codes, sf_bits)``: ``decode4`` with a global scale of 1, by packed products
+    (``decode4_unit_ptx``)."""
+    return make_decode4_unit(plain_dtype(dtype))

@@ -254,3 +254,17 @@ def test_a_load_walks_items_layers_and_rounds(fp8_kernel):
     qr.copy(src_np, dst_np, si, di)
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, fp8_kernel", [("bfloat16", None), ("float16", "general")])
+def test_dequantising_with_a_global_scale_of_one(dtype, fp8_kernel):
+    """K's global scale 1 (the packed products' path), V's 2 (the float32 one), in one copy; both load kernels."""
+    rng = np.random.default_rng(12)
+    src_np, src = make_nvfp4(layout="NHD", rng=rng, scales=(1.0, 2.0), dtype=dtype)
+    dst_np, dst = make_view("PageFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = rng.choice(T, 4, replace=False).astype(np.int64), rng.choice(T, 4, replace=False).astype(np.int64)
+    with config.override(fp8_kernel=fp8_kernel):
+        kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=2)
+    qr.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kvnumba.kernels import nvfp4_packed as packed
-from kvnumba.kernels.simulator.nvfp4_packed import make_decode4, make_encode16
+from kvnumba.kernels.simulator.nvfp4_packed import make_decode4, make_decode4_unit, make_encode16
 from kvnumba.quant import nvfp4 as q
 
 M32 = 0xFFFFFFFF
@@ -42,6 +42,20 @@ def from_halves(pair):
     return high << 16 | low
 
 
+def packed_fma(dtype):
+    """``fma.rn`` of two-element words: exact products and sums (the tests' are), rounded once into ``dtype``."""
+    def fma(a, b, c):
+        view = (lambda w: np.array([w & 0xFFFF, w >> 16], np.uint16).view(dtype).astype(np.float64))
+        return from_plain(view(a) * view(b) + view(c), dtype)
+
+    return fma
+
+
+def from_plain(values, dtype):
+    low, high = (int(v) for v in np.asarray(values, np.float64).astype(np.float32).astype(dtype).view(np.uint16))
+    return high << 16 | low
+
+
 def half(x, dtype):
     """``cvt.rn`` of a float32 into a bfloat16/float16's bits."""
     with np.errstate(all="ignore"):
@@ -59,6 +73,7 @@ OPS = {
     "set.ge.f16x2.f16x2": lambda a, b: from_halves((halves(a) >= halves(b)).astype(np.float16)),
     "add.rn.f16x2": lambda a, b: from_halves(halves(a) + halves(b)),
 }
+FMA = {"fma.rn.bf16x2": packed_fma(ml_dtypes.bfloat16), "fma.rn.f16x2": packed_fma(np.float16)}
 
 
 def run_ptx(body, *operands):
@@ -82,11 +97,15 @@ def run_ptx(body, *operands):
             lo, hi = (r.strip() for r in args[0][1:-1].split(","))
             width = 32 if op == "mov.b64" else 16
             reg[lo], reg[hi] = value(args[1]) & ((1 << width) - 1), value(args[1]) >> width
-        elif op == "mov.b64" and args[1].startswith("{"):  # pack
+        elif op in ("mov.b64", "mov.b32") and args[1].startswith("{"):  # pack
             lo, hi = (r.strip() for r in args[1][1:-1].split(","))
-            reg[args[0]] = reg[hi] << 32 | reg[lo]
+            reg[args[0]] = reg[hi] << (32 if op == "mov.b64" else 16) | reg[lo]
         elif op in ("mov.b32", "cvt.u32.u64"):
             reg[args[0]] = value(args[1]) & M32
+        elif op == "cvt.rn.f16.f32":
+            reg[args[0]] = half(f32(reg[args[1]]), np.float16)
+        elif op in FMA:
+            reg[args[0]] = FMA[op](value(args[1]), value(args[2]), value(args[3]))
         elif op == "cvt.f32.f16":
             reg[args[0]] = bits(np.uint16(reg[args[1]]).view(np.float16).astype(np.float32))
         elif op == "selp.b32":
@@ -192,3 +211,19 @@ def test_a_groups_scale_code_is_the_references():
     values += [int(v) for v in rng.integers(0, 0x7F800000, 3000)]
     want = q._e4m3(np.array(values, np.uint32).view(np.float32))
     assert [e4m3_code(v) for v in values] == [int(w) for w in want]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_decode4_unit_ptx_and_twin_are_the_reference(dtype):
+    """With a global scale of 1 the packed products are the reference's elements: every scale code but NaN's,
+    random codes, both signs of scale."""
+    rng = np.random.default_rng(4)
+    body, twin = packed.decode4_unit_ptx(dtype), make_decode4_unit(dtype)
+    for code in [c for c in range(256) if c & 0x7F != 0x7F]:
+        data, scale = rng.integers(0, 256, 8, dtype=np.uint8), np.array([code], np.uint8)
+        want = q.dequantise(data, scale, 1.0, dtype).view(np.uint16).view(np.uint64)
+        sf = bits(scale.view(ml_dtypes.float8_e4m3fn).astype(np.float32)[0])
+        codes = int(data.view(np.uint64)[0]) ^ (0x8888888888888888 if sf >> 31 else 0)
+        for j in range(4):
+            assert run_ptx(body, as_int64(codes >> 16 * j), sf & 0x7FFFFFFF) == int(want[j]), (code, j)
+            assert twin(codes >> 16 * j, sf & 0x7FFFFFFF) & 0xFFFFFFFFFFFFFFFF == int(want[j])

@@ -4,7 +4,7 @@ products and ``cvt.rn``, so that the simulated kernel runs the GPU's arithmetic,
 import ml_dtypes
 import numpy as np
 
-__all__ = ["make_decode4", "make_encode16"]
+__all__ = ["make_decode4", "make_decode4_unit", "make_encode16"]
 
 _M32 = 0xFFFFFFFF
 E2M1_BITS = (0, 0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000, 0x40800000, 0x40C00000)
@@ -43,3 +43,13 @@ def make_decode4(dtype):
         return out - (1 << 64) if out >> 63 else out
 
     return decode4
+
+
+def make_decode4_unit(dtype):
+    decode4 = make_decode4(dtype)
+    one = _bits(np.float32(1))
+
+    def decode4_unit(codes, sf_bits):  # the products are exact: decode4's with a global scale of 1
+        return decode4(codes, sf_bits, one)
+
+    return decode4_unit
