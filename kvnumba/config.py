@@ -12,7 +12,8 @@ with ``override`` only and read with ``tuning(name)``; None means kvnumba's own 
 - ``map_store``: the ``plan.tensor_maps.MapStore`` new tensor maps are written to;
 - ``host_index_checks``: False skips the host's bounds check of host-readable indices, so that they meet
   the kernel's guard (tests of the guard on the simulator);
-- ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel where both could run;
+- ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel where both could run
+  (NVFP4 loads likewise: the register kernel, or the pipelined one);
 - ``scale_boxes``: False has the staged FP8 load copy its scales through the loader warp, not the bulk unit.
 """
 import contextlib

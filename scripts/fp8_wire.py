@@ -19,6 +19,8 @@ Rows (every ``case`` starts with ``fp8``):
 - ``load``: one per-layer load, host (page-first) -> GPU (layer-first), layer 3 (``kv.copy(..., layers=3)``), at
   ``block_quota`` 4 and 2: ``kv.copy`` out of the FP8 view (dequantising), ``kv.copy`` between bf16 views,
   ``transfer_kv_per_layer_pf_lf`` (kvnumba's, and the seed's);
+- NVFP4 alone, ``backup`` and ``load`` as above at ``block_quota`` 8, 16 and 32 (``NVFP4_QUOTAS``): its kernels
+  convert more per byte than FP8's, so the quota at which they fill the link is a row of its own;
 - ``under compute``: at ``block_quota=2``, 4 backups in a row and 32 per-layer loads (every layer), each way of
   the rows above, idle and while a compute stream runs: ``scripts/overlap.py``'s prefill GEMMs and decode layers,
   measured as its rows are (``overlap.measure``: ``*_x`` is what the compute pays).
@@ -61,6 +63,7 @@ FP8_ITEM = HEADS * HEAD_DIM + 4 * HEADS  # codes and scales of the same
 NVFP4_ITEM = HEADS * nvfp4.full_dim(HEAD_DIM)  # NVFP4 codes and scales of the same
 BACKUP_OP, LOAD_OP = "transfer_kv_all_layer_lf_pf", "transfer_kv_per_layer_pf_lf"
 LOAD_QUOTAS = (4, 2)
+NVFP4_QUOTAS = (8, 16, 32)  # NVFP4 rows alone: the quotas at which its kernels can fill the link
 BACKUPS_UNDER_COMPUTE = 4  # backups in a row under compute (32 GEMMs take about as long as 4 FP8 backups)
 SAMPLE = 64  # tokens checked against the reference per FP8 call
 POISON_CODE = 0xAB
@@ -71,7 +74,9 @@ TARGETS = [("link bytes per bf16 byte", "fp8 backup e4m3 kv.copy bq=2", "link_pe
            ("per-layer load bq=4, GB/s of bf16", "fp8 load e4m3 kv.copy bq=4", "bf16_gbps", ">=", 90.0),
            ("per-layer load bq=2, GB/s of bf16", "fp8 load e4m3 kv.copy bq=2", "bf16_gbps", ">=", 80.0),
            ("NVFP4 backup, GB/s of bf16", "fp8 backup nvfp4 kv.copy bq=2", "bf16_gbps", ">=", 150.0),
-           ("NVFP4 load bq=4, GB/s of bf16", "fp8 load nvfp4 kv.copy bq=4", "bf16_gbps", ">=", 150.0)]
+           ("NVFP4 load bq=4, GB/s of bf16", "fp8 load nvfp4 kv.copy bq=4", "bf16_gbps", ">=", 150.0),
+           ("NVFP4 backup bq=16, GB/s of bf16", "fp8 backup nvfp4 kv.copy bq=16", "bf16_gbps", ">=", 150.0),
+           ("NVFP4 load bq=16, GB/s of bf16", "fp8 load nvfp4 kv.copy bq=16", "bf16_gbps", ">=", 150.0)]
 
 
 @dataclasses.dataclass
@@ -278,11 +283,12 @@ def run(bench, quick=False, words=()):
         return not words or any(w in case for w in words)
 
     layer = min(3, s.layers - 1)
-    groups = [("backup", 2)] + [("load", bq) for bq in LOAD_QUOTAS]
+    groups = ([("backup", 2)] + [("load", bq) for bq in LOAD_QUOTAS]
+              + [(what, bq) for bq in NVFP4_QUOTAS for what in ("backup", "load")])
     for what, bq in groups:
         for (fmt, api, impl), call in _calls(bench, c, what, bq).items():
             case = _case(what, fmt, api, impl, bq)
-            if not wanted(case):
+            if not wanted(case) or (bq in NVFP4_QUOTAS and fmt != "nvfp4"):
                 continue
             record = _record(bench, case, what, fmt, api, impl, bq)
             if fmt != "bf16":
@@ -389,7 +395,9 @@ def summary(records):
     lines += ["", "GB/s of bf16 bytes (link GB/s)",
               f"  {'':24} {'e4m3 kv.copy':>15} {'nvfp4 kv.copy':>15} {'bf16 kv.copy':>15} {'bf16 entry point':>16} "
               f"{'bf16 seed':>15}"]
-    rows = ([(f"{what} bq={bq}", what, bq, False, "") for what, bq in [("backup", 2)] + [("load", q) for q in LOAD_QUOTAS]]
+    quotas = ([("backup", 2)] + [("load", q) for q in LOAD_QUOTAS]
+              + [(w, q) for q in NVFP4_QUOTAS for w in ("backup", "load")])
+    rows = ([(f"{what} bq={bq}", what, bq, False, "") for what, bq in quotas]
             + [(f"{what} bq=2 {kind}", what, 2, True, kind) for what in ("backup", "load") for kind in ("prefill", "decode")])
     for label, what, bq, under, kind in rows:
         cells = []

@@ -133,6 +133,7 @@ FP8_ROWS += [f"fp8 load {fmt} {api} bq={bq}{seed}" for bq in (4, 2)
              for fmt, api, seed in (("e4m3", "kv.copy", ""), ("nvfp4", "kv.copy", ""), ("bf16", "kv.copy", ""),
                                     ("bf16", "transfer_kv_per_layer_pf_lf", ""),
                                     ("bf16", "transfer_kv_per_layer_pf_lf", " [seed]"))]
+FP8_ROWS += [f"fp8 {what} nvfp4 kv.copy bq={bq}" for bq in (8, 16, 32) for what in ("backup", "load")]  # NVFP4 alone
 FP8_ROWS += [f"fp8 under compute {row.removeprefix('fp8 ')}" for row in FP8_ROWS if "bq=2" in row]
 
 
@@ -151,7 +152,8 @@ def test_quick_fp8_runs_every_row(tmp_path, capsys):
     assert meta["kvnumba_from"] == os.path.realpath(os.path.join(HERE, "..", "kvnumba"))  # the checkout's package
     assert [r["case"] for r in records] == FP8_ROWS
     assert [t[1] for t in meta["targets"]] == FP8_ROWS[:1] * 2 + ["fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2",
-                                                               "fp8 backup nvfp4 kv.copy bq=2", "fp8 load nvfp4 kv.copy bq=4"]
+                                                               "fp8 backup nvfp4 kv.copy bq=2", "fp8 load nvfp4 kv.copy bq=4",
+                                                               "fp8 backup nvfp4 kv.copy bq=16", "fp8 load nvfp4 kv.copy bq=16"]
     tokens, layers = meta["shape"]["tokens"], meta["shape"]["layers"]
     for r in records:
         fp8 = r["format"] == "e4m3"
@@ -165,9 +167,10 @@ def test_quick_fp8_runs_every_row(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert all(case in printed for case in FP8_ROWS)
     targets = printed[printed.index("FP8 on the wire: targets"):].splitlines()
-    assert [line.split()[-1] for line in targets[1:7]] == ["PASS", "MISS", "MISS", "MISS", "MISS", "MISS"]  # simulator
-    assert targets[8] == "GB/s of bf16 bytes (link GB/s)" and len(targets) == 8 + 2 + 7
-    assert all(line.count("(") == 5 for line in targets[10:13])  # idle: the five ways of a transfer, each measured
+    assert [line.split()[-1] for line in targets[1:9]] == ["PASS"] + ["MISS"] * 7  # simulator
+    assert targets[10] == "GB/s of bf16 bytes (link GB/s)" and len(targets) == 10 + 2 + 3 + 6 + 4
+    assert all(line.count("(") == 5 for line in targets[12:15])  # idle: the five ways of a transfer, each measured
+    assert all(line.count("(") == 1 for line in targets[15:21])  # NVFP4's own quotas: its column alone
 
 
 @pytest.mark.parametrize("fmt", ["e4m3", "nvfp4"])

@@ -1,10 +1,16 @@
 """The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
-pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype).
+pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype, ``D/16``). Loads
+take ``kernels.nvfp4_load`` where it runs (its reads a round ahead, in shared memory); its conversion is this
+module's.
 
-The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation); the bit arithmetic is
-``kernels.fp8``'s (e4m3 and bfloat16/float16 rounding), e2m1's the reference's thresholds. A warp takes one
+The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
+in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes; e2m1 codes counted against a row of
+thresholds the plan made for the group's scale code) wherever it applies: every group of magnitudes below 0x7C00
+with a finite ``out`` when quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, huge
+bfloat16, a scale whose reciprocal overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
+reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
 token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
-issued before either is converted; a load from host memory takes two passes at once). A side of a token is ``H * D/16`` groups of
+issued before either is converted; a load takes two passes at once). A side of a token is ``H * D/16`` groups of
 16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
 scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
 one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
@@ -18,18 +24,25 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow, widen
-from .fp8_memory import f32_div, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
-from .fp8_packed import magnitudes, packed_dequantiser
+from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow
+from .fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64,
+                         store_pair)
+from .fp8_packed import magnitudes
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .memory import load_i64
+from .memory import load_i64, load_i128
+from .nvfp4_packed import NEVER, THRESHOLDS, decoder, encoder, unit_decoder
 from .params import check_parameters, signature
 from .ptx import ptx_of
 
 MODES = ("quantise", "dequantise", "copy")
 NAN_F32 = 0x7FC00000
 RCP6_BITS = f32_bits_of(RCP6)
+TWO_120_BITS = f32_bits_of(2.0**120)
+TWO_112_BITS = f32_bits_of(2.0**112)
+TWO_14_BITS = f32_bits_of(2.0**14)
+V_ROWS = 128 * 4 * THRESHOLDS  # bytes of K's rows in the threshold table
+SIGN_NIBBLES = 0x8888888888888888 - (1 << 64)  # every code's sign bit, as an int64
 
 
 class Nvfp4Args(NamedTuple):
@@ -64,10 +77,15 @@ class Nvfp4Args(NamedTuple):
     v_scale: int
     k_unscale: int
     v_unscale: int
+    thresholds: int  # quantising: nvfp4_packed.threshold_table's rows on the device (K's, then V's)
 
 
 SIGNATURE = signature(Nvfp4Args)
 PER_CALL = Nvfp4Args._fields.index("first_layer")
+
+E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
+E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even
+
 
 @device_function
 def rcp(bits):
@@ -82,16 +100,18 @@ def rcp(bits):
 
 @device_function
 def e2m1_code(p):
-    """The e2m1 code of float32 bits ``p``, as the reference rounds (to nearest even, saturated; NaN -> 7): from
-    1 up, the mantissa's top bit rounded to nearest even on the bits (a carry moves into the exponent); below,
-    0.5 between 0.25 (excluded: its tie goes to 0) and 0.75 (excluded: its tie goes to 1)."""
+    """The e2m1 code of float32 bits ``p``: to nearest even by the thresholds of the reference (magnitudes compare
+    as their bits do), saturated; NaN (above every threshold) -> 7."""
     a = p & 0x7FFFFFFF
+    m = 0
+    for t in E2M1_UP:
+        if a > t:
+            m += 1
+    for t in E2M1_AT:
+        if a >= t:
+            m += 1
     if a > 0x7F800000:
         return 7
-    if a >= 0x3F800000:
-        m = min(((a - 0x3F800000 + 0x1FFFFF + ((a >> 22) & 1)) >> 22) + 2, 7)
-    else:
-        m = (1 if a > 0x3E800000 else 0) + (1 if a >= 0x3F400000 else 0)
     return ((p >> 28) & 8) | m
 
 
@@ -108,17 +128,10 @@ def e2m1_bits(c):
 
 
 @device_function
-def e4m3_of_e2m1(codes):
-    """The e4m3 codes (a byte each, in a 32-bit word) of the four e2m1 codes in the low 16 bits of ``codes``, the
-    first lowest: the same values (0.5 is e4m3 ``0x30``, magnitude ``m >= 2`` is ``0x30 + 4 m``), sign kept.
-    Whole-word arithmetic within 40 bits: no carry crosses a byte, nothing overflows."""
-    x = codes & 0xFFFF
-    x = (x | (x << 8)) & 0x00FF00FF
-    x = (x | (x << 4)) & 0x0F0F0F0F  # a code a byte
-    m = x & 0x07070707
-    two_up = ((m + 0x06060606) >> 3) & 0x01010101
-    one_up = ((m + 0x07070707) >> 3) & 0x01010101
-    return ((x & 0x08080808) << 4) | ((0x30303030 & ((one_up << 8) - one_up)) + ((m << 2) & ((two_up << 8) - two_up)))
+def side_base(table, layer, tok, page_bytes, block, kind):
+    """Where side ``kind`` (0: K, 1: V) of token ``tok``'s page of ``layer`` starts (``table``: the layers'
+    addresses)."""
+    return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
 
 
 def slot_of(hnd):
@@ -136,8 +149,13 @@ def slot_of(hnd):
 
 @device_function
 def fetch_plain(active, plain):
-    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane."""
+    """A group's 32 bytes of bfloat16/float16 (four 8-byte words), zeros for an idle lane: two 16-byte loads where
+    ``plain`` is 16-byte aligned (half the load instructions, whole sectors)."""
     if active:
+        if (plain & 15) == 0:
+            w0, w1 = load_i128(plain)
+            w2, w3 = load_i128(plain + 16)
+            return w0, w1, w2, w3
         return load_i64(plain), load_i64(plain + 8), load_i64(plain + 16), load_i64(plain + 24)
     return 0, 0, 0, 0
 
@@ -150,51 +168,103 @@ def fetch_codes(active, data, scale):
     return 0, 0
 
 
-def group_ops(dtype, packed):
+@device_function
+def e4m3_bits(code):
+    """float32 bits of e4m3fn ``code``, branch-free: its magnitude bits placed as a float32's top exponent and
+    mantissa bits are ``2**-120`` times its value, normal or subnormal alike (the product is exact: no flush to
+    zero); ``0x7F`` (NaN) gives the quiet NaN, with the code's sign."""
+    magnitude = code & 0x7F
+    bits = NAN_F32 if magnitude == 0x7F else f32_mul(magnitude << 20, TWO_120_BITS)
+    return ((code & 0x80) << 24) | bits
+
+
+@device_function
+def e4m3_code(sf):
+    """The e4m3fn code of float32 bits ``sf`` (>= 0, not NaN: a group's scale), to nearest even, saturated at 448,
+    branch-free: below 2**-6 (e4m3's subnormals and its first normal) ``sf + 2**14`` rounds in e4m3's steps of
+    2**-9 and its bits less those of 2**14 are the code; from there the bits rounded to three mantissa bits,
+    rebiased."""
+    small = f32_bits(f32_from_bits(sf) + f32_from_bits(TWO_14_BITS)) - TWO_14_BITS
+    big = min(((sf + 0x7FFFF + ((sf >> 20) & 1)) >> 20) - 960, 0x7E)
+    return small if sf < 0x3C800000 else big
+
+
+def plain_bits_of(name):
+    """``bits(b)``: float32 bits of bfloat16/float16 bits ``b``, branch-free (float16's finite ones as
+    ``e4m3_bits``: its magnitude bits placed in a float32's are ``2**-112`` times its value)."""
+    if name == "bfloat16":
+        @device_function
+        def bits(b):
+            return b << 16
+    else:
+        @device_function
+        def bits(b):
+            m = b & 0x7FFF
+            value = f32_mul(m << 13, TWO_112_BITS) if m < 0x7C00 else (0x7F800000 if m == 0x7C00 else NAN_F32)
+            return ((b & 0x8000) << 16) | value
+    return bits
+
+
+def group_ops(dtype):
     """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
 
-    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits)``: quantise the group's
-      words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, the four
-      lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or not;
-      ``packed``: the amax by FP8's packed maximum (``kernels.fp8_packed.magnitudes``) where no element is NaN;
+    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table)``: quantise the
+      group's words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``,
+      the four lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or
+      not; ``table``: the side's rows of ``nvfp4_packed.threshold_table``;
     - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
-      group's 32 bytes at ``plain``; ``packed``: with a finite scale, FP8's packed conversions (``kernels.fp8_packed``,
-      compute capability 9.0) of the codes' e4m3 twins, the format's definition (``kvnumba.quant.nvfp4``).
+      group's 32 bytes at ``plain``.
+
+    Both take ``kernels.nvfp4_packed``'s packed conversions where they apply (every finite group, every scale
+    but NaN's) and the exact element functions elsewhere.
     """
     name = plain_dtype(dtype)
-    widen_plain = widen(name)
-    to_e4m3, from_e4m3 = narrow("e4m3"), widen("e4m3")
+    plain_bits = plain_bits_of(name)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
+    encode16, decode4, decode4_unit = encoder(), decoder(name), unit_decoder(name)
     nan_out = CANONICAL_NAN[name]
     exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
-    dequantise4: Any = packed_dequantiser("e4m3", name) if packed else None
 
     @device_function
-    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits):
-        m = magnitudes(w0, w1, w2, w3) if packed else exponent_mask + 1  # max.u16x2: NaN counts
-        if m > exponent_mask:  # a NaN, or no packed max: the largest magnitude but NaN's (__hmax ignores it)
-            m = -1
-            for k in range(16):
-                w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-                a = (w >> (16 * (k & 3))) & 0x7FFF
-                if a <= exponent_mask:
-                    m = max(m, a)
-        vmax = NAN_F32 if m < 0 else widen_plain(m)
-        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
-        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else to_e4m3(sf)
-        sfv = from_e4m3(code)
-        out = 0
-        if sfv != 0:
-            out = rcp(f32_mul(sfv, unscale_bits))
+    def exact_max(w0, w1, w2, w3):
+        """The largest magnitude bits, NaN ignored (``__hmax``); -1 if every element is NaN."""
+        m = -1
+        for k in range(16):
+            w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
+            a = (w >> (16 * (k & 3))) & 0x7FFF
+            if a <= exponent_mask:
+                m = max(m, a)
+        return m
+
+    @device_function
+    def exact_codes(w0, w1, w2, w3, out):
         word = 0
         for k in range(16):
             w = w0 if k < 4 else w1 if k < 8 else w2 if k < 12 else w3
-            word |= e2m1_code(f32_mul(widen_plain((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
-        first = lane & ~3
-        scales = lane_value(lane, code, first)
-        scales |= lane_value(lane, code, first + 1) << 8
-        scales |= lane_value(lane, code, first + 2) << 16
-        scales |= lane_value(lane, code, first + 3) << 24
+            word |= e2m1_code(f32_mul(plain_bits((w >> (16 * (k & 3))) & 0xFFFF), out)) << (4 * k)
+        return word
+
+    @device_function
+    def encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table):
+        top = magnitudes(w0, w1, w2, w3)  # infinities and NaNs order above every finite magnitude
+        finite = top < exponent_mask
+        m = top if finite else exact_max(w0, w1, w2, w3)
+        vmax = NAN_F32 if m < 0 else plain_bits(m)  # m: no NaN
+        sf = f32_mul(scale_bits, f32_mul(vmax, RCP6_BITS))
+        code = 0x7F if (sf & 0x7FFFFFFF) > 0x7F800000 else e4m3_code(sf)
+        sfv = e4m3_bits(code)
+        out = 0
+        if sfv != 0:
+            out = rcp(f32_mul(sfv, unscale_bits))
+        if top < NEVER and (out & 0x7F800000) != 0x7F800000:  # the row's thresholds hold (packed_table)
+            row = table + code * (4 * THRESHOLDS)
+            t01, t23 = load_i128(row)
+            t45, t67 = load_i128(row + 16)
+            word = encode16(w0, w1, w2, w3, t01, t23, t45, t67)
+        else:
+            word = exact_codes(w0, w1, w2, w3, out)
+        pair = code | (lane_value(lane, code, lane ^ 1) << 8)  # two shuffles: lanes 4k gather 4k .. 4k + 3
+        scales = pair | (lane_value(lane, pair, lane ^ 2) << 16)
         if active:
             store_i64(data, word)
             if (g & 3) == 0:
@@ -203,43 +273,46 @@ def group_ops(dtype, packed):
     @device_function
     def decode(active, plain, codes, scales, g, scale_bits):
         if active:
-            s = f32_mul(from_e4m3((scales >> (8 * (g & 3))) & 0xFF), scale_bits)
-            if packed and (s & 0x7F800000) != 0x7F800000:
-                store_pair(plain, dequantise4(e4m3_of_e2m1(codes), s), dequantise4(e4m3_of_e2m1(codes >> 16), s))
-                store_pair(plain + 16, dequantise4(e4m3_of_e2m1(codes >> 32), s),
-                           dequantise4(e4m3_of_e2m1(codes >> 48), s))
-                return
-            for j in range(4):
-                word = 0
-                for e in range(4):
-                    c = (codes >> (4 * (4 * j + e))) & 0xF
-                    p = f32_mul(e2m1_bits(c), s)
-                    if (p & 0x7FFFFFFF) > 0x7F800000:
-                        v = ((c & 8) << 12) | nan_out
-                    else:
-                        v = to_plain(p) & 0xFFFF
-                    word |= v << (16 * e)
-                store_i64(plain + 8 * j, word)
+            code = (scales >> (8 * (g & 3))) & 0xFF
+            sfv = e4m3_bits(code)
+            if (code & 0x7F) != 0x7F:  # packed: the magnitude times |sf|, the sign the code's flipped by sf's
+                c = codes ^ (SIGN_NIBBLES & -(sfv >> 31))
+                a = sfv & 0x7FFFFFFF
+                if scale_bits == ONE_BITS:  # a global scale of 1: exact packed products
+                    store_pair(plain, decode4_unit(c, a), decode4_unit(c >> 16, a))
+                    store_pair(plain + 16, decode4_unit(c >> 32, a), decode4_unit(c >> 48, a))
+                else:
+                    store_pair(plain, decode4(c, a, scale_bits), decode4(c >> 16, a, scale_bits))
+                    store_pair(plain + 16, decode4(c >> 32, a, scale_bits), decode4(c >> 48, a, scale_bits))
+            else:
+                for j in range(4):
+                    word = 0
+                    for e in range(4):
+                        c = (codes >> (4 * (4 * j + e))) & 0xF
+                        p = f32_mul(f32_mul(e2m1_bits(c), sfv), scale_bits)
+                        if (p & 0x7FFFFFFF) > 0x7F800000:
+                            v = ((c & 8) << 12) | nan_out
+                        else:
+                            v = to_plain(p) & 0xFFFF
+                        word |= v << (16 * e)
+                    store_i64(plain + 8 * j, word)
 
     return encode, decode
 
 
-def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
+def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
     plain_src = mode == "quantise"  # the plain side is the source
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
     to: Any = plain_parts.token_offset if plain_parts is not None else None
     hs: Any = plain_parts.head_stride if plain_parts is not None else None
 
-    @device_function
-    def side_base(table, layer, tok, page_bytes, block, kind):
-        return load_i64(table + layer * 8) + (tok // block) * page_bytes + kind * (page_bytes >> 1)
-
     if mode == "copy":
         @device_function
         def move_token(lane, s_tok, d_tok, a):
-            (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes,
+            (first_layer, num_layers, heads, _, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes,
              dst_block) = a
+            groups = per_head
             total = heads * groups
             s_t = s_tok % src_block
             d_t = d_tok % dst_block
@@ -261,12 +334,13 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
                         i += WARP_SIZE
     else:
         nv_slot = dst_slot if mode == "quantise" else src_slot
-        encode, decode = group_ops(dtype, packed)
+        encode, decode = group_ops(dtype)
 
         @device_function
         def move_token(lane, s_tok, d_tok, a):
-            (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
-             page_bytes, block, k_scale, v_scale, k_unscale, v_unscale) = a
+            (first_layer, num_layers, heads, _, plain_k, plain_v, plain_item, plain_dim, plain_page, table,
+             page_bytes, block, k_scale, v_scale, k_unscale, v_unscale, thresholds) = a
+            groups = per_head
             p_tok = s_tok if plain_src else d_tok
             n_tok = d_tok if plain_src else s_tok
             total = heads * groups
@@ -298,8 +372,10 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
                     if plain_src:  # K and V read before either is converted
                         k0, k1, k2, k3 = fetch_plain(i < total, pk + plain_at)
                         v0, v1, v2, v3 = fetch_plain(i < total, pv + plain_at)
-                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale)
-                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale)
+                        encode(lane, i < total, k0, k1, k2, k3, nk + data_at, nk + scale_at, g, k_scale, k_unscale,
+                               thresholds)
+                        encode(lane, i < total, v0, v1, v2, v3, nv + data_at, nv + scale_at, g, v_scale, v_unscale,
+                               thresholds + V_ROWS)
                         base += WARP_SIZE
                     else:  # two passes of K and V in flight: a load from host memory waits on the link
                         ck, sk = fetch_codes(i < total, nk + data_at, nk + scale_at)
@@ -315,7 +391,7 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
     def nvfp4_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                  num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page, src_table,
                  src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale,
-                 v_unscale):
+                 v_unscale, thresholds):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first = warp * items_per_warp
@@ -325,10 +401,10 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
                  dst_page_bytes, dst_block)
         elif plain_src:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale)
+                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
         else:
             a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale)
+                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
         j = 0
         count = min(items_per_warp, num_items - first)
         while j < count:
@@ -342,26 +418,26 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed):
     check_parameters(nvfp4_kv, Nvfp4Args)
     plain = "" if plain_parts is None else f"_{plain_parts.name}"
     order = f"_{'hnd' if src_hnd else 'nhd'}_{'hnd' if dst_hnd else 'nhd'}"
-    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}{'_packed' if packed else ''}"
+    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}_g{per_head}"
     return kernel(nvfp4_kv, max_registers=64)
 
 
 _kernels: dict = {}
 
 
-def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False):
-    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, packed
-    conversions: compute capability 9.0), built on first request and memoised (a compiled kernel, not a plan:
-    no setting changes it)."""
+def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
+    """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, ``groups``: a head's
+    ``D / 16``, compiled in, so that a group's head is a division by a constant), built on first request and
+    memoised (a compiled kernel, not a plan: no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), bool(packed and mode != "copy"))
+    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
     built = _kernels.get(key)
     if built is None:
         built = _kernels[key] = _build_kernel(*key)
     return built
 
 
-def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", packed=False, cc=(9, 0)):
+def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):
     """PTX of one NVFP4 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, packed), SIGNATURE, cc)
+    return ptx_of(get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, groups), SIGNATURE, cc)

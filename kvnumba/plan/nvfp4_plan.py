@@ -5,7 +5,8 @@ format: ``kvnumba.quant.nvfp4``).
 Built by ``plan.build`` and cached in ``kv.copy``'s plan cache like every copy's plan, it checks the views once
 (geometry, heads, dtype, global scales), resolves every buffer through ``plan.sides`` (aligned, reachable,
 writable destinations, one device), gives each NVFP4 side a device table of its layers' addresses, and binds the
-kernel. A call is ``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
+kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is
+``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
 """
 from __future__ import annotations
 
@@ -18,13 +19,15 @@ from ..checks.user_layouts import check_user_layout
 from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import nvfp4 as kernels
+from ..kernels import nvfp4_load
+from ..kernels.nvfp4_packed import threshold_table
 from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
 from .copy_plan import copy_window, view_side
 from .device_tables import device_table
 from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
 from .sides import Placement, resolve_array
-from .tensor_maps import compute_capability
+from .tensor_maps import compute_capability, shared_limit
 
 
 def is_nvfp4(view):
@@ -32,20 +35,29 @@ def is_nvfp4(view):
     return getattr(getattr(type(view), "codec", None), "family", None) == "nvfp4"
 
 
-def _nvfp4_side(place, name, view, destination):
-    """``(table, keep)``: a device table of the layers' addresses (every layer: the kernel adds the layer)."""
-    infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
-    table = device_table(np.array([i.ptr for i in infos], dtype=np.uint64), infos)
-    guide = Placement()
-    info = resolve_array(guide, f"{name} (its layer table)", table, False, 8)
-    place.guides.append((f"{name} (its layer table)", info.ptr, info.ptr + info.nbytes))
+def _read_table(place, label, words, infos):
+    """``(address, keep)``: uint64 ``words`` as a device table beside the arrays ``infos`` describe, which the
+    destinations must stay clear of (``place.guides``)."""
+    table = device_table(words, infos)
+    info = resolve_array(Placement(), label, table, False, 16)
+    place.guides.append((label, info.ptr, info.ptr + info.nbytes))
     return info.ptr, table
 
 
-def packed_conversions(device):
-    """Whether the kernels may convert with FP8's packed instructions (compute capability 9.0; the simulator's
-    twins)."""
-    return SIMULATOR or compute_capability(device) >= (9, 0)
+def _nvfp4_side(place, name, view, destination):
+    """``(table, keep, infos)``: a device table of the layers' addresses (every layer: the kernel adds the layer),
+    and the layers' ``ArrayInfo``."""
+    infos = [resolve_array(place, f"{name}.caches[{i}]", cache, destination, 8) for i, cache in enumerate(view.raw)]
+    ptr, table = _read_table(place, f"{name} (its layer table)", np.array([i.ptr for i in infos], np.uint64), infos)
+    return ptr, table, infos
+
+
+def _pipelined(device):
+    """Whether a load takes the pipelined kernel (``kernels.nvfp4_load``): ``cp.async`` (compute capability 8.0) and
+    its shared memory a block, unless ``config.override(fp8_kernel="general")`` asks for the register kernel."""
+    if config.tuning("fp8_kernel") == "general":
+        return False
+    return SIMULATOR or (compute_capability(device) >= (8, 0) and shared_limit(device) >= nvfp4_load.SHARED_BYTES)
 
 
 class Nvfp4Plan(Fp8Plan):
@@ -81,14 +93,24 @@ class Nvfp4Plan(Fp8Plan):
                 check_user_layout(plain, heads)
         self.first_layer, self.window = copy_window(src, dst, layers)
         place = Placement()
-        plain_side, tables, keep = None, {}, []
+        plain_side, tables, keep, nv_infos = None, {}, [], []
         for name, view, destination in (("src_view", src, False), ("dst_view", dst, True)):
             if is_nvfp4(view):
-                tables[name], table = _nvfp4_side(place, name, view, destination)
+                tables[name], table, nv_infos = _nvfp4_side(place, name, view, destination)
                 keep.append(table)
             else:
                 plain_side = view_side(place, name, view, destination, self.first_layer, self.window, strict=False,
                                        align=8, one_layer=False)
+        if mode == "quantise":  # vLLM's SFScaleVal = 1 / k_scale, and rcp of it
+            inverse = [np.float32(1) / s for s in (nv.k_scale, nv.v_scale)]
+            scales = [f32_bits_of(s) for s in inverse]
+            unscales = [f32_bits_of(_rcp(s)) for s in inverse]
+            rows = threshold_table(unscales[0], unscales[1], dtype).view(np.uint64).reshape(-1).copy()
+            thresholds, table = _read_table(place, "dst_view (its e2m1 thresholds)", rows, nv_infos)
+            keep.append(table)
+        else:
+            scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
+            thresholds = 0
         self.tables_kept = keep  # the device tables the kernel reads, alive with the plan
         self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
         check_disjoint(self.destinations, place.guides)
@@ -96,12 +118,6 @@ class Nvfp4Plan(Fp8Plan):
         self.tokens = (src.geometry.tokens, dst.geometry.tokens)
         self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
         self.fmt, self.dtype = "nvfp4", dtype
-        if mode == "quantise":  # vLLM's SFScaleVal = 1 / k_scale, and rcp of it
-            inverse = [np.float32(1) / s for s in (nv.k_scale, nv.v_scale)]
-            scales = [f32_bits_of(s) for s in inverse]
-            unscales = [f32_bits_of(_rcp(s)) for s in inverse]
-        else:
-            scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
         p = plain_side
         self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
@@ -112,10 +128,15 @@ class Nvfp4Plan(Fp8Plan):
             src_table=tables.get("src_view", 0), src_page_bytes=src.page_bytes if src_q else 0,
             src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
-            k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1])
-        dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
-                                        dst_q and dst.layout == "HND", dtype, packed_conversions(self.device))
-        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, 0), self.device, self.template)
+            k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1], thresholds=thresholds)
+        shared = 0
+        if p is not None and mode == "dequantise" and _pipelined(self.device):
+            dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)
+            shared = nvfp4_load.SHARED_BYTES
+        else:
+            dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
+                                            dst_q and dst.layout == "HND", dtype, head_dim // 16)
+        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
         self.staged = None
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)

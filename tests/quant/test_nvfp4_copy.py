@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 import kvnumba as kv
+from kvnumba import config
 from kvnumba import quant_reference as qr
 from kvnumba.api.transfer import plain as plain_transfer
-from kvnumba.plan import nvfp4_plan
 from kvnumba.plan.nvfp4_plan import Nvfp4Plan
 from kvnumba.quant import nvfp4 as q
 from tests.helpers.placement import PLACE, to_numpy
@@ -52,6 +52,19 @@ def finite(values):
     values[...] = (values.astype(np.float64) / 2**15 - 1).astype(np.float32).astype(ml_dtypes.bfloat16).view(np.uint16)
 
 
+def fill(placed, values):
+    """Write ``values`` into a placed buffer: a GPU array by a copy to the device (``np.asarray`` of one is a host
+    copy, which a write would leave behind), a NumPy one (the simulator's) in place."""
+    if hasattr(placed, "copy_to_device"):
+        placed.copy_to_device(values)
+    elif type(placed).__module__.startswith("torch"):
+        import torch
+
+        placed.copy_(torch.from_numpy(values))
+    else:
+        np.asarray(placed)[...] = values
+
+
 def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", specials=False, tokens=None):
     rng = np.random.default_rng(seed)
     src_np, src = make_view(plain_name, L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
@@ -59,7 +72,7 @@ def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", spec
         for which in ("k", "v"):
             for values, placed in zip(src_np.buffers(which), src.buffers(which)):
                 finite(values)
-                np.asarray(placed)[...] = values if not hasattr(placed, "copy_to_device") else placed.copy_to_device(values)
+                fill(placed, values)
     dst_np, dst = make_nvfp4(layout=layout, dtype=dtype)
     si, di = tokens or (rng.choice(T, count, replace=False).astype(np.int64),
                         rng.choice(T, count, replace=False).astype(np.int64))
@@ -78,27 +91,23 @@ def test_quantising_matches_the_reference(plain_name, layout):
     quantise_case(plain_name, layout)
 
 
-@pytest.mark.parametrize("packed", [True, False])
-def test_quantising_bit_patterns_nans_and_infinities_included(packed, monkeypatch):
-    """With FP8's packed maximum for the amax (compute capability 9.0) and without."""
-    monkeypatch.setattr(nvfp4_plan, "packed_conversions", lambda device: packed)
-    kv.clear_plan_caches()
+def test_quantising_bit_patterns_nans_and_infinities_included():
     quantise_case("LayerFirst", "NHD", specials=True, seed=1)
+
+
+@pytest.mark.parametrize("specials", [False, True])
+def test_quantising_float16(specials):
+    """float16 elements (subnormals among them) widen by their own rule, in the packed path and the exact one."""
+    quantise_case("PageFirst", "HND", dtype="float16", specials=specials, seed=10)
 
 
 def test_one_token_into_the_last_slot_of_the_last_page():
     quantise_case("PageFirst", "HND", tokens=(np.array([2], np.int64), np.array([T - 1], np.int64)))
 
 
-@pytest.mark.parametrize("plain_name, layout, dtype, packed", [("LayerFirstList", "HND", "bfloat16", True),
-                                                               ("PageFirst", "NHD", "float16", True),
-                                                               ("FlashInferNHD", "HND", "bfloat16", False),
-                                                               ("PageFirst", "NHD", "float16", False)])
-def test_dequantising_matches_the_reference(plain_name, layout, dtype, packed, monkeypatch):
-    """With FP8's packed conversions (compute capability 9.0) and without (the element by element path, which
-    also takes the blocks whose scale is not finite)."""
-    monkeypatch.setattr(nvfp4_plan, "packed_conversions", lambda device: packed)
-    kv.clear_plan_caches()
+@pytest.mark.parametrize("plain_name, layout, dtype", [("LayerFirstList", "HND", "bfloat16"), ("PageFirst", "NHD", "float16"),
+                                                       ("FlashInferNHD", "HND", "bfloat16")])
+def test_dequantising_matches_the_reference(plain_name, layout, dtype):
     rng = np.random.default_rng(2)
     src_np, src = make_nvfp4(layout=layout, rng=rng, dtype=dtype)
     dst_np, dst = make_view(plain_name, L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
@@ -128,7 +137,7 @@ def test_a_round_trip_through_nvfp4_pages_is_the_references():
     for which in ("k", "v"):
         for values, placed in zip(src_np.buffers(which), src.buffers(which)):
             finite(values)
-            np.asarray(placed)[...] = values
+            fill(placed, values)
     _, pages = make_nvfp4()
     back_np, back = make_view("PageFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
     idx = np.arange(T, dtype=np.int64)
@@ -226,4 +235,36 @@ def test_a_prepared_copy_writes_what_kv_copy_writes():
     call(src_indices=idx, dst_indices=idx[::-1].copy())
     qr.copy(src_np, dst_np, idx, idx[::-1].copy())
     for got, want in zip(nvfp4_bytes(dst), nvfp4_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fp8_kernel", [None, "general"])
+def test_a_load_walks_items_layers_and_rounds(fp8_kernel):
+    """Heads of 512 (two rounds of 64 groups a token's layer), one warp taking every item: the pipelined load's walk
+    (``fp8_kernel=None``) and the register kernel's (``"general"``) over items, layers and rounds are the
+    reference's."""
+    rng = np.random.default_rng(11)
+    heads, head_dim = 4, 512
+    src_np, src = make_nvfp4(H=heads, D=head_dim, layout="HND", rng=rng)
+    dst_np, dst = make_view("LayerFirst", L, T, P, heads, head_dim, rng, poison=True, mla=False,
+                            place=("device", "numba"))
+    si, di = rng.choice(T, 5, replace=False).astype(np.int64), rng.choice(T, 5, replace=False).astype(np.int64)
+    with config.override(fp8_kernel=fp8_kernel):
+        kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=1)
+    qr.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype, fp8_kernel", [("bfloat16", None), ("float16", "general")])
+def test_dequantising_with_a_global_scale_of_one(dtype, fp8_kernel):
+    """K's global scale 1 (the packed products' path), V's 2 (the float32 one), in one copy; both load kernels."""
+    rng = np.random.default_rng(12)
+    src_np, src = make_nvfp4(layout="NHD", rng=rng, scales=(1.0, 2.0), dtype=dtype)
+    dst_np, dst = make_view("PageFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = rng.choice(T, 4, replace=False).astype(np.int64), rng.choice(T, 4, replace=False).astype(np.int64)
+    with config.override(fp8_kernel=fp8_kernel):
+        kv.copy(src, dst, si, di, block_quota=1, num_warps_per_block=2)
+    qr.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
