@@ -1,14 +1,9 @@
 """What users pass, reduced to what a kernel needs: an address, a size, and where it lives.
 
-Accepted without importing any of them (torch and CuPy stay optional):
-- torch tensors (CUDA, or CPU: pinned for the GPU to read them),
-- anything with ``__cuda_array_interface__`` (CuPy arrays, Numba device arrays),
-- NumPy arrays (on a GPU: host memory, pinned with ``numba.cuda.pinned_array`` or registered;
-  on the simulator: stand-ins for device and host memory alike, as are the simulator's own
-  ``numba.cuda.to_device`` arrays).
-Every buffer must be C-contiguous: kernels address it as raw bytes.
-
-What a cached plan re-checks on reuse is ``kvnumba.plan.cache``'s business (plans are found by value).
+Accepted without importing any of them (torch and CuPy stay optional): torch tensors (CUDA, or pinned
+CPU), anything with ``__cuda_array_interface__`` (CuPy, Numba device arrays), and NumPy arrays (on a GPU:
+pinned or registered host memory; on the simulator: stand-ins for any memory). Every buffer must be
+C-contiguous: kernels address it as raw bytes.
 """
 import math
 import operator
@@ -72,7 +67,7 @@ def _contiguous_strides(shape, itemsize):
     return tuple(reversed(strides))
 
 
-_dtype_names: dict[Any, str] = {}  # dtype -> its name (numpy builds dtype.name anew on each read: ~3 us)
+_dtype_names: dict[Any, str] = {}  # dtype -> its name (numpy builds dtype.name anew, slowly, on each read)
 
 
 def _dtype_name(dtype):
@@ -165,7 +160,7 @@ def array_info(obj, name):
     return describe(obj, name)
 
 
-WRITEABLE = operator.attrgetter("flags.writeable")  # all(map(WRITEABLE, flagged(...))): ~80 ns an array
+WRITEABLE = operator.attrgetter("flags.writeable")  # all(map(WRITEABLE, flagged(...)))
 
 
 def flagged(objects):

@@ -1,40 +1,19 @@
-"""Every environment variable kvnumba reads, in one place; a value that cannot be used raises
-``kvnumba.errors.SettingError`` (a ``ValueError``) naming the variable, what it accepts and what it got.
-Nothing else in kvnumba (or its scripts) reads the environment.
+"""Every environment variable kvnumba reads, in one place (nothing else in kvnumba reads the environment).
+A value that cannot be used raises ``SettingError`` (a ``ValueError``) naming the variable; ``problems()``
+lists them all (the command line refuses to run with one). Each variable has one reader below, which says
+when it is read. ``use_simulator`` is the one place kvnumba writes the environment.
 
-- ``KVNUMBA_CHECK``: every call behaves as if given ``check=True`` (``always_check``; read once, when
-  ``kvnumba.checks.guard`` is imported).
-- ``KVNUMBA_BATCH_COPY``: how the page-first-direct copies are submitted (``batch_copy_route``; read at
-  each copy-engine call).
-- ``KVNUMBA_CHUNK_BYTES``: the chunk size of ``kvnumba convert`` (``chunk_bytes``; read by
-  ``kvnumba.convert.files`` at each conversion).
-- ``KVNUMBA_LOAD_PATH``: which kernel per-layer loads take, the entry points' and one-layer ``kv.copy``s (``load_path``; read when a plan is built).
-- ``KVNUMBA_REQUIRE_GPU``: never fall back to Numba's simulator (``require_gpu``; read at ``import kvnumba``).
-- ``KVNUMBA_RESULTS``: a folder of saved benchmark results for the notebooks (``results_dir``;
-  ``kvnumba.tools.results`` reads it).
+``override(...)`` changes settings for a ``with`` block. Tuning settings have no variable: they are set
+with ``override`` only and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
 
-Numba's own ``NUMBA_ENABLE_CUDASIM`` (the simulator) is read by Numba when ``numba.cuda`` is imported;
-``simulator_setting`` reads it the same way first, so that ``kvnumba.driver.target`` can choose, and
-``use_simulator`` sets it when there is no CUDA driver (the one place kvnumba writes the environment).
-
-``problems()`` lists every variable whose value cannot be used: the command line refuses to run with one.
-``override(...)`` changes settings for a ``with`` block, from Python (tests and benchmarks use it).
-
-Tuning settings have no variable: they are set from Python only, with ``override`` (tuning scripts and
-tests), and read with ``tuning(name)``; None means kvnumba's own (tuned) choice:
-
-- ``copy_shape``: one ``kvnumba.kernels.warp_copy.CopyShape`` for every kernel built, instead of
-  ``kvnumba.kernels.factory.COPY_SHAPES``;
-- ``staged_shape``: the staged kernel's ring (``kvnumba.kernels.staged.StagedShape``) instead of ``staged.SHAPE``;
-- ``l2_promotion``: the tensor maps' L2 promotion (``"NONE"``, ``"L2_64B"``, ``"L2_128B"``, ``"L2_256B"``);
-- ``map_store``: the ``kvnumba.plan.tensor_maps.MapStore`` new tensor maps are written to;
-- ``host_index_checks``: False skips the host-side bounds check of indices the host can read, so
-  that they meet the kernel's guard as indices in GPU memory do (tests of the guard on the simulator);
-- ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel (``kvnumba.kernels.fp8_copy`` or
-  ``kvnumba.kernels.fp8_wide`` for quantising copies, ``kvnumba.kernels.fp8_pipelined`` for dequantising ones)
-  where both could run, instead of the fast one where it can;
-- ``scale_boxes``: False has the staged FP8 load's loader warp copy the scales four bytes a lane, where the
-  bulk unit could bring them (``kvnumba.plan.fp8_staged_plan``); to compare the two.
+- ``copy_shape``: one ``kernels.warp_copy.CopyShape`` for every kernel built (else ``factory.COPY_SHAPES``);
+- ``staged_shape``: the staged kernel's ring (``kernels.staged.StagedShape``; else ``staged.SHAPE``);
+- ``l2_promotion``: the tensor maps' L2 promotion (one of ``L2_PROMOTIONS``);
+- ``map_store``: the ``plan.tensor_maps.MapStore`` new tensor maps are written to;
+- ``host_index_checks``: False skips the host's bounds check of host-readable indices, so that they meet
+  the kernel's guard (tests of the guard on the simulator);
+- ``fp8_kernel``: ``"general"`` or ``"wide"``, the FP8 copies' kernel where both could run;
+- ``scale_boxes``: False has the staged FP8 load copy its scales through the loader warp, not the bulk unit.
 """
 import contextlib
 import os
@@ -222,18 +201,15 @@ def tuning(name):
 def override(**values):
     """``with kvnumba.config.override(load_path="register"):`` runs the block with these settings, then
     restores them: variables by their short names (``check``, ``batch_copy``, ``chunk_bytes``,
-    ``load_path``; values as the variables take them, e.g. ``check=True``) and tuning settings
-    (``copy_shape``, ``staged_shape``, ``l2_promotion``, ``map_store``, ``host_index_checks``,
-    ``fp8_kernel``, ``scale_boxes``; see the module docstring). Cached plans are dropped on entry and exit,
-    so the block's calls follow the new values.
+    ``load_path``; e.g. ``check=True``) and the tuning settings of the module docstring. Cached plans are
+    dropped on entry and exit, so the block's calls follow the new values.
 
     A bad value raises before anything changes: ``SettingError`` for a value a variable cannot take,
     ``TypeError`` for a tuning value of the wrong type, both naming the setting.
 
-    The settings are the process's (the environment is), so blocks open at once, nested or in several
-    threads, stack: a setting has the value of the most recently entered open block that sets it, and
-    once every block that set it has closed, the value it had before the first of them (a block may
-    close before one entered after it)."""
+    The settings are the process's, so open blocks (nested, or in several threads) stack: a setting has
+    the value of the latest entered open block that sets it, and once all those closed, its value from
+    before them."""
     unknown = sorted(set(values) - set(_OVERRIDABLE) - set(_TUNING))
     if unknown:
         raise TypeError(f"override() got unknown settings {', '.join(unknown)} "
@@ -294,13 +270,10 @@ def _check_tuning(name, value):
     ``SettingError`` for an L2 promotion kvnumba does not know."""
     if value is None:
         return
-    if name == "l2_promotion":
-        if value not in L2_PROMOTIONS:
-            raise SettingError(f"l2_promotion must be one of {', '.join(L2_PROMOTIONS)}, got {value!r}")
-        return
-    if name == "fp8_kernel":
-        if value not in FP8_KERNELS:
-            raise SettingError(f"fp8_kernel must be one of {', '.join(FP8_KERNELS)}, got {value!r}")
+    choices = {"l2_promotion": L2_PROMOTIONS, "fp8_kernel": FP8_KERNELS}.get(name)
+    if choices is not None:
+        if value not in choices:
+            raise SettingError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
         return
     if name in ("host_index_checks", "scale_boxes"):
         if not isinstance(value, bool):

@@ -1,16 +1,10 @@
 """Helpers for code that must run on a GPU and on Numba's CUDA simulator alike: tests, notebooks, examples.
 
-On a GPU, ``device_array(a)`` is a copy of NumPy array ``a`` in GPU memory and ``pinned(a)`` one in pinned
-host memory (what kvnumba's kernels read and write directly); on the simulator both are NumPy copies, which
-stand for either there. ``to_numpy(x)`` brings any of them back (waiting for the GPU first).
+``device_array(a)`` and ``pinned(a)`` copy NumPy array ``a`` to GPU memory and to pinned host memory (on
+the simulator both are NumPy copies); ``to_numpy(x)`` brings any of them back, once the GPU is done.
+``requires_gpu`` marks a pytest test, class or module that needs a real GPU: skipped, with the reason,
+where there is none, decided when the test runs (collecting never touches CUDA; pytest is needed only here).
 
-``requires_gpu`` marks a pytest test (or class, or module: ``pytestmark = requires_gpu``) that needs a
-real GPU: it is skipped, with the reason, where there is none. The check runs when the test runs, not when
-it is collected, so collecting never touches CUDA. pytest is needed only for ``requires_gpu``.
-
-Examples
---------
->>> from kvnumba.testing import device_array, to_numpy           # doctest: +SKIP
 >>> dst = device_array(np.zeros((16, 64), np.uint8))              # doctest: +SKIP
 >>> kv.transfer_kv_per_layer_mla(src, dst, idx, idx, item_size=64)  # doctest: +SKIP
 >>> to_numpy(dst)                                                  # doctest: +SKIP
@@ -22,6 +16,7 @@ from typing import Any, cast
 import numpy as np
 
 from .arrays import device_array, pinned
+from .driver.devices import device_count
 from .driver.target import CHOICE, SIMULATOR, gpu_available
 
 __all__ = ["ON_SIMULATOR", "device_array", "gpu_count", "gpu_skip_reason", "pinned", "requires_gpu", "synchronize",
@@ -78,11 +73,7 @@ def gpu_skip_reason() -> str | None:
 
 def gpu_count() -> int:
     """How many CUDA GPUs can be used (0 on the simulator or without one)."""
-    if gpu_skip_reason() is not None:
-        return 0
-    from numba import cuda
-
-    return len(cuda.gpus)
+    return 0 if gpu_skip_reason() is not None else device_count()
 
 
 class _NoGpu:

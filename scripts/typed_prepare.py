@@ -74,21 +74,21 @@ def generate():
     import kvnumba
     from kvnumba.plan.spec import SPECS
 
-    out = [HEADER]
-    overloads = []
+    classes, overloads = [], []
     for name in SPECS:
         function = getattr(kvnumba, name)
         camel = _camel(name)
         own = ", ".join(["self", *_entry_point_signature(function)])
         keywords = _optional_keywords(function)
-        out.append(f"\n\nclass _{camel}(Protocol):\n    def __call__({own}) -> None: ...\n")
         call = ", ".join(["self", "*args: Any", *keywords, "stream: StreamLike | None = None", "check: bool = False"])
-        out.append(f"\n\nif TYPE_CHECKING:\n    class {camel}Transfer(Transfer):\n"
-                   f"        def __call__({call}) -> None: ...  # type: ignore[override]\n")
+        classes.append(f"    class _{camel}(Protocol):\n        def __call__({own}) -> None: ...\n"
+                       f"    class {camel}Transfer(Transfer):\n"
+                       f"        def __call__({call}) -> None: ...  # type: ignore[override]\n")
         bound = ", ".join(["entry_point: " + f'_{camel} | Literal["{name}"]', "/", "*", *keywords,
                            "stream: StreamLike | None = None", "check: bool = False"])
-        overloads.append(f"\n\n@overload\ndef prepare({bound}) -> {camel}Transfer: ...\n")
-    out.extend(overloads)
+        overloads.append(f"@overload\ndef prepare({bound}) -> {camel}Transfer: ...\n")
+    out = [HEADER, "\n\nif TYPE_CHECKING:  # the entry points' call types, and the transfers prepare returns\n",
+           "\n".join(classes), "\n\n", "".join(overloads)]
     out.append('''
 
 def prepare(entry_point: Any, /, **bound: Any) -> Transfer:

@@ -1,17 +1,10 @@
 """The ten kernel entry points of SGLang's ``sgl_kernel.kvcacheio``: thin wrappers over ``kvnumba.prepare``'s path.
 
-Names, argument names, order and defaults are the seed's; ``stream=`` is kvnumba's keyword-only
-addition. Sizes (``item_size``, ``*_layout_dim``) are in bytes. Every buffer is read as raw bytes,
-so any dtype works (fp16, bf16, fp8, fp32, int8, ...).
-
-Layouts (per K or V buffer; MLA has one buffer and no V), for T token slots, L layers:
-- layer-first ``lf``: one buffer per layer, ``[T, item]``; token t at ``t * item_size``.
-- layer table: the ``*_layers`` arguments, a uint64 table of L layer-first base addresses
-  (``kvnumba.layer_table``).
-- page-first ``pf``: one buffer ``[T, L, item]``; token t, layer l at ``t * layout_dim + l * item_size``
-  (``layout_dim = L * item_size`` for a dense buffer).
-- page-head ``ph``: one buffer ``[T / page_size, head_num, page_size, L, item / head_num]``, copied head
-  by head (``layout_dim = L * item_size``).
+Names, argument names, order and defaults are the seed's; ``stream=`` and ``check=`` are kvnumba's
+keyword-only additions. Sizes (``item_size``, ``*_layout_dim``) are in bytes, and every buffer is read as
+raw bytes, so any dtype works. Per K or V buffer (MLA: one buffer, no V), for T token slots and L layers:
+layer-first ``lf`` ``[T, item]``; a layer table (the ``*_layers`` arguments: ``kvnumba.layer_table``);
+page-first ``pf`` ``[T, L, item]``; page-head ``ph`` ``[T / page_size, head_num, page_size, L, item / head_num]``.
 """
 from __future__ import annotations
 
@@ -93,12 +86,7 @@ def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
     src_layout_dim : int
         Bytes per source token slot across all layers (``L * item_size`` for a dense buffer).
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_pf_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
@@ -134,12 +122,7 @@ def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
     page_size, head_num : int
         Tokens per page and heads per item, both >= 1.
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_ph_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
@@ -168,12 +151,7 @@ def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_
     num_layers : int
         Length of every table.
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer(
         (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
@@ -204,12 +182,7 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         ``L * item_size`` for a dense buffer.
     num_layers : int
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
@@ -243,12 +216,7 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         ``L * item_size`` for a dense buffer.
     num_layers, page_size, head_num : int
     block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For a bad argument; nothing is written.
+        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_ph(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,

@@ -18,184 +18,104 @@ from .views import CacheView
 __all__ = ["prepare"]
 
 
-class _TransferKvPerLayer(Protocol):
-    def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the entry points' call types, and the transfers prepare returns
+    class _TransferKvPerLayer(Protocol):
+        def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvPerLayerPfLf(Protocol):
-    def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvPerLayerPfLf(Protocol):
+        def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvPerLayerPhLf(Protocol):
-    def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvPerLayerPhLf(Protocol):
+        def __call__(self, src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerPhLfTransfer(Transfer):
         def __call__(self, *args: Any, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayer(Protocol):
-    def __call__(self, src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike, dst_v_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayer(Protocol):
+        def __call__(self, src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike, dst_v_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k_layers: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayerLfPf(Protocol):
-    def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayerLfPf(Protocol):
+        def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayerLfPh(Protocol):
-    def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayerLfPh(Protocol):
+        def __call__(self, src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, page_size: SupportsIndex, head_num: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerLfPhTransfer(Transfer):
         def __call__(self, *args: Any, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvPerLayerMla(Protocol):
-    def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvPerLayerMla(Protocol):
+        def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerMlaTransfer(Transfer):
         def __call__(self, *args: Any, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvPerLayerMlaPfLf(Protocol):
-    def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvPerLayerMlaPfLf(Protocol):
+        def __call__(self, src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerMlaPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayerMla(Protocol):
-    def __call__(self, src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayerMla(Protocol):
+        def __call__(self, src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerMlaTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: ArrayLike = ..., dst_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayerMlaLfPf(Protocol):
-    def __call__(self, src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayerMlaLfPf(Protocol):
+        def __call__(self, src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike, item_size: SupportsIndex, dst_layout_dim: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerMlaLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _Copy(Protocol):
-    def __call__(self, src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike, layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, route: Literal['auto', 'kernel', 'copy_engine'] = 'auto', stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _Copy(Protocol):
+        def __call__(self, src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike, layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2, num_warps_per_block: SupportsIndex = 32, route: Literal['auto', 'kernel', 'copy_engine'] = 'auto', stream: StreamLike | None = None, check: bool = False) -> None: ...
     class CopyTransfer(Transfer):
         def __call__(self, *args: Any, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., route: Literal['auto', 'kernel', 'copy_engine'] = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvDirect(Protocol):
-    def __call__(self, src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvDirect(Protocol):
+        def __call__(self, src_layers: Sequence[ArrayLike], dst_layers: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvDirectTransfer(Transfer):
         def __call__(self, *args: Any, src_layers: Sequence[ArrayLike] = ..., dst_layers: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvPerLayerDirectPfLf(Protocol):
-    def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvPerLayerDirectPfLf(Protocol):
+        def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvPerLayerDirectPfLfTransfer(Transfer):
         def __call__(self, *args: Any, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
-
-class _TransferKvAllLayerDirectLfPf(Protocol):
-    def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
-
-
-if TYPE_CHECKING:
+    class _TransferKvAllLayerDirectLfPf(Protocol):
+        def __call__(self, src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike], src_indices: ArrayLike, dst_indices: ArrayLike, page_size: SupportsIndex, *, stream: StreamLike | None = None, check: bool = False) -> None: ...
     class TransferKvAllLayerDirectLfPfTransfer(Transfer):
         def __call__(self, *args: Any, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> None: ...  # type: ignore[override]
 
 
 @overload
 def prepare(entry_point: _TransferKvPerLayer | Literal["transfer_kv_per_layer"], /, *, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvPerLayerPfLf | Literal["transfer_kv_per_layer_pf_lf"], /, *, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerPfLfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvPerLayerPhLf | Literal["transfer_kv_per_layer_ph_lf"], /, *, src_k: ArrayLike = ..., dst_k: ArrayLike = ..., src_v: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerPhLfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayer | Literal["transfer_kv_all_layer"], /, *, src_k_layers: ArrayLike = ..., dst_k_layers: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayerLfPf | Literal["transfer_kv_all_layer_lf_pf"], /, *, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerLfPfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayerLfPh | Literal["transfer_kv_all_layer_lf_ph"], /, *, src_k_layers: ArrayLike = ..., dst_k: ArrayLike = ..., src_v_layers: ArrayLike = ..., dst_v: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., page_size: SupportsIndex = ..., head_num: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerLfPhTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvPerLayerMla | Literal["transfer_kv_per_layer_mla"], /, *, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerMlaTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvPerLayerMlaPfLf | Literal["transfer_kv_per_layer_mla_pf_lf"], /, *, src: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., item_size: SupportsIndex = ..., src_layout_dim: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerMlaPfLfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayerMla | Literal["transfer_kv_all_layer_mla"], /, *, src_layers: ArrayLike = ..., dst_layers: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerMlaTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayerMlaLfPf | Literal["transfer_kv_all_layer_mla_lf_pf"], /, *, src_layers: ArrayLike = ..., dst: ArrayLike = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., item_size: SupportsIndex = ..., dst_layout_dim: SupportsIndex = ..., num_layers: SupportsIndex = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerMlaLfPfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _Copy | Literal["copy"], /, *, src_view: CacheView = ..., dst_view: CacheView = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layers: SupportsIndex | range | None = ..., block_quota: SupportsIndex = ..., num_warps_per_block: SupportsIndex = ..., route: Literal['auto', 'kernel', 'copy_engine'] = ..., stream: StreamLike | None = None, check: bool = False) -> CopyTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvDirect | Literal["transfer_kv_direct"], /, *, src_layers: Sequence[ArrayLike] = ..., dst_layers: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvDirectTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvPerLayerDirectPfLf | Literal["transfer_kv_per_layer_direct_pf_lf"], /, *, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., layer_id: SupportsIndex = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvPerLayerDirectPfLfTransfer: ...
-
-
 @overload
 def prepare(entry_point: _TransferKvAllLayerDirectLfPf | Literal["transfer_kv_all_layer_direct_lf_pf"], /, *, src_ptrs: Sequence[ArrayLike] = ..., dst_ptrs: Sequence[ArrayLike] = ..., src_indices: ArrayLike = ..., dst_indices: ArrayLike = ..., page_size: SupportsIndex = ..., stream: StreamLike | None = None, check: bool = False) -> TransferKvAllLayerDirectLfPfTransfer: ...
 

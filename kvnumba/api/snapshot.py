@@ -1,24 +1,15 @@
 """What a prepared transfer holds of its bound buffers, and the check that they have not moved.
 
-``kv.prepare`` validates its buffers once and writes their addresses into the kernel's parameters, so
-the memory must stay where it was. A ``Snapshot``:
+``kv.prepare`` writes its buffers' addresses into the kernel's parameters once, so the memory must stay
+where it was. A ``Snapshot``:
 
-- *owns* what it points to: a bound list or tuple of arrays is copied (replacing an element of the
-  caller's list later changes nothing), and a torch tensor is held through an alias of its own (the
-  same memory): ``set_``, ``.data = ...`` or a shrinking ``resize_`` on the caller's tensor leave the
-  alias, and the memory it keeps alive, as they were;
-- *checks on every call* that the memory has not moved: a torch storage reallocated (``resize_`` to
-  more bytes than it had) gives the alias a new data pointer; a NumPy array resized in place
-  (``resize(..., refcheck=False)``) or any other array type gets a new pointer or size. Then the call
-  raises ``BufferMovedError`` (a ``ValueError``) naming the argument, and writes nothing;
-- *checks on every call* that no destination turned read-only: the writable flag of each NumPy array
-  behind a bound destination (the array, the arrays of a list, a view's buffers, the layers
-  ``kv.layer_table`` recorded behind a table; ``kvnumba.arrays.flagged``). One that did is refused with
-  the plain call's error (``refuse``, which the prepared transfer sets: it checks its plan again), and
-  nothing is written. Other arrays cannot turn read-only.
-
-For torch tensors the check is one data-pointer read per buffer (~0.1 us); a NumPy destination adds
-one flag read.
+- *owns* what it points to: a bound list of arrays is copied, and a torch tensor is held through an alias
+  of its own, which ``set_``, ``.data = ...`` or a shrinking ``resize_`` on the caller's tensor leave as
+  they were;
+- *checks on every call* that the memory has not moved (a new data pointer or size), else raises
+  ``BufferMovedError`` naming the argument and writes nothing;
+- *checks on every call* that no destination turned read-only (the writable flag of each NumPy array
+  behind one, ``kvnumba.arrays.flagged``): one that did gets the plain call's error (``refuse``).
 """
 import sys
 

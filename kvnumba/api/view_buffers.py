@@ -1,16 +1,12 @@
 """What a cache view holds: its buffers as one owned tuple, per-layer lists that agree, and the memory
 under each buffer.
 
-- ``layers_alike(view, name, buffers)``: a per-layer list as a tuple the view owns, every layer the
-  same shape and dtype as layer 0 (``TypeError``/``ValueError`` naming ``k[3]``, ``caches[2]``...).
-- ``Held``: each buffer's memory, held or watched. A NumPy array (and the simulator's device arrays,
-  which wrap one) cannot move: the view keeps a weak reference to the array that owns the memory, and
-  NumPy refuses to resize an array that has one, even with ``refcheck=False``. A Numba device array's
-  allocation is held. A torch tensor (CuPy, any ``__cuda_array_interface__`` array) can be given new
-  memory in place (``resize_``, ``set_``, ``.data =``): its data pointer and size in bytes are
-  recorded and compared on every ``kv.copy``, for the layers the call copies.
-
-A user layout's arithmetic is checked by ``kvnumba.checks.user_layouts``.
+- ``layers_alike(view, name, buffers)``: a per-layer list as a tuple the view owns, every layer the shape
+  and dtype of layer 0 (errors name ``k[3]``, ``caches[2]``...).
+- ``Held``: each buffer's memory, held or watched. A NumPy array cannot move: the view keeps a weak
+  reference to the array owning the memory, and NumPy then refuses to resize it. A Numba device array's
+  allocation is held. A torch tensor (or any ``__cuda_array_interface__`` array) can be given new memory in
+  place, so its data pointer and size are compared on every ``kv.copy`` of the layers it holds.
 """
 from __future__ import annotations
 

@@ -1,20 +1,12 @@
 """Token limits: how many token slots of a buffer a transfer may address without leaving it.
 
-For one side of a transfer (a layout, a buffer of ``nbytes`` bytes, and the call's ``item_size``,
-``layout_dim``, layers ``[first_layer, first_layer + num_layers)``, ``page_size`` and heads),
-``token_limit`` is the exclusive bound ``T`` such that for every token ``0 <= t < T`` every byte
-the kernel touches for ``t`` (every layer of the call, every head, every byte of each chunk) lies in
-``[0, nbytes)`` of the buffer, and token ``T`` would not. It follows the address arithmetic of
-``kvnumba.kernels.layouts`` exactly (``item_end`` evaluates those very functions; the closed forms below are
-checked against it by the tests):
-
-- where a layout declares a closed form (``LayoutParts.token_limit``, ``kvnumba.kernels.layouts``), that:
-  layer-first ``end(t) = last_layer * layout_dim + (t + 1) * item_size``, a layer table (pass the
-  smallest layer's size) ``end(t) = (t + 1) * item_size``, page-first ``end(t) = t * layout_dim +
-  (last_layer + 1) * item_size``;
-- else (page-head: pages, then slots within a head's block) a binary search over the monotonic ``end(t)``.
-
-Offsets never go below 0 for ``t >= 0`` (every term is non-negative), so the lower bound is 0.
+For one side of a transfer (a layout, a buffer of ``nbytes`` bytes, the call's ``item_size``,
+``layout_dim``, layers, ``page_size`` and heads), ``token_limit`` is the exclusive bound ``T`` such that
+every byte the kernel touches for any token ``0 <= t < T`` lies in ``[0, nbytes)``, and token ``T``'s
+would not. It follows ``kernels.layouts``' address arithmetic exactly (``item_end`` evaluates those very
+functions): a layout's closed form where it declares one (``LayoutParts.token_limit``; the tests check it
+against ``item_end``), else a binary search over the monotonic ``end(t)``. Offsets are never negative for
+``t >= 0``, so the lower bound is 0.
 """
 import functools
 

@@ -1,18 +1,12 @@
 """Every byte a copy of a view can touch lies in the buffer its pointer came from, whatever the view's class
 says: the safety net under every plan (``plan.copy_plan.view_side``) and every export (``remote.sides``).
 
-A plan adds ``view.kind_offset(which)`` to a buffer's address and lets the kernel (or the copy engine, which
-evaluates the same arithmetic on the host) reach ``layer part + token part + head part`` beyond it. So for
-each kind, once per plan, the offset must be a non-negative integer and ``offset + hull`` must lie within
-the buffer, where the hull is the span of the layout's arithmetic over every layer, token and head:
-
-- kvnumba's own view classes: their parts grow with layer, token and head, so the hull runs from the first
-  byte of (layer 0, token 0, head 0) to the last of (L-1, T-1, H-1);
-- any other class (a subclass of a built-in one included): evaluated at every layer and token
-  (``checks.user_layouts``), since its geometry or arithmetic may be its own.
-
-The hull is remembered per view (weakly); the offset is read and checked on every plan, since that is the
-value the pointers get.
+A plan adds ``view.kind_offset(which)`` to a buffer's address and lets the kernel (or the copy engine)
+reach ``layer part + token part + head part`` beyond it. So for each kind the offset must be a non-negative
+integer and ``offset + hull`` lie within the buffer, the hull being the span of the layout's arithmetic
+over every layer, token and head: from (0, 0, 0) to (L-1, T-1, H-1) for kvnumba's own view classes, whose
+parts grow with each; evaluated at every layer and token for any other class (``checks.user_layouts``).
+The hull is remembered per view (weakly); the offset is checked on every plan, since the pointers get it.
 """
 from __future__ import annotations
 

@@ -1,25 +1,17 @@
 """The kernels' error flag, and the optional synchronous check.
 
-Indices in GPU memory are not read by the host before a launch (that would cost a synchronising
-device-to-host copy per call). Instead each launch receives exclusive token limits for both sides
-(``kvnumba.checks.bounds``) and the address of one int64 flag: the kernel skips any item whose token lies
-outside its buffer, copies the others, and stores 1 to the flag.
+Indices in GPU memory are not read by the host before a launch (that would synchronise every call).
+Instead each launch gets exclusive token limits for both sides (``checks.bounds``) and the address of one
+int64 flag: the kernel skips any item outside its buffer, copies the others, and stores 1 to the flag.
 
-The flag is one int64 in pinned host memory per process (``numba.cuda.pinned_array``, which the
-GPU reaches at its host address through unified addressing; on the simulator a NumPy array), so
-the host reads it without a copy (a memoryview read, ~40 ns). It is reported:
-
-- at the call itself with ``check=True`` (or with ``KVNUMBA_CHECK=1`` in the environment, read at
-  import): the entry point synchronises its stream after the launch and raises
-  ``IndexOutOfRangeError``. Cost: the synchronisation, i.e. the call no longer overlaps the host;
-- otherwise at the start of the next kvnumba call (which then does nothing and raises), or by
-  ``kvnumba.check_errors()``, which synchronises the device and raises.
-
-The flag is cleared when it is raised. It is shared by every stream and thread of the process, so a
+The flag lives in pinned host memory (one per process), so the host reads it without a copy. It is
+reported at the call with ``check=True`` (or ``KVNUMBA_CHECK=1``): the call synchronises its stream and
+raises ``IndexOutOfRangeError``; otherwise at the start of the next kvnumba call, or by
+``kvnumba.check_errors()``. It is cleared when raised, and shared by every stream and thread, so a
 deferred report says that *an* earlier call skipped items, not which one.
 
-Checks also re-read raw layer tables (uint64 arrays not made by ``kvnumba.layer_table``) on every
-call, and refuse addresses nobody knows on the simulator (``kvnumba.checks.tables``).
+Checks also re-read raw layer tables on every call, and refuse addresses nobody knows on the simulator
+(``checks.tables``).
 """
 import threading
 

@@ -1,12 +1,8 @@
-"""Is a host buffer page-locked (pinned)? A kernel reads and writes host memory through unified
-addressing, which only works for pinned memory: given a pageable buffer it faults with an illegal
-address, and the CUDA context is lost. ``require`` turns that into a ``PageableMemoryError``.
-
-- torch CPU tensors: ``tensor.is_pinned()``.
-- NumPy arrays on a GPU: the driver's pointer attributes at the first and the last byte
-  (``kvnumba.driver.pointers``). ``numba.cuda.pinned(arr)`` registers memory only for the duration of
-  its ``with`` block, so nothing is remembered here; a prepared transfer checks once.
-- On the simulator there is nothing to check: NumPy arrays stand for every kind of memory.
+"""Is a host buffer page-locked (pinned)? A kernel reaches host memory through unified addressing, which
+works only for pinned memory: given a pageable buffer it faults and the CUDA context is lost, so
+``require`` raises ``PageableMemoryError`` first. Torch CPU tensors answer ``is_pinned()``; NumPy arrays
+on a GPU are asked of the driver at their first and last byte (``driver.pointers``; nothing is remembered:
+``numba.cuda.pinned`` registers memory only for its ``with`` block). On the simulator nothing is checked.
 """
 from ..driver.target import SIMULATOR
 from ..errors import PageableMemoryError

@@ -1,26 +1,22 @@
 """Layer tables, and what is known about the layers they point to.
 
 An all-layer kernel reads each layer's base address from a uint64 table. To bound token indices
-(``kvnumba.checks.bounds``) and to refuse read-only destination layers, kvnumba needs each layer's
-size and writability. In order of preference:
+(``checks.bounds``) and refuse read-only destination layers, kvnumba needs each layer's size and
+writability. In order of preference:
 
 1. ``kv.layer_table`` records them on the table (``.layer_nbytes``, ``.layers``).
-2. ``kv.layer_table`` also records every layer it saw in a process-wide registry (weakly: a layer's
-   entry goes when the layer does), by address. A table that was copied, sliced or moved
-   (``t.copy()``, ``t[:2]``, ``cuda.to_device(t)``) or built by hand from those layers' addresses
-   still finds them there. This needs the table's addresses on the host: one small copy (a
-   synchronisation) when kvnumba first sees the table object.
-3. On a GPU, an address that the registry does not know is asked of the driver: the allocation
-   holding it (``cuPointerGetAttributes``). For a torch tensor that is the caching allocator's
-   segment, so this stops faults but not a write into a neighbouring tensor of the same segment.
+2. It also records every layer it saw in a process-wide registry (weakly), by address, so a table that
+   was copied, sliced, moved or built by hand from those layers still finds them (one small copy of the
+   table to the host when kvnumba first sees it).
+3. On a GPU, an unknown address is asked of the driver (``cuPointerGetAttributes``): for a torch tensor
+   that is the caching allocator's segment, which stops faults but not a write into a neighbour.
    An address the driver does not know raises ``BadAddressError``.
-4. On the simulator there is no driver to ask: an address the registry does not know raises
-   ``BadAddressError`` when checks are on, and is left unbounded (only tokens >= 0) when they are off.
+4. On the simulator an unknown address raises ``BadAddressError`` with checks on, and is left
+   unbounded (only tokens >= 0) with them off.
 
-A table's contents are read when kvnumba first sees the table object; with checks on, on every
-call, tables from ``kv.layer_table`` included: where their contents no longer match the layers they
-recorded, each address is resolved as in a raw table (2. to 4.). Write new addresses into a table
-kvnumba has seen and, with checks off, it will not notice: build a new table instead (``kv.layer_table``).
+A table's contents are read when kvnumba first sees the table object, and with checks on at every call
+(where they no longer match the layers recorded, each address is resolved as in 2. to 4.). So write new
+addresses into a new table (``kv.layer_table``), not into one kvnumba has seen.
 """
 import threading
 import weakref

@@ -14,8 +14,6 @@ MAX_SIZE = 2**48
 _TABLE_DTYPES = ("uint64", "int64")
 
 
-
-
 def item_size(value, head_num=1):
     """Item size in bytes: positive, a multiple of 8, and (page-head) split into 8-byte-multiple heads."""
     value = integer("item_size", value, minimum=1, maximum=MAX_SIZE)

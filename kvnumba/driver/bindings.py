@@ -1,10 +1,9 @@
 """cuda-python's driver and runtime bindings, and the one helper every result goes through.
 
-Every CUDA call kvnumba makes itself goes through ``cuda.bindings`` (or, for one batch call,
-libcudart through ctypes), and every failure becomes an exception through ``failure``: its message
-names the call and the CUDA error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)``). The hot
-launch path tests its result inline and calls ``failure`` only on an error; everything else calls
-``check``. Numba keeps its own use of the same bindings for compiling and loading kernels.
+Every CUDA call kvnumba makes goes through ``cuda.bindings`` (or, for one batch call, libcudart through
+ctypes), and every failure through ``failure``, whose message names the call and the error
+(``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)``). The hot launch path tests its result inline;
+everything else calls ``check``.
 """
 from ..errors import CudaError
 

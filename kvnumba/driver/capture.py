@@ -1,17 +1,14 @@
 """Whether a call's stream is being captured into a CUDA graph, and the refusal of what a graph cannot hold.
 
-A captured kernel launch replays with the addresses it was recorded with and reads the index arrays'
-contents at each replay, so new indices written in place are followed. Host work between a stream's
-operations is not recorded, so a captured call must not need any: reading host indices, waiting for the
-stream (``check=True``), building a plan (it allocates and copies synchronously). A copy-engine batch is
-not capturable either: ``cudaMemcpyBatchAsync`` answered ``cudaErrorStreamCaptureUnsupported`` on a
-capturing stream (CUDA 13.0, H200, 2026-12-01), and its addresses come from indices read on the host.
-Each of these raises ``kvnumba.errors.CaptureError`` before anything is recorded, and the capture stays
-valid. The check costs one ``cuStreamIsCapturing`` (under a microsecond) and is made only on paths that
-do host work anyway: the hot path of a captured launch has none to check.
+A captured launch replays with its recorded addresses and reads the index arrays' contents at each
+replay. Host work between a stream's operations is not recorded, so a captured call must need none:
+reading host indices, waiting for the stream (``check=True``), building a plan, or a copy-engine batch
+(whose addresses come from indices read on the host, and which CUDA refuses to capture: scripts/RESULTS.md).
+Each raises ``CaptureError`` before anything is recorded, and the capture stays valid. The check
+(``cuStreamIsCapturing``) is made only on paths that do host work anyway.
 
 On the simulator there are no graphs: ``simulated_capture`` marks a stream as capturing so that the
-refusals can be tried there (the tests do).
+refusals can be tried there.
 """
 import contextlib
 import sys

@@ -1,22 +1,15 @@
 """SM lanes: a GPU's SMs split in two with CUDA green contexts, a set for transfers and the rest for compute.
 
-Why: while a model computes, its kernels hold every SM, and a transfer kernel's blocks run only in the
-gaps between them (per-layer loads fell from ~48 to ~21 GB/s under back-to-back GEMMs on the H200).
-Work on a green context's stream runs only on that context's SMs, so transfers launched on one set keep
-their speed whatever runs on the other. The price is the compute's: it has fewer SMs. Measured on the
-H200 (scripts/RESULTS.md, "Loads under compute"), with 8 SMs set aside, 8192-token page-first and
-page-head loads kept 48 GB/s under GEMMs and under a decode-like stream, while those took 1.09x and 1.22x
-as long on the other 124 SMs as on all 132. Measure your model's own price before you adopt them.
+Why: while a model computes, its kernels hold every SM, and a transfer kernel's blocks run only in the gaps
+between them. Work on a green context's stream runs only on that context's SMs, so transfers launched on
+one set keep their speed whatever runs on the other; the compute pays with fewer SMs (measured in
+scripts/RESULTS.md, "Loads under compute": measure your model's own price before you adopt them).
 
-How (CUDA driver API, through cuda-bindings, as the CUDA programming guide's green-context section
-describes): ``cuDeviceGetDevResource`` (the device's SMs), ``cuDevSmResourceSplitByCount`` (one group of
-at least the SMs asked for, rounded up to the device's granularity, and the remainder, disjoint),
-``cuDevResourceGenerateDesc`` and ``cuGreenCtxCreate`` for each part, and a non-blocking stream in each
-(``cuGreenCtxStreamCreate``). The two green contexts share the device's memory with its primary context:
-buffers made by torch, CuPy or Numba work on both streams.
-
-On the simulator there are no SMs to split: ``SmLanes`` there gives two stand-in streams (handle 0; the
-simulator runs everything in order) and says ``simulated=True``, so code written for lanes runs unchanged.
+How (the CUDA programming guide's green-context section): the device's SMs (``cuDeviceGetDevResource``)
+split into a group of at least the SMs asked for and the rest (``cuDevSmResourceSplitByCount``), a green
+context and a non-blocking stream on each. Both share the device's memory with its primary context, so
+buffers made by torch, CuPy or Numba work on both streams. On the simulator ``SmLanes`` gives two stand-in
+streams (handle 0) and says ``simulated=True``, so code written for lanes runs unchanged.
 """
 import threading
 import weakref
@@ -26,8 +19,7 @@ from .bindings import check, cu
 from .devices import device_count
 from .target import SIMULATOR
 
-# No GPU has this many SMs (the largest today have 148): on the simulator, with no GPU to ask, a count
-# past it is a typo, and a stream's SM count past it is a lie.
+# More SMs than any GPU has: on the simulator, with no GPU to ask, a count past it is a typo.
 MOST_SMS = 1024
 _MOST_HANDLE = 2**64 - 1  # a CUstream is a pointer
 
@@ -93,12 +85,10 @@ def sm_count(device: int = 0) -> int:
     device = device_ordinal(device)
     if SIMULATOR:
         return 1
-    from .devices import context
+    from .devices import attribute, context
 
     context(device)  # CUDA initialised, as kvnumba's other calls find it
-    dev = check(cu.cuDeviceGet(device), "cuDeviceGet")
-    return int(check(cu.cuDeviceGetAttribute(cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev),
-                     "cuDeviceGetAttribute"))
+    return attribute(device, "MULTIPROCESSOR_COUNT")
 
 
 class SmLanes:

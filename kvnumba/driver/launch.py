@@ -1,26 +1,18 @@
 """Launching a compiled kernel with as little host time as possible.
 
-Numba's dispatcher costs ~20 us per launch (it re-inspects every argument), more than the transfers
-it launches take. kvnumba's kernels take only int64 scalars, so a launch here is:
+Why: Numba's dispatcher re-inspects every argument at each launch, which costs more host time than the
+transfers it launches take. kvnumba's kernels take only int64 scalars, so a launch here is:
 
-- ``Kernel``: a Numba kernel compiled once for its signature and loaded on each device it runs on,
-  kept as the driver's function handle for that device's context;
-- ``ParamBlocks`` (``driver.param_blocks``): the kernel's parameters as the driver takes them (an array
-  of pointers to int64 values), one block per thread, each starting as a copy of a template. The caller writes the
-  values that change into its thread's block (``struct.pack_into`` on ``.view``) and launches;
-  the driver copies the values during ``cuLaunchKernel``, so the block is free again when it
-  returns. Blocks are per thread because cuda-bindings releases the GIL during the call;
-- ``launch_shape``: the seed's launch geometry (items per warp, blocks, threads per block) for a
-  call's items and launch shape, within ``MAX_QUOTA`` blocks and ``MAX_WARPS`` warps a block;
-- ``BoundKernel.launch``: ``cuda.bindings.driver.cuLaunchKernel`` with the block's address, in the
-  kernel's device context (pushed for the call if another one is current). ``BoundKernel.launch_values``
-  are what it launches with, for a caller that inlines the launch (``kvnumba.plan.per_call``: a Python
-  call costs ~0.1 us; ``tests/kernels/test_launch.py`` checks that it launches as ``launch_shape`` says).
+- ``Kernel``: compiled once for its signature, loaded on each device it runs on (the driver's handle);
+- ``ParamBlocks`` (``driver.param_blocks``): the parameters as the driver takes them, one block per thread
+  (cuda-bindings releases the GIL during the call), each a copy of a template; the caller writes the values
+  that change (``struct.pack_into`` on ``.view``) and launches;
+- ``launch_shape``: the seed's launch geometry, within ``MAX_QUOTA`` blocks of ``MAX_WARPS`` warps;
+- ``BoundKernel.launch``: ``cuLaunchKernel`` in the kernel's device context. ``launch_values`` serve a
+  caller that inlines the launch (``kvnumba.plan.per_call``; ``tests/kernels/test_launch.py`` checks both).
 
-That is the one place the grid is computed and a kernel launched.
-
-On the simulator the dispatcher is the launcher: ``BoundKernel`` is then its twin in
-``driver.simulated_launch``, chosen once, at import.
+That is the one place the grid is computed and a kernel launched. On the simulator the dispatcher is the
+launcher: ``BoundKernel`` is then ``driver.simulated_launch``'s, chosen once, at import.
 """
 import threading
 
@@ -120,9 +112,9 @@ else:
         The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,
         ``CUDA_ERROR_INVALID_CONTEXT``) a function of one context launched while another context
         is current on the null stream, or on a stream of another device, and never runs it
-        elsewhere (measured on two H200s); on a stream of the function's own device it runs there
-        whatever is current. Only a refused launch pays for pushing the device's context (and
-        retrying): checking the current context first would cost every call ~0.5 us.
+        elsewhere; on a stream of the function's own device it runs there whatever is current. Only a
+        refused launch pays for pushing the device's context (and retrying): checking the current
+        context first would cost every call a driver call.
         """
 
         __slots__ = ("function", "ctx", "ctx_handle", "blocks", "shared")

@@ -1,11 +1,8 @@
-"""What the driver knows about an address: host or device memory, which device, which allocation.
+"""What the driver knows about an address: host or device memory, which device, which allocation (one
+``cuPointerGetAttributes`` call; pageable host memory comes back as memory type 0).
 
-One ``cuPointerGetAttributes`` call answers all four. Pageable host memory (and anything else the
-driver never saw) comes back as memory type 0.
-
-Two kinds of number, two kinds of name: ``MEMORY_HOST`` and ``MEMORY_DEVICE`` are CUDA's memory-type codes
-(``PointerInfo.memory_type``); ``HOST`` is the device number kvnumba gives host memory (``ArrayInfo.device``,
-a table layer's device), defined here once, the lowest layer, for every module above.
+``MEMORY_HOST`` and ``MEMORY_DEVICE`` are CUDA's memory-type codes; ``HOST`` is the device number kvnumba
+gives host memory, defined here once, in the lowest layer, for every module above.
 """
 from typing import NamedTuple
 

@@ -1,23 +1,17 @@
 """Which world kvnumba runs in, decided once, at ``import kvnumba``: a real GPU or Numba's CUDA simulator.
 
-Everything that differs between the two (memory primitives, launching, what an array's address
-means) branches on ``SIMULATOR`` at import time, so kernel bodies never branch on it.
+Everything that differs between the two branches on ``SIMULATOR`` at import, so kernel bodies never do.
+Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so kvnumba chooses before
+(``kvnumba/__init__.py`` imports this module first):
 
-Numba picks its world from ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so kvnumba
-chooses before that (``kvnumba/__init__.py`` imports this module first):
+- ``NUMBA_ENABLE_CUDASIM=1``: the simulator; ``=0``: the GPU target, driver or not (e.g. to compile PTX).
+- Unset: the GPU target when libcuda loads (found as cuda-bindings finds it, without initialising CUDA, so
+  a later ``fork`` is safe); else kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` and ``announce`` says so once, as
+  a ``UserWarning``, when the first kernel is prepared.
+- ``KVNUMBA_REQUIRE_GPU=1``: never the simulator; where kvnumba would fall back, ``REFUSAL`` holds the
+  ``NoGpuError`` that ``require()`` raises (at the first use of ``kvnumba.<name>``, and in every command).
 
-- ``NUMBA_ENABLE_CUDASIM=1``: the simulator. ``NUMBA_ENABLE_CUDASIM=0``: the GPU target, driver or not
-  (e.g. to compile PTX on a machine without a GPU).
-- Unset: the GPU target when the CUDA driver library (libcuda) loads, found as cuda-bindings finds it
-  (``cuda.pathfinder``; loading it does not initialise CUDA, so a later ``fork`` is still safe). Without
-  it kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` itself and runs on the simulator; ``announce`` then says so
-  once, as a ``UserWarning`` naming the setting, when the first kernel (or copy) is prepared.
-- ``KVNUMBA_REQUIRE_GPU=1``: never the simulator. Where kvnumba would fall back to it, ``REFUSAL`` holds
-  the error (``kvnumba.errors.NoGpuError``) and ``require()`` raises it: ``kvnumba/__init__.py`` does, so
-  the first use of ``kvnumba.<name>`` raises it, and every command of the command line refuses with it.
-
-A machine with the driver but no usable GPU stays on the GPU target: finding that out needs
-``cuInit``, which kvnumba leaves to the first call (``gpu_available()``).
+A machine with the driver but no usable GPU stays on the GPU target (``gpu_available()`` finds out).
 """
 from __future__ import annotations
 

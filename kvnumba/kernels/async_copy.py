@@ -1,24 +1,22 @@
-"""Per-thread asynchronous copies from global into shared memory (Ampere's ``cp.async``, sm_80+), as the
-pipelined FP8 load uses them (``kernels.fp8_pipelined``), and a thread's own 8-byte shared loads and stores.
+"""Per-thread asynchronous copies from global into shared memory (``cp.async``, sm_80+), as the pipelined
+FP8 load uses them (``kernels.fp8_pipelined``), and a thread's own 8-byte shared loads and stores.
 
-A thread issues copies of 4 or 8 bytes that land in shared memory without passing through its registers,
-closes them into a group (``commit``), and later waits until all but its newest ``n`` groups have landed
-(``wait_group(n)``). Why: a load from pinned host memory waits a PCIe round trip (microseconds); bytes in
-flight held in registers are capped by the 64 registers a thread of a 1024-thread block may use, bytes in
-shared memory are not. A thread's wait covers its own copies only: threads that read what another
-copied meet first (``tma.sync_warp``, as the pipelined load's lanes do for a head's scale).
+Why: a load from pinned host memory waits a PCIe round trip; bytes in flight held in registers are capped
+by a thread's registers, bytes in shared memory are not. Addresses are ints (shared ones shared-window
+addresses, ``tma.shared_address``):
 
-Names (addresses are ints; shared ones are shared-window addresses, ``tma.shared_address``):
-    copy4(shared, address), copy8(shared, address): one asynchronous copy (``cp.async.ca``, aligned to its size)
-    commit(): closes the thread's copies issued since the last commit into a group
-    waiter(n) -> wait(): waits until at most the ``n`` newest groups are still in flight (``n`` is compiled in)
-    landed_arrive(bar): the current phase of mbarrier ``bar`` (``tma``) does not complete before the thread's
-        copies issued so far have landed (``cp.async.mbarrier.arrive``: it adds one pending arrival now and
-        makes it when they land, so the barrier's count is unchanged); threads that wait on the phase see them
-    load_shared_i64(shared) -> int64        store_shared_i64(shared, value)
+- ``copy4(shared, address)``, ``copy8(shared, address)``: one copy (``cp.async.ca``, aligned to its size);
+- ``commit()`` closes the thread's copies since the last commit into a group; ``waiter(n)`` gives a
+  ``wait()`` until at most the ``n`` newest groups are in flight (``n`` compiled in);
+- ``landed_arrive(bar)``: the current phase of mbarrier ``bar`` does not complete before the thread's copies
+  so far have landed (``cp.async.mbarrier.arrive``; the barrier's count is unchanged);
+- ``load_shared_i64(shared)``, ``store_shared_i64(shared, value)``.
 
-On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy happens
-at once, checked for alignment as on the GPU, and waiting (or arriving when landed) does nothing.
+A wait covers the thread's own copies only: threads that read what another copied meet first
+(``tma.sync_warp``).
+
+On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy lands
+at once, checked for alignment as on the GPU, and waiting does nothing.
 """
 import functools
 
@@ -34,11 +32,9 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+    from .tma import _asm, _no_operands  # the inline-PTX helpers of the bulk-copy unit's intrinsics
 
-    def _asm(builder, ret, args, text, constraints):
-        kind = ir.FunctionType(ret, [a.type for a in args])
-        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=True), args)
+    _I32, _I64 = ir.IntType(32), ir.IntType(64)
 
     def _copy(size):
         @intrinsic
@@ -54,25 +50,11 @@ else:
 
     copy4, copy8 = _copy(4), _copy(8)
 
-    @intrinsic
-    def commit(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "cp.async.commit_group;", "~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(), codegen
+    commit = _no_operands("cp.async.commit_group;")
 
     @functools.lru_cache(maxsize=None)
     def waiter(n):
-        @intrinsic
-        def wait(typingctx):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [], f"cp.async.wait_group {int(n)};", "~{memory}")
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return wait
+        return _no_operands(f"cp.async.wait_group {int(n)};")
 
     @intrinsic
     def landed_arrive(typingctx, bar):

@@ -1,15 +1,13 @@
 """The kernel factory: one memoised CUDA kernel per (source layout, destination layout, MLA).
 
-One body serves every pair, the seed's four layouts, kvnumba's others and a user's own
-(``kvnumba.kernels.layouts.LayoutParts``). The factory closes over the two layouts' address
-functions and the MLA flag; Numba treats closure variables as compile-time constants, so each kernel
-is as specialised as the seed's C++ template instances. Kernels take plain integers only (addresses,
-counts, sizes): array arguments cost microseconds of host time per launch.
+One body serves every pair of layouts (``kernels.layouts.LayoutParts``, a user's own included). It closes
+over the two layouts' address functions and the MLA flag, which Numba compiles as constants, so each
+kernel is as specialised as the seed's C++ template instances. Kernels take plain integers only: array
+arguments cost microseconds of host time per launch.
 
-Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``
-(an item is one token index), every layer in ``[first_layer, first_layer + num_layers)``, K and V,
-head by head when one side is page-head. Within an item the warp's lanes stride over 8- or 16-byte
-words (``warp_copy``).
+Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``,
+every layer of the call, K and V, head by head when one side is page-head; its lanes stride over 8- or
+16-byte words (``warp_copy``).
 """
 from numba import cuda
 
@@ -21,11 +19,9 @@ from .params import SIGNATURE, KernelArgs, check_parameters
 from .ptx import ptx_of
 from .warp_copy import CopyShape
 
-# The inner loop's shape per kernel, chosen on the H200 (scripts/RESULTS.md, "Tuning"): device time
-# per call, back to back, at the seed's launch shape, in the direction SGLang uses each kernel and
-# device->device. Where both kernels are limited by the same thing (zero-copy reads over PCIe at two
-# SMs), the seed's 8-byte one-word loop is as fast as any; K and V paired and 16-byte words pay off
-# for page-head (256-byte head chunks) and MLA items.
+# The inner loop's shape per kernel, chosen by measurement (scripts/RESULTS.md, "Tuning"). Where every
+# shape is bound by zero-copy reads over PCIe, the seed's 8-byte one-word loop is as fast as any; K and V
+# paired and 16-byte words pay off for page-head (short head chunks) and MLA items.
 _SEED_LIKE = CopyShape(words=1, wide=False, paired=False)
 _WIDE = CopyShape(words=1, wide=True, paired=True)
 COPY_SHAPES = {  # by layout names (LayoutParts.name)
@@ -51,9 +47,9 @@ def copy_shape_for(src, dst, mla):
 
 # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
 MAX_REGISTERS = 64
-# A one-warp block is built to fit beside a model's GEMM: the H200's cuBLAS GEMMs hold 12 warps of 168
-# registers per SM (64,512 of 65,536), which leaves one warp of 32 registers; a block that fits runs while
-# the GEMM runs, one that does not waits for a gap between GEMMs (scripts/RESULTS.md, loads under compute).
+# A one-warp block is built to fit beside a model's GEMM, whose blocks leave about one warp of 32 registers
+# free per SM: a block that fits runs while the GEMM runs, one that does not waits for a gap between GEMMs
+# (scripts/RESULTS.md, loads under compute).
 NARROW_REGISTERS = 32
 
 

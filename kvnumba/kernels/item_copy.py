@@ -1,10 +1,7 @@
-"""A warp's copy of items through registers, the loop both kernels run: each item's two indices, the
-bounds guard, then every layer, K and V, head by head.
-
-The register kernel (``kernels.factory``) runs it over a warp's share of items and all its layers;
-the staged kernel (``kernels.staged``) over the items it does not move in bulk (every ``step``-th of a
-piece, one layer) and over a register-marked block's share. Written once, so a fix to the guard, the
-index loads or the address arithmetic reaches both.
+"""A warp's copy of items through registers, the loop both kernels run: each item's two indices, the bounds
+guard, then every layer, K and V, head by head. The register kernel (``kernels.factory``) runs it over a
+warp's share; the staged kernel (``kernels.staged``) over the items it does not move in bulk and a
+register-marked block's share. Written once, so a fix to the guard or the arithmetic reaches both.
 """
 from .jit import device_function
 from .memory import load_i64, store_u64

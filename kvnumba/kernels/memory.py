@@ -54,7 +54,7 @@ else:
 
     # Loads and stores are volatile: the compiler keeps them in program order, so the copy loop's
     # explicit batch of loads-then-stores is what decides the bytes in flight. Pure loads let it
-    # hoist loads of unrolled iterations above earlier stores, which spilled registers (~350 B a thread).
+    # hoist loads of unrolled iterations above earlier stores, which spilled registers.
     _loads: dict[str, tuple] = {}
 
     def make_loads(qualifier="nc"):

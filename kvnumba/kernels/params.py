@@ -1,15 +1,13 @@
-"""The kernels' parameter block, defined once: the names, order and packing of the int64 scalars that
-every kvnumba kernel takes.
+"""The kernels' parameter block, defined once: the names, order and packing of the int64 scalars every
+kvnumba kernel takes.
 
-- ``KernelArgs``: the register kernel's parameters (``factory``), in order. What changes from call to
-  call comes first, so a call rewrites one prefix of a plan's block: ``PER_CALL_ARGS`` values on every
-  call, ``PER_LAYER_ARGS`` when the layer changes too (``pack_call`` writes them);
-- ``StagedArgs``: the staged kernel's (``staged``): ``KernelArgs``' values, then ``STAGED_EXTRA``;
+- ``KernelArgs``: the register kernel's parameters (``factory``), in order. What changes per call comes
+  first, so a call rewrites one prefix of a plan's block (``pack_call``: ``PER_CALL_ARGS``, and
+  ``PER_LAYER_ARGS`` when the layer changes too);
+- ``StagedArgs``: the staged kernel's: ``KernelArgs``' values, then ``STAGED_EXTRA``;
 - ``signature(args)``: the Numba signature of a kernel taking those values.
 
-The kernels' Python functions name their parameters in this order (``check_parameters``; the tests
-check the staged kernel's), and the plans fill their blocks by name (``KernelArgs(...)``,
-``template._replace(...)``).
+Kernels name their parameters in this order (``check_parameters``), and plans fill blocks by name.
 """
 import struct
 from collections import namedtuple

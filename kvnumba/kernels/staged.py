@@ -1,52 +1,29 @@
 """The staged load kernel: host -> device per-layer loads through Hopper's bulk-copy unit (TMA).
 
 Why: a kernel that loads pinned host memory into registers keeps only so many bytes in flight per SM,
-and a load's bandwidth is those bytes over the PCIe round trip: about 17.5 GB/s per SM on the H200,
-so the seed's two blocks reach ~35 GB/s of a ~55 GB/s link. The bulk-copy unit moves a whole box of
-rows into shared memory per instruction, with no registers held while it is in flight.
+so its bandwidth is those bytes over the PCIe round trip. The bulk-copy unit moves a whole box of rows
+into shared memory per instruction, holding no registers while it is in flight.
 
-How, per block (``block_quota`` blocks at most, each taking the items the register kernel's block
-would take), with the warps in three roles:
+Per block (the items the register kernel's block would take), the warps have three roles:
 
-- warp 0, the *loader*, walks the block's items 32 at a time (one per lane, then two warp votes) and
-  finds *runs*: consecutive items whose source tokens are consecutive (and, for page-head, inside
-  one page). A run of ``min_run`` tokens or more is moved as one tensor-map box per buffer (K, V):
-  the map describes the source layout, its box is ``2**r`` tokens long, and the loader takes the
-  longest power-of-two piece it can. A piece fills one of ``stages`` data buffers in shared memory;
-  its slot's ``full`` barrier completes when the bytes have landed. Shorter runs (random indices,
-  page size 1) are not worth a bulk operation (the unit has a fixed cost per operation): up to
-  ``direct_batch`` such items make one *direct* post, which carries no data, only the item range.
-  Posts go through a ring of ``slots`` descriptors, more than there are buffers, so direct posts
-  queue up deep;
-- the first ``store_warps`` other warps, the *store warps*, take the bulk pieces in turn: once a
-  piece has landed (token-major for every source: a page-head map orders heads before tokens), one
-  store warp writes it out through the bulk unit too, lane ``t`` token ``t``'s K and V
-  (``cp.async.bulk``), and frees the buffer as soon as the unit has read it. Writing through the
-  warps' registers instead (``StagedShape.bulk_stores=False``) held each buffer ~3 us longer at one
-  SM, and loads and stores then barely overlapped (scripts/RESULTS.md, the H200 run at ``736f7ff``);
-- every warp but the loader copies direct items from host memory through registers, as the
-  register kernel does (``kernels.item_copy``, the same body).
+- warp 0, the *loader*, finds *runs* of items whose source tokens are consecutive (inside one page for
+  page-head), 32 items at a time by two warp votes. A run of ``min_run`` tokens or more is posted as
+  tensor-map boxes (one per buffer, ``2**r`` tokens) into one of ``stages`` shared-memory buffers;
+  shorter runs are batched ``direct_batch`` items to a *direct* post, which carries only the item range.
+  Posts go through a ring of ``slots`` descriptors, more than there are buffers;
+- the *store warps* write each landed piece out through the bulk unit too, lane ``t`` token ``t``, and
+  free the buffer once the unit has read it;
+- every warp but the loader copies direct items through registers (``kernels.item_copy``'s body).
 
-A block whose items hold few runs (random indices) gains nothing from the ring and loses to the
-register kernel (31.2 against 35.2 GB/s at two SMs on the H200), so the loader first samples the
-block's items: 32 places an odd stride apart (``make_few_runs``), each a run if the ``min_run``
-source tokens from there are consecutive. With fewer than ``StagedShape.fallback_runs`` runs the
-block is a register kernel's block: the loader posts one *register* mark and every warp, the loader
-too, copies the items the register kernel's warp would copy (``item_copy.make_items_copy``, the
-register kernel's own loop). The choice is made per call and per block, inside the kernel: no host
-read, no synchronisation.
+A block of few runs (random indices) would lose to the register kernel, so the loader first samples
+32 places an odd stride apart (``make_few_runs``); below ``StagedShape.fallback_runs`` runs it posts one
+*register* mark and every warp copies its register-kernel share. The choice is made per block, inside
+the kernel: no host read, no synchronisation. Every index is still bounded, as in the register kernel.
 
-Items go round the warps that take them (the descriptor says which warp takes a post's first
-item). Each warp releases each post (the slot's ``empty`` barrier); warps with nothing to write in
-a bulk piece learn that from the slot's ``posted`` barrier and never wait for its data.
-
-Every index is still bounded: the loader puts only in-range items into runs, and a direct stage's
-items are checked by their warp (skipped and flagged, as in the register kernel).
-
-The kernel has the register kernel's 19 parameters (``params.KernelArgs``), so a call writes the
-same prefix, then three more (``params.STAGED_EXTRA``): the device address of the source's tensor maps
-(``plan.tensor_maps``: K's maps for box lengths ``1, 2, 4, .. 2**max_run_log2``, then V's),
-``max_run_log2`` and ``min_run``.
+The kernel takes the register kernel's parameters (``params.KernelArgs``) then three more
+(``params.STAGED_EXTRA``): the device address of the source's tensor maps (``plan.tensor_maps``: K's
+for box lengths ``1, 2, .. 2**max_run_log2``, then V's), ``max_run_log2`` and ``min_run``. The rates
+that chose the ring's shape are in scripts/RESULTS.md (the staged-kernel sections).
 """
 from typing import Any, NamedTuple
 
@@ -74,12 +51,11 @@ class StagedShape(NamedTuple):
     min_bulk_bytes: int = 8 * 1024  # a bulk operation below this (per buffer) is slower than registers
     store_warps: int = 16  # warps writing bulk pieces out (0: every warp but the loader)
     direct_batch: int = 128  # short-run items per direct post (copied by every warp but the loader)
-    # A block whose 32 samples find fewer runs than this copies its items as the register kernel does
-    # (0: never). On the H200 at two SMs the ring moves runs at ~49 GB/s and lone items at ~31, the
-    # register kernel both at ~35: the ring wins once about 31% of the items go in bulk pieces, so 10.
+    # Fewer runs than this among a block's 32 samples: it copies as the register kernel does (0: never).
+    # 10 is where the two kernels' measured rates cross.
     fallback_runs: int = 10
-    # A bulk piece is written out by the bulk unit too (one warp, a lane per token), not by the store
-    # warps' loads and stores: the data buffer is free again as soon as the unit has read it.
+    # A bulk piece is written out by the bulk unit (one warp, a lane per token), not through the store
+    # warps' registers: its buffer is free as soon as the unit has read it.
     bulk_stores: bool = True
     leave_out: str = ""  # measurement only (scripts/tune_staged.py): "data" or "stores", see _build
 
@@ -146,8 +122,8 @@ def make_few_runs(fallback_runs, head_major):
     samples (never, for 0). Lane ``l`` takes the ``min_run`` items from place ``l * step``, a run if
     their source tokens run on, first to last (and, ``head_major``, stay in one page of ``page``
     tokens): a guess for the choice only; the loader still checks every item it moves. ``step`` is odd,
-    so the places fall at every offset within power-of-two pages: with an even step (4093 items:
-    127.9) they all sat at a page's last token on the H200, and pages of 64 looked like no runs."""
+    so the places fall at every offset within power-of-two pages (an even step can put every place on a
+    page's last token, and then no block looks like runs)."""
 
     @device_function
     def few_runs(lane, begin, end, src_indices, src_limit, page, min_run):

@@ -2,8 +2,7 @@
 
 On the GPU these are inline PTX (sm_90+):
 
-- ``shared_address(array)``: the shared-window address of a shared array (what PTX's
-  ``[addr]`` operands of ``.shared`` instructions take);
+- ``shared_address(array)``: the shared-window address of a shared array (PTX's ``.shared`` operands);
 - ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a
   phase, made visible to the bulk-copy unit;
 - ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also tells the
@@ -16,8 +15,7 @@ On the GPU these are inline PTX (sm_90+):
   shape is in the map) copied from global memory into shared memory at ``dst``, completing
   ``bar``'s bytes when it lands: ``cp.async.bulk.tensor.5d``;
 - ``load_shared_u128(addr)``: 16 bytes of shared memory (two uint64; ``load_shared_i128``: two int64);
-  ``load_shared_u32(addr)``,
-  ``store_shared_u32(addr, value)``: 4 bytes (zero-extended to int64; the low 32 bits of ``value``);
+  ``load_shared_u32(addr)``, ``store_shared_u32(addr, value)``: 4 bytes (zero-extended; the low 32 bits);
 - ``sync_warp()``: the warp's lanes meet (``__syncwarp``): shared memory one lane wrote, another reads;
 - ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both
   addresses 16-byte aligned) of shared memory at ``src`` to global memory at ``dst``, asynchronously
@@ -33,7 +31,7 @@ On the GPU these are inline PTX (sm_90+):
 
 On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``, chosen here once,
 at import): barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of
-kvnumba's own format (``plan.tensor_maps``) row by row.
+kvnumba's own format (``plan.tensor_maps``).
 """
 from ..driver.target import SIMULATOR
 

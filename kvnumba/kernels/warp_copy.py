@@ -1,14 +1,12 @@
 """Warp-cooperative copies of one item (or one head's chunk of it): the kernels' inner loop.
 
-Lane ``i`` of a warp moves the words at byte offsets ``i * word + k * 32 * word``: 16-byte words
-(``.v2.u64``) when every address and the size are 16-byte aligned, else the seed's 8-byte words.
-Each round loads ``words`` words per lane (per buffer) before storing any, so more bytes are in
-flight: a zero-copy read of pinned host memory over PCIe takes on the order of a microsecond, and
-the seed's one-word-at-a-time loop leaves the link idle while it waits. The paired form moves
-K and V together, doubling the bytes in flight without more loop state.
+Lane ``i`` moves the words at byte offsets ``i * word + k * 32 * word``: 16-byte words when every address
+and the size allow, else the seed's 8-byte words. Each round loads ``words`` words per lane before storing
+any, so more bytes are in flight while a zero-copy read of pinned host memory crosses PCIe; the paired form
+moves K and V together, doubling them without more loop state.
 
-Loops are ``while`` loops over byte offsets: Numba's stepped ``range`` and Python's signed ``//``
-and ``%`` cost registers, and a kernel of 1024 threads has 64 of them.
+Loops are ``while`` loops over byte offsets: a stepped ``range`` and Python's signed ``//`` and ``%`` cost
+registers, and a 1024-thread block's threads have 64 each.
 """
 from typing import NamedTuple
 

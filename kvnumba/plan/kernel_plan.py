@@ -1,13 +1,9 @@
-"""A kernel transfer's plan: everything about a call that does not change from call to call, validated
-once, built from its two sides.
-
-The sides come from an entry point's arguments (``seed_args``) or from ``kv.copy``'s two cache views
-(``copy_plan``), each through the checks of ``plan.sides``. Building a plan from them refuses destinations
-over the tables the kernel reads, chooses the kernel (and the staged one, ``staged_plan``), loads it on the
-buffers' device and fills a parameter block (``kvnumba.kernels.params.KernelArgs``) with every value that
-stays the same. What each call does is ``plan.per_call``: ``run`` (every case, every error) and the fast
-call checked against it (``KernelPlan.fast``). ``plan.build`` finds a plan of a known geometry to
-``rebind`` to new buffers instead of building one again.
+"""A kernel transfer's plan: everything about a call that does not change from call to call, validated once,
+built from its two sides (``seed_args`` for an entry point, ``copy_plan`` for ``kv.copy``; both through
+``plan.sides``' checks). Building it refuses destinations over the tables the kernel reads, chooses the
+kernel (and the staged one, ``staged_plan``), loads it and fills a parameter block with every value that
+stays the same. Each call is ``plan.per_call``'s; ``plan.build`` ``rebind``s a plan of a known geometry
+to new buffers instead of building one again.
 """
 import contextlib
 from collections.abc import Callable

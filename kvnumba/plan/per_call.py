@@ -1,29 +1,23 @@
-"""What every call of a kernel plan does: ``run``, the general path, and the fast call (``make_fast_call``),
-the one form of it inlined for the hot case. Every call of a kernel plan comes here: a plain entry point's
-through its plan cache (``plan.build.caller``: the cached plan's ``fast``), a prepared transfer's straight
-(``kvnumba.api.transfer``).
+"""What every call of a kernel plan does: ``run``, the general path, and ``make_fast_call``, the one form
+of it inlined for the hot case. A plain entry point's calls come through its plan cache
+(``plan.build.caller``), a prepared transfer's straight (``kvnumba.api.transfer``).
 
-The fast call is checked against ``run``: for the same plan and arguments they accept and refuse the same calls,
-with the same errors, write the same bytes and return the same stream handle. It only recognises the common
-case (torch index tensors on the plan's GPU, int launch sizes, a known layer, nothing unusual) and does what
-``run`` does for it in as few Python operations as it can; anything else it hands to ``run``, which checks
-everything and gives the errors. ``tests/test_twins.py`` holds the two to the same answers.
+``run`` checks the indices (type, length, no overlap with a destination, host indices against the token
+limits), the layer and the launch shape, then launches (``check``: wait and raise if the kernel skipped
+items), or for ``kv.copy`` copies by copy engine (``route``, ``plan.routes``).
 
-``run``: check the indices (their type, length, that they do not overlap a destination, and host
-indices against the token limits), the layer and the launch shape, then launch (``check``: wait and
-raise if the kernel skipped items), or for ``kv.copy`` by copy engine (``route``, ``plan.routes``).
+Why a fast call: SGLang calls a per-layer load once per layer of every forward pass, and each call's host
+time is on the scheduler's critical path. The fast call recognises only the common case (torch index
+tensors on the plan's GPU, int launch sizes, a known layer) and does ``run``'s work for it in as few Python
+operations as it can: one ``struct.pack_into``, one ``cuLaunchKernel``, with the driver layer's
+``launch_shape`` and ``BoundKernel.launch`` inlined (``tests/kernels/test_launch.py`` checks the two launch
+alike). Anything else it hands to ``run``, which checks everything and gives the errors; for the same plan
+and arguments the two accept and refuse the same calls and write the same bytes (``tests/test_fast_call.py``).
 
-The fast call: SGLang calls a per-layer load once per layer of every forward pass, with torch tensors;
-each call's host time is on the scheduler's critical path. It does a handful of attribute reads per index
-tensor, one ``struct.pack_into``, one ``cuLaunchKernel``: ``KernelPlan.kernel_for``, and the driver layer's
-``launch_shape`` and ``BoundKernel.launch`` inlined with the kernels' ``launch_values`` (a Python call costs
-~0.1 us on the H200's host; ``tests/kernels/test_launch.py`` checks the two launch alike).
-
-SGLang loads every layer of a batch with the same two index tensors. The last pair that passed every
-check is remembered (weakly, process-wide, across plans): the same objects, with the same data
-pointers and lengths, skip the dtype, stride and device reads (~0.4 us). Those cannot change without
-the pointer or the length changing, short of ``tensor.data = ...`` tricks, and the kernel bounds
-every index in any case.
+SGLang loads every layer of a batch with the same two index tensors, so the last pair that passed every
+check is remembered (weakly, process-wide): the same objects with the same data pointers and lengths skip
+the dtype, stride and device reads. Those cannot change without the pointer or the length changing, short
+of ``tensor.data = ...`` tricks, and the kernel bounds every index in any case.
 """
 import sys
 import weakref

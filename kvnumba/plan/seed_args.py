@@ -1,9 +1,7 @@
-"""A seed entry point's geometry arguments read as two sides: sizes validated (once per set of values),
-buffers and layer tables resolved (``plan.sides``: the checks every side goes through).
-
-SGLang passes the same sizes on every call and new buffers of the same geometry on many (a fresh
-``pool[layer_id]`` view): ``sizes`` is memoised by value, and ``shape_key`` is what a plan's checks depend
-on besides addresses, by which ``plan.geometry`` finds a plan to rebind instead of building one.
+"""A seed entry point's geometry arguments read as two sides: sizes validated, buffers and layer tables
+resolved (``plan.sides``). SGLang passes the same sizes on every call and new buffers of one geometry on
+many, so ``sizes`` is memoised by value, and ``shape_key`` (what a plan's checks depend on besides
+addresses) lets ``plan.build`` rebind a plan instead of building one.
 """
 from typing import Any, NamedTuple
 

@@ -1,21 +1,13 @@
 """One end of a copy, as plain numbers: the one ``Side`` every plan uses, and the checks that make one.
 
-A ``Side`` is what a plan knows about a source or a destination: its layout's address arithmetic
-(``parts``, ``kvnumba.kernels.layouts``), the geometry that arithmetic takes (``layout_dim``,
-``page_size``), the addresses the kernel takes (``ptrs``), each layer's own address (``bases``), what
-bounds its tokens, and words for errors. It is made from
+A ``Side`` holds its layout's address arithmetic (``parts``), the geometry it takes, the kernel's
+addresses (``ptrs``), each layer's address (``bases``), what bounds its tokens, and words for errors. It
+is made from an entry point's arguments (``plan.seed_args``), a cache view (``plan.copy_plan``) or an
+export (``remote.sides``), and planned by the same code: the kernel plan reads ``limit`` and ``describe``;
+the copy-engine route and ``kvnumba.remote`` read ``items`` (every chunk's address, on the host).
 
-- a seed entry point's arguments (``plan.seed_args``),
-- a cache view (``plan.copy_plan``, for ``kv.copy``),
-- a view's export, local or remote (``kvnumba.remote.sides``),
-
-and planned by the same code: the kernel plan reads ``limit`` and ``describe``, the copy-engine route
-(``plan.routes``) and ``kvnumba.remote`` read ``items`` (every chunk's address, computed on the host with
-the layout's own Python functions, NumPy arrays of tokens at once).
-
-Every buffer and table of a plan is checked by the two functions here, ``resolve_array`` and
-``resolve_table`` (type, alignment, pinned host memory, writable destinations, devices, the byte ranges
-a call writes and the tables the kernel reads), whichever way the side came: the checks run in one place.
+Every buffer and table of a plan goes through ``resolve_array`` or ``resolve_table`` (type, alignment,
+pinned host memory, writable destinations, devices, the ranges a call writes and the tables it reads).
 """
 from __future__ import annotations
 

@@ -1,21 +1,15 @@
-"""The table of kvnumba's entry points (the seed's thirteen, and ``copy``): each one's arguments, in
-order, with their defaults and roles, and the layouts it moves between (``copy`` takes them from its
-views), whether it is MLA and whether it moves one layer.
+"""The table of kvnumba's entry points (the seed's thirteen, and ``copy``): each one's arguments in order,
+with defaults and roles, its layouts (``copy`` takes them from its views), MLA or not, one layer or all.
+It is the one table: ``prepare``, the plain entry points, the plans, the tests and ``scripts/bench.py``
+read it.
 
-It is the one table: ``prepare``, the plain entry points, the copy-engine plans, the tests
-(``tests/helpers/cases.py``, ``tests/kernels/test_ptx.py``) and the benchmark (``scripts/bench.py``) read it.
+Roles: ``index`` (``src_indices``/``dst_indices``, new on almost every call); ``layer`` (a per-layer
+entry point's ``layer_id``: it picks token limits, not buffers); ``launch`` (``block_quota``,
+``num_warps_per_block``, ``kv.copy``'s ``route``); ``geometry``: everything else, validated once per
+prepared transfer or per set of objects for plain calls (``Spec.buffers`` names the arrays).
 
-Roles:
-- ``index``: ``src_indices`` / ``dst_indices``, new on almost every call;
-- ``layer``: ``layer_id`` of a per-layer kernel entry point (it picks token limits, not buffers);
-- ``launch``: ``block_quota`` / ``num_warps_per_block``, and ``kv.copy``'s ``route`` (``kvnumba.plan.routes``);
-- ``geometry``: everything else (buffers, tables, sizes): validated once per prepared transfer, or
-  once per set of objects for plain calls. ``Spec.buffers`` names the ones that are arrays.
-
-Layouts: a kernel entry point's are ``kvnumba.kernels.layouts.Layout`` members. A copy-engine entry
-point moves between Python lists of per-layer layer-first buffers (``Layout.LAYER_FIRST``) and lists of
-page-first-direct buffers ``[num_pages, num_layers, page_size, ...]`` (``PAGE_FIRST_DIRECT``, a layout
-no kernel entry point takes).
+A kernel entry point's layouts are ``kernels.layouts.Layout`` members; a copy-engine entry point moves
+between lists of layer-first buffers and lists of page-first-direct buffers (``PAGE_FIRST_DIRECT``).
 """
 from typing import Any, NamedTuple
 

@@ -1,22 +1,14 @@
 """Whether a plan's loads take the staged kernel (``kernels.staged``), and that kernel bound for it.
 
-``KVNUMBA_LOAD_PATH`` (``kvnumba.config.load_path``) decides:
+``KVNUMBA_LOAD_PATH`` (``config.load_path``) decides: ``auto`` (default) stages the per-layer loads it
+speeds up (pinned host -> GPU on sm_90+, at least ``AUTO_MIN_ITEMS`` items, page-head sources only if a
+page holds a bulk piece); ``staged`` stages wherever the layouts allow (any memory, the simulator too:
+tests and benchmarks); ``register`` never.
 
-- ``auto`` (default): staged for the per-layer loads it speeds up (an entry point's, or ``kv.copy``'s of one
-  layer between views): a pinned-host source read into
-  GPU memory, on a GPU of compute capability 9.0 or newer (Hopper's bulk-copy unit), for calls of
-  at least ``AUTO_MIN_ITEMS`` items, and for page-head sources only if a page holds a bulk piece;
-- ``staged``: staged wherever the layouts allow (any memory, the simulator too: for tests and
-  benchmarks);
-- ``register``: never.
-
-Either way a plan is staged only if its source layout (layer-first, page-first or page-head) and its
-sizes can be described by tensor maps (``plan.tensor_maps``), its buffers are 16-byte aligned and
-its destination is one layer's buffer; otherwise, and for calls with fewer than two warps per block,
-the register kernel runs.
-
-What depends on sizes only (the choice, the kernel, the run limits) is a ``Recipe``, memoised; binding
-it to a plan's addresses encodes that plan's tensor maps (a few microseconds).
+Either way a plan is staged only if tensor maps can describe its source (``plan.tensor_maps``), its
+buffers are 16-byte aligned and its destination is one layer's buffer; calls with one-warp blocks take
+the register kernel. What depends on sizes only is a memoised ``Recipe``; binding it to a plan's addresses
+encodes that plan's tensor maps.
 """
 from typing import Any, NamedTuple
 
@@ -30,9 +22,8 @@ from . import tensor_maps
 from ..memo import BoundedMemo
 from .cache import remembered
 
-# In auto mode, calls with fewer items take the register kernel: on the H200 a 64-item load ran at
-# 0.84-0.86x of the seed staged (the ring's set-up and one round trip), against ~0.95x on registers.
-# The crossover was not measured; 512 items (8 pages of 64) is a conservative guess.
+# In auto mode, calls with fewer items take the register kernel: a short load staged pays the ring's set-up
+# and one round trip (scripts/RESULTS.md). The crossover was not measured; 512 items is a conservative guess.
 AUTO_MIN_ITEMS = 512
 
 

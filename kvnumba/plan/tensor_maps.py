@@ -1,25 +1,20 @@
 """Tensor maps of a load's source buffers, for the staged kernel's bulk copies (``kernels.staged``).
 
-A tensor map tells the bulk-copy unit how a buffer is laid out (sizes and byte strides of up to five
-dimensions) and what box one copy moves. kvnumba describes each source layout as five dimensions,
-the innermost the 8-byte words of one row of at most 2 KB (a box may not be wider than 256 elements):
+A tensor map tells the bulk-copy unit a buffer's layout (sizes and byte strides of up to five dimensions)
+and the box one copy moves. Each source layout is five dimensions, the innermost the 8-byte words of one
+row of at most 2 KB (a box is at most 256 elements wide):
 
-- layer-first and page-first (token-major): ``[row words, rows per item, layers, tokens, 1]``; a box
-  is every row of ``2**r`` consecutive tokens of one layer, stored token by token;
-- page-head (head-major): ``[head words, layers, tokens of a page, heads, pages]``; a box is every
-  head of ``2**r`` consecutive tokens of one page and layer, stored head by head.
+- layer-first and page-first: ``[row words, rows per item, layers, tokens, 1]``; a box is ``2**r``
+  consecutive tokens of one layer;
+- page-head: ``[head words, layers, tokens of a page, heads, pages]``; a box is every head of ``2**r``
+  consecutive tokens of one page and layer.
 
-One map per box length ``2**r`` that the kernel uses (``min_log2 <= r <= max_log2``: pieces shorter
-than ``2**min_log2`` go through registers), for K then V: the box is part of the map.
-
-Where the maps live: in *pinned host memory* (``MapStore``), which the bulk-copy unit reads through
-unified addressing as fast as device memory (H200, 2026-12-01: a staged pf->lf load at 48.9 GB/s with
-host maps, 48.4 with device maps). So a new plan's maps cost no device allocation and no copy: each is
-encoded by the driver (``cuTensorMapEncodeTiled``, its arguments prepared once per geometry) and its
-128 bytes written into a block of the store. On the simulator the maps are kvnumba's own 16-word form
-that ``kernels.tma.tensor_load`` reads (base, five sizes, four byte strides, five box sizes), in the
-same store. ``source_maps`` returns None when a layout or size cannot be described (the register
-kernel then does the load).
+One map per box length the kernel uses (``min_log2 <= r <= max_log2``), for K then V. The maps live in
+pinned host memory (``MapStore``), which the bulk-copy unit reads as fast as device memory
+(scripts/RESULTS.md), so a new plan's maps cost no device allocation or copy: each is encoded by the
+driver (``cuTensorMapEncodeTiled``) into a block of the store. On the simulator they are kvnumba's own
+16-word form that ``kernels.tma.tensor_load`` reads. ``source_maps`` returns None for what cannot be
+described (the register kernel then loads).
 """
 import ctypes
 import threading
@@ -29,6 +24,7 @@ import numpy as np
 
 from .. import config
 from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
+from ..driver.devices import attribute
 from ..driver.target import SIMULATOR
 from ..memo import BoundedMemo
 
@@ -227,33 +223,11 @@ def _write_encoded(at, base, sizes, strides, box, promotion):
 
 
 def compute_capability(device):
-    """``(major, minor)`` of GPU ``device`` (memoised)."""
-    known = _capabilities.get(device)
-    if known is None:
-        from ..driver.bindings import check, cu
-
-        attribute = cu.CUdevice_attribute
-        major = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, device),
-                      "cuDeviceGetAttribute")
-        minor = check(cu.cuDeviceGetAttribute(attribute.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, device),
-                      "cuDeviceGetAttribute")
-        known = _capabilities[device] = (int(major), int(minor))
-    return known
-
-
-_capabilities: dict[int, tuple[int, int]] = {}
+    """``(major, minor)`` of GPU ``device``."""
+    return attribute(device, "COMPUTE_CAPABILITY_MAJOR"), attribute(device, "COMPUTE_CAPABILITY_MINOR")
 
 
 def shared_limit(device):
-    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes (memoised): 227 KiB
-    on an H100 or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
-    known = _shared_limits.get(device)
-    if known is None:
-        from ..driver.bindings import check, cu
-
-        attribute = cu.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN
-        known = _shared_limits[device] = int(check(cu.cuDeviceGetAttribute(attribute, device), "cuDeviceGetAttribute"))
-    return known
-
-
-_shared_limits: dict[int, int] = {}
+    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes: 227 KiB on an H100
+    or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
+    return attribute(device, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")

@@ -1,10 +1,6 @@
-"""NIXL's Python API, found once, on first use (``kvnumba.remote`` imports without it).
-
-NIXL ships as ``nixl-cu13`` (import name ``nixl_cu13``), ``nixl-cu12`` (``nixl_cu12``) and a ``nixl``
-meta package (``nixl``) that re-exports one of them. Each wheel declares torch as a dependency, but its
-Python API imports torch only when given torch tensors; kvnumba hands it address lists, so
-``pip install --no-deps nixl-cu13`` (or ``nixl-cu12``; plus numpy, which kvnumba has) is enough.
-"""
+"""NIXL's Python API, found once, on first use (``kvnumba.remote`` imports without it): ``nixl_cu13``,
+``nixl_cu12`` or the ``nixl`` meta package. Each wheel declares torch as a dependency, but its API imports
+torch only for torch tensors, and kvnumba hands it address lists: ``pip install --no-deps`` is enough."""
 from __future__ import annotations
 
 import importlib

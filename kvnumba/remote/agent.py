@@ -2,6 +2,7 @@
 tokens between a local view and a remote one, in any two layouts ``kv.copy`` supports."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import secrets
 import time
@@ -270,10 +271,8 @@ class Agent:
                                              f"side.buffers[{i}] ({nbytes} bytes at 0x{address:x})")
         except BaseException:
             if known is None:  # nothing of that agent was connected before: nothing of it stays
-                try:
+                with contextlib.suppress(errors.RemoteError):
                     self._forget(agent)
-                except errors.RemoteError:
-                    pass
             elif not was_loaded:
                 self._loaded.get(agent, {}).pop(view.token, None)
             raise
@@ -484,10 +483,8 @@ class Agent:
         handles are released and their staging views go back to the pool. (A copy's error stays with it:
         its ``done()`` and ``wait()`` raise it.)"""
         for pending in list(self._inflight):
-            try:
+            with contextlib.suppress(Exception):  # kept by the copy, raised by its done()/wait()
                 pending.done()
-            except Exception:  # noqa: BLE001 - kept by the copy, raised by its done()/wait()
-                pass
 
     def _post(self, op: str, remote_view: RemoteView, mem: str, device: int, descriptors: plan.Descriptors,
               route: str, detail: str, notify: bytes | None, after: Any = None, release: Any = None) -> RemoteCopy:
@@ -540,16 +537,12 @@ class Agent:
             pending.cancel(f"agent {self.name!r} closed")
         self._tokens.clear()
         for name in list(self._remotes):
-            try:
+            with contextlib.suppress(Exception):  # closing goes on
                 self._nixl.remove_remote_agent(name)
-            except Exception:  # noqa: BLE001 - closing goes on
-                pass
         self._pool.drain()
         for descs, *_ in list(self._registered.values()):
-            try:
+            with contextlib.suppress(Exception):
                 self._nixl.deregister_memory(descs)
-            except Exception:  # noqa: BLE001
-                pass
         self._registered.clear()
         self._held = weakref.WeakKeyDictionary()
         self._exported.clear()

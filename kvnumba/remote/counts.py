@@ -1,9 +1,5 @@
-"""``plan_copy``: the descriptors a remote copy would post, computed without NIXL or a transfer.
-
-For reports and tests (``scripts/remote_descriptors.py`` writes the descriptor table of
-``scripts/RESULTS.md`` with it): give two views (local ``kv.CacheView`` objects, e.g. over
-``np.zeros`` arrays, which cost no memory until written, or a ``RemoteView``) and the indices.
-"""
+"""``plan_copy``: the descriptors a remote copy would post, computed without NIXL or a transfer, for
+reports and tests (``scripts/remote_descriptors.py``). Views over ``np.zeros`` arrays cost no memory."""
 from __future__ import annotations
 
 from typing import Any

@@ -3,17 +3,14 @@
     magic (16 B) | format version (u16) | header length (u32) | header (JSON, UTF-8)
     | blob count (u16) | per blob: length (u32) + NIXL metadata | SHA-256 of everything before (32 B)
 
-The header says who exported (agent name, the agent object's random instance id), which export
-(``export``: a random id), where the exporter keeps its token (``token``: an address in the exporter's
-token slab), whether a peer may write the view (``writable``), the memory it registered with NIXL
-(``regions``) and the view (a ``kvnumba.remote.sides.Side`` header: class, layout, geometry, addresses,
-buffers, memory); ``kvnumba.remote.header`` checks every field. The blobs are NIXL's partial metadata
-for the view's memory and, last, for the token slab, with the exporter's connection information.
+The header says who exported (agent name and random instance id), which export, where the exporter keeps
+its token, whether a peer may write the view, the memory it registered (``regions``) and the view (a
+``remote.sides.Side`` header); ``remote.header`` checks every field. The blobs are NIXL's metadata for the
+view's memory and, last, for the token slab, with the exporter's connection information.
 
-The checksum catches bytes damaged or cut in transit; the magic and version, bytes that are not an
-export of this format. Neither stops a forgery (anyone can edit a header and recompute the checksum):
-the exporter writes ``token_of(header)``, a digest of the header's exact bytes, into its token slot, and
-an importer reads it back before every copy. A header that was altered does not match it.
+The checksum catches bytes damaged in transit, the magic and version bytes of another format. Neither
+stops a forgery: the exporter writes ``token_of(header)`` into its token slot, and an importer reads it
+back before every copy; an altered header does not match it.
 """
 from __future__ import annotations
 

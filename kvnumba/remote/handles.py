@@ -3,6 +3,7 @@
 with and what to call once it is over."""
 from __future__ import annotations
 
+import contextlib
 import time
 import weakref
 from collections.abc import Callable
@@ -157,10 +158,8 @@ class RemoteCopy:
         if handle is not None:
             if on_release is not None:
                 on_release(self)
-            try:
+            with contextlib.suppress(Exception):  # NIXL keeps a handle it cannot release, and frees it with the agent
                 handle.release()
-            except Exception:  # noqa: BLE001 - NIXL keeps a handle it could not release and frees it with the agent
-                pass
         release, self._release, self._relayout = self._release, None, None
         if release is not None:
             release()

@@ -1,23 +1,16 @@
 """What an export's header may say: every field checked when the export is connected (``Agent.connect``).
 
 An export's bytes are not to be trusted: anyone can edit its header and recompute its checksum. So
-``read`` checks every field before anything is loaded into NIXL or planned, and a field that is
-missing, of the wrong type, out of range or inconsistent with the others raises ``ExportError`` naming
-it (``side.geometry.page_size``, ``regions[1]``...):
-
-- numbers are JSON integers (not booleans); addresses and sizes below 2**63 (descriptors are planned in
-  int64), sizes and counts below ``kvnumba.checks.validate.MAX_SIZE``;
-- one blob of NIXL metadata per registered region (``regions``), each matching its SHA-256 (``blobs``):
-  NIXL is given metadata only once the token vouched for the header (garbage metadata makes NIXL drop
-  what it knew of that agent);
-- every buffer of the view, and the token, lies in a region it registered, in the view's memory;
-- the geometry fits the buffers: layers x tokens x item bytes of K (and of V) no more than their
-  buffers hold, a page no longer than the view; the first and last token of every layer in its buffer
-  (``check_reach``, on the ``Side``).
+``read`` checks every field before anything is loaded into NIXL or planned, and one that is missing, of
+the wrong type, out of range or inconsistent raises ``ExportError`` naming it (``side.geometry.page_size``,
+``regions[1]``...): integers below 2**63 (descriptors are planned in int64) and sizes below
+``checks.validate.MAX_SIZE``; one NIXL blob per registered region, matching its SHA-256; every buffer and
+the token inside a registered region; a geometry its buffers can hold (and ``check_reach``: every layer's
+first and last token inside its buffer).
 
 What a consistent forgery could still claim (another view's addresses, ``writable`` for a read-only
 export) is refused by the token: the exporter keeps a digest of the header's bytes
-(``kvnumba.remote.export.token_of``), read before every copy.
+(``remote.export.token_of``), read before every copy.
 """
 from __future__ import annotations
 

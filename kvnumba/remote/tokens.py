@@ -1,11 +1,9 @@
 """Export tokens: one 8-byte word per export in the exporter's registered host memory, read by importers.
 
-An agent keeps its tokens in slabs of ``TOKEN_SLOTS`` words, each slab registered with NIXL (its
-metadata travels last in every export, with the agent's connection information). A slot holds
-``kvnumba.remote.export.token_of(header)``, a digest of the export's header, while the export stands,
-and 0 once it does not (``unexport``, ``close``). An importer reads the slot
-before every copy and compares it with the digest of the header it holds: a stale export (0, or a
-slot reused by a later export) and an altered one (another digest) do not match.
+Tokens live in slabs of ``TOKEN_SLOTS`` words, each registered with NIXL (its metadata travels last in
+every export). A slot holds ``remote.export.token_of(header)`` while the export stands and 0 after
+(``unexport``, ``close``); an importer reads it before every copy, so a stale export (0, or a slot reused
+by a later export) and an altered one do not match.
 """
 from __future__ import annotations
 

@@ -30,23 +30,6 @@ SIMULATOR_SHAPE = DemoShape(layers=2, item_size=64, page_size=4, tokens=16, pool
                             num_warps_per_block=2)
 
 
-def _placed(array, where):
-    """``array`` copied to the GPU or to pinned host memory (NumPy on the simulator)."""
-    if SIMULATOR:
-        return array.copy()
-    from numba import cuda
-
-    if where == "device":
-        return cuda.to_device(array)
-    pinned = cuda.pinned_array(array.shape, array.dtype)
-    pinned[...] = array
-    return pinned
-
-
-def _to_numpy(array):
-    return array if isinstance(array, np.ndarray) else array.copy_to_host()
-
-
 def _page_aligned_tokens(rng, shape):
     pages = rng.choice(shape.pool // shape.page_size, shape.tokens // shape.page_size, replace=False)
     return (pages[:, None] * shape.page_size + np.arange(shape.page_size)).reshape(-1).astype(np.int64)
@@ -55,6 +38,8 @@ def _page_aligned_tokens(rng, shape):
 def run(shape=None, seed=0, out=print):
     """Run the demo; returns a dict of results. Raises AssertionError if any byte is wrong."""
     from .. import reference  # here, not at import: ``kvnumba demo --help`` reads only the shapes above
+    from ..arrays import device_array, pinned
+    from ..testing import to_numpy
     from ..api import entry_points
     from ..api.tables import layer_table
     from .timing import CLOCK, GpuTimer
@@ -68,13 +53,13 @@ def run(shape=None, seed=0, out=print):
 
     k_np = [rng.integers(0, 256, (shape.pool, item), dtype=np.uint8) for _ in range(L)]
     v_np = [rng.integers(0, 256, (shape.pool, item), dtype=np.uint8) for _ in range(L)]
-    gpu_k = [_placed(a, "device") for a in k_np]
-    gpu_v = [_placed(a, "device") for a in v_np]
-    host_k = _placed(np.zeros((shape.pool, L, item), np.uint8), "host")
-    host_v = _placed(np.zeros((shape.pool, L, item), np.uint8), "host")
+    gpu_k = [device_array(a) for a in k_np]
+    gpu_v = [device_array(a) for a in v_np]
+    host_k = pinned(np.zeros((shape.pool, L, item), np.uint8))
+    host_v = pinned(np.zeros((shape.pool, L, item), np.uint8))
     device_tokens = _page_aligned_tokens(rng, shape)
     host_tokens = _page_aligned_tokens(rng, shape)
-    d_idx, h_idx = _placed(device_tokens, "device"), _placed(host_tokens, "device")
+    d_idx, h_idx = device_array(device_tokens), device_array(host_tokens)
     launch = (shape.block_quota, shape.num_warps_per_block)
 
     # 1. backup: all layers, device -> host, page-first
@@ -84,9 +69,9 @@ def run(shape=None, seed=0, out=print):
         entry_points.transfer_kv_all_layer_lf_pf(k_table, host_k, v_table, host_v, d_idx, h_idx, item, dim, L, *launch)
 
     # 2. load back: layer by layer, host -> device, into fresh poisoned buffers
-    load_k = [_placed(np.full((shape.pool, item), 0xA5, np.uint8), "device") for _ in range(L)]
-    load_v = [_placed(np.full((shape.pool, item), 0xA5, np.uint8), "device") for _ in range(L)]
-    scratch = _placed(np.zeros((shape.pool, item), np.uint8), "device")  # warm-up: compile, first touch
+    load_k = [device_array(np.full((shape.pool, item), 0xA5, np.uint8)) for _ in range(L)]
+    load_v = [device_array(np.full((shape.pool, item), 0xA5, np.uint8)) for _ in range(L)]
+    scratch = device_array(np.zeros((shape.pool, item), np.uint8))  # warm-up: compile, first touch
     entry_points.transfer_kv_per_layer_pf_lf(host_k, scratch, host_v, scratch, h_idx, d_idx, 0, item, dim, *launch)
     with GpuTimer() as load:
         for layer in range(L):
@@ -97,14 +82,14 @@ def run(shape=None, seed=0, out=print):
     want_k = np.zeros((shape.pool, L, item), np.uint8)
     want_v = np.zeros_like(want_k)
     reference.transfer_kv_all_layer_lf_pf(k_np, want_k, v_np, want_v, device_tokens, host_tokens, item, dim, L)
-    np.testing.assert_array_equal(_to_numpy(host_k), want_k, err_msg="backup differs from the reference")
-    np.testing.assert_array_equal(_to_numpy(host_v), want_v, err_msg="backup differs from the reference")
+    np.testing.assert_array_equal(to_numpy(host_k), want_k, err_msg="backup differs from the reference")
+    np.testing.assert_array_equal(to_numpy(host_v), want_v, err_msg="backup differs from the reference")
     for layer in range(L):
         want = np.full((shape.pool, item), 0xA5, np.uint8)
         want[device_tokens] = k_np[layer][device_tokens]
-        np.testing.assert_array_equal(_to_numpy(load_k[layer]), want, err_msg=f"K layer {layer} differs")
+        np.testing.assert_array_equal(to_numpy(load_k[layer]), want, err_msg=f"K layer {layer} differs")
         want[device_tokens] = v_np[layer][device_tokens]
-        np.testing.assert_array_equal(_to_numpy(load_v[layer]), want, err_msg=f"V layer {layer} differs")
+        np.testing.assert_array_equal(to_numpy(load_v[layer]), want, err_msg=f"V layer {layer} differs")
 
     moved = 2 * shape.tokens * L * item  # K and V, each way
     results = {}

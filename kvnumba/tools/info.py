@@ -1,5 +1,6 @@
 """``kvnumba info``: what kvnumba runs on, as text or (``--json``) as data. Every probe is guarded:
 without a GPU, a driver or the CUDA runtime it says so instead of failing."""
+import importlib
 import importlib.metadata
 import platform
 import warnings
@@ -27,28 +28,15 @@ def _unavailable(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _runtime_version():
-    """``(version, None)`` or ``(None, why not)``."""
+def _cuda_version_of(module, call):
+    """``(version, None)`` from ``cuda.bindings.<module>.<call>()``, or ``(None, why not)``: a missing
+    runtime library or libcuda (no driver) is an answer, not a crash."""
     try:
-        from cuda.bindings import runtime
-
-        err, version = runtime.cudaRuntimeGetVersion()
+        err, version = getattr(importlib.import_module(f"cuda.bindings.{module}"), call)()
         if int(err):
             return None, error_name(err)
         return _cuda_version(version), None
-    except Exception as exc:  # noqa: BLE001 - no runtime library is an answer, not a crash
-        return None, _unavailable(exc)
-
-
-def _driver_version():
-    try:
-        from cuda.bindings import driver
-
-        err, version = driver.cuDriverGetVersion()
-        if int(err):
-            return None, error_name(err)
-        return _cuda_version(version), None
-    except Exception as exc:  # noqa: BLE001 - no libcuda (no driver) is an answer, not a crash
+    except Exception as exc:  # noqa: BLE001
         return None, _unavailable(exc)
 
 
@@ -89,22 +77,16 @@ def _batch_copy():
 
 
 def facts():
-    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict).
-
-    ``packages`` maps each distribution to its version (None: not installed); ``cuda_runtime`` and
-    ``cuda_driver`` are CUDA versions (the driver's: the newest CUDA it supports); ``target`` is
-    ``"gpu"``, ``"simulator"`` or ``"none"``; ``gpu`` holds the current device's name, compute capability and
-    SM count; ``batch_copy`` whether ``cudaMemcpyBatchAsync`` would be used; ``copy_engine_min_bytes`` the
-    copies' average size from which ``kv.copy(route="auto")`` takes the copy engine, and
-    ``copy_engine_crossover`` where that was measured. A None value has its reason
-    in ``unavailable``. ``target_reason`` says why kvnumba runs where it does (``NUMBA_ENABLE_CUDASIM=1``,
-    ``no CUDA driver (...)``, ``a CUDA driver``); ``settings`` holds the variables kvnumba reads that are
-    set, and ``setting_errors`` the message for each one it cannot use.
-    """
+    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict): package
+    versions (None: not installed), the CUDA runtime's and driver's versions, the ``target`` (``"gpu"``,
+    ``"simulator"`` or ``"none"``) and why (``target_reason``), the GPU's name, compute capability and SMs,
+    whether ``cudaMemcpyBatchAsync`` would be used, where ``kv.copy(route="auto")`` takes the copy engine,
+    and the settings set (``setting_errors`` for those it cannot use). A None value has its reason in
+    ``unavailable``."""
     from .. import __version__
 
-    runtime, runtime_why = _runtime_version()
-    driver, driver_why = _driver_version()
+    runtime, runtime_why = _cuda_version_of("runtime", "cudaRuntimeGetVersion")
+    driver, driver_why = _cuda_version_of("driver", "cuDriverGetVersion")
     where, gpu, gpu_note = _gpu()
     batch, batch_why = _batch_copy()
     unavailable = {"cuda_runtime": runtime_why, "cuda_driver": driver_why, "gpu": gpu_note, "batch_copy": batch_why}

@@ -1,15 +1,9 @@
 """Progress of long jobs (``kvnumba convert``, ``scripts/bench.py``) on a stream, usually stderr.
 
-What is drawn depends on where it goes:
-
-- ``stream=None``: nothing (``--quiet``);
-- with tqdm installed (``pip install -e ".[progress]"``): tqdm's bar, redrawn in place, which tqdm itself
-  turns off where the stream is not a terminal (``disable=None``); then, as below, one summary line;
-- a terminal without tqdm: a plain line at most every ``PLAIN_INTERVAL_S`` seconds, then a summary;
-- anything else (a pipe, a log file, CI): no bar, one summary line at the end.
-
-With ``line_per_step=True`` (a few long steps, such as the benchmark's cases) every step also gets a
-line of its own wherever no bar is drawn.
+``stream=None`` draws nothing (``--quiet``); with tqdm installed, tqdm's bar (off where the stream is not a
+terminal), then one summary line; a terminal without tqdm gets a plain line at most every
+``PLAIN_INTERVAL_S`` seconds, then the summary; anything else (a pipe, a log, CI) the summary alone. With
+``line_per_step=True`` every step also gets a line of its own wherever no bar is drawn.
 """
 import importlib
 import sys

@@ -1,23 +1,19 @@
 """One timer for GPU work, shared by the benchmark, the demo and the GPU tests.
 
-- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream``, from two CUDA events
-  (``numba.cuda.event``) recorded around it, and its host time;
+- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream`` (two CUDA events) and its host time;
 - ``gpu_time(fn, repeats, stream)``: device seconds per call of ``fn``, called back to back (as in a
-  serving loop the GPU never waits for the host between calls), the median over ``groups`` groups;
+  serving loop), the median over ``groups`` groups;
 - ``host_time(fn, calls)``: host seconds per call, back to back, the device synchronised between groups.
 
-On Numba's CUDA simulator there are no CUDA events: every time is the host's wall clock
-(``time.perf_counter``), which says nothing about a GPU. ``CLOCK`` says which clock is in use.
-
-A stream is anything kvnumba's entry points take as ``stream=``: None (the default stream), a raw
-handle, or a torch, CuPy, Numba or ``cuda.core`` stream. Events belong to the current CUDA context
-(the current device's primary context, shared with torch and CuPy).
+On Numba's CUDA simulator there are no events: every time is the host's wall clock, which says nothing
+about a GPU (``CLOCK`` says which clock is in use). ``stream`` is anything kvnumba's ``stream=`` takes.
 """
 import statistics
 import time
 
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
+from ..testing import synchronize
 
 CLOCK = "wall clock (the CUDA simulator has no CUDA events; the times say nothing about a GPU)" if SIMULATOR \
     else "CUDA events"
@@ -34,14 +30,6 @@ def _numba_stream(handle):
     if handle == 2:
         return cuda.per_thread_default_stream()
     return cuda.external_stream(handle)
-
-
-def synchronize():
-    """Wait for all work of the current device (nothing to wait for on the simulator)."""
-    if not SIMULATOR:
-        from numba import cuda
-
-        cuda.synchronize()
 
 
 class GpuTimer:

@@ -16,44 +16,38 @@ _u64 = ctypes.c_uint64
 _i64 = ctypes.c_int64
 
 
-# int(): an address computed from a shared-memory slot is a NumPy integer, which ctypes refuses.
-def load_u64(addr):
+def _access(op, addr, width, name):
+    """``addr``, recorded (inside ``trace.recording()``) and checked for ``width``-byte alignment."""
     if trace.ACCESSES is not None:
-        trace.record("ld", addr, 8)
-    return _u64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
+        trace.record(op, addr, width)
+    return check_aligned(addr, width, name)
+
+
+def load_u64(addr):
+    return _u64.from_address(_access("ld", addr, 8, "ld.global.b64")).value
 
 
 def store_u64(addr, value):
-    if trace.ACCESSES is not None:
-        trace.record("st", addr, 8)
-    _u64.from_address(check_aligned(addr, 8, "st.global.b64")).value = value
+    _u64.from_address(_access("st", addr, 8, "st.global.b64")).value = value
 
 
 def load_u128(addr):
-    if trace.ACCESSES is not None:
-        trace.record("ld", addr, 16)
-    addr = check_aligned(addr, 16, "ld.global.v2.u64")
+    addr = _access("ld", addr, 16, "ld.global.v2.u64")
     return (_u64.from_address(addr).value, _u64.from_address(addr + 8).value)
 
 
 def store_u128(addr, pair):
-    if trace.ACCESSES is not None:
-        trace.record("st", addr, 16)
-    addr = check_aligned(addr, 16, "st.global.v2.u64")
+    addr = _access("st", addr, 16, "st.global.v2.u64")
     _u64.from_address(addr).value = pair[0]
     _u64.from_address(addr + 8).value = pair[1]
 
 
 def load_i64(addr):
-    if trace.ACCESSES is not None:
-        trace.record("ld", addr, 8)
-    return _i64.from_address(check_aligned(addr, 8, "ld.global.b64")).value
+    return _i64.from_address(_access("ld", addr, 8, "ld.global.b64")).value
 
 
 def load_i128(addr):
-    if trace.ACCESSES is not None:
-        trace.record("ld", addr, 16)
-    addr = check_aligned(addr, 16, "ld.global.v2.b64")
+    addr = _access("ld", addr, 16, "ld.global.v2.b64")
     return (_i64.from_address(addr).value, _i64.from_address(addr + 8).value)
 
 

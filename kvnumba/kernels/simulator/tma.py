@@ -2,12 +2,9 @@
 
 Barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of kvnumba's
 own format (``plan.tensor_maps``) row by row. A simulated warp's threads are independent Python threads
-with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``): the stage
-is released only when all of them are done reading it, as on the GPU. The simulator has no warp votes:
-``ballot`` and ``broadcast`` meet the warp's 32 threads through ``simulator.warp``. Every address is
-checked as the hardware checks it (``simulator.alignment``): a tensor load's shared-memory destination
-128-byte aligned, a bulk copy's addresses and size 16-byte, barriers 8-byte, shared loads and stores
-their width.
+with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``) and a
+stage is released only once all have read it. ``ballot`` and ``broadcast`` meet the warp's threads through
+``simulator.warp``. Every address is checked as the hardware checks it (``simulator.alignment``).
 """
 import ctypes
 import threading
@@ -61,10 +58,7 @@ def barrier_fence():
 
 
 def arrive(bar):
-    b = _barrier(bar)
-    with b.cond:
-        b.pending -= 1
-        b._complete_if_done()
+    arrive_expect_bytes(bar, 0)
 
 
 def arrive_expect_bytes(bar, nbytes):

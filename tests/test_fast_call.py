@@ -1,4 +1,4 @@
-"""The twins: the one hot path inlined beside the general form it copies is held to the general form's answers.
+"""The fast call: the one hot path inlined beside the general form it copies is held to the general form's answers.
 
 - ``run`` and the fast call (``kvnumba.plan.per_call``): for the same call, the same launch (kernel, grid,
   threads, every parameter), or the fast call hands the call to ``run``;
