@@ -1,12 +1,17 @@
-"""FP8 arithmetic for the kernels, bit exact: float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32,
-and one element's quantisation and dequantisation as ``kvnumba.quant_reference`` defines them.
+"""The FP8 codecs' device functions (``kvnumba.quant.fp8``'s ``E4M3``, ``E5M2``: ``Fp8Codec.kernels`` names this
+module), bit exact: float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32, one element's quantisation and
+dequantisation as the codec's reference defines them, and ``ops(codec, dtype)``: every device function the
+kernels inline for one codec and plain dtype, made from the codec's constants (the exact element functions
+here, the packed ones of ``kernels.fp8_packed``). The kernels take the codec and find these through
+``kernels.factory.codec_ops``, so a codec of the same shape (8-bit codes, a float32 scale a head in an array
+of its own) plugs into the same kernels with an ``ops`` of its own.
 
 Written with integer bit operations on int64 values (a float's bits), plus float32 division and
 multiplication where the format asks for them (``float32(x) * inv``, ``float32(x) / scale`` where ``inv``
 overflows, ``float32(decode(c)) * scale``):
 Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
 operations IEEE-rounded: no fast math) and on the simulator (plain Python, float32 arithmetic in NumPy
-float32 scalars; ``kernels.fp8_memory`` holds the bit casts of both worlds).
+float32 scalars; ``kernels.words`` holds the bit casts of both worlds).
 
 Rounding from float32 bits ``u`` (finite) into a format of ``E`` exponent bits (bias ``B``) and ``M``
 mantissa bits, to nearest even:
@@ -19,15 +24,19 @@ mantissa bits, to nearest even:
 - above the largest finite magnitude: the largest finite (FP8: saturation) or infinity (float16).
 
 The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
-factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dtype)``.
+factory does) and memoised: ``quantiser(codec, dtype)``, ``dequantiser(codec, dtype)``, ``ops(codec, dtype)``
+(a codec or its name).
 """
 import functools
+from typing import Any, NamedTuple
 
 from ..quant.fp8 import CANONICAL_NAN, fp8_format, plain_dtype
-from .fp8_memory import f32_div, f32_mul
+from . import fp8_packed
 from .jit import device_function
+from .words import f32_div, f32_mul
 
-__all__ = ["bf16_from_f32", "dequantiser", "make_narrow", "make_widen", "narrow", "quantiser", "widen"]
+__all__ = ["Fp8Ops", "bf16_from_f32", "dequantiser", "make_narrow", "make_widen", "narrow", "ops", "quantiser",
+           "widen", "word_dequantiser"]
 
 
 def make_narrow(exponent_bits, mantissa_bits, bias, max_magnitude, overflow_magnitude):
@@ -107,7 +116,6 @@ def f32_from_bf16(b):
     return b << 16
 
 
-_FORMATS = {"e4m3": (4, 3, 7, False), "e5m2": (5, 2, 15, True)}
 @functools.lru_cache(maxsize=None)
 def narrow(fmt):
     """float32 bits -> code of ``fmt`` (``"e4m3"``, ``"e5m2"``, or ``"float16"``; finite input)."""
@@ -124,32 +132,22 @@ def widen(fmt):
         return f32_from_bf16
     if fmt == "float16":
         return make_widen(5, 10, 15, True)
-    return make_widen(*_FORMATS[fp8_format(fmt).name])
+    f = fp8_format(fmt)
+    return make_widen(f.exponent_bits, f.mantissa_bits, f.bias, f.ieee)
 
 
 _EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
 ONE_BITS = 0x3F800000  # float32 1.0
 
 
+@functools.lru_cache(maxsize=None)
 def quantiser(fmt, dtype):
     """``(magnitude, scale_of, inverse_of, quantise)`` device functions for elements of ``dtype``
-    (bfloat16 or float16 bits) into ``fmt``:
-
-    - ``magnitude(b)``: ``b``'s magnitude bits, 0 for NaN and ±inf (the amax of a head is the largest of
-      these: magnitudes order as their bits do);
-    - ``scale_of(m)``: the float32 bits of the scale for amax magnitude bits ``m``;
-    - ``inverse_of(scale_bits)``: the float32 bits of ``1 / scale``, 0 where the format divides instead
-      (a zero scale, or one whose inverse overflows);
-    - ``quantise(b, scale_bits, inverse_bits)``: the code of element ``b`` with that scale.
-    """
-    return _quantiser(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _quantiser(fmt, name):
-    f = fp8_format(fmt)
+    (bfloat16 or float16 bits) into ``fmt`` (see ``Fp8Ops``; the amax of a head is the largest magnitude:
+    magnitudes order as their bits do)."""
+    f, name = fp8_format(fmt), plain_dtype(dtype)
     exponent_mask = _EXPONENT_MASK[name]
-    widen_plain, to_code = widen(name), narrow(f.name)
+    widen_plain, to_code = widen(name), narrow(f)
     max_bits = f32_bits_of(f.max_value)
     nan_code, max_code = f.nan_code, f.max_code
 
@@ -190,19 +188,15 @@ def _quantiser(fmt, name):
     return magnitude, scale_of, inverse_of, quantise
 
 
+@functools.lru_cache(maxsize=None)
 def dequantiser(fmt, dtype):
     """``dequantise(c, scale_bits)``: the bfloat16 (float16) bits of code ``c`` of ``fmt`` times the float32
     whose bits are ``scale_bits`` (a device function)."""
-    return _dequantiser(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _dequantiser(fmt, name):
-    f = fp8_format(fmt)
-    from_code = widen(f.name)
+    f, name = fp8_format(fmt), plain_dtype(dtype)
+    from_code = widen(f)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     nan_out = CANONICAL_NAN[name]
-    e4m3 = f.name == "e4m3"
+    e4m3 = not f.ieee  # only the all-ones magnitude is NaN; else every magnitude above infinity's
 
     @device_function
     def dequantise(c, scale_bits):
@@ -223,3 +217,47 @@ def f32_bits_of(value):
     import numpy as np
 
     return int(np.float32(value).view(np.uint32))
+
+
+@functools.lru_cache(maxsize=None)
+def word_dequantiser(fmt, dtype):
+    """``word(c, scale_bits)``: the 8-byte word of bfloat16/float16 bits of the four codes in 4-byte word ``c``
+    (the first in its low byte) times the float32 of ``scale_bits`` (a device function)."""
+    dequantise = dequantiser(fmt, dtype)
+
+    @device_function
+    def word(c, scale_bits):
+        # A loop, not four calls: Numba's inliner copies the whole callee (with all it inlines) at each call
+        # site, and a kernel's build time grows with the copies (NVVM unrolls the loop again).
+        out = 0
+        for e in range(4):
+            out |= dequantise((c >> (8 * e)) & 0xFF, scale_bits) << (16 * e)
+        return out
+
+    return word
+
+
+class Fp8Ops(NamedTuple):
+    """One FP8 codec's device functions for one plain dtype (``ops``); the exact ones take every input, the
+    packed ones (``kernels.fp8_packed``) the inputs their docstrings name."""
+
+    magnitude: Any  # b -> magnitude bits, 0 for NaN and ±inf (``quantiser``)
+    scale_of: Any  # amax magnitude bits -> scale bits
+    inverse_of: Any  # scale bits -> bits of 1 / scale, 0 where the format divides (a zero scale, or inf)
+    quantise: Any  # (b, scale_bits, inverse_bits) -> code
+    dequantise: Any  # (c, scale_bits) -> plain bits (``dequantiser``)
+    dequantise_word: Any  # four codes -> a word of four plain values, exactly (``word_dequantiser``)
+    magnitudes: Any  # packed: the largest magnitude bits of 16 elements in four words
+    quantise8: Any  # packed: 8 codes of two words of elements times an inverse
+    dequantise4: Any  # packed: a word of 4 plain values of the low 4 codes times a scale
+    special: Any  # whether a word of 8 codes holds one the packed conversions do not take
+    takes: Any  # whether the packed conversions take 16 codes (two words) with a scale
+    store_chunk: Any  # 16 codes times a scale, packed, as 32 bytes at an address
+
+
+@functools.lru_cache(maxsize=None)
+def ops(codec, dtype):
+    """``Fp8Ops`` of ``codec`` (an ``Fp8Codec`` or its name) for elements of the plain ``dtype``."""
+    f, name = fp8_format(codec), plain_dtype(dtype)
+    packed = fp8_packed.packed_ops(f, name)
+    return Fp8Ops._make((*quantiser(f, name), dequantiser(f, name), word_dequantiser(f, name), *packed))

@@ -1,9 +1,11 @@
-"""Packed FP8 conversions for the fast FP8 kernel (``kernels.fp8_wide``): several elements per instruction
-with the GPU's own conversions (``cvt...e4m3x2``/``e5m2x2``, compute capability 9.0), for the heads the
-format treats plainly. They agree bit for bit with ``kvnumba.quant_reference`` on those inputs; the
-kernel sends every other head through ``kernels.fp8``'s exact element functions.
+"""Packed FP8 conversions for the fast kernels (``kernels.quantise_wide``, ``dequantise_pipelined``,
+``dequantise_staged``): several elements per instruction with the GPU's own conversions (``cvt...e4m3x2``/
+``e5m2x2``, compute capability 9.0), for the heads the format treats plainly. They agree bit for bit with
+``kvnumba.quant_reference`` on those inputs; the kernels send every other head through ``kernels.fp8``'s exact
+element functions.
 
-Names (made per format and plain dtype, memoised; each returns int64 bits):
+Names (made per format and plain dtype by ``packed_ops``, which ``kernels.fp8.ops`` memoises; each returns
+int64 bits):
 
 - ``magnitudes(w0, w1, w2, w3)``: the largest magnitude bits (``x & 0x7FFF``) of the 16 bfloat16/float16
   elements in four 8-byte words, infinities and NaNs included (their bits order above every finite
@@ -13,25 +15,21 @@ Names (made per format and plain dtype, memoised; each returns int64 bits):
 - ``dequantise4(codes, scale_bits)``: the 4 bfloat16/float16 elements (one 8-byte word) of the low 4
   codes times the scale, ``float32(decode(c)) * scale`` rounded to nearest even; codes that are not NaN
   (nor e5m2 infinities) and a finite scale, so that no product is NaN;
-- ``special_codes(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
-- ``packed_takes(fmt)``'s ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes 16 codes (two words)
-  with that scale: a finite scale and no special code, in a few whole-word operations (the fast kernels'
-  test before they convert a lane's codes straight through);
-- ``chunk_dequantiser``'s ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words)
-  dequantised by ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
+- ``special(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
+- ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes 16 codes (two words) with that scale: a
+  finite scale and no special code, in a few whole-word operations (the fast kernels' test before they
+  convert a lane's codes straight through);
+- ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words) dequantised by
+  ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
 
 On Numba's CUDA simulator the first three are NumPy twins (``kernels.simulator.fp8_packed``) that compute
 the same definitions with ``ml_dtypes``.
 """
-import functools
-
 from ..driver.target import SIMULATOR
-from ..quant.fp8 import fp8_format, plain_dtype
-from .fp8_memory import store_pair
 from .jit import device_function
+from .words import store_pair
 
-__all__ = ["chunk_dequantiser", "magnitudes", "make_dequantise4", "make_quantise8", "packed_dequantiser", "packed_quantiser",
-           "packed_takes", "special_codes"]
+__all__ = ["magnitudes", "make_dequantise4", "make_quantise8", "packed_ops"]
 
 if SIMULATOR:
     from .simulator.fp8_packed import magnitudes, make_dequantise4, make_quantise8
@@ -117,39 +115,31 @@ else:
     mov.b64 $0, {{lo, hi}};""", 2)
 
 
-@functools.lru_cache(maxsize=None)
-def packed_quantiser(fmt, dtype):
-    """``quantise8`` for ``fmt`` (``"e4m3"``/``"e5m2"``) and the plain ``dtype`` (see the module docstring)."""
-    return make_quantise8(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def packed_dequantiser(fmt, dtype):
-    """``dequantise4`` for ``fmt`` and the plain ``dtype`` (see the module docstring)."""
-    return make_dequantise4(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def chunk_dequantiser(fmt, dtype):
-    """``store(address, low, high, scale_bits)`` for ``fmt`` and the plain ``dtype``: the 16 codes of ``low``
-    and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes of bfloat16/float16 at
-    ``address`` (codes and scales ``dequantise4`` takes), in two 16-byte stores where ``address`` allows."""
-    dequantise4 = packed_dequantiser(fmt, dtype)
+def packed_ops(f, dtype):
+    """``(magnitudes, quantise8, dequantise4, special, takes, store)`` for the FP8 codec ``f`` and the plain
+    ``dtype`` (see the module docstring; ``kernels.fp8.ops`` memoises them with the exact functions)."""
+    dequantise4 = make_dequantise4(f.name, dtype)
+    special, takes = _special_codes(f)
 
     @device_function
     def store(address, low, high, scale_bits):
+        """The 16 codes of ``low`` and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes
+        of bfloat16/float16 at ``address``, in two 16-byte stores where ``address`` allows."""
         store_pair(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
         store_pair(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
 
-    return store
+    return magnitudes, make_quantise8(f.name, dtype), dequantise4, special, takes, store
 
 
-@functools.lru_cache(maxsize=None)
-def special_codes(fmt):
-    """``special(word)``: whether any of the 8 codes in an int64 word is a NaN (e4m3: magnitude ``0x7F``)
-    or, in e5m2, an infinity or NaN (magnitude ``0x7C`` and up): a byte's magnitude plus the distance to
-    the first such magnitude carries into its top bit. Integer arithmetic, the same on both targets."""
-    carry = 0x01010101 if fp8_format(fmt).name == "e4m3" else 0x04040404
+def _special_codes(f):
+    """``special(word)``: whether any of the 8 codes in an int64 word has a magnitude of ``f.special_from`` or
+    more (e4m3: a NaN, ``0x7F``; e5m2: an infinity or NaN, ``0x7C`` and up): a byte's magnitude plus the
+    distance to that magnitude carries into its top bit. Integer arithmetic, the same on both targets.
+    ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes the 16 codes of int64 words ``low`` and
+    ``high`` times the float32 whose bits are ``scale_bits``: the scale is finite and neither word holds a
+    special code (a test on 32-bit halves: on whole int64 words a top byte's sum would overflow the sign bit,
+    which NVVM takes never to happen, and it dropped that byte's test)."""
+    carry = 0x01010101 * (0x80 - f.special_from)
 
     @device_function
     def special(word):
@@ -157,19 +147,8 @@ def special_codes(fmt):
         high = ((word >> 32) & 0x7F7F7F7F) + carry
         return ((low | high) & 0x80808080) != 0
 
-    return special
-
-
-@functools.lru_cache(maxsize=None)
-def packed_takes(fmt):
-    """``takes(scale_bits, low, high)``: whether ``dequantise4`` takes the 16 codes of int64 words ``low`` and
-    ``high`` times the float32 whose bits are ``scale_bits``: the scale is finite and neither word holds a
-    special code (``special_codes``, whose test works on 32-bit halves: on whole int64 words a top byte's sum
-    would overflow the sign bit, which NVVM takes never to happen, and it dropped that byte's test)."""
-    special = special_codes(fmt)
-
     @device_function
     def takes(scale_bits, low, high):
         return ((scale_bits & 0x7F800000) != 0x7F800000) & (not (special(low) | special(high)))  # no branch
 
-    return takes
+    return special, takes
