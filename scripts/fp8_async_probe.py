@@ -1,7 +1,7 @@
 """A probe of the FP8 load's design, on a GPU (sm_90) only: 8192 tokens of 8 heads of 128 FP8 codes and their
 scales in pinned host memory, dequantised into bfloat16 in GPU memory by a kernel whose lanes bring codes and
 scales into a per-warp ring in shared memory by ``cp.async`` (``S`` stages) and convert them with
-``fp8_packed``'s instructions. Every variant is checked bit for bit (modes 0-2) before it is timed.
+``kernels.fp8``'s instructions. Every variant is checked bit for bit (modes 0-2) before it is timed.
 
 Modes (what a lane stores):
     0: 16 codes, four 8-byte stores 32 bytes apart from the next lane's (as the wide kernel did)

@@ -8,8 +8,9 @@ Why: a load reads pinned host memory across PCIe, a round trip of microseconds. 
 reads in registers while it waits (``kernels.quantise_wide``: two 16-byte chunks a lane, 64 registers a thread
 at 1024 threads a block), and its 8-byte stores 32 bytes apart wrote each sector of the destination in
 pieces; a probe of this design loaded nearly twice as fast (scripts/RESULTS.md). Once the reads were in
-flight the kernel was bound by the instructions it issues (Nsight Compute), so the per-granule work is kept small: the head size is compiled in, a head's scale is copied once a pass,
-and a granule's destination address is found once, when its codes are copied.
+flight the kernel was bound by the instructions it issues (Nsight Compute), so the per-granule work is kept
+small: the head size is compiled in, a head's scale is copied once a pass, and a granule's destination
+address is found once, when its codes are copied.
 
 Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (8 bytes in,
 16 bytes of bfloat16/float16 out); ``D / 8`` must be a power of two (``takes``). A pass is ``PASS`` granules:
@@ -23,7 +24,7 @@ passes apart:
 - **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``) and the warp has met
   (``sync_warp``: a lane reads scales that others copied), a lane reads its granules back and stores 16 bytes
   each (``words.store_pair``: two 8-byte stores where the destination is only 8-byte aligned), converted
-  with the codec's packed instructions (``kernels.fp8_packed``), or with its exact element functions for a
+  with the codec's packed instructions (``kernels.fp8``), or with its exact element functions for a
   granule with a NaN code, an e5m2 infinity or a non-finite scale; the warp meets again before the stage is
   refilled.
 

@@ -31,7 +31,8 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
   chunk, element by element, in loops that stay loops.
 
 ``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
-1024-thread block's 64 registers a thread spill, and the backup ran slower (``scripts/RESULTS.md``). With 8 heads of 128, a token's K and V of one layer take two whole passes.
+1024-thread block's 64 registers a thread spill, and the backup ran slower (``scripts/RESULTS.md``). With 8
+heads of 128, a token's K and V of one layer take two whole passes.
 """
 from numba import cuda, types
 

@@ -9,8 +9,8 @@ The format is the codec's reference (``kvnumba.quant.fp8``, byte for byte); the 
 device functions (``factory.codec_ops``: ``kernels.fp8.ops``). Each side of a copy is a layout's
 ``LayoutParts`` (``kernels.layouts``); a quantised side has two address sets of that one layout, its codes
 (items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer
-tables, for per-layer views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in the address
-arithmetic), whatever the layouts.
+tables, for per-layer views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in
+the address arithmetic), whatever the layouts.
 
 Modes: ``"quantise"`` (plain source, FP8 destination), ``"dequantise"`` (FP8 source, plain
 destination), ``"copy"`` (FP8 to FP8: codes and scales copied).

@@ -2,9 +2,9 @@
 ``kernels.memory``: 4-byte loads and stores (codes move four to a lane's word, a scale is one float32), 8- and
 16-byte stores of int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
 
-On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``,
-as ``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their Python twins
-(``kernels.simulator.words``), chosen here once, at import. Integers are int64 throughout (a
+On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``, as
+``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their
+Python twins (``kernels.simulator.words``), chosen here once, at import. Integers are int64 throughout (a
 4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic never
 mixes signed and unsigned types.
 

@@ -95,8 +95,8 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
 def _wide_slots(mode: str, heads: int, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
     """The slots of the fast kernel for this copy, 0 for ``scaled_copy``'s: the wide kernel's for a quantising
     copy (``kernels.quantise_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
-    kernel takes (``kernels.dequantise_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries (they
-    move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
+    kernel takes (``kernels.dequantise_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries
+    (they move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
     pipelined one also a block's worth of shared memory for its rings (``dequantise_pipelined.shared_bytes``);
     ``config.override(fp8_kernel=...)`` picks one where both run."""
     chosen = config.tuning("fp8_kernel")

@@ -96,8 +96,8 @@ print(json.dumps(out))
 
 
 def test_the_packed_test_of_16_codes_looks_at_every_byte():
-    """The packed ``takes`` (``kernels.fp8_packed``) tests each code's magnitude plus a carry for a top bit. Done on whole int64
-    words, a top byte's sum overflows the sign bit, and NVVM, taking signed overflow never to happen, dropped
+    """The packed ``takes`` (``kernels.fp8``) tests each code's magnitude plus a carry for a top bit. Done on whole
+    int64 words, a top byte's sum overflows the sign bit, and NVVM, taking signed overflow never to happen, dropped
     the top byte of each word (masks 0x007F7F7F7F7F7F7F and 0x0080808080808080): on an H200 NaN codes there
     went through the packed conversions (2026-12-03). On 32-bit halves every byte is masked and tested."""
     masks = run_ptx_script(TAKES_SCRIPT, timeout=300)

@@ -18,7 +18,7 @@ TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
          "kvnumba.kernels.tma": "kvnumba.kernels.simulator.tma",
          "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit",
          "kvnumba.kernels.words": "kvnumba.kernels.simulator.words",
-         "kvnumba.kernels.fp8_packed": "kvnumba.kernels.simulator.fp8_packed",
+         "kvnumba.kernels.fp8": "kvnumba.kernels.simulator.fp8",
          "kvnumba.kernels.async_copy": "kvnumba.kernels.simulator.async_copy",
          "kvnumba.driver.launch": "kvnumba.driver.simulated_launch"}
 
