@@ -87,7 +87,6 @@ class ScaledArgs(NamedTuple):
 
 SIGNATURE = signature(ScaledArgs)
 PER_CALL = ScaledArgs._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
-ITEM_ARGS = tuple(f for f in ScaledArgs._fields if f not in ("num_items", "items_per_warp"))  # copy_items' args
 HELD = 4  # words a lane keeps in registers between the amax and the codes
 
 
@@ -187,7 +186,7 @@ def make_head_op(mode, codec, dtype):
 
 def make_items_copy(src, dst, mla, mode, codec, dtype):
     """``copy_items(lane, first, j, count, step, args)``, ``args`` the tuple of ``ScaledArgs``' values but
-    ``num_items`` and ``items_per_warp`` (``ITEM_ARGS``, in order; a call of more than 30 arguments compiles
+    ``num_items`` and ``items_per_warp``, in order (a call of more than 30 arguments compiles
     to a ``*args`` call, which Numba cannot inline): the register path's loop over a warp's items, every
     layer, K/V and head (the kernels here and ``kernels.dequantise_staged``'s items that do not go in bulk)."""
     head_op = make_head_op(mode, codec, dtype)
