@@ -1,7 +1,7 @@
 """A probe of the FP8 load's design, on a GPU (sm_90) only: 8192 tokens of 8 heads of 128 FP8 codes and their
 scales in pinned host memory, dequantised into bfloat16 in GPU memory by a kernel whose lanes bring codes and
 scales into a per-warp ring in shared memory by ``cp.async`` (``S`` stages) and convert them with
-``fp8_packed``'s instructions. Every variant is checked bit for bit (modes 0-2) before it is timed.
+``kernels.fp8``'s instructions. Every variant is checked bit for bit (modes 0-2) before it is timed.
 
 Modes (what a lane stores):
     0: 16 codes, four 8-byte stores 32 bytes apart from the next lane's (as the wide kernel did)
@@ -12,10 +12,10 @@ Modes (what a lane stores):
     python scripts/fp8_async_probe.py             # the modes above
     python scripts/fp8_async_probe.py --shared    # mode 2 asking for more shared memory than it uses (less L1)
 
-Results: scripts/RESULTS.md (H200, 2026-12-02); kvnumba.kernels.fp8_pipelined is the kernel built from it.
+Results: scripts/RESULTS.md (H200, 2026-12-02); kvnumba.kernels.dequantise_pipelined is the kernel built from it.
 It ran at ``40a35eb`` with its own copies of the inline PTX below; since then it takes them from
-``kernels.async_copy`` and ``kernels.fp8_memory`` and issues a pass from one device function, and its mode 0
-spells out the 8-byte stores ``fp8_packed.chunk_dequantiser`` made then. Its kernels' PTX is the same as it
+``kernels.async_copy`` and ``kernels.words`` and issues a pass from one device function, and its mode 0
+spells out the 8-byte stores the packed ``store_chunk`` made then. Its kernels' PTX is the same as it
 was, modulo names (compared by compiling both for sm_90).
 """
 
@@ -29,12 +29,12 @@ from numba import cuda, int64, types
 from numba.cuda.extending import intrinsic
 
 from kvnumba.kernels.async_copy import commit, copy4, copy8, waiter
-from kvnumba.kernels.fp8_memory import store_i64, store_i128
-from kvnumba.kernels.fp8_packed import packed_dequantiser
+from kvnumba.kernels.words import store_i64, store_i128
+from kvnumba.kernels.fp8 import ops
 from kvnumba.kernels.jit import device_function
 from kvnumba.kernels.tma import load_shared_i128, load_shared_u32, shared_address
 
-deq4 = packed_dequantiser("e4m3", "bfloat16")
+deq4 = ops("e4m3", "bfloat16").dequantise4
 
 
 @intrinsic

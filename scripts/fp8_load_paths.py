@@ -1,13 +1,13 @@
 """The FP8 one-layer loads of ``scripts/fp8_wire.py`` (8192 tokens of 8 heads of 128, pinned host page-first
 -> GPU layer-first, ``block_quota`` 4 and 2, idle) under each ``KVNUMBA_LOAD_PATH``: ``register`` (no staging:
-the pipelined kernel, ``kernels.fp8_pipelined``; before 2026-12-02 the wide kernel's dequantising pass) and
-``staged`` (``kernels.fp8_staged``). Each call is checked bit for bit
+the pipelined kernel, ``kernels.dequantise_pipelined``; before 2026-12-02 the wide kernel's dequantising pass) and
+``staged`` (``kernels.dequantise_staged``). Each call is checked bit for bit
 against ``kvnumba.quant_reference`` before it is timed, as in the bench. A GPU only.
 
     python scripts/fp8_load_paths.py [register] [staged] [--ring 3x64 --ring 6x32 ...] [--scale-copies]
 
 ``--ring STAGESxKIB``: the staged path with that ring (stages of KIB KiB; the kernel's own ring,
-``kernels.fp8_staged.SHAPE``, otherwise), once per ring given. ``--scale-copies``: the staged path once more
+``kernels.dequantise_staged.SHAPE``, otherwise), once per ring given. ``--scale-copies``: the staged path once more
 with its loader's lanes copying the scales (``config.override(scale_boxes=False)``) where the bulk unit
 brings them otherwise: the two in one process.
 """
@@ -20,7 +20,7 @@ import bench  # noqa: E402 - the bench's buffers and shapes
 import fp8_wire  # noqa: E402
 
 from kvnumba import config  # noqa: E402
-from kvnumba.kernels import fp8_staged  # noqa: E402
+from kvnumba.kernels import dequantise_staged  # noqa: E402
 from kvnumba.plan import fp8_staged_plan  # noqa: E402
 
 ROWS = ("fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2")
@@ -29,7 +29,7 @@ ROWS = ("fp8 load e4m3 kv.copy bq=4", "fp8 load e4m3 kv.copy bq=2")
 def ring(text):
     """``3x64`` -> the staged FP8 kernel's ring with 3 stages of 64 KiB."""
     stages, kib = (int(part) for part in text.lower().split("x"))
-    return fp8_staged.SHAPE._replace(stages=stages, stage_bytes=kib * 1024)
+    return dequantise_staged.SHAPE._replace(stages=stages, stage_bytes=kib * 1024)
 
 
 def main(paths, rings, scale_copies=False):

@@ -1,5 +1,5 @@
 """Per-thread asynchronous copies from global into shared memory (``cp.async``, sm_80+), as the pipelined
-FP8 load uses them (``kernels.fp8_pipelined``), and a thread's own 8-byte shared loads and stores.
+FP8 load uses them (``kernels.dequantise_pipelined``), and a thread's own 8-byte shared loads and stores.
 
 Why: a load from pinned host memory waits a PCIe round trip; bytes in flight held in registers are capped
 by a thread's registers, bytes in shared memory are not. Addresses are ints (shared ones shared-window

@@ -1,4 +1,5 @@
-"""The kernel factory: one memoised CUDA kernel per (source layout, destination layout, MLA).
+"""The kernel factory: one memoised CUDA kernel per (source layout, destination layout, MLA), and the codec
+kernels' part of it (``memoised``, ``codec_ops``).
 
 One body serves every pair of layouts (``kernels.layouts.LayoutParts``, a user's own included). It closes
 over the two layouts' address functions and the MLA flag, which Numba compiles as constants, so each
@@ -8,7 +9,14 @@ arguments cost microseconds of host time per launch.
 Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``,
 every layer of the call, K and V, head by head when one side is page-head; its lanes stride over 8- or
 16-byte words (``warp_copy``).
+
+A quantised copy's kernels (``kernels.scaled_copy``, the register kernel for every mode, and its fast
+variants ``quantise_wide``, ``dequantise_pipelined``, ``dequantise_staged``) are built the same way with the
+codec as a parameter: each builder closes over the layouts and the codec's device functions
+(``codec_ops``), and ``memoised`` keeps what it built, keyed by the codec object with the rest.
 """
+import importlib
+
 from numba import cuda
 
 from .. import config
@@ -81,17 +89,27 @@ def _build_kernel(src, dst, mla, copy_shape, narrow=False):
 _kernels: dict[tuple, object] = {}
 
 
+def memoised(build, *key):
+    """``build(*key)``, built on first request and kept: the kernels of every builder here, by builder and key."""
+    entry = (build, *key)
+    built = _kernels.get(entry)
+    if built is None:
+        built = _kernels[entry] = build(*key)
+    return built
+
+
+def codec_ops(codec, dtype):
+    """The device functions that a codec kernel inlines for ``codec`` and plain ``dtype``: the ``ops`` of the
+    module its ``kernels`` names (``kvnumba.quant.codec.Codec``; FP8's: ``kernels.fp8.ops``)."""
+    return importlib.import_module(codec.kernels).ops(codec, dtype)
+
+
 def get_kernel(src_layout, dst_layout, mla, narrow=False):
     """The kernel for one layout pair, built on first request and memoised. A layout is a
     ``LayoutParts`` or one of the seed's names (``Layout`` or its value, e.g. ``"pf"``). ``narrow``: the
     build for one-warp blocks, capped at ``NARROW_REGISTERS`` so that it runs beside a GEMM."""
     src, dst = _parts(src_layout), _parts(dst_layout)
-    shape = copy_shape_for(src, dst, mla)
-    key = (src, dst, bool(mla), shape, bool(narrow))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, src, dst, bool(mla), copy_shape_for(src, dst, mla), bool(narrow))
 
 
 def _parts(layout):

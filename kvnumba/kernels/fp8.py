@@ -1,12 +1,16 @@
-"""FP8 arithmetic for the kernels, bit exact: float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32,
-and one element's quantisation and dequantisation as ``kvnumba.quant_reference`` defines them.
+"""The FP8 codecs' device functions (``kvnumba.quant.fp8``'s ``E4M3``, ``E5M2``: ``Fp8Codec.kernels`` names this
+module), bit exact: ``ops(codec, dtype)``, every device function the kernels inline for one codec and plain
+dtype, made from the codec's constants. The kernels take the codec and find these through
+``kernels.factory.codec_ops``, so a codec of the same shape (8-bit codes, a float32 scale a head in an array
+of its own) plugs into the same kernels with an ``ops`` of its own.
 
-Written with integer bit operations on int64 values (a float's bits), plus float32 division and
-multiplication where the format asks for them (``float32(x) * inv``, ``float32(x) / scale`` where ``inv``
-overflows, ``float32(decode(c)) * scale``):
-Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
+**Exact element functions** (every input): float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32, one
+element's quantisation and dequantisation as the codec's reference defines them. Written with integer bit
+operations on int64 values (a float's bits), plus float32 division and multiplication where the format asks
+for them (``float32(x) * inv``, ``float32(x) / scale`` where ``inv`` overflows, ``float32(decode(c)) *
+scale``): Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
 operations IEEE-rounded: no fast math) and on the simulator (plain Python, float32 arithmetic in NumPy
-float32 scalars; ``kernels.fp8_memory`` holds the bit casts of both worlds).
+float32 scalars; ``kernels.words`` holds the bit casts of both worlds).
 
 Rounding from float32 bits ``u`` (finite) into a format of ``E`` exponent bits (bias ``B``) and ``M``
 mantissa bits, to nearest even:
@@ -19,15 +23,127 @@ mantissa bits, to nearest even:
 - above the largest finite magnitude: the largest finite (FP8: saturation) or infinity (float16).
 
 The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
-factory does) and memoised: ``quantiser(fmt, dtype)`` and ``dequantiser(fmt, dtype)``.
+factory does) and memoised: ``quantiser(codec, dtype)``, ``dequantiser(codec, dtype)``, ``ops(codec, dtype)``
+(a codec or its name).
+
+**Packed conversions** (``packed_ops``), for the fast kernels (``kernels.quantise_wide``,
+``dequantise_pipelined``, ``dequantise_staged``): several elements per instruction with the GPU's own
+conversions (``cvt...e4m3x2``/``e5m2x2``, compute capability 9.0), for the heads the format treats plainly,
+bit for bit with the reference on those inputs; the kernels send every other head through the exact
+functions. Each returns int64 bits:
+
+- ``magnitudes(w0, w1, w2, w3)``: the largest magnitude bits (``x & 0x7FFF``) of the 16 bfloat16/float16
+  elements in four 8-byte words, infinities and NaNs included (their bits order above every finite
+  magnitude, so the kernel sees at once whether a head holds one);
+- ``quantise8(w0, w1, inverse_bits)``: the 8 codes of the 8 elements in two words, ``fp8(float32(x) *
+  inverse)`` rounded to nearest even and saturated at ±``FMT_MAX``; finite elements and a finite inverse;
+- ``dequantise4(codes, scale_bits)``: the 4 bfloat16/float16 elements (one 8-byte word) of the low 4
+  codes times the scale, ``float32(decode(c)) * scale`` rounded to nearest even; codes that are not NaN
+  (nor e5m2 infinities) and a finite scale, so that no product is NaN;
+- ``special(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
+- ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes 16 codes (two words) with that scale: a
+  finite scale and no special code, in a few whole-word operations (the fast kernels' test before they
+  convert a lane's codes straight through);
+- ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words) dequantised by
+  ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
+
+On Numba's CUDA simulator the first three are NumPy twins (``kernels.simulator.fp8``) that compute the
+same definitions with ``ml_dtypes``, chosen here once, at import.
 """
 import functools
+from typing import Any, NamedTuple
 
+from ..driver.target import SIMULATOR
 from ..quant.fp8 import CANONICAL_NAN, fp8_format, plain_dtype
-from .fp8_memory import f32_div, f32_mul
 from .jit import device_function
+from .words import f32_div, f32_mul, store_pair
 
-__all__ = ["bf16_from_f32", "dequantiser", "make_narrow", "make_widen", "narrow", "quantiser", "widen"]
+__all__ = ["Fp8Ops", "bf16_from_f32", "dequantiser", "magnitudes", "make_dequantise4", "make_narrow",
+           "make_quantise8", "make_widen", "narrow", "ops", "packed_ops", "quantiser", "widen", "word_dequantiser"]
+
+if SIMULATOR:
+    from .simulator.fp8 import magnitudes, make_dequantise4, make_quantise8
+else:
+    from llvmlite import ir
+    from numba import types
+    from numba.cuda.extending import intrinsic
+
+    _I64 = ir.IntType(64)
+
+    def _asm(body, inputs):
+        """An intrinsic running PTX ``body`` on ``inputs`` (2, 3 or 4) int64 operands (``$1``...), giving an
+        int64 (``$0``)."""
+        def codegen(context, builder, sig, values):
+            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64] * inputs), "{\n" + body + "\n}", "=l" + ",l" * inputs)
+            return builder.call(asm, [context.cast(builder, v, t, types.int64) for v, t in zip(values, sig.args)])
+
+        def typed(*args):
+            return types.int64(*args), codegen
+
+        # an intrinsic's typer names its operands (Numba does not lower a *args one)
+        by_arity = {2: lambda typingctx, a, b: typed(a, b),
+                    3: lambda typingctx, a, b, c: typed(a, b, c),
+                    4: lambda typingctx, a, b, c, d: typed(a, b, c, d)}
+        return intrinsic(by_arity[inputs])
+
+    magnitudes = _asm("""
+    .reg .b32 a<8>;
+    mov.b64 {a0, a1}, $1;
+    mov.b64 {a2, a3}, $2;
+    mov.b64 {a4, a5}, $3;
+    mov.b64 {a6, a7}, $4;
+    and.b32 a0, a0, 0x7FFF7FFF; and.b32 a1, a1, 0x7FFF7FFF; and.b32 a2, a2, 0x7FFF7FFF; and.b32 a3, a3, 0x7FFF7FFF;
+    and.b32 a4, a4, 0x7FFF7FFF; and.b32 a5, a5, 0x7FFF7FFF; and.b32 a6, a6, 0x7FFF7FFF; and.b32 a7, a7, 0x7FFF7FFF;
+    max.u16x2 a0, a0, a1; max.u16x2 a2, a2, a3; max.u16x2 a4, a4, a5; max.u16x2 a6, a6, a7;
+    max.u16x2 a0, a0, a2; max.u16x2 a4, a4, a6; max.u16x2 a0, a0, a4;
+    shr.u32 a1, a0, 16; and.b32 a0, a0, 0xFFFF; max.u32 a0, a0, a1;
+    cvt.u64.u32 $0, a0;""", 4)
+
+    def _widen_pair(word, first):
+        """PTX: float32 registers ``x{first}``, ``x{first + 1}`` from the two elements of 32-bit ``word``."""
+        return {
+            "bfloat16": f"shl.b32 t, {word}, 16; mov.b32 x{first}, t;\n"
+                        f"and.b32 t, {word}, 0xFFFF0000; mov.b32 x{first + 1}, t;",
+            "float16": f"mov.b32 {{h0, h1}}, {word}; cvt.f32.f16 x{first}, h0; cvt.f32.f16 x{first + 1}, h1;",
+        }
+
+    def make_quantise8(fmt, dtype):
+        widen = "\n".join(_widen_pair(f"a{i}", 2 * i)[dtype] for i in range(4))
+        scale = "\n".join(f"mul.rn.f32 x{i}, x{i}, s;" for i in range(8))
+        narrow = "\n".join(f"cvt.rn.satfinite.{fmt}x2.f32 c{i}, x{2 * i + 1}, x{2 * i};" for i in range(4))
+        return _asm(f"""
+    .reg .b32 a<4>, t, lo, hi;
+    .reg .b16 h0, h1, c<4>;
+    .reg .f32 x<8>, s;
+    mov.b64 {{a0, a1}}, $1;
+    mov.b64 {{a2, a3}}, $2;
+    cvt.u32.u64 t, $3; mov.b32 s, t;
+    {widen}
+    {scale}
+    {narrow}
+    mov.b32 lo, {{c0, c1}};
+    mov.b32 hi, {{c2, c3}};
+    mov.b64 $0, {{lo, hi}};""", 3)
+
+    def make_dequantise4(fmt, dtype):
+        narrow = {"bfloat16": "bf16x2", "float16": "f16x2"}[dtype]
+        return _asm(f"""
+    .reg .b32 w, t, p0, p1, lo, hi;
+    .reg .b16 c0, c1, g<4>;
+    .reg .f32 y<4>, s;
+    cvt.u32.u64 w, $1;
+    mov.b32 {{c0, c1}}, w;
+    cvt.rn.f16x2.{fmt}x2 p0, c0;
+    cvt.rn.f16x2.{fmt}x2 p1, c1;
+    mov.b32 {{g0, g1}}, p0;
+    mov.b32 {{g2, g3}}, p1;
+    cvt.f32.f16 y0, g0; cvt.f32.f16 y1, g1; cvt.f32.f16 y2, g2; cvt.f32.f16 y3, g3;
+    cvt.u32.u64 t, $2; mov.b32 s, t;
+    mul.rn.f32 y0, y0, s; mul.rn.f32 y1, y1, s; mul.rn.f32 y2, y2, s; mul.rn.f32 y3, y3, s;
+    cvt.rn.{narrow}.f32 lo, y1, y0;
+    cvt.rn.{narrow}.f32 hi, y3, y2;
+    mov.b64 $0, {{lo, hi}};""", 2)
+
 
 
 def make_narrow(exponent_bits, mantissa_bits, bias, max_magnitude, overflow_magnitude):
@@ -107,7 +223,6 @@ def f32_from_bf16(b):
     return b << 16
 
 
-_FORMATS = {"e4m3": (4, 3, 7, False), "e5m2": (5, 2, 15, True)}
 @functools.lru_cache(maxsize=None)
 def narrow(fmt):
     """float32 bits -> code of ``fmt`` (``"e4m3"``, ``"e5m2"``, or ``"float16"``; finite input)."""
@@ -124,32 +239,22 @@ def widen(fmt):
         return f32_from_bf16
     if fmt == "float16":
         return make_widen(5, 10, 15, True)
-    return make_widen(*_FORMATS[fp8_format(fmt).name])
+    f = fp8_format(fmt)
+    return make_widen(f.exponent_bits, f.mantissa_bits, f.bias, f.ieee)
 
 
 _EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
 ONE_BITS = 0x3F800000  # float32 1.0
 
 
+@functools.lru_cache(maxsize=None)
 def quantiser(fmt, dtype):
     """``(magnitude, scale_of, inverse_of, quantise)`` device functions for elements of ``dtype``
-    (bfloat16 or float16 bits) into ``fmt``:
-
-    - ``magnitude(b)``: ``b``'s magnitude bits, 0 for NaN and ±inf (the amax of a head is the largest of
-      these: magnitudes order as their bits do);
-    - ``scale_of(m)``: the float32 bits of the scale for amax magnitude bits ``m``;
-    - ``inverse_of(scale_bits)``: the float32 bits of ``1 / scale``, 0 where the format divides instead
-      (a zero scale, or one whose inverse overflows);
-    - ``quantise(b, scale_bits, inverse_bits)``: the code of element ``b`` with that scale.
-    """
-    return _quantiser(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _quantiser(fmt, name):
-    f = fp8_format(fmt)
+    (bfloat16 or float16 bits) into ``fmt`` (see ``Fp8Ops``; the amax of a head is the largest magnitude:
+    magnitudes order as their bits do)."""
+    f, name = fp8_format(fmt), plain_dtype(dtype)
     exponent_mask = _EXPONENT_MASK[name]
-    widen_plain, to_code = widen(name), narrow(f.name)
+    widen_plain, to_code = widen(name), narrow(f)
     max_bits = f32_bits_of(f.max_value)
     nan_code, max_code = f.nan_code, f.max_code
 
@@ -190,19 +295,15 @@ def _quantiser(fmt, name):
     return magnitude, scale_of, inverse_of, quantise
 
 
+@functools.lru_cache(maxsize=None)
 def dequantiser(fmt, dtype):
     """``dequantise(c, scale_bits)``: the bfloat16 (float16) bits of code ``c`` of ``fmt`` times the float32
     whose bits are ``scale_bits`` (a device function)."""
-    return _dequantiser(fp8_format(fmt).name, plain_dtype(dtype))
-
-
-@functools.lru_cache(maxsize=None)
-def _dequantiser(fmt, name):
-    f = fp8_format(fmt)
-    from_code = widen(f.name)
+    f, name = fp8_format(fmt), plain_dtype(dtype)
+    from_code = widen(f)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     nan_out = CANONICAL_NAN[name]
-    e4m3 = f.name == "e4m3"
+    e4m3 = not f.ieee  # only the all-ones magnitude is NaN; else every magnitude above infinity's
 
     @device_function
     def dequantise(c, scale_bits):
@@ -223,3 +324,86 @@ def f32_bits_of(value):
     import numpy as np
 
     return int(np.float32(value).view(np.uint32))
+
+
+@functools.lru_cache(maxsize=None)
+def word_dequantiser(fmt, dtype):
+    """``word(c, scale_bits)``: the 8-byte word of bfloat16/float16 bits of the four codes in 4-byte word ``c``
+    (the first in its low byte) times the float32 of ``scale_bits`` (a device function)."""
+    dequantise = dequantiser(fmt, dtype)
+
+    @device_function
+    def word(c, scale_bits):
+        # A loop, not four calls: Numba's inliner copies the whole callee (with all it inlines) at each call
+        # site, and a kernel's build time grows with the copies (NVVM unrolls the loop again).
+        out = 0
+        for e in range(4):
+            out |= dequantise((c >> (8 * e)) & 0xFF, scale_bits) << (16 * e)
+        return out
+
+    return word
+
+
+def packed_ops(f, dtype):
+    """``(magnitudes, quantise8, dequantise4, special, takes, store)`` for the FP8 codec ``f`` and the plain
+    ``dtype`` (see the module docstring; ``ops`` memoises them with the exact functions)."""
+    dequantise4 = make_dequantise4(f.name, dtype)
+    special, takes = _special_codes(f)
+
+    @device_function
+    def store(address, low, high, scale_bits):
+        """The 16 codes of ``low`` and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes
+        of bfloat16/float16 at ``address``, in two 16-byte stores where ``address`` allows."""
+        store_pair(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
+        store_pair(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
+
+    return magnitudes, make_quantise8(f.name, dtype), dequantise4, special, takes, store
+
+
+def _special_codes(f):
+    """``special(word)``: whether any of the 8 codes in an int64 word has a magnitude of ``f.special_from`` or
+    more (e4m3: a NaN, ``0x7F``; e5m2: an infinity or NaN, ``0x7C`` and up): a byte's magnitude plus the
+    distance to that magnitude carries into its top bit. Integer arithmetic, the same on both targets.
+    ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes the 16 codes of int64 words ``low`` and
+    ``high`` times the float32 whose bits are ``scale_bits``: the scale is finite and neither word holds a
+    special code (a test on 32-bit halves: on whole int64 words a top byte's sum would overflow the sign bit,
+    which NVVM takes never to happen, and it dropped that byte's test)."""
+    carry = 0x01010101 * (0x80 - f.special_from)
+
+    @device_function
+    def special(word):
+        low = (word & 0x7F7F7F7F) + carry
+        high = ((word >> 32) & 0x7F7F7F7F) + carry
+        return ((low | high) & 0x80808080) != 0
+
+    @device_function
+    def takes(scale_bits, low, high):
+        return ((scale_bits & 0x7F800000) != 0x7F800000) & (not (special(low) | special(high)))  # no branch
+
+    return special, takes
+
+
+class Fp8Ops(NamedTuple):
+    """One FP8 codec's device functions for one plain dtype (``ops``); the exact ones take every input, the
+    packed ones (``packed_ops``) the inputs the module docstring names."""
+
+    magnitude: Any  # b -> magnitude bits, 0 for NaN and ±inf (``quantiser``)
+    scale_of: Any  # amax magnitude bits -> scale bits
+    inverse_of: Any  # scale bits -> bits of 1 / scale, 0 where the format divides (a zero scale, or inf)
+    quantise: Any  # (b, scale_bits, inverse_bits) -> code
+    dequantise: Any  # (c, scale_bits) -> plain bits (``dequantiser``)
+    dequantise_word: Any  # four codes -> a word of four plain values, exactly (``word_dequantiser``)
+    magnitudes: Any  # packed: the largest magnitude bits of 16 elements in four words
+    quantise8: Any  # packed: 8 codes of two words of elements times an inverse
+    dequantise4: Any  # packed: a word of 4 plain values of the low 4 codes times a scale
+    special: Any  # whether a word of 8 codes holds one the packed conversions do not take
+    takes: Any  # whether the packed conversions take 16 codes (two words) with a scale
+    store_chunk: Any  # 16 codes times a scale, packed, as 32 bytes at an address
+
+
+@functools.lru_cache(maxsize=None)
+def ops(codec, dtype):
+    """``Fp8Ops`` of ``codec`` (an ``Fp8Codec`` or its name) for elements of the plain ``dtype``."""
+    f, name = fp8_format(codec), plain_dtype(dtype)
+    packed = packed_ops(f, name)
+    return Fp8Ops._make((*quantiser(f, name), dequantiser(f, name), word_dequantiser(f, name), *packed))

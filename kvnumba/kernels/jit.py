@@ -14,7 +14,7 @@ else:
 
         Numba inlines it by copying its whole IR, with all it inlined, at every call site, so a kernel's build
         time grows with the copies: call a large function from one site (a loop over four elements, not four
-        calls; ``fp8_copy.word_dequantiser``). Numba's own inlining, not NVVM's (``forceinline``), because the
+        calls; ``fp8.word_dequantiser``). Numba's own inlining, not NVVM's (``forceinline``), because the
         latter builds each device function for the current GPU, and ``kernel_ptx`` must work without one."""
         from numba import cuda
 

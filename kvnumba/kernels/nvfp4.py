@@ -24,10 +24,8 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, narrow
-from .fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64,
-                         store_pair)
-from .fp8_packed import magnitudes
+from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
+from .words import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64, load_i128
@@ -47,7 +45,7 @@ SIGN_NIBBLES = 0x8888888888888888 - (1 << 64)  # every code's sign bit, as an in
 
 class Nvfp4Args(NamedTuple):
     """The NVFP4 kernels' parameters, in order. ``plain_*``: the bfloat16 side (a buffer or table, as
-    ``kernels.fp8_copy``'s); ``src_table``/``dst_table``: an NVFP4 side's layer addresses (0: plain side).
+    ``kernels.scaled_copy``'s); ``src_table``/``dst_table``: an NVFP4 side's layer addresses (0: plain side).
     ``k_scale``/``v_scale``: float32 bits, quantising ``1 / global_scale``, dequantising ``global_scale``;
     ``k_unscale``/``v_unscale``: ``rcp(1 / global_scale)`` (quantising only)."""
 

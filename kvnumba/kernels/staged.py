@@ -157,7 +157,7 @@ def wait_phase(bar, parity):
 
 
 def make_ring(layout, mla, ring, fill_piece=None):
-    """``run_block``, what every staged kernel's block runs (this one's and ``kernels.fp8_staged``'s): the
+    """``run_block``, what every staged kernel's block runs (this one's and ``kernels.dequantise_staged``'s): the
     ring over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one
     layer's), given what a kernel does with the items (``make_block``).
 

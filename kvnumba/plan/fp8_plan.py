@@ -1,7 +1,8 @@
 """The plan of a ``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8
-caches, in one kernel launch (quantising: ``kvnumba.kernels.fp8_wide``, dequantising: ``kvnumba.kernels.fp8_staged``
-for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``), ``kvnumba.kernels.fp8_pipelined``,
-where they run; else ``kvnumba.kernels.fp8_copy``; the format: ``kvnumba.quant_reference``).
+caches, in one kernel launch (quantising: ``kvnumba.kernels.quantise_wide``, dequantising:
+``kvnumba.kernels.dequantise_staged`` for one-layer loads from pinned host memory on sm_90+
+(``plan.fp8_staged_plan``), ``kvnumba.kernels.dequantise_pipelined``, where they run; else
+``kvnumba.kernels.scaled_copy``; each takes the view's codec, ``kvnumba.quant.fp8``).
 
 ``plan.build`` builds one per (source view, destination view, layers) where either view is an FP8 one, and the
 copy's plan cache keeps it as it keeps every copy's (``plan.cache``): the views checked against each other,
@@ -31,8 +32,8 @@ from ..driver.launch import BoundKernel, launch_shape, launchable
 from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
-from ..kernels import fp8_copy as kernels
-from ..kernels import fp8_pipelined, fp8_wide
+from ..kernels import dequantise_pipelined, quantise_wide
+from ..kernels import scaled_copy as kernels
 from ..checks.user_layouts import check_user_layout
 from . import fp8_staged_plan, routes
 from .copy_plan import copy_window, is_view, view_side
@@ -87,24 +88,25 @@ def _sides(place: Placement, name: str, view: Any, destination: bool, first_laye
 
 
 def _wide_slots(mode: str, heads: int, head_dim: int, device: int, scales: Side | None, codes: Side) -> int:
-    """The slots of the fast kernel for this copy, 0 for ``fp8_copy``'s: the wide kernel's for a quantising
-    copy (``kernels.fp8_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
-    kernel takes (``kernels.fp8_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries (they
-    move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
-    pipelined one also a block's worth of shared memory for its rings (``fp8_pipelined.shared_bytes``);
+    """The slots of the fast kernel for this copy, 0 for ``scaled_copy``'s: the wide kernel's for a quantising
+    copy (``kernels.quantise_wide``: heads of 16 * 2**k elements), 1 for a dequantising one that the pipelined
+    kernel takes (``kernels.dequantise_pipelined``: heads of 8 * 2**k). Both need codes on 8-byte boundaries
+    (they move them 8 bytes at a time) and, on a GPU, compute capability 9.0 (their packed conversions); the
+    pipelined one also a block's worth of shared memory for its rings (``dequantise_pipelined.shared_bytes``);
     ``config.override(fp8_kernel=...)`` picks one where both run."""
     chosen = config.tuning("fp8_kernel")
     if mode == "dequantise":
-        slots = 1 if fp8_pipelined.takes(head_dim) else 0
+        slots = 1 if dequantise_pipelined.takes(head_dim) else 0
     else:
-        slots = fp8_wide.slots_for(mode, head_dim)
+        slots = quantise_wide.slots_for(head_dim) if mode == "quantise" else 0
     if chosen == "general" or not slots or scales is None:
         return 0
     if codes.bases is None or (np.asarray(codes.bases) % 8).any():
         return 0
     if not SIMULATOR and compute_capability(device) < (9, 0):
         return 0
-    if mode == "dequantise" and not SIMULATOR and shared_limit(device) < fp8_pipelined.shared_bytes(heads, head_dim):
+    if (mode == "dequantise" and not SIMULATOR
+            and shared_limit(device) < dequantise_pipelined.shared_bytes(heads, head_dim)):
         return 0  # the pipelined kernel's rings do not fit in a block's shared memory there (sm_120)
     return slots
 
@@ -174,12 +176,12 @@ class Fp8Plan:
         self.clearance = Clearance(self.destinations)  # every call's index arrays against them
         self.tokens = (src.geometry.tokens, dst.geometry.tokens)
         self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
-        self.fmt, self.dtype = fp8.fmt, dtype
+        self.fmt, self.codec, self.dtype = fp8.fmt, fp8.codec, dtype
         s, d = self.src, self.dst
         (src_k, src_v, src_item, src_dim), (dst_k, dst_v, dst_item, dst_dim) = _numbers(s), _numbers(d)
         src_scales_k, src_scales_v, src_scales_item, src_scales_dim = _numbers(src_scales)
         dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim = _numbers(dst_scales)
-        self.template = kernels.Fp8Args(
+        self.template = kernels.ScaledArgs(
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
             src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
             words=head_dim // 4, error_flag=guard.flag_address(),
@@ -193,13 +195,13 @@ class Fp8Plan:
                                  self.src if mode == "dequantise" else self.dst)
         shared = 0
         if self.slots and mode == "dequantise":
-            dispatcher = fp8_pipelined.get_kernel(s.parts, d.parts, src.mla, self.fmt, dtype, head_dim,
-                                                  fp8_pipelined.takes_whole(heads, head_dim))
-            shared = fp8_pipelined.shared_bytes(heads, head_dim)
+            dispatcher = dequantise_pipelined.get_kernel(s.parts, d.parts, src.mla, self.codec, dtype, head_dim,
+                                                         dequantise_pipelined.takes_whole(heads, head_dim))
+            shared = dequantise_pipelined.shared_bytes(heads, head_dim)
         elif self.slots:
-            dispatcher = fp8_wide.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype, self.slots, head_dim)
+            dispatcher = quantise_wide.get_kernel(s.parts, d.parts, src.mla, self.codec, dtype, self.slots, head_dim)
         else:
-            dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.fmt, dtype)
+            dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         checks = config.tuning("host_index_checks")
@@ -242,7 +244,7 @@ class Fp8Plan:
             capture.refuse(handle, "check=True (it waits for the stream)", "call kv.check_errors() after the replay")
         routes.log.record("kernel")
         kernel = self.kernel
-        if self.staged is not None:  # its blocks may have fewer warps than asked for (fp8_staged.WARPS)
+        if self.staged is not None:  # its blocks may have fewer warps than asked for (dequantise_staged.WARPS)
             kernel, warps = self.staged.kernel_for(count, warps, kernel)
         items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
         if any(values is not None for _, values in host):  # host indices on a GPU: copied for the kernel

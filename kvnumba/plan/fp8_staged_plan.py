@@ -1,20 +1,20 @@
 """Whether an FP8 dequantising load (``kv.copy(fp8_view, plain_view, ...)``, ``plan.fp8_plan``) takes the staged
-kernel (``kernels.fp8_staged``), and that kernel bound for it.
+kernel (``kernels.dequantise_staged``), and that kernel bound for it.
 
 The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the
 geometry allows (the simulator too), ``register`` never, and ``auto`` stages one-layer loads from pinned host
 memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, heads of 8 * 2**k
-too, which the pipelined kernel (``kernels.fp8_pipelined``) would take otherwise: since the staged kernel's
-blocks hold 16 warps of 128 registers (``fp8_staged.WARPS``), on an H200 a load of 8192 tokens of 8 heads of
-128 runs 8% faster staged at bq=2, where the pipelined kernel's per-thread copies from host memory stop near 25
-GB/s on the link, and 3% slower at bq=4 (scripts/RESULTS.md, 2026-12-03). The geometry allows it
+too, which the pipelined kernel (``kernels.dequantise_pipelined``) would take otherwise: since the staged kernel's
+blocks hold 16 warps of 128 registers (``dequantise_staged.WARPS``), it runs faster at bq=2, where the pipelined
+kernel's per-thread copies from host memory stall on the link, and a little slower at bq=4 (scripts/RESULTS.md).
+The geometry allows it
 when the source is layer-first (one buffer or a list of per-layer arrays), page-first or page-head
-(``kernels.fp8_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
-one token's codes and scales (``fp8_staged.run_limits``), and the bulk-copy unit can read the layer's codes
+(``kernels.dequantise_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
+one token's codes and scales (``dequantise_staged.run_limits``), and the bulk-copy unit can read the layer's codes
 buffers (``plan.tensor_maps.source_maps``: 16-byte aligned, sizes it can describe). Anything else, and calls
 of one warp a block or fewer items, run the register FP8 kernel. ``watching`` tells tests and tools what a
 plan chose. The scales come through tensor maps of their own where the bulk unit can bring them
-(``_scale_maps``), else by the loader's lanes (``kernels.fp8_staged``; ``config.override(scale_boxes=False)``:
+(``_scale_maps``), else by the loader's lanes (``kernels.dequantise_staged``; ``config.override(scale_boxes=False)``:
 always so).
 """
 import contextlib
@@ -24,7 +24,7 @@ from .. import config
 from ..arrays import HOST, array_info
 from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
-from ..kernels import fp8_staged, staged
+from ..kernels import dequantise_staged, staged
 from . import staged_plan, tensor_maps
 
 
@@ -38,9 +38,9 @@ class StagedFp8(NamedTuple):
 
     def kernel_for(self, count, warps, register):
         """``(kernel, warps)``: the bound kernel a call of ``count`` items in blocks of ``warps`` warps launches
-        (else ``register``), and its blocks' warps (the staged kernel's: at most ``fp8_staged.WARPS``)."""
+        (else ``register``), and its blocks' warps (the staged kernel's: at most ``dequantise_staged.WARPS``)."""
         if warps > 1 and count >= self.fewest:
-            return self.kernel, min(warps, fp8_staged.WARPS)
+            return self.kernel, min(warps, dequantise_staged.WARPS)
         return register, warps
 
 
@@ -76,31 +76,34 @@ def auto_stages(src_device, dst_device, device):
 
 def _bind(plan, src, dst):
     path = config.load_path()
-    if path == "register" or plan.mode != "dequantise" or plan.window != 1 or not fp8_staged.fits(src.head_dim):
+    if (path == "register" or plan.mode != "dequantise" or plan.window != 1
+            or not dequantise_staged.fits(src.head_dim)):
         return None
     parts = plan.src.parts
-    if parts not in fp8_staged.SOURCES:
+    if parts not in dequantise_staged.SOURCES:
         return None
     layer, codes = plan.first_layer, src.codes
     buffers = _layer_buffers(codes, "codes", layer, src.mla)
     if path == "auto" and not auto_stages(buffers[0].device, array_info(next(iter(dst.buffers("k"))), "dst").device,
                                           plan.device):
         return None
-    ring = config.tuning("staged_shape") or fp8_staged.SHAPE  # config.override(staged_shape=...): another ring
+    ring = config.tuning("staged_shape") or dequantise_staged.SHAPE  # config.override(staged_shape=...): another ring
     if path == "auto" and tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # too big a block (sm_120)
         return None
     item = codes.geometry.item_bytes
-    run_limits = fp8_staged.run_limits(item, src.heads, src.mla, ring)
+    run_limits = dequantise_staged.run_limits(item, src.heads, src.mla, ring)
     if run_limits is None:  # a stage cannot hold one token's codes and scales
         return None
     maps = _layer_maps(codes, buffers, parts, layer, src, run_limits, ring)
     if maps is None:
         return None
     scale_maps = _scale_maps(src, parts, layer, run_limits, item, ring)
-    kernel = launchable(fp8_staged.get_kernel(parts, plan.dst.parts, src.mla, plan.fmt, plan.dtype, ring),
-                        fp8_staged.SIGNATURE, ring.shared_bytes)
+    kernel = launchable(dequantise_staged.get_kernel(parts, plan.dst.parts, src.mla, plan.codec, plan.dtype,
+                                                      ring),
+                        dequantise_staged.SIGNATURE, ring.shared_bytes)
     scales_at = scale_maps.args[0] if scale_maps else 0  # the kernel's scale_maps: 0 for none
-    bound = BoundKernel(kernel, plan.device, fp8_staged.Fp8StagedArgs._make((*plan.template, *maps.args, scales_at)))
+    args = dequantise_staged.StagedScaledArgs._make((*plan.template, *maps.args, scales_at))
+    bound = BoundKernel(kernel, plan.device, args)
     return StagedFp8(bound, maps, staged_plan.AUTO_MIN_ITEMS if path == "auto" else 1, scale_maps)
 
 
@@ -109,7 +112,7 @@ def _scale_maps(src, parts, layer, run_limits, codes_item, ring):
     a kind, or None where it cannot: a row of a box is 16 bytes or more (a token's scales of one layer: 4 bytes
     a head, so heads of a multiple of 4, which a page-head layout does not keep together), and each box lands
     128-byte aligned in the stage (the smallest piece's codes and scales are multiples of 128 bytes)."""
-    if config.tuning("scale_boxes") is False or parts is fp8_staged.PAGE_HEAD:
+    if config.tuning("scale_boxes") is False or parts is dequantise_staged.PAGE_HEAD:
         return None
     heads, scales = src.heads, src.scales
     piece = 1 << (run_limits[1].bit_length() - 1)  # the fewest tokens a bulk piece holds (a power of two)
@@ -132,5 +135,5 @@ def _layer_maps(cache, buffers, parts, layer, src, run_limits, ring):
     g = cache.geometry
     ptrs, nbytes = tensor_maps.layer_part(parts, [b.ptr for b in buffers], min(b.nbytes for b in buffers), layer,
                                           g.layout_dim, g.tokens, g.item_bytes)
-    return tensor_maps.source_maps(fp8_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, g.item_bytes,
+    return tensor_maps.source_maps(dequantise_staged.map_layout(parts), ptrs[0], ptrs[-1], nbytes, g.item_bytes,
                                    g.layout_dim, g.page_size, src.heads, src.mla, run_limits, ring.stage_bytes)

@@ -32,7 +32,7 @@ class Codec:
     group: int = 0  # elements that share a scale (0: the whole head)
     scale_dtype: Any = None  # NumPy dtype of one scale
     scales: ScaleHome = ScaleHome.NONE
-    kernels: str = ""  # the module whose device functions encode and decode it
+    kernels: str = ""  # the module whose ops(codec, dtype) gives the device functions (kernels.factory.codec_ops)
 
     def code_bytes(self, head_dim: int) -> int:
         """Bytes of a head's codes."""

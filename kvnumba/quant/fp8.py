@@ -57,10 +57,14 @@ class Fp8Codec(Codec):
     kernels = "kvnumba.kernels.fp8"
 
     def __init__(self, name: str, dtype: Any, max_value: float, max_code: int, nan_code: int, exponent_bits: int,
-                 mantissa_bits: int, bias: int) -> None:
+                 mantissa_bits: int, bias: int, ieee: bool, special_from: int) -> None:
         self.name, self.dtype, self.max_value = name, dtype, max_value  # dtype: the ml_dtypes type
         self.max_code, self.nan_code = max_code, nan_code  # codes of +FMT_MAX and of a NaN (| 0x80: negative)
         self.exponent_bits, self.mantissa_bits, self.bias = exponent_bits, mantissa_bits, bias
+        # The device side's facts (kvnumba.kernels.fp8): ``ieee``, the top exponent holds infinities and NaNs
+        # (else only the all-ones magnitude is NaN); ``special_from``, the first magnitude that the GPU's packed
+        # conversions do not take (NaN, and for an IEEE format infinity)
+        self.ieee, self.special_from = ieee, special_from
 
     def quantise(self, x: Any, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         return quantise(x, self.name, dtype)
@@ -69,8 +73,8 @@ class Fp8Codec(Codec):
         return dequantise(codes, scales, dtype, self.name)
 
 
-E4M3 = Fp8Codec("e4m3", ml_dtypes.float8_e4m3fn, 448.0, 0x7E, 0x7F, 4, 3, 7)
-E5M2 = Fp8Codec("e5m2", ml_dtypes.float8_e5m2, 57344.0, 0x7B, 0x7E, 5, 2, 15)
+E4M3 = Fp8Codec("e4m3", ml_dtypes.float8_e4m3fn, 448.0, 0x7E, 0x7F, 4, 3, 7, False, 0x7F)
+E5M2 = Fp8Codec("e5m2", ml_dtypes.float8_e5m2, 57344.0, 0x7B, 0x7E, 5, 2, 15, True, 0x7C)
 FORMATS = {"e4m3": E4M3, "e5m2": E5M2}
 
 PLAIN_DTYPES = {"bfloat16": ml_dtypes.bfloat16, "float16": np.float16}
@@ -151,7 +155,7 @@ def dequantise(codes: Any, scales: Any, dtype: str = "bfloat16", fmt: str = "e4m
         out = product.astype(PLAIN_DTYPES[name]).view(np.uint16).copy()
     sign = (codes.astype(np.uint16) & 0x80) << 8
     magnitude = codes & 0x7F
-    nan_code = (magnitude == 0x7F) if fmt == "e4m3" else (magnitude > 0x7C)
+    nan_code = (magnitude > 0x7C) if f.ieee else (magnitude == 0x7F)
     out = np.where(nan_code | np.isnan(product), sign | CANONICAL_NAN[name], out).astype(np.uint16)
     return out.view(PLAIN_DTYPES[name])
 

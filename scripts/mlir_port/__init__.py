@@ -25,7 +25,7 @@ import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IMPORT_ONLY = ("jit",)
-PORTS = ("jit", "memory", "tma", "async_copy", "fp8_memory", "fp8_packed")
+PORTS = ("jit", "memory", "tma", "async_copy", "words", "fp8")
 _PREFIX = "kvnumba.kernels."
 
 

@@ -1,4 +1,4 @@
-"""The kernels' FP8 arithmetic (kvnumba.kernels.fp8) against the reference (kvnumba.quant_reference, ml_dtypes)
+"""The kernels' FP8 arithmetic (kvnumba.kernels.fp8) against the reference (kvnumba.quant.fp8, ml_dtypes)
 exhaustively: every code decodes, every bfloat16 and float16 value quantises under several scales, every code
 dequantises under several scales. The device functions run as the Python functions they are on the simulator
 (on a GPU, their ``py_func`` cannot run: the bit casts are GPU intrinsics, so these tests are skipped there;

@@ -1,4 +1,4 @@
-"""The pipelined FP8 load (``kvnumba.kernels.fp8_pipelined``): which copies take it, and that it writes what the
+"""The pipelined FP8 load (``kvnumba.kernels.dequantise_pipelined``): which copies take it, and that it writes what the
 reference writes, byte for byte, where its ring of passes is exercised: many items a warp, several passes an
 item (the last part-filled), windows of several layers, heads of 8 and of 1024, and items whose indices are out
 of range (skipped and flagged while the walk goes on). Every layout pair, formats, MLA and special codes go
@@ -9,7 +9,7 @@ import pytest
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.plan import fp8_plan
-from kvnumba.kernels import fp8_pipelined
+from kvnumba.kernels import dequantise_pipelined
 from tests.fp8.cases import FP8_LAYOUTS, LAYOUTS, copy_plan, eight_past_sixteen, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE
 
@@ -18,8 +18,8 @@ PLAIN_LAYOUTS = list(LAYOUTS)
 
 
 def test_which_heads_it_takes():
-    assert [fp8_pipelined.takes(d) for d in (8, 16, 64, 128, 512, 1024)] == [True] * 6
-    assert [fp8_pipelined.takes(d) for d in (0, 4, 12, 48, 96, 576)] == [False] * 6
+    assert [dequantise_pipelined.takes(d) for d in (8, 16, 64, 128, 512, 1024)] == [True] * 6
+    assert [dequantise_pipelined.takes(d) for d in (0, 4, 12, 48, 96, 576)] == [False] * 6
     rng = np.random.default_rng(0)
     for head_dim, fast in ((8, True), (48, False)):
         _, src = make_fp8("PageFirst", 1, 4, 2, 2, head_dim, rng=rng)
@@ -33,7 +33,7 @@ def test_a_head_size_it_does_not_take_is_a_value_error(head_dim):
     from kvnumba.kernels import layouts
 
     with pytest.raises(ValueError, match="head_dim"):
-        fp8_pipelined.get_kernel(layouts.PAGE_FIRST, layouts.LAYER_TABLE, False, head_dim=head_dim)
+        dequantise_pipelined.get_kernel(layouts.PAGE_FIRST, layouts.LAYER_TABLE, False, head_dim=head_dim)
 
 
 def test_not_where_its_rings_do_not_fit(monkeypatch):
@@ -50,7 +50,7 @@ def test_not_where_its_rings_do_not_fit(monkeypatch):
     assert fp8_plan._wide_slots("dequantise", 8, 128, 0, object(), codes) == 1
     assert fp8_plan._wide_slots("quantise", 2, 128, 0, object(), codes)  # the wide quantiser needs none
     monkeypatch.setattr(fp8_plan, "shared_limit", lambda device: 227 * 1024)
-    assert fp8_pipelined.SHARED_BYTES <= 227 * 1024
+    assert dequantise_pipelined.SHARED_BYTES <= 227 * 1024
     assert fp8_plan._wide_slots("dequantise", 2, 128, 0, object(), codes) == 1
 
 
@@ -132,7 +132,7 @@ def test_a_pass_of_many_heads_and_heads_longer_than_a_pass():
     _load("LayerFirst", "PageFirst", (1, 4, 2, 1, 2048), np.array([1]), np.array([2]), mla=True, seed=3)
 
 
-# Whole passes (``fp8_pipelined.takes_whole``): one kind's granules of a token fill whole passes of 128, so
+# Whole passes (``dequantise_pipelined.takes_whole``): one kind's granules of a token fill whole passes of 128, so
 # the kernel keeps no per-granule state. Every FP8 layout as the source, the plain layouts in turn as the
 # destination; then the head sizes whose lanes map to heads differently (a row of lanes two heads, one head,
 # 32 heads) and two passes a kind.
@@ -141,13 +141,13 @@ WHOLE_PAIRS = [(q, PLAIN_LAYOUTS[i % len(PLAIN_LAYOUTS)]) for i, q in enumerate(
 
 @pytest.mark.parametrize("fp8_name,plain_name", WHOLE_PAIRS, ids=[f"{q}-{p}" for q, p in WHOLE_PAIRS])
 def test_whole_passes_every_fp8_layout(fp8_name, plain_name):
-    assert fp8_pipelined.takes_whole(8, 128)
+    assert dequantise_pipelined.takes_whole(8, 128)
     _load(fp8_name, plain_name, (1, 4, 2, 8, 128), np.array([3, 0]), np.array([1, 2]))
 
 
 @pytest.mark.parametrize("heads,head_dim", [(16, 64), (4, 256), (128, 8), (32, 32), (16, 128)])
 def test_whole_passes_of_each_head_size(heads, head_dim):
-    assert fp8_pipelined.takes_whole(heads, head_dim)
+    assert dequantise_pipelined.takes_whole(heads, head_dim)
     _load("PageFirst", "LayerFirst", (2, 4, 2, heads, head_dim), np.array([2, 0, 3]), np.array([1, 3, 0]),
           layers=range(0, 2))
 
@@ -184,12 +184,12 @@ def test_whole_passes_8_bytes_past_16(special_codes):
 
 
 def test_which_copies_go_in_whole_passes():
-    assert [fp8_pipelined.takes_whole(h, d) for h, d in ((8, 128), (16, 64), (4, 256), (128, 8))] == [True] * 4
+    assert [dequantise_pipelined.takes_whole(h, d) for h, d in ((8, 128), (16, 64), (4, 256), (128, 8))] == [True] * 4
     # heads longer than 32 granules, a kind short of a pass, a kind ending part-way through one, a head it does
     # not take
-    assert [fp8_pipelined.takes_whole(h, d) for h, d in ((1, 1024), (2, 512), (2, 128), (12, 128), (16, 48))] == \
-        [False] * 5
-    assert fp8_pipelined.shared_bytes(8, 128) < fp8_pipelined.shared_bytes(2, 128) == fp8_pipelined.SHARED_BYTES
+    pipelined = dequantise_pipelined
+    assert [pipelined.takes_whole(h, d) for h, d in ((1, 1024), (2, 512), (2, 128), (12, 128), (16, 48))] == [False] * 5
+    assert pipelined.shared_bytes(8, 128) < pipelined.shared_bytes(2, 128) == pipelined.SHARED_BYTES
 
 
 def test_whole_passes_with_non_finite_scales_and_out_of_range_items(device_path):

@@ -15,15 +15,15 @@ SCRIPT = r"""
 import json, re
 from kvnumba.layouts import PageFirstDirect
 from kvnumba.layouts.vllm import BLOCKS, HEAD_MAJOR_BLOCKS
-from kvnumba.kernels import fp8_copy, fp8_pipelined, fp8_wide, layouts as L
-cases = {"quantise": (L.PAGE_FIRST, BLOCKS, False, "quantise", "e4m3", "bfloat16"),
-         "dequantise": (HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", "e5m2", "float16"),
-         "copy": (L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", "e4m3", "bfloat16"),
-         "wide quantise": (L.LAYER_TABLE, L.PAGE_FIRST, False, "quantise", "e4m3", "bfloat16"),
-         "pipelined dequantise": (L.PAGE_FIRST, L.LAYER_TABLE, False, "e5m2", "float16")}
+from kvnumba.kernels import dequantise_pipelined, layouts as L, quantise_wide, scaled_copy
+from kvnumba.quant import E4M3, E5M2
+cases = {"quantise": (scaled_copy, L.PAGE_FIRST, BLOCKS, False, "quantise", E4M3, "bfloat16"),
+         "dequantise": (scaled_copy, HEAD_MAJOR_BLOCKS, L.PAGE_HEAD, False, "dequantise", E5M2, "float16"),
+         "copy": (scaled_copy, L.LAYER_TABLE, PageFirstDirect.parts, True, "copy", E4M3, "bfloat16"),
+         "wide quantise": (quantise_wide, L.LAYER_TABLE, L.PAGE_FIRST, False, E4M3, "bfloat16"),
+         "pipelined dequantise": (dequantise_pipelined, L.PAGE_FIRST, L.LAYER_TABLE, False, E5M2, "float16")}
 out = {}
-for name, args in cases.items():
-    module = fp8_wide if name.startswith("wide") else fp8_pipelined if name.startswith("pipelined") else fp8_copy
+for name, (module, *args) in cases.items():
     ptx = module.kernel_ptx(*args, cc=(9, 0))
     out[name] = {"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                  "ops": sorted(set(re.findall(r"(?:ld|st)\.global\.[a-z0-9.]+", ptx))),
@@ -82,10 +82,10 @@ def test_cache_hinted_memory_operations(report):
 TAKES_SCRIPT = r"""
 import json, re
 from numba import cuda, types
-from kvnumba.kernels.fp8_packed import packed_takes
+from kvnumba.kernels.fp8 import ops
 out = {}
 for fmt in ("e4m3", "e5m2"):
-    takes = packed_takes(fmt)
+    takes = ops(fmt, "bfloat16").takes
 
     def kernel(flags, words):
         flags[0] = 1 if takes(words[0], words[1], words[2]) else 0
@@ -97,8 +97,8 @@ print(json.dumps(out))
 
 
 def test_the_packed_test_of_16_codes_looks_at_every_byte():
-    """``fp8_packed.packed_takes`` tests each code's magnitude plus a carry for a top bit. Done on whole int64
-    words, a top byte's sum overflows the sign bit, and NVVM, taking signed overflow never to happen, dropped
+    """The packed ``takes`` (``kernels.fp8``) tests each code's magnitude plus a carry for a top bit. Done on whole
+    int64 words, a top byte's sum overflows the sign bit, and NVVM, taking signed overflow never to happen, dropped
     the top byte of each word (masks 0x007F7F7F7F7F7F7F and 0x0080808080808080): on an H200 NaN codes there
     went through the packed conversions (2026-12-03). On 32-bit halves every byte is masked and tested."""
     masks = run_ptx_script(TAKES_SCRIPT, timeout=300)

@@ -1,4 +1,4 @@
-"""Staged FP8 loads (``kernels.fp8_staged``): ``kv.copy(fp8_view, plain_view, ..., layer)`` from pinned host
+"""Staged FP8 loads (``kernels.dequantise_staged``): ``kv.copy(fp8_view, plain_view, ..., layer)`` from pinned host
 memory through the bulk-copy ring, dequantised from shared memory, byte for byte against
 ``kvnumba.quant_reference.copy`` with the destination poisoned. ``KVNUMBA_LOAD_PATH=staged`` forces the
 path (the simulator's TMA twin; on a GPU, sm_90+: the real kernel); ``fp8_staged_plan.watching`` asserts
@@ -8,7 +8,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import quant_reference as qr
-from kvnumba.kernels import fp8_staged, staged
+from kvnumba.kernels import dequantise_staged, staged
 from kvnumba.plan import fp8_staged_plan
 from tests.fp8.cases import copy_plan, make_fp8, make_view, view_bytes
 from tests.helpers.placement import device
@@ -112,11 +112,11 @@ def test_blocks_of_at_most_the_kernels_warps(choices, staged_ring, monkeypatch):
     real = fp8_plan.launch_shape
     monkeypatch.setattr(fp8_plan, "launch_shape",
                         lambda count, quota, warps: launched.append(warps) or real(count, quota, warps))
-    monkeypatch.setattr(fp8_staged, "WARPS", 2)  # a small block for the simulator
+    monkeypatch.setattr(dequantise_staged, "WARPS", 2)  # a small block for the simulator
     load_case("PageFirst", "LayerFirst", "mixed", warps=4, seed=6)
     load_case("LayerFirst", "PageFirst", "runs", warps=1, seed=7)  # one warp a block: the register kernel
     assert choices == [True, True] and launched == [2, 1]
-    assert fp8_staged.REGISTERS == 128  # the real kernel's 16 warps of 128 registers fill the block's 65536
+    assert dequantise_staged.REGISTERS == 128  # the real kernel's 16 warps of 128 registers fill the block's 65536
 
 
 def test_out_of_range_items_are_skipped_and_reported(choices, staged_ring, device_path):
@@ -199,7 +199,7 @@ def test_auto_does_not_stage_where_the_ring_does_not_fit(monkeypatch, fresh_plan
     plan = copy_plan(src, dst, 1)
     monkeypatch.setattr(fp8_staged_plan, "auto_stages", lambda *args: True)  # a pinned-host -> GPU load on sm_90+
     monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: 227 * 1024)
-    assert fp8_staged_plan.fp8_staged.SHAPE.shared_bytes <= 227 * 1024
+    assert fp8_staged_plan.dequantise_staged.SHAPE.shared_bytes <= 227 * 1024
     assert fp8_staged_plan.bind_staged(plan, src, dst) is not None
     monkeypatch.setattr(tensor_maps, "shared_limit", lambda device: 99 * 1024)
     assert fp8_staged_plan.bind_staged(plan, src, dst) is None
@@ -207,14 +207,14 @@ def test_auto_does_not_stage_where_the_ring_does_not_fit(monkeypatch, fresh_plan
 
 def test_stage_holds_codes_and_scales():
     for item, heads, mla in ((2048, 16, False), (576, 1, True), (32, 2, False)):
-        longest, _ = fp8_staged.run_limits(item, heads, mla, fp8_staged.SHAPE)
-        assert staged.piece_bytes(1 << longest, item, mla, 4 * heads) <= fp8_staged.SHAPE.stage_bytes
+        longest, _ = dequantise_staged.run_limits(item, heads, mla, dequantise_staged.SHAPE)
+        assert staged.piece_bytes(1 << longest, item, mla, 4 * heads) <= dequantise_staged.SHAPE.stage_bytes
     # V's codes from a 128-byte boundary: one token of 560 codes a buffer and 4 scales fits 1280 bytes, not 1200
-    assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1280)) == (0, 1)
-    assert fp8_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1152)) is None
-    assert fp8_staged.SHAPE.shared_bytes <= 227 * 1024
+    assert dequantise_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1280)) == (0, 1)
+    assert dequantise_staged.run_limits(560, 1, False, RING._replace(stage_bytes=1152)) is None
+    assert dequantise_staged.SHAPE.shared_bytes <= 227 * 1024
     # the ring's stage holds the longest piece (32 tokens) of 8 heads of 128 codes with their scales
-    assert fp8_staged.run_limits(8 * 128, 8, False, fp8_staged.SHAPE)[0] == 5
+    assert dequantise_staged.run_limits(8 * 128, 8, False, dequantise_staged.SHAPE)[0] == 5
 
 
 # Heads of 8: a token's scales of one layer are 32 bytes, a row the bulk unit can bring. Pieces of 4 or 8

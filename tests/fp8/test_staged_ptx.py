@@ -13,7 +13,8 @@ import pytest
 SCRIPT = r"""
 import collections, json, re
 from numba.cuda.core.inline_closurecall import InlineWorker
-from kvnumba.kernels import fp8_staged, layouts as L
+from kvnumba.kernels import dequantise_staged, layouts as L
+from kvnumba.quant import E5M2
 
 inlined = collections.Counter()  # device functions by name, once per call site Numba inlined
 inline_function = InlineWorker.inline_function
@@ -23,14 +24,14 @@ def counted(self, caller_ir, block, i, function, arg_typs=None):
     return inline_function(self, caller_ir, block, i, function, arg_typs)
 
 InlineWorker.inline_function = counted
-ptx = fp8_staged.kernel_ptx(L.PAGE_HEAD, L.LAYER_TABLE, False, "e5m2", "float16", cc=(9, 0))
+ptx = dequantise_staged.kernel_ptx(L.PAGE_HEAD, L.LAYER_TABLE, False, E5M2, "float16", cc=(9, 0))
 print(json.dumps({"target": re.search(r"\.target\s+(\S+)", ptx).group(1),
                   "tensor": "cp.async.bulk.tensor.5d" in ptx,
                   "scales": ["cp.async.ca.shared.global" in ptx, "cp.async.mbarrier.arrive.shared.b64" in ptx],
                   "shared": sorted(set(re.findall(r"(?:ld|st)\.shared\.[a-z0-9.]+", ptx))),
                   "float": sorted(set(re.findall(r"(?:div|mul|fma)\.[a-z0-9.]*f32", ptx))),
                   "packed": "cvt.rn.f16x2.e5m2x2" in ptx,
-                  "element": inlined["_dequantiser.<locals>.dequantise"], "inlined": sum(inlined.values())}))
+                  "element": inlined["dequantiser.<locals>.dequantise"], "inlined": sum(inlined.values())}))
 """
 
 

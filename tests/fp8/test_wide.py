@@ -1,4 +1,4 @@
-"""The wide FP8 kernels (``kvnumba.kernels.fp8_wide``): which copies take them, and that they write what
+"""The wide FP8 kernels (``kvnumba.kernels.quantise_wide``): which copies take them, and that they write what
 the reference writes, byte for byte, in passes of several heads (many heads of 16 elements), in part-filled
 passes, MLA heads of 512, and with the heads they hand to the exact element functions (infinities, NaNs,
 zero heads, scales too small to invert, NaN codes) beside the ones they convert themselves."""
@@ -9,7 +9,7 @@ import pytest
 import kvnumba as kv
 from kvnumba import config
 from kvnumba.plan import fp8_plan
-from kvnumba.kernels import fp8_wide
+from kvnumba.kernels import quantise_wide
 from tests.fp8.test_copy import dequantise_case, quantise_case, tokens
 from tests.fp8.cases import eight_past_sixteen, fp8_bytes, make_fp8, make_view
 from tests.helpers.placement import PLACE
@@ -20,11 +20,10 @@ pytestmark = pytest.mark.needs_target
 
 
 def test_which_heads_the_wide_kernel_takes():
-    slots = fp8_wide.SLOTS
-    assert [fp8_wide.slots_for("quantise", d) for d in (16, 32, 64, 128, 256, 512)] == [
+    slots = quantise_wide.SLOTS
+    assert [quantise_wide.slots_for(d) for d in (16, 32, 64, 128, 256, 512)] == [
         min(slots, d // 16) for d in (16, 32, 64, 128, 256, 512)]
-    assert [fp8_wide.slots_for("dequantise", d) for d in (8, 12, 48, 96, 576, 1024)] == [0] * 6
-    assert fp8_wide.slots_for("copy", 128) == 0  # FP8 to FP8 moves bytes: fp8_copy's kernel
+    assert [quantise_wide.slots_for(d) for d in (8, 12, 48, 96, 576, 1024)] == [0] * 6
 
 
 def _plan(fmt_view_dim, **override):
@@ -36,8 +35,8 @@ def _plan(fmt_view_dim, **override):
 
 
 def test_a_plan_takes_the_wide_kernel_where_it_runs_unless_told():
-    assert _plan(64).slots == min(fp8_wide.SLOTS, 4) and _plan(32).slots == min(fp8_wide.SLOTS, 2)
-    assert _plan(8).slots == 0  # heads of 8: fp8_copy's kernel
+    assert _plan(64).slots == min(quantise_wide.SLOTS, 4) and _plan(32).slots == min(quantise_wide.SLOTS, 2)
+    assert _plan(8).slots == 0  # heads of 8: scaled_copy's kernel
     assert _plan(64, fp8_kernel="general").slots == 0
     with pytest.raises(kv.SettingError, match="fp8_kernel must be one of general, wide"):
         with config.override(fp8_kernel="fast"):

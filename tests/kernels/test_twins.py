@@ -11,14 +11,14 @@ import pytest
 from numba import cuda
 
 from kvnumba.driver.target import SIMULATOR
-from kvnumba.kernels.fp8_memory import group_max
+from kvnumba.kernels.words import group_max
 
 ROOT = Path(__file__).resolve().parents[2]
 TWINS = {"kvnumba.kernels.memory": "kvnumba.kernels.simulator.memory",
          "kvnumba.kernels.tma": "kvnumba.kernels.simulator.tma",
          "kvnumba.kernels.jit": "kvnumba.kernels.simulator.jit",
-         "kvnumba.kernels.fp8_memory": "kvnumba.kernels.simulator.fp8_memory",
-         "kvnumba.kernels.fp8_packed": "kvnumba.kernels.simulator.fp8_packed",
+         "kvnumba.kernels.words": "kvnumba.kernels.simulator.words",
+         "kvnumba.kernels.fp8": "kvnumba.kernels.simulator.fp8",
          "kvnumba.kernels.async_copy": "kvnumba.kernels.simulator.async_copy",
          "kvnumba.driver.launch": "kvnumba.driver.simulated_launch"}
 
@@ -85,14 +85,14 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
     import numpy as np
 
     from kvnumba import errors as kv_errors
-    from kvnumba.kernels.simulator import fp8_memory, memory, tma
+    from kvnumba.kernels.simulator import memory, tma, words
 
     buffer = np.zeros(128, np.int64)
     base = (buffer.ctypes.data + 127) & ~127
     memory.store_u128(base + 16, (1, 2))
-    assert tma.load_shared_u128(base + 16) == (1, 2) and fp8_memory.load_i32(base + 20) == 0
+    assert tma.load_shared_u128(base + 16) == (1, 2) and words.load_i32(base + 20) == 0
     refused = [(memory.load_u128, (base + 8,)), (memory.store_u64, (base + 4, 0)), (memory.load_i64, (base + 4,)),
-               (fp8_memory.load_i32, (base + 2,)), (fp8_memory.store_i64, (base + 4, 0)),
+               (words.load_i32, (base + 2,)), (words.store_i64, (base + 4, 0)),
                (tma.load_shared_u128, (base + 8,)), (tma.load_shared_i128, (base + 8,)),
                (tma.store_shared_u32, (base + 2, 0)), (tma.barrier_init, (base + 4, 1)),
                (tma.bulk_store, (base, base + 16, 8)), (tma.bulk_store, (base + 8, base, 16)),

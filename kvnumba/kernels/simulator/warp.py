@@ -1,5 +1,5 @@
 """The simulator's warps: Numba's CUDA simulator runs a Python thread per CUDA thread and has no warp
-shuffles or votes, so the twins of those (``simulator.fp8_memory``'s shuffles, ``simulator.tma``'s ballot)
+shuffles or votes, so the twins of those (``simulator.words``'s shuffles, ``simulator.tma``'s ballot)
 meet the 32 threads of a warp here. ``exchange(value)`` gives every lane the 32 values, by lane.
 
 A meeting point lives on the simulator's block manager (one per block and launch, so no launch meets

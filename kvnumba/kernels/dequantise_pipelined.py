@@ -1,17 +1,16 @@
-"""The pipelined FP8 load: a dequantising copy (FP8 codes and scales to bfloat16/float16) whose reads land in
+"""The pipelined load: a dequantising copy (codes and scales to bfloat16/float16) whose reads land in
 shared memory by per-thread asynchronous copies (``kernels.async_copy``), a pass ahead of the conversion.
-One memoised kernel per (source layout, destination layout, MLA, FP8 format, plain dtype, head size); the
-parameters (``fp8_copy.Fp8Args``), work split and index guard of ``kernels.fp8_copy``'s kernels, and the same
-results, bit for bit.
+One memoised kernel per (source layout, destination layout, MLA, codec, plain dtype, head size, whole passes);
+the parameters (``scaled_copy.ScaledArgs``), work split and index guard of ``kernels.scaled_copy``'s kernels,
+and the same results, bit for bit.
 
 Why: a load reads pinned host memory across PCIe, a round trip of microseconds. A register kernel holds its
-reads in registers while it waits (``kernels.fp8_wide``: two 16-byte chunks a lane, 64 registers a thread
+reads in registers while it waits (``kernels.quantise_wide``: two 16-byte chunks a lane, 64 registers a thread
 at 1024 threads a block), and its 8-byte stores 32 bytes apart wrote each sector of the destination in
-pieces. On an H200 a probe of this design ran a one-layer load of 8192 tokens of 8 heads of 128 at 90 GB/s
-of bfloat16 on 4 SMs, against 52 for the register kernel (scripts/RESULTS.md). Once the reads were in flight
-the kernel was bound by the instructions it issues (Nsight Compute: its schedulers issued on 87% of cycles),
-so the per-granule work is kept small: the head size is compiled in, a head's scale is copied once a pass,
-and a granule's destination address is found once, when its codes are copied.
+pieces; a probe of this design loaded nearly twice as fast (scripts/RESULTS.md). Once the reads were in
+flight the kernel was bound by the instructions it issues (Nsight Compute), so the per-granule work is kept
+small: the head size is compiled in, a head's scale is copied once a pass, and a granule's destination
+address is found once, when its codes are copied.
 
 Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (8 bytes in,
 16 bytes of bfloat16/float16 out); ``D / 8`` must be a power of two (``takes``). A pass is ``PASS`` granules:
@@ -24,14 +23,14 @@ passes apart:
   ``j < PASS / (D / 8)`` copy the scale of the pass's head ``j`` (``copy4``); then ``commit``;
 - **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``) and the warp has met
   (``sync_warp``: a lane reads scales that others copied), a lane reads its granules back and stores 16 bytes
-  each (``fp8_memory.store_pair``: two 8-byte stores where the destination is only 8-byte aligned), converted
-  with the packed instructions (``fp8_packed``), or with ``kernels.fp8``'s exact element functions for a
+  each (``words.store_pair``: two 8-byte stores where the destination is only 8-byte aligned), converted
+  with the codec's packed instructions (``kernels.fp8``), or with its exact element functions for a
   granule with a NaN code, an e5m2 infinity or a non-finite scale; the warp meets again before the stage is
   refilled.
 
 A stage holds the pass's codes (granule ``32 k + lane`` at ``8 (32 k + lane)``), its heads' scales (4 bytes a
 head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES`` a warp; a block asks for
-``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``fp8_wide``.
+``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``quantise_wide``.
 
 **Whole passes** (``takes_whole``: a head of at most 32 granules, and one kind's granules of a token fill whole
 passes, as 8 heads of 128 do): every granule of a pass is in range and of one kind, and granule ``32 k + lane``
@@ -43,26 +42,25 @@ shared memory (``shared_bytes``).
 
 Not so: a lane taking 16 codes at once (one 16-byte copy, one test, four 16-byte stores) has about half the
 conversion's instructions, but it holds more values than the 64 registers a thread of a 32-warp block has
-(ptxas spills more of it), and it loaded at half the rate on an H200 (47.6 against 93.5 GB/s of bf16 at
-``block_quota=4``, same call, 2026-12-03; scripts/RESULTS.md). A change here is measured on a GPU.
+(ptxas spills more of it), and it loaded at half the rate (scripts/RESULTS.md). A change here is measured
+on a GPU.
 """
 import numbers
 
 from numba import cuda, int64
 
-from . import fp8, fp8_copy
+from ..quant.fp8 import E4M3
 from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
-from .fp8_copy import SIGNATURE, Fp8Args
-from .fp8_memory import store_pair
-from .fp8_packed import packed_dequantiser, special_codes
-from .fp8_wide import head_address
+from .factory import codec_ops, memoised
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LayoutParts, kv_layer_bases
+from .layouts import kv_layer_bases
 from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
+from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name
 from .tma import load_shared_u32, shared_address, sync_warp
+from .words import store_pair
 
 GRANULE = 8  # codes a lane copies and converts at once
 PER_LANE = 4  # granules a lane holds a pass
@@ -104,10 +102,8 @@ def takes(head_dim):
     return head_dim % GRANULE == 0 and granules > 0 and granules & (granules - 1) == 0
 
 
-def _make_stage_ops(fmt, dtype, shift):
-    dequantise4 = packed_dequantiser(fmt, dtype)
-    exact4 = fp8_copy.word_dequantiser(fmt, dtype)
-    special = special_codes(fmt)
+def _make_stage_ops(ops, shift):
+    dequantise4, exact4, special = ops.dequantise4, ops.dequantise_word, ops.special
     mask = (1 << shift) - 1  # a head's granules: 2**shift, compiled in (shifts and masks by constants)
     heads_a_pass = max(PASS >> shift, 1)  # the heads a pass's granules fall in (a head of more: 1)
     scale_rows = (heads_a_pass + WARP_SIZE - 1) // WARP_SIZE
@@ -184,9 +180,9 @@ def _make_stage_ops(fmt, dtype, shift):
     return issue, convert, issue_whole, convert_whole
 
 
-def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
+def _build_kernel(src, dst, mla, codec, dtype, head_dim, whole):
     shift = (head_dim // GRANULE).bit_length() - 1
-    issue, convert, issue_whole, convert_whole = _make_stage_ops(fmt, dtype, shift)
+    issue, convert, issue_whole, convert_whole = _make_stage_ops(codec_ops(codec, dtype), shift)
     stages, stage_bytes = (WHOLE_STAGES, _whole_layout(head_dim)[2]) if whole else (STAGES, STAGE_BYTES)
     wait_steady, wait_all = waiter(stages - 1), waiter(0)
     src_to, src_hs = src.token_offset, src.head_stride
@@ -194,10 +190,10 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
     kinds = 1 if mla else 2
     src_bases, dst_bases = kv_layer_bases(src, kinds), kv_layer_bases(dst, kinds)
 
-    def fp8_pipelined(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
-                      dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
-                      src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim,
-                      dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+    def dequantise_pipelined(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                             dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
+                             src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
+                             dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
         smem = cuda.shared.array(0, int64)
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
@@ -273,35 +269,26 @@ def _build_kernel(src, dst, mla, fmt, dtype, head_dim, whole):
             slot_out = slot_out + 1 if slot_out + 1 < stages else 0
             converted += 1
 
-    check_parameters(fp8_pipelined, Fp8Args)
-    fp8_pipelined.__name__ = fp8_pipelined.__qualname__ = (f"fp8_pipelined_{fmt}_{dtype}_{src.name}_{dst.name}"
-                                                           f"{'_mla' if mla else ''}_d{head_dim}"
-                                                           f"{'_whole' if whole else ''}")
-    return kernel(fp8_pipelined, max_registers=64)
+    check_parameters(dequantise_pipelined, ScaledArgs)
+    dequantise_pipelined.__name__ = dequantise_pipelined.__qualname__ = (
+        f"dequantise_pipelined_{kernel_name(codec, dtype, src, dst, mla)}_d{head_dim}{'_whole' if whole else ''}")
+    return kernel(dequantise_pipelined, max_registers=64)
 
 
-_kernels: dict = {}
-
-
-def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", head_dim=128, whole=False):
-    """The pipelined kernel for one (source layout, destination layout, MLA, format, plain dtype, head size,
+def get_kernel(src, dst, mla, codec=E4M3, dtype="bfloat16", head_dim=128, whole=False):
+    """The pipelined kernel for one (source layout, destination layout, MLA, codec, plain dtype, head size,
     whole passes), built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``:
     elements a head, one that ``takes`` (compiled in: a head's granules found by constant shifts and masks);
     ``whole``: the copy's heads ``takes_whole`` (its walk then keeps no per-granule state). Launch it with
     ``shared_bytes(heads, head_dim)`` of dynamic shared memory and at most ``MAX_WARPS`` warps a block."""
-    if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
-        raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
+    src, dst, mla, codec, dtype = codec_key(src, dst, mla, codec, dtype)
     if not isinstance(head_dim, numbers.Integral) or isinstance(head_dim, bool) or not takes(int(head_dim)):
         raise ValueError(f"head_dim must be 8 * 2**k elements, got {head_dim!r}")
     if whole and int(head_dim) > GRANULE * WARP_SIZE:
         raise ValueError(f"whole passes take heads of at most {GRANULE * WARP_SIZE} codes, got {head_dim!r}")
-    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), int(head_dim), bool(whole))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, src, dst, mla, codec, dtype, int(head_dim), bool(whole))
 
 
-def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0), head_dim=128, whole=False):
+def kernel_ptx(src, dst, mla, codec=E4M3, dtype="bfloat16", cc=(9, 0), head_dim=128, whole=False):
     """PTX of one pipelined kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, fmt, dtype, head_dim, whole), SIGNATURE, cc)
+    return ptx_of(get_kernel(src, dst, mla, codec, dtype, head_dim, whole), SIGNATURE, cc)

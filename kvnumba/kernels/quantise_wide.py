@@ -1,10 +1,10 @@
-"""The wide FP8 kernels: quantising copies (backups) that issue every read of a pass (``slots`` chunks a
+"""The wide quantising kernel: quantising copies (backups) that issue every read of a pass (``slots`` chunks a
 lane, over a token's heads) before converting any, and convert with the GPU's packed instructions
-(dequantising copies, loads: ``kernels.fp8_pipelined``). One memoised kernel per (source layout,
-destination layout, MLA, mode, FP8 format, plain dtype, slots, head size); the same parameters (``Fp8Args``),
-work split and index guard as ``kernels.fp8_copy``'s kernels, and the same results, bit for bit.
+(dequantising copies, loads: ``kernels.dequantise_pipelined``). One memoised kernel per (source layout,
+destination layout, MLA, codec, plain dtype, slots, head size); the same parameters (``ScaledArgs``), work
+split and index guard as ``kernels.scaled_copy``'s kernels, and the same results, bit for bit.
 
-Why: a backup runs on ``block_quota`` SMs (2 or 4) while the model computes. ``fp8_copy``'s kernels
+Why: a backup runs on ``block_quota`` SMs (2 or 4) while the model computes. ``scaled_copy``'s kernels
 go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions
 an element, so they are bound by latency and by those SMs' issue rate. Here:
 
@@ -17,59 +17,51 @@ an element, so they are bound by latency and by those SMs' issue rate. Here:
 - **Whole passes.** Where a kind's ``H * D / 16`` chunks fill whole passes (8 heads of 128, say), each pass
   is of one kind and every chunk in range, so a lane's addresses are offsets fixed for the copy plus the
   pass's (``whole_pass``): no per-chunk head, kind or range arithmetic, and a lane reads its 32-byte chunks
-  16 bytes at once where the source is 16-byte aligned (half the load instructions; on an H200 the backup of 8
-  heads of 128 went from 70.1 to 73.5 GB/s of bf16). Other copies (few heads) take ``general_pass``, whose
+  16 bytes at once where the source is 16-byte aligned (half the load instructions, measured faster:
+  scripts/RESULTS.md). Other copies (few heads) take ``general_pass``, whose
   passes may cross from K into V and end part-filled.
-- **Quantise.** Each chunk's largest magnitude (``fp8_packed.magnitudes``), the group's maximum by
+- **Quantise.** Each chunk's largest magnitude (the codec's packed ``magnitudes``), the group's maximum by
   shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
   for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path),
-  each chunk takes its head's inverse back by a shuffle, and ``fp8_packed.quantise8`` multiplies and
+  each chunk takes its head's inverse back by a shuffle, and ``quantise8`` multiplies and
   converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte aligned. Lane
   ``j`` writes head ``j``'s scale.
 - **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
-  warp sees it by a vote and moves that pass again with ``kernels.fp8``'s exact element functions, chunk by
+  warp sees it by a vote and moves that pass again with the codec's exact element functions, chunk by
   chunk, element by element, in loops that stay loops.
 
 ``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
-1024-thread block's 64 registers a thread spill, and an H200 ran the backup at 41 GB/s of bf16 against 50
-(``scripts/RESULTS.md``). With 8 heads of 128, a token's K and V of one layer take two whole passes.
+1024-thread block's 64 registers a thread spill, and the backup ran slower (``scripts/RESULTS.md``). With 8
+heads of 128, a token's K and V of one layer take two whole passes.
 """
 from numba import cuda, types
 
-from . import fp8
-from .fp8_copy import SIGNATURE, Fp8Args
-from .fp8_memory import group_max, lane_value, store_i32, store_i64, store_pair, warp_any
-from .fp8_packed import magnitudes, packed_quantiser
+from ..quant.fp8 import E4M3
+from .factory import codec_ops, memoised
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LayoutParts, kv_layer_bases
+from .layouts import kv_layer_bases
 from .memory import load_i128, load_i64
 from .params import check_parameters
 from .ptx import ptx_of
+from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name
+from .words import group_max, lane_value, store_i32, store_i64, store_pair, warp_any
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
-MODES = ("quantise",)  # loads: kernels.fp8_pipelined
 _NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 _PLAIN_MAGNITUDE = 0x3C00  # a normal magnitude in both dtypes: the amax of lanes that own no head
 
 
-def slots_for(mode, head_dim):
-    """The slots of the wide kernel for ``mode`` and heads of ``head_dim`` elements, 0 where it does not
-    run (loads and FP8 to FP8 copies, or ``head_dim / 16`` not a power of two up to 32)."""
-    if mode not in MODES or head_dim % CHUNK:
+def slots_for(head_dim):
+    """The slots of the wide kernel for heads of ``head_dim`` elements, 0 where it does not run
+    (``head_dim / 16`` not a power of two up to 32)."""
+    if head_dim % CHUNK:
         return 0
     per_head = head_dim // CHUNK
     if per_head > WARP_SIZE or per_head & (per_head - 1):
         return 0
     return min(SLOTS, per_head)
-
-
-@device_function
-def head_address(kinds_head, heads, k_base, v_base, stride):
-    """Where head ``kinds_head`` of a token's heads starts: K's ``heads`` heads first, then V's."""
-    kind = 1 if kinds_head >= heads else 0
-    return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
 
 
 @device_function
@@ -85,11 +77,11 @@ def _element(address, e):
     return (load_i64(address + 8 * (e >> 2)) >> (16 * (e & 3))) & 0xFFFF
 
 
-def _make_exact_quantise(fmt, dtype):
-    """``exact(lane, base, total, shift, heads, rows, ...)``: a quantising pass element by element with
-    ``kernels.fp8``'s exact functions (every lane of the warp calls it). Its loops stay loops: one copy of
+def _make_exact_quantise(ops):
+    """``exact(lane, base, total, shift, heads, rows, ...)``: a quantising pass element by element with the
+    codec's exact functions (``ops``; every lane of the warp calls it). Its loops stay loops: one copy of
     the element function keeps the kernel's compile time short."""
-    magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
+    magnitude, scale_of, inverse_of, quantise = ops.magnitude, ops.scale_of, ops.inverse_of, ops.quantise
 
     @device_function
     def exact(lane, base, total, shift, heads, rows, sk, sv, s_stride, dk, dv, d_stride, fk, fv, f_stride):
@@ -132,12 +124,11 @@ def _make_exact_quantise(fmt, dtype):
     return exact
 
 
-def _make_passes(fmt, dtype, slots, shift):
+def _make_passes(ops, dtype, slots, shift):
     """``(general_pass, whole_pass)`` for heads of ``2**shift`` chunks: each reads its pass's chunks, finds
     their heads' scales and, unless a head needs the exact functions (it then returns True having written
     nothing), writes codes and scales."""
-    quantise8 = packed_quantiser(fmt, dtype)
-    _, scale_of, inverse_of, _ = fp8.quantiser(fmt, dtype)
+    quantise8, magnitudes, scale_of, inverse_of = ops.quantise8, ops.magnitudes, ops.scale_of, ops.inverse_of
     non_finite = _NON_FINITE[dtype]
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
     width = 1 << shift  # a head's chunks: lanes of one row of the pass
@@ -226,10 +217,11 @@ def _make_passes(fmt, dtype, slots, shift):
     return general_pass, whole_pass
 
 
-def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
+def _build_kernel(src, dst, mla, codec, dtype, slots, head_dim):
     shift = (head_dim // CHUNK).bit_length() - 1  # a head's chunks: 2**shift
-    general_pass, whole_pass = _make_passes(fmt, dtype, slots, shift)
-    exact = _make_exact_quantise(fmt, dtype)
+    ops = codec_ops(codec, dtype)
+    general_pass, whole_pass = _make_passes(ops, dtype, slots, shift)
+    exact = _make_exact_quantise(ops)
     src_to, src_hs = src.token_offset, src.head_stride
     dst_to, dst_hs = dst.token_offset, dst.head_stride
     kinds = 1 if mla else 2
@@ -237,10 +229,10 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
     width = 1 << shift
     pass_chunks = slots * WARP_SIZE
 
-    def fp8_wide(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
-                 num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
-                 src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page,
-                 dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+    def quantise_wide(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                      dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page,
+                      src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim,
+                      dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         per_kind = heads << shift  # one kind's chunks of a token
@@ -280,34 +272,24 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim):
                         base += pass_chunks
             j += 1
 
-    check_parameters(fp8_wide, Fp8Args)
-    fp8_wide.__name__ = fp8_wide.__qualname__ = (f"fp8_wide_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}"
-                                                 f"{'_mla' if mla else ''}_{slots}_d{head_dim}")
-    return kernel(fp8_wide, max_registers=64)
+    check_parameters(quantise_wide, ScaledArgs)
+    quantise_wide.__name__ = quantise_wide.__qualname__ = (f"quantise_wide_{kernel_name(codec, dtype, src, dst, mla)}"
+                                                           f"_{slots}_d{head_dim}")
+    return kernel(quantise_wide, max_registers=64)
 
 
-_kernels: dict = {}
-
-
-def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, head_dim=128):
-    """The wide kernel for one (source layout, destination layout, MLA, mode, format, plain dtype, slots, head
-    size), built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``: elements a head,
+def get_kernel(src, dst, mla, codec=E4M3, dtype="bfloat16", slots=SLOTS, head_dim=128):
+    """The wide kernel for one (source layout, destination layout, MLA, codec, plain dtype, slots, head size),
+    built on first request and memoised; ``src``/``dst``: ``LayoutParts``; ``head_dim``: elements a head,
     16 * 2**k up to 512 (compiled in: a head's chunks go by constant shifts); ``slots`` up to ``head_dim / 16``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
-        raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not slots_for(mode, head_dim):
+    src, dst, mla, codec, dtype = codec_key(src, dst, mla, codec, dtype)
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or not slots_for(head_dim):
         raise ValueError(f"head_dim must be 16 * 2**k elements up to {CHUNK * WARP_SIZE}, got {head_dim!r}")
     if isinstance(slots, bool) or not isinstance(slots, int) or not 1 <= slots <= head_dim // CHUNK:
         raise ValueError(f"slots must be an int from 1 to head_dim / 16 = {head_dim // CHUNK}, got {slots!r}")
-    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), slots, head_dim)
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, src, dst, mla, codec, dtype, slots, head_dim)
 
 
-def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", slots=SLOTS, cc=(9, 0), head_dim=128):
+def kernel_ptx(src, dst, mla, codec=E4M3, dtype="bfloat16", slots=SLOTS, cc=(9, 0), head_dim=128):
     """PTX of one wide kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype, slots, head_dim), SIGNATURE, cc)
+    return ptx_of(get_kernel(src, dst, mla, codec, dtype, slots, head_dim), SIGNATURE, cc)

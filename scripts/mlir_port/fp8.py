@@ -1,4 +1,4 @@
-# kvnumba.kernels.fp8_packed's GPU names on numba-cuda-mlir: the same PTX bodies, through inline_ptx instead of
+# kvnumba.kernels.fp8's GPU names on numba-cuda-mlir: the same PTX bodies, through inline_ptx instead of
 # an llvmlite InlineAsm intrinsic ($N operands become inline_ptx's %N; one device function per operand count).
 from numba_cuda_mlir import cuda as _cuda
 from numba_cuda_mlir.cuda import experimental as _cx

@@ -1,14 +1,16 @@
-"""The general FP8 kernels: they quantise to FP8, dequantise from it, or copy FP8 caches, inside the copy,
-for every head size (``kernels.fp8_wide`` takes the quantising copies of heads of 16 * 2**k elements and
-``kernels.fp8_pipelined`` the dequantising ones of heads of 8 * 2**k, faster); one memoised kernel per (source layout, destination layout, MLA, mode, FP8 format, plain
-dtype).
+"""The register kernel of a codec with a float32 scale per head in an array of its own (FP8's ``E4M3``,
+``E5M2``): it quantises, dequantises, or copies codes and scales, inside the copy, for every head size
+(``kernels.quantise_wide`` takes the quantising copies of heads of 16 * 2**k elements and
+``kernels.dequantise_pipelined`` the dequantising ones of heads of 8 * 2**k, faster); one kernel per (source
+layout, destination layout, MLA, mode, codec, plain dtype), built by the factory's pattern
+(``factory.memoised``).
 
-The format is ``kvnumba.quant_reference``'s (its docstring, byte for byte); the arithmetic is
-``kernels.fp8``'s. Each side of a copy is a layout's ``LayoutParts`` (``kernels.layouts``); a
-quantised side has two address sets of that one layout, its codes (items of ``H * D`` bytes) and its
-scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer tables, for per-layer
-views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in the address
-arithmetic), whatever the layouts.
+The format is the codec's reference (``kvnumba.quant.fp8``, byte for byte); the arithmetic is the codec's
+device functions (``factory.codec_ops``: ``kernels.fp8.ops``). Each side of a copy is a layout's
+``LayoutParts`` (``kernels.layouts``); a quantised side has two address sets of that one layout, its codes
+(items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer
+tables, for per-layer views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in
+the address arithmetic), whatever the layouts.
 
 Modes: ``"quantise"`` (plain source, FP8 destination), ``"dequantise"`` (FP8 source, plain
 destination), ``"copy"`` (FP8 to FP8: codes and scales copied).
@@ -21,33 +23,35 @@ words ``i, i + 32, ...``:
 
 - quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
   takes the largest finite magnitude of its elements, the warp's maximum by shuffles
-  (``fp8_memory.group_max`` over the 32 lanes); lane 0 stores the scale, every lane its codes (four bytes per word),
+  (``words.group_max`` over the 32 lanes); lane 0 stores the scale, every lane its codes (four bytes per word),
   reading again only the words past those four;
 - dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
   word of bfloat16/float16;
 - copy: codes word by word, lane 0 the scale.
 
-Kernels take plain int64 parameters (``Fp8Args``), launched as every kvnumba kernel is
+Kernels take plain int64 parameters (``ScaledArgs``), launched as every kvnumba kernel is
 (``kvnumba.driver.launch``).
 """
 from typing import NamedTuple
 
 from numba import cuda
 
-from . import fp8
-from .fp8_memory import group_max, load_i32, store_i32, store_i64
+from ..quant.codec import Codec
+from ..quant.fp8 import E4M3, plain_dtype
+from .factory import codec_ops, memoised
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters, signature
 from .ptx import ptx_of
+from .words import group_max, load_i32, store_i32, store_i64
 
 MODES = ("quantise", "dequantise", "copy")
 
 
-class Fp8Args(NamedTuple):
-    """The FP8 kernels' parameters, in order (addresses and sizes in bytes). ``*_scales_*`` are a
+class ScaledArgs(NamedTuple):
+    """The codec kernels' parameters, in order (addresses and sizes in bytes). ``*_scales_*`` are a
     quantised side's scales (0 for a plain side); a table layout's ``*_k``/``*_v`` are tables."""
 
     src_indices: int
@@ -81,38 +85,28 @@ class Fp8Args(NamedTuple):
     dst_scales_dim: int
 
 
-SIGNATURE = signature(Fp8Args)
-PER_CALL = Fp8Args._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
-ITEM_ARGS = tuple(f for f in Fp8Args._fields if f not in ("num_items", "items_per_warp"))  # copy_items' args
+SIGNATURE = signature(ScaledArgs)
+PER_CALL = ScaledArgs._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
 HELD = 4  # words a lane keeps in registers between the amax and the codes
 
 
-def word_dequantiser(fmt, dtype):
-    """``word(c, scale_bits)``: the 8-byte word of bfloat16/float16 bits of the four codes in 4-byte word ``c``
-    (the first in its low byte) times the float32 of ``scale_bits`` (a device function)."""
-    dequantise = fp8.dequantiser(fmt, dtype)
-
-    @device_function
-    def word(c, scale_bits):
-        # A loop, not four calls: Numba's inliner copies the whole callee (with all it inlines) at each call
-        # site, and a kernel's build time grows with the copies (NVVM unrolls the loop again).
-        out = 0
-        for e in range(4):
-            out |= dequantise((c >> (8 * e)) & 0xFF, scale_bits) << (16 * e)
-        return out
-
-    return word
+@device_function
+def head_address(kinds_head, heads, k_base, v_base, stride):
+    """Where head ``kinds_head`` of a token's heads starts: K's ``heads`` heads first, then V's."""
+    kind = 1 if kinds_head >= heads else 0
+    return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
 
 
-def make_head_op(mode, fmt, dtype):
+def make_head_op(mode, codec, dtype):
     """``op(lane, src, src_scale, dst, dst_scale, words)``: the warp moves one head."""
+    ops = codec_ops(codec, dtype)
     if mode == "quantise":
-        magnitude, scale_of, inverse_of, quantise = fp8.quantiser(fmt, dtype)
+        magnitude, scale_of, inverse_of, quantise = ops.magnitude, ops.scale_of, ops.inverse_of, ops.quantise
 
         @device_function
         def word_magnitude(w):
             m = 0
-            for e in range(4):  # a loop, not four calls: see ``word_dequantiser``
+            for e in range(4):  # a loop, not four calls: see ``fp8.word_dequantiser``
                 m = max(m, magnitude((w >> (16 * e)) & 0xFFFF))
             return m
 
@@ -166,7 +160,7 @@ def make_head_op(mode, fmt, dtype):
         return quantise_head
 
     if mode == "dequantise":
-        dequantise_word = word_dequantiser(fmt, dtype)
+        dequantise_word = ops.dequantise_word
 
         @device_function
         def dequantise_head(lane, src, src_scale, dst, dst_scale, words):
@@ -190,12 +184,12 @@ def make_head_op(mode, fmt, dtype):
     return copy_head
 
 
-def make_items_copy(src, dst, mla, mode, fmt, dtype):
-    """``copy_items(lane, first, j, count, step, args)``, ``args`` the tuple of ``Fp8Args``' values but
-    ``num_items`` and ``items_per_warp`` (``ITEM_ARGS``, in order; a call of more than 30 arguments compiles
+def make_items_copy(src, dst, mla, mode, codec, dtype):
+    """``copy_items(lane, first, j, count, step, args)``, ``args`` the tuple of ``ScaledArgs``' values but
+    ``num_items`` and ``items_per_warp``, in order (a call of more than 30 arguments compiles
     to a ``*args`` call, which Numba cannot inline): the register path's loop over a warp's items, every
-    layer, K/V and head (the kernels here and ``kernels.fp8_staged``'s items that do not go in bulk)."""
-    head_op = make_head_op(mode, fmt, dtype)
+    layer, K/V and head (the kernels here and ``kernels.dequantise_staged``'s items that do not go in bulk)."""
+    head_op = make_head_op(mode, codec, dtype)
     src_scaled, dst_scaled = mode != "quantise", mode != "dequantise"
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
     dst_lb, dst_to, dst_hs = dst.layer_base, dst.token_offset, dst.head_stride
@@ -256,13 +250,13 @@ def make_items_copy(src, dst, mla, mode, fmt, dtype):
     return copy_items
 
 
-def _build_kernel(src, dst, mla, mode, fmt, dtype):
-    copy_items = make_items_copy(src, dst, mla, mode, fmt, dtype)
+def _build_kernel(src, dst, mla, mode, codec, dtype):
+    copy_items = make_items_copy(src, dst, mla, mode, codec, dtype)
 
-    def fp8_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
-               num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
-               src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k,
-               dst_scales_v, dst_scales_item, dst_scales_dim):
+    def scaled_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
+                  num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k,
+                  src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page,
+                  dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first = warp * items_per_warp
@@ -272,28 +266,35 @@ def _build_kernel(src, dst, mla, mode, fmt, dtype):
                 dst_scales_dim)
         copy_items(lane, first, 0, min(items_per_warp, num_items - first), 1, args)
 
-    check_parameters(fp8_kv, Fp8Args)
-    fp8_kv.__name__ = fp8_kv.__qualname__ = f"fp8_{mode}_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}"
-    return kernel(fp8_kv, max_registers=64)
+    check_parameters(scaled_kv, ScaledArgs)
+    scaled_kv.__name__ = scaled_kv.__qualname__ = f"{mode}_{kernel_name(codec, dtype, src, dst, mla)}"
+    return kernel(scaled_kv, max_registers=64)
 
 
-_kernels: dict = {}
+def kernel_name(codec, dtype, src, dst, mla):
+    """The part of a codec kernel's name after its variant: codec, dtype, layouts and MLA."""
+    return f"{codec.name}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}"
 
 
-def get_kernel(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16"):
-    """The kernel for one (source layout, destination layout, MLA, mode, format, plain dtype), built on
-    first request and memoised; ``src``/``dst``: ``LayoutParts``."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+def codec_key(src, dst, mla, codec, dtype):
+    """``(src, dst, mla, codec, dtype)`` checked and normalised, as the codec kernels key them: ``src``/``dst``
+    ``LayoutParts``, ``codec`` a ``kvnumba.quant.codec.Codec``, ``dtype`` a plain dtype's name."""
     if not (isinstance(src, LayoutParts) and isinstance(dst, LayoutParts)):
         raise TypeError("src and dst must be kvnumba.kernels.layouts.LayoutParts")
-    key = (src, dst, bool(mla), mode, fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    if not isinstance(codec, Codec):
+        raise TypeError(f"codec must be a kvnumba.quant.codec.Codec (kvnumba.quant.E4M3, ...), got {codec!r}")
+    return src, dst, bool(mla), codec, plain_dtype(dtype)
 
 
-def kernel_ptx(src, dst, mla, mode, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
-    """PTX of one FP8 kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, mode, fmt, dtype), SIGNATURE, cc)
+def get_kernel(src, dst, mla, mode, codec=E4M3, dtype="bfloat16"):
+    """The kernel for one (source layout, destination layout, MLA, mode, codec, plain dtype), built on first
+    request and memoised; ``src``/``dst``: ``LayoutParts``."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    src, dst, mla, codec, dtype = codec_key(src, dst, mla, codec, dtype)
+    return memoised(_build_kernel, src, dst, mla, mode, codec, dtype)
+
+
+def kernel_ptx(src, dst, mla, mode, codec=E4M3, dtype="bfloat16", cc=(9, 0)):
+    """PTX of one kernel for compute capability ``cc`` (needs NVVM, not a GPU; not the simulator)."""
+    return ptx_of(get_kernel(src, dst, mla, mode, codec, dtype), SIGNATURE, cc)

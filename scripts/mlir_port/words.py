@@ -1,4 +1,4 @@
-# kvnumba.kernels.fp8_memory's GPU names on numba-cuda-mlir: 4-, 8- and 16-byte PTX accesses through inline_ptx,
+# kvnumba.kernels.words's GPU names on numba-cuda-mlir: 4-, 8- and 16-byte PTX accesses through inline_ptx,
 # float32 bit casts through mov.b32 (llvmlite's bitcast has no place on the MLIR path), shuffles as before.
 from numba_cuda_mlir import cuda
 from numba_cuda_mlir.cuda import experimental as _cx

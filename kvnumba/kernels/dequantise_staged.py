@@ -1,9 +1,9 @@
-"""The staged FP8 load: a per-layer load from an FP8 cache (``kv.Fp8View``) in pinned host memory into a
+"""The staged load: a per-layer load from a quantised cache (``kv.Fp8View``) in pinned host memory into a
 bfloat16/float16 view on the GPU, dequantising on the way, with the staged kernel's ring
 (``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory,
 warps dequantise them from there and store the plain values. No second pass, no buffer in global memory.
 
-Why: a register kernel's load (``kernels.fp8_copy``) moves the bytes its warps hold
+Why: a register kernel's load (``kernels.scaled_copy``) moves the bytes its warps hold
 in registers per PCIe round trip, as for bfloat16 loads (``kernels.staged``'s docstring;
 scripts/RESULTS.md); the bulk-copy unit keeps a whole ring of stages in flight.
 
@@ -24,62 +24,59 @@ runs. The other warps:
   scales' own tensor maps (``scale_maps``: ``plan.fp8_staged_plan``; ``tma.expect_bytes`` adds their bytes
   to the phase). Otherwise (page-head sources, heads of 1 or 2) the loader warp's lanes copy them with
   per-thread asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie
-  them to the barrier (``async_copy.landed_arrive``): on an H200 those copies halved the ring's rate at two
-  SMs (scripts/RESULTS.md, 2026-12-03). Once it has, each lane takes 16-byte chunks
+  them to the barrier (``async_copy.landed_arrive``), which halved the ring's rate at two SMs
+  (scripts/RESULTS.md). Once it has, each lane takes 16-byte chunks
   of codes (16 codes of one head: ``D % 16 == 0``), its head's scale from the area, and writes 32 bytes of
   bfloat16/float16 at the destination layout's address (any layout: the stores go through registers). The
-  conversion is the wide kernel's packed one (``fp8_packed.chunk_dequantiser``); a chunk with a NaN code,
-  an e5m2 infinity or a non-finite scale goes through ``fp8_copy.word_dequantiser``'s exact element
+  conversion is the codec's packed one (its ``store_chunk``); a chunk with a NaN code,
+  an e5m2 infinity or a non-finite scale goes through its ``dequantise_word``'s exact element
   functions instead. Lanes walk the warp's chunks by counting, not dividing (``advance``): a 64-bit
   division costs more than a chunk's conversion;
-- **direct items** and a register-marked block's share: the register FP8 kernel's own loop
-  (``fp8_copy.make_items_copy``), items bounds-checked and flagged as there.
+- **direct items** and a register-marked block's share: the register kernel's own loop
+  (``scaled_copy.make_items_copy``), items bounds-checked and flagged as there.
 
 A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the ring's three
 72 KiB stages (``SHAPE``) fit the H200's 227 KiB of shared memory a block.
 
 A block has at most ``WARPS`` warps, so that a thread holds its values in registers (``REGISTERS``).
 
-Parameters: ``fp8_copy.Fp8Args``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits)
-and ``scale_maps`` (the scales' maps, or 0): ``Fp8StagedArgs``. A per-layer table source (``LAYER_TABLE``)
+Parameters: ``scaled_copy.ScaledArgs``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits)
+and ``scale_maps`` (the scales' maps, or 0): ``StagedScaledArgs``. A per-layer table source (``LAYER_TABLE``)
 is read through one-layer maps (a layer-first picture of the layer's buffer).
 """
 from collections import namedtuple
-from typing import Any
 
 from numba import cuda, int64
 
-from . import fp8, fp8_copy, staged
-from .staged import MAP_BYTES, MAX_STAGES
+from ..quant.fp8 import E4M3
+from . import staged
 from .async_copy import copy4, landed_arrive
-from .fp8_memory import store_i64
-from .fp8_packed import chunk_dequantiser, packed_takes
+from .factory import codec_ops, memoised
 from .jit import WARP_SIZE, device_function, kernel
-from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD, LayoutParts
+from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .memory import load_i64
 from .params import STAGED_EXTRA, check_parameters, signature
 from .ptx import ptx_of
+from .scaled_copy import ScaledArgs, codec_key, kernel_name, make_items_copy
+from .staged import MAP_BYTES, MAX_STAGES
 from .tma import expect_bytes, load_shared_i128, load_shared_u32, tensor_load
+from .words import store_i64
 
 # ``scale_maps``: the scales' tensor maps (``plan.tensor_maps.source_maps`` over the scales buffers, with the
 # codes' run limits), or 0: the loader's lanes copy the scales four bytes at a time
-Fp8StagedArgs = namedtuple("Fp8StagedArgs",  # type: ignore[misc]
-                           fp8_copy.Fp8Args._fields + STAGED_EXTRA + ("scale_maps",))
-SIGNATURE = signature(Fp8StagedArgs)
+StagedScaledArgs = namedtuple("StagedScaledArgs",  # type: ignore[misc]
+                              ScaledArgs._fields + STAGED_EXTRA + ("scale_maps",))
+SIGNATURE = signature(StagedScaledArgs)
 SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: a layer-first map of its buffer
 # The tuned bfloat16 ring, every consumer warp sharing each piece (config's staged_shape: another ring,
 # always run so), with stages of 72 KiB: a piece of 32 tokens of 8 heads of 128 codes and their scales
-# (66 KiB) fits one, where 64 KiB held 16. The rate follows the piece: on an H200 a one-layer load of 8192
-# such tokens ran at 60.2 and 34.3 GB/s of bfloat16 at bq=4 and 2 with 72 KiB, 56.3 and 30.2 with 64 KiB
-# and 37.4 and 19.4 with six of 32 KiB (scripts/RESULTS.md).
+# (66 KiB) fits one, where 64 KiB held 16; the rate follows the piece (scripts/RESULTS.md).
 SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0, stage_bytes=72 * 1024)
 CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
 # A block's warps, at most (``Fp8Plan.run`` launches fewer than a call asks for where it asks for more), and so
 # the registers a thread may hold: 65536 a block. At 32 warps and 64 registers the consumers' chunk loop spilled
-# (ptxas 13.0: 204 bytes) into a local memory that the ring's shared memory leaves little L1 for; at 128 it
-# spills nothing. On an H200, one-layer loads of 8192 tokens of 8 heads of 128 (GB/s of bfloat16,
-# bq=4 / bq=2): 32 warps 70.5 / 35.4, 20 warps (96 registers) 79.6 / 52.1, 16 warps 89.4 / 54.6, 12 warps
-# 82.7 / 49.3, 8 warps 82.6 / 42.8 (the last two in a second call; scripts/RESULTS.md, 2026-12-03).
+# into a local memory that the ring's shared memory leaves little L1 for; at 128 it spills nothing, and 16 warps
+# loaded fastest of 8 to 32 (scripts/RESULTS.md).
 WARPS = 16
 # A block's 65536 registers shared by its threads, in the GPU's units of 8 a thread, at most 255 (ptxas's)
 REGISTERS = min(65536 // (WARPS * WARP_SIZE), 255) // 8 * 8
@@ -100,11 +97,10 @@ def fits(head_dim):
     return head_dim % CHUNK == 0
 
 
-def _build(src, dst, mla, fmt, dtype, ring):
-    copy_items = fp8_copy.make_items_copy(src, dst, mla, "dequantise", fmt, dtype)
-    word = fp8_copy.word_dequantiser(fmt, dtype)
-    store_packed = chunk_dequantiser(fmt, dtype)
-    takes = packed_takes(fmt)
+def _build(src, dst, mla, codec, dtype, ring):
+    copy_items = make_items_copy(src, dst, mla, "dequantise", codec, dtype)
+    ops = codec_ops(codec, dtype)
+    word, store_packed, takes = ops.dequantise_word, ops.store_chunk, ops.takes
     kinds = 1 if mla else 2
     layered = map_layout(src) is not LAYER_FIRST  # the layer is a coordinate of the maps
     src_lb, src_to, src_hs = src.layer_base, src.token_offset, src.head_stride
@@ -136,7 +132,7 @@ def _build(src, dst, mla, fmt, dtype, ring):
         each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
         ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``). Where the
         plan made tensor maps of the scales (``scale_maps``), lane 0 has the bulk unit bring them instead, a box
-        a kind (the per-thread copies of a piece's 512 scales halved the ring's rate at two SMs on an H200)."""
+        a kind (the per-thread copies of a piece's 512 scales halved the ring's rate at two SMs)."""
         (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
          src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args[0]
@@ -231,11 +227,11 @@ def _build(src, dst, mla, fmt, dtype, ring):
 
     set_up, run_block = staged.make_ring(map_layout(src), mla, ring, fill_scales)(take_piece, take_direct)
 
-    def fp8_dequantise_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
-                              dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
-                              src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
-                              dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim,
-                              maps, max_run_log2, min_run, scale_maps):
+    def dequantise_staged(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                          dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
+                          src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item,
+                          dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim, maps,
+                          max_run_log2, min_run, scale_maps):
         args = ((src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words,
                 error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item,
                 src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
@@ -247,29 +243,23 @@ def _build(src, dst, mla, fmt, dtype, ring):
                   cuda.blockDim.x, num_items, items_per_warp, src_indices, dst_indices, first_layer, src_token_limit,
                   dst_token_limit, src_page, maps, max_run_log2, min_run, src_item, args)
 
-    check_parameters(fp8_dequantise_staged, Fp8StagedArgs)
-    fp8_dequantise_staged.__name__ = fp8_dequantise_staged.__qualname__ = (
-        f"fp8_dequantise_staged_{fmt}_{dtype}_{src.name}_{dst.name}{'_mla' if mla else ''}")
-    return kernel(fp8_dequantise_staged, max_registers=REGISTERS)
+    check_parameters(dequantise_staged, StagedScaledArgs)
+    dequantise_staged.__name__ = dequantise_staged.__qualname__ = (
+        f"dequantise_staged_{kernel_name(codec, dtype, src, dst, mla)}")
+    return kernel(dequantise_staged, max_registers=REGISTERS)
 
 
-_kernels: dict[tuple, Any] = {}
-
-
-def get_kernel(src, dst, mla, fmt="e4m3", dtype="bfloat16", ring=None):
+def get_kernel(src, dst, mla, codec=E4M3, dtype="bfloat16", ring=None):
     """The staged dequantising load from source layout ``src`` (one of ``SOURCES``) to any destination
     layout ``dst`` (``LayoutParts``), built on first request and memoised; ``ring``: a ``staged.StagedShape``
     (default ``SHAPE``; run with ``bulk_stores=False``)."""
-    if src not in SOURCES or not isinstance(dst, LayoutParts):
-        raise ValueError(f"no staged FP8 kernel from {getattr(src, 'name', src)} to {getattr(dst, 'name', dst)}")
+    if src not in SOURCES:
+        raise ValueError(f"no staged kernel from {getattr(src, 'name', src)} to {getattr(dst, 'name', dst)}")
+    src, dst, mla, codec, dtype = codec_key(src, dst, mla, codec, dtype)
     ring = staged.check_ring(ring or SHAPE)._replace(bulk_stores=False)
-    key = (src, dst, bool(mla), fp8.fp8_format(fmt).name, fp8.plain_dtype(dtype), ring)
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build(*key)
-    return built
+    return memoised(_build, src, dst, mla, codec, dtype, ring)
 
 
-def kernel_ptx(src, dst, mla, fmt="e4m3", dtype="bfloat16", cc=(9, 0)):
-    """PTX of one staged FP8 kernel (needs NVVM, not a GPU; not the simulator)."""
-    return ptx_of(get_kernel(src, dst, mla, fmt, dtype), SIGNATURE, cc)
+def kernel_ptx(src, dst, mla, codec=E4M3, dtype="bfloat16", cc=(9, 0)):
+    """PTX of one staged kernel (needs NVVM, not a GPU; not the simulator)."""
+    return ptx_of(get_kernel(src, dst, mla, codec, dtype), SIGNATURE, cc)

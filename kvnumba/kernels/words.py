@@ -1,18 +1,18 @@
-"""What the FP8 kernels (``kernels.fp8_copy``, ``kernels.fp8_wide``) need besides ``kernels.memory``:
-4-byte loads and stores (FP8 codes move four to a lane's word, scales are one float32), 8- and 16-byte
-stores of int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
+"""What the codec kernels (``kernels.scaled_copy`` and its fast variants, ``kernels.nvfp4``) need besides
+``kernels.memory``: 4-byte loads and stores (codes move four to a lane's word, a scale is one float32), 8- and
+16-byte stores of int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
 
-On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``,
-as ``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their Python twins
-(``kernels.simulator.fp8_memory``), chosen here once, at import. Integers are int64 throughout (a
+On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``, as
+``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their
+Python twins (``kernels.simulator.words``), chosen here once, at import. Integers are int64 throughout (a
 4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic never
 mixes signed and unsigned types.
 
 Names:
     load_i32(addr) -> int64 (0 .. 2**32 - 1)    store_i32(addr, value)    store_i64(addr, value)
     store_i128(addr, low, high): 16 bytes (``addr`` 16-byte aligned), ``low`` first. Why: a warp's 8-byte
-        stores 16 or 32 bytes apart write each 32-byte sector in pieces, and an H200 moved a third to a
-        half of the bytes so (scripts/RESULTS.md); 16-byte ones write whole sectors
+        stores 16 or 32 bytes apart write each 32-byte sector in pieces, which moved a third to a half of
+        the bytes (scripts/RESULTS.md); 16-byte ones write whole sectors
     store_pair(addr, low, high): the same 16 bytes at any 8-byte aligned ``addr``: one ``store_i128`` where
         ``addr`` is 16-byte aligned, else two ``store_i64`` (a device function of the two, both worlds)
     f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
@@ -31,7 +31,7 @@ __all__ = ["f32_bits", "f32_div", "f32_from_bits", "f32_mul", "group_max", "lane
            "store_i64", "store_i128", "store_pair", "warp_any"]
 
 if SIMULATOR:
-    from .simulator.fp8_memory import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
+    from .simulator.words import (f32_bits, f32_div, f32_from_bits, f32_mul, group_max,  # noqa: F401
                                        lane_value, load_i32, store_i32, store_i64, store_i128, warp_any)
 else:
     from llvmlite import ir

@@ -1,4 +1,4 @@
-"""The simulator's twins of ``kernels.fp8_packed``'s GPU conversions: the same definitions in NumPy and
+"""The simulator's twins of ``kernels.fp8``'s GPU conversions: the same definitions in NumPy and
 ``ml_dtypes`` (float32 products rounded to nearest even, saturation at ±``FMT_MAX``, rounding to nearest
 even into FP8 and back into bfloat16/float16)."""
 import numpy as np

@@ -1,4 +1,4 @@
-"""The simulator's twin of ``kernels.fp8_memory``: 4- and 8-byte loads and stores at raw integer
+"""The simulator's twin of ``kernels.words``: 4- and 8-byte loads and stores at raw integer
 addresses through ctypes, float32 bit casts and arithmetic through NumPy, and a warp's shuffles and votes
 (a group's maximum, a lane's value, any) exchanged through ``simulator.warp`` (Numba's simulator has no warp
 shuffles). Each access checks its address's alignment as the GPU does (``simulator.alignment``)."""
