@@ -107,9 +107,9 @@ class HostCost(NamedTuple):
 # layer-first and page-first-direct pinned host views into a GPU view, host indices of random whole pages, on a side
 # stream, at 64 to 8192 tokens: the copy engine's host us a call back to back against the copies it submitted,
 # and the kernel's us until its stream is done (index staging, launch, the load) against the bytes it moved; each
-# a least-squares line (fixed part and slope). Until that line is pasted, the values are estimates: the batch
-# call's cost a copy and the kernel's idle speed measured before, the fixed parts guessed.
-HOST_COST = HostCost(engine_fixed_us=20.0, engine_per_copy_us=0.55, kernel_fixed_us=30.0, kernel_bytes_per_us=45500.0)
+# a least-squares line (fixed part and slope). The kernel's fixed part is large because host indices go to the GPU
+# first, synchronously.
+HOST_COST = HostCost(engine_fixed_us=42.7, engine_per_copy_us=0.577, kernel_fixed_us=392.9, kernel_bytes_per_us=49500.0)
 
 
 class EngineFill(NamedTuple):
