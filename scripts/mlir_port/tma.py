@@ -33,6 +33,11 @@ def barrier_fence():
 
 
 @_device
+def barrier_inval(bar):
+    _cx.inline_ptx("mbarrier.inval.shared::cta.b64 [%0];", "r", bar)
+
+
+@_device
 def arrive(bar):
     _cx.inline_ptx("mbarrier.arrive.shared::cta.b64 _, [%0];", "r", bar)
 
