@@ -13,6 +13,7 @@ from kvnumba.kernels import layouts as kernel_layouts
 from kvnumba.kernels.layouts import LayoutParts
 from kvnumba.layouts.base import CacheView
 from kvnumba.remote.sides import find_parts
+from kvnumba.testing import device_array, to_numpy
 from tests.helpers.view_cases import LAYOUTS, make_view
 
 
@@ -119,11 +120,12 @@ def test_a_layout_declared_elsewhere_converts_and_copies(slot_major):
     assert np.array_equal(kv.convert(k_sm, "sm", "layer_first", P), k_lf)
     v_lf = rng.integers(0, 2**16, (L, T, H, D), dtype=np.uint16)
     src, dst = rng.permutation(T)[:5].astype(np.int64), rng.permutation(T)[:5].astype(np.int64)
-    got = slot_major(np.zeros_like(k_sm), np.zeros_like(k_sm))
-    kv.copy(kv.LayerFirst(k_lf, v_lf), got, src, dst, block_quota=1, num_warps_per_block=1)
+    got = slot_major(device_array(np.zeros_like(k_sm)), device_array(np.zeros_like(k_sm)))  # GPU memory on a GPU
+    kv.copy(kv.LayerFirst(device_array(k_lf), device_array(v_lf)), got, src, dst, block_quota=1, num_warps_per_block=1)
     want = slot_major(np.zeros_like(k_sm), np.zeros_like(k_sm))
     reference.copy(kv.LayerFirst(k_lf, v_lf), want, src, dst)
-    assert np.array_equal(got.k, want.k) and np.array_equal(got.v, want.v) and got.k.any()
+    got_k, got_v = to_numpy(got.k), to_numpy(got.v)
+    assert np.array_equal(got_k, want.k) and np.array_equal(got_v, want.v) and got_k.any()
 
 
 def test_a_layout_declared_elsewhere_is_forgotten_after_its_tests():
