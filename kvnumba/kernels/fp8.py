@@ -71,8 +71,8 @@ else:
     _I64 = ir.IntType(64)
 
     def _asm(body, inputs):
-        """An intrinsic running PTX ``body`` on ``inputs`` (2, 3 or 4) int64 operands (``$1``...), giving an
-        int64 (``$0``)."""
+        """An intrinsic running PTX ``body`` on ``inputs`` (2, 3, 4 or 8) int64 operands (``$1``...), giving an
+        int64 (``$0``); NVFP4's packed conversions (``kernels.nvfp4_packed``) use it too."""
         def codegen(context, builder, sig, values):
             asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64] * inputs), "{\n" + body + "\n}", "=l" + ",l" * inputs)
             return builder.call(asm, [context.cast(builder, v, t, types.int64) for v, t in zip(values, sig.args)])
@@ -83,7 +83,8 @@ else:
         # an intrinsic's typer names its operands (Numba does not lower a *args one)
         by_arity = {2: lambda typingctx, a, b: typed(a, b),
                     3: lambda typingctx, a, b, c: typed(a, b, c),
-                    4: lambda typingctx, a, b, c, d: typed(a, b, c, d)}
+                    4: lambda typingctx, a, b, c, d: typed(a, b, c, d),
+                    8: lambda typingctx, a, b, c, d, e, f, g, h: typed(a, b, c, d, e, f, g, h)}
         return intrinsic(by_arity[inputs])
 
     magnitudes = _asm("""

@@ -131,25 +131,7 @@ mov.b64 $0, {{lo, hi}};"""
 if SIMULATOR:
     from .simulator.nvfp4_packed import make_decode4, make_decode4_unit, make_encode16
 else:
-    from llvmlite import ir
-    from numba import types
-    from numba.cuda.extending import intrinsic
-
-    _I64 = ir.IntType(64)
-
-    def _asm(body, inputs):
-        """An intrinsic running PTX ``body`` on ``inputs`` (3 or 8) int64 operands (``$1``...), giving an int64."""
-        def codegen(context, builder, sig, values):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64] * inputs), "{\n" + body + "\n}", "=l" + ",l" * inputs)
-            return builder.call(asm, [context.cast(builder, v, t, types.int64) for v, t in zip(values, sig.args)])
-
-        def typed(*args):
-            return types.int64(*args), codegen
-
-        by_arity = {2: lambda typingctx, a, b: typed(a, b),
-                    3: lambda typingctx, a, b, c: typed(a, b, c),
-                    8: lambda typingctx, a, b, c, d, e, f, g, h: typed(a, b, c, d, e, f, g, h)}
-        return intrinsic(by_arity[inputs])
+    from .fp8 import _asm  # one helper for inline PTX on int64 operands
 
     def make_encode16():
         return _asm(encode16_ptx(), 8)
