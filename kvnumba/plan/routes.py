@@ -33,9 +33,9 @@ from . import direct_fill
 from .sides import Side
 
 ROUTES = ("auto", "kernel", "copy_engine")
-# Auto takes the copy engine for copies of at least this many bytes on average. Measured on the H200
-# (scripts/RESULTS.md, "Loads under compute"): runs of 128 KiB moved 54.5 GB/s idle and 54.2 under
-# back-to-back GEMMs (the staged kernel: 50 and 21); runs of 8 KiB moved 8.6 GB/s (fixed cost per copy).
+# Auto takes the copy engine for copies of at least this many bytes on average: shorter copies lose to the kernel
+# (the engine pays a fixed cost per copy), longer ones keep their speed beside GEMMs where the kernels lose theirs.
+# The measurement is in scripts/RESULTS.md ("Loads under compute"); CROSSOVER, which `kvnumba info` prints, sums it.
 COPY_ENGINE_MIN_BYTES = 64 * 1024
 CROSSOVER = ("measured on an NVIDIA H200, PCIe Gen5, CUDA 13.0, 2026-12-01: runs of 32 KiB moved 30.5 GB/s idle "
              "against the kernel's 46.0, runs of 64 KiB 48.7 against 45.4, and 47.8 against 21.9 under GEMMs")
