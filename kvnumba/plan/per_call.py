@@ -126,10 +126,10 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
     return Checked(src, dst, count, warps, window, handle, host_side, check, block_quota, values)
 
 
-def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, checked):
+def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, values):
     """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way (``route="auto"``
-    decides by where the indices are, the stream and the runs they make), False for the kernel. ``checked``: the
-    source's and destination's host values ``run`` checked (None for either it did not)."""
+    decides by where the indices are, the stream and the runs they make), False for the kernel. ``values``: the
+    source's and destination's host values ``checked`` read (None for either it did not)."""
     engine = plan.engine
     if engine is None:
         if route == "copy_engine":
@@ -137,15 +137,15 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
         return False
     if route == "auto" and (not (src.on_host and dst.on_host) or not routes.engine_available(handle)):
         return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
-    if SIMULATOR or not (src.on_host or dst.on_host):  # else run has refused a capture already (host indices)
+    if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)
         capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
     with on_device(plan.device):
         s_idx, d_idx = (np.ascontiguousarray(_host_values(*i), dtype=np.int64) for i in (
-            (src, checked[0], src_indices, "src_indices"), (dst, checked[1], dst_indices, "dst_indices")))
-        for index, values, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
-                                                 (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
-            if not (index.on_host and plan.host_index_checks):  # not checked by run already: no kernel guard here
-                bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
+            (src, values[0], src_indices, "src_indices"), (dst, values[1], dst_indices, "dst_indices")))
+        for index, host, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
+                                               (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
+            if not (index.on_host and plan.host_index_checks):  # not checked by checked(): no kernel guard here
+                bounds.check_indices(name, host, limit, lambda side=side: window.what(plan, side))
         batch = engine.batch
         with batch.lock:  # from the fill to the submission: threads may share a plan
             found = engine.fill(s_idx, d_idx, window.first_layer, plan.window)
@@ -164,23 +164,24 @@ def _clear_of_destinations(plan, src, dst):
         plan.clearance.check(name, index.address, index.address + 8 * index.length)
 
 
-def _host_values(index, checked, obj, name):
-    """An index's values on the host: those ``run`` checked, else read (a device-to-host copy for GPU memory)."""
-    if checked is not None:
-        return checked
+def _host_values(index, known, obj, name):
+    """An index's values on the host: ``known`` (those ``checked`` read), else read (a device-to-host copy for GPU
+    memory)."""
+    if known is not None:
+        return known
     return index.values() if index.on_host else bounds.host_indices(array_info(obj, name))
 
 
 def _check_host_indices(plan, src, dst, window):
     """Check the indices in host memory against the window's limits; their values (None for device indices)."""
-    checked = []
+    read = []
     for index, name, limit, side in ((src, "src_indices", window.src_limit, "src"),
                                      (dst, "dst_indices", window.dst_limit, "dst")):
         values = index.values() if index.on_host else None
         if values is not None:
             bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
-        checked.append(values)
-    return tuple(checked)
+        read.append(values)
+    return tuple(read)
 
 
 def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check):
