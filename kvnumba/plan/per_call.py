@@ -337,6 +337,7 @@ def make_fast_call(plan, snapshot=None, again=None, *, torch=None, launch=None):
     streams, new_stream, cu_launch = STREAM_OBJECTS, stream_object, launch or cu.cuLaunchKernel
     routed, record = plan.spec.name == "copy", routes.log.record  # kv.copy says which route it took
     last = _LAST_INDICES
+    settings = guard  # KVNUMBA_CHECK, read on every call: config.override may turn it on after this is made
     data_ptr = tensor.data_ptr
     # A prepared transfer's torch buffers: their data pointers, read here; anything else: changed().
     watched = expected = None
@@ -349,7 +350,7 @@ def make_fast_call(plan, snapshot=None, again=None, *, torch=None, launch=None):
         warps = num_warps_per_block
         if watched is not None and (list(map(data_ptr, watched)) != expected or (others and snapshot.changed())):
             snapshot.verify()  # raises, naming the buffer that moved
-        if (flag[0] or check or type(src_indices) is not tensor or type(dst_indices) is not tensor
+        if (flag[0] or check or settings.ALWAYS_CHECK or type(src_indices) is not tensor or type(dst_indices) is not tensor
                 or type(block_quota) is not int or type(warps) is not int or (route != "auto" and route != "kernel")):
             return run(src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route)
         window = packed.get(layer_id if per_layer else 0) if type(layer_id) is int or not per_layer else None

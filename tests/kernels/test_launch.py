@@ -73,3 +73,25 @@ def test_the_staged_kernel_launches_alike(fresh_plans):
         for count, quota, warps in [(32, 2, 4), (32, 2, 1), (5, 1, MAX_WARPS)]:
             got, src, dst = _launches(plan, count, quota, warps, 1)
             assert got == _expected(plan, count, quota, warps, 1, src, dst)
+
+
+def test_a_check_turned_on_after_the_fast_call_is_made_reaches_it():
+    """``KVNUMBA_CHECK`` turned on by ``config.override`` after the fast call was made: the call goes through the
+    plan's checked run (which reads a prepared transfer's tables again), not the inlined launch."""
+    call = build("transfer_kv_all_layer_mla", count=2, pool=8, num_layers=2)
+    bound = {k: v for k, v in call.kwargs.items() if k not in ("src_indices", "dst_indices")}
+    plan = kv.prepare("transfer_kv_all_layer_mla", **bound)._plan
+    launched, ran = [], []
+
+    def run(*args):
+        ran.append(args[-2])  # the check the run was handed
+        return 0
+
+    plan.run = run
+    fast = make_fast_call(plan, torch=_Torch, launch=lambda *args: launched.append(args) or (0,))
+    src, dst = _Tensor(np.arange(2), plan.device), _Tensor(np.arange(2), plan.device)
+    fast(src, dst, None, 2, 32, stream=7)
+    assert (len(launched), ran) == (1, []), "with checks off the call should launch inline"
+    with config.override(check=True):
+        fast(src, dst, None, 2, 32, stream=7)
+    assert (len(launched), ran) == (1, [False]), "KVNUMBA_CHECK did not reach the fast call"
