@@ -164,3 +164,25 @@ def test_graph_capture(waits, count):
             if waits:
                 np.testing.assert_array_equal(_bytes(snapshots[layer]), fresh[layer])
     kv.check_errors()
+
+
+@pytest.mark.parametrize("count", COUNTS)
+def test_a_load_writes_only_its_rows(count):
+    """Every destination layer a slice of one poisoned buffer, with guard rows before and after it: the load lands
+    its rows (as the reference) and leaves every other byte, the guards included, as it was. Both builds."""
+    src_np, src, _, _, si, di = _setup(seed=4, count=count)
+    guard_rows = 8
+    backing = [torch.full((guard_rows + T + guard_rows, H, ITEM // H), POISON, dtype=torch.uint8, device="cuda")
+               for _ in range(2 * L)]
+    layers = [b[guard_rows:guard_rows + T] for b in backing]
+    dst = kv.LayerFirst(layers[:L], layers[L:])
+    want = kv.LayerFirst([_poisoned() for _ in range(L)], [_poisoned() for _ in range(L)])
+    reference.copy(src_np, want, si, di, None)
+    done = kv.load_resident(src, dst, torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda())
+    done.synchronize()
+    assert done.staged == _staged_expected(count)
+    for layer, (rows, expected) in enumerate(zip(backing, want.k + want.v)):
+        got = _bytes(rows)
+        assert (got[:guard_rows] == POISON).all() and (got[guard_rows + T:] == POISON).all(), \
+            f"layer buffer {layer}: written outside its rows"
+        np.testing.assert_array_equal(got[guard_rows:guard_rows + T], expected, err_msg=f"layer buffer {layer}")
