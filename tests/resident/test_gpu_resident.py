@@ -1,6 +1,7 @@
 """kv.load_resident on a GPU: another stream waits for each layer with cuStreamWaitValue32 and then reads it (it
 must see the landed bytes, and, without the wait, must not); the host goes on while the load's
-stream and the waiting stream are busy; CUDA graph capture of the loader, and of the loader with the waits (the
+stream and the waiting stream are busy (the load's stream held shut by a gate that the host opens only once
+everything is enqueued: no test here leans on the host being quick); CUDA graph capture of the loader, and of the loader with the waits (the
 wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
 staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
 import numpy as np
@@ -17,7 +18,6 @@ torch = pytest.importorskip("torch")
 
 L, T, P, H, ITEM = 4, 1024, 16, 4, 512  # items of 4 heads of 128 bytes
 COUNTS = [64, AUTO_MIN_ITEMS]  # the register build, the staged one
-HOLD_CYCLES = 200_000_000  # ~0.1 s of torch.cuda._sleep on the load's stream before the load starts
 
 
 def _setup(seed=0, count=64):
@@ -53,10 +53,31 @@ def _staged_expected(count):
     return count >= AUTO_MIN_ITEMS and compute_capability(0) >= (9, 0)
 
 
+class Gate:
+    """A stream held until the host opens the gate: ``cuStreamWaitValue32`` on a device word that a third stream
+    sets to 1 once it has waited for ``after`` (an event the test records once the reads it wants first are
+    enqueued)."""
+
+    def __init__(self, stream):
+        from kvnumba.driver.bindings import check, cu
+
+        self.word = torch.zeros(1, dtype=torch.int32, device="cuda")
+        torch.cuda.synchronize()  # zero before the held stream reads it
+        flag = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ
+        check(cu.cuStreamWaitValue32(cu.CUstream(stream.cuda_stream), cu.CUdeviceptr(self.word.data_ptr()), 1, flag),
+              "cuStreamWaitValue32")
+
+    def open(self, after=None):
+        opener = torch.cuda.Stream()
+        if after is not None:
+            opener.wait_event(after)
+        with torch.cuda.stream(opener):
+            self.word.fill_(1)
+
+
 def _warm(src, dst, si, di, signal):
-    """One load of the same plan before the test's own, then the destination poisoned again: the first load of a
-    plan builds it and compiles the loader (host time far beyond HOLD_CYCLES), which would let the load run
-    before the reads that must miss it."""
+    """One load of the same plan before the test's own, then the destination poisoned again: the test's own load
+    finds its plan built and its loader compiled."""
     kv.load_resident(src, dst, si, di, signal=signal).synchronize()
     for layer in dst.k + dst.v:
         layer.fill_(POISON)
@@ -73,14 +94,16 @@ def test_a_stream_that_waits_for_a_layer_sees_it(count):
     early = torch.empty_like(dst.k[-1])
     signal = kv.LayerSignal(L)
     _warm(src, dst, si_t, di_t, signal)
-    with torch.cuda.stream(loads):
-        torch.cuda._sleep(HOLD_CYCLES)  # the load starts late: a read that does not wait sees poison
+    gate = Gate(loads)  # the load waits for the gate; the gate opens once the read without a wait is done
     done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+    read_early = torch.cuda.Event()
     with torch.cuda.stream(model):
         early.copy_(dst.k[-1])  # no wait: before the load
+        read_early.record(model)
         for layer in range(L):
             done.wait(layer, model)
             snapshots[layer].copy_(dst.k[layer])
+    gate.open(after=read_early)
     torch.cuda.synchronize()
     assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
     for layer in range(L):
@@ -92,7 +115,7 @@ def test_a_stream_that_waits_for_a_layer_sees_it(count):
 
 @pytest.mark.parametrize("count", COUNTS)
 def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
-    """The host issues a load and every wait behind a stream still sleeping, and goes on: nothing in
+    """The host issues a load and every wait behind a gate it has not opened, and goes on: nothing in
     ``kv.load_resident`` or ``ResidentLoad.wait`` waits for the GPU (after the plan's first load)."""
     src_np, src, dst_np, dst, si, di = _setup(seed=3, count=count)
     want = _want(src_np, dst_np, si, di)
@@ -100,14 +123,13 @@ def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
     signal = kv.LayerSignal(L)
     _warm(src, dst, si_t, di_t, signal)
-    with torch.cuda.stream(loads):
-        torch.cuda._sleep(HOLD_CYCLES)
+    gate = Gate(loads)
     done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
     assert not loads.query(), "kv.load_resident returned only once its stream had finished"
     for layer in range(L):
         done.wait(layer, model)
     assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
-    assert not loads.query()
+    gate.open()
     torch.cuda.synchronize()
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
