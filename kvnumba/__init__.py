@@ -30,6 +30,7 @@ from .errors import (
     StaleExportError,
     SettingError,
 )
+from . import types
 
 _SETUP_ERROR = None  # the SettingError or NoGpuError that stopped the imports below, if any
 try:
@@ -76,17 +77,7 @@ try:
         transfer_kv_per_layer_ph_lf,
     )
     from .api.tables import layer_table
-    from .types import (
-        ArrayLike,
-        CacheBuffer,
-        CupyStreamLike,
-        HandleStreamLike,
-        StreamLike,
-        SupportsCudaArrayInterface,
-        SupportsCudaStream,
-        TorchStreamLike,
-        TorchTensorLike,
-    )
+    from .types import *  # noqa: F403 - the typing protocols, listed in types.__all__
 except (SettingError, NoGpuError) as _error:
     _SETUP_ERROR = _error
 
@@ -148,17 +139,8 @@ __all__ = [
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",
     "transfer_kv_per_layer_ph_lf",
-    # typing (kvnumba.types)
-    "ArrayLike",
-    "CacheBuffer",
-    "CupyStreamLike",
-    "HandleStreamLike",
-    "StreamLike",
-    "SupportsCudaArrayInterface",
-    "SupportsCudaStream",
-    "TorchStreamLike",
-    "TorchTensorLike",
 ]
+__all__ += types.__all__  # the typing protocols (kvnumba.types)
 
 if not TYPE_CHECKING:
     if _SETUP_ERROR is not None:  # every public name but the exception classes raises it, each time

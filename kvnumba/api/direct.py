@@ -13,18 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import SupportsIndex
 
-from ..driver.batch_copy import batch_copy_available, log
+from ..driver.batch_copy import batch_copy_available, log  # noqa: F401 - kv.batch_copy_available
 from ..types import ArrayLike, StreamLike
 from .transfer import plain_direct_caller
-
-__all__ = [
-    "batch_copy_available",
-    "last_path",
-    "path_counts",
-    "transfer_kv_all_layer_direct_lf_pf",
-    "transfer_kv_direct",
-    "transfer_kv_per_layer_direct_pf_lf",
-]
 
 
 def last_path() -> str | None:
@@ -80,9 +71,6 @@ def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[Arr
     _transfer_kv_direct((src_layers, dst_layers), (page_size,), src_indices, dst_indices, stream, check)
 
 
-_transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
-
-
 def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
                                        src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
                                        page_size: SupportsIndex, *, stream: StreamLike | None = None,
@@ -122,12 +110,6 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         If the batch call fails (naming the failing copy when the runtime reports it) or a page
         copy fails.
 
-    Notes
-    -----
-    Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
-    page-by-page fallback costs a few microseconds per copy.
-
     Examples
     --------
     >>> kvnumba.transfer_kv_per_layer_direct_pf_lf([k_host, v_host], [k_gpu, v_gpu], src_idx, dst_idx,
@@ -135,9 +117,6 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     """
     _transfer_kv_per_layer_direct_pf_lf((src_ptrs, dst_ptrs), (layer_id, page_size), src_indices, dst_indices, stream,
                                         check)
-
-
-_transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
 
 
 def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
@@ -171,12 +150,6 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     CopyError
         If the batch call or a page copy fails.
 
-    Notes
-    -----
-    Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
-    page-by-page fallback costs a few microseconds per copy.
-
     Examples
     --------
     >>> kvnumba.transfer_kv_all_layer_direct_lf_pf(k_layers + v_layers, [k_host, v_host], src_idx, dst_idx,
@@ -185,4 +158,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     _transfer_kv_all_layer_direct_lf_pf((src_ptrs, dst_ptrs), (page_size,), src_indices, dst_indices, stream, check)
 
 
+# The per-call function behind each entry point (``kvnumba.api.transfer.plain_direct_caller``).
+_transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
+_transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
 _transfer_kv_all_layer_direct_lf_pf = plain_direct_caller("transfer_kv_all_layer_direct_lf_pf")

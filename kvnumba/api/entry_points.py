@@ -2,9 +2,8 @@
 
 Names, argument names, order and defaults are the seed's; ``stream=`` and ``check=`` are kvnumba's
 keyword-only additions. Sizes (``item_size``, ``*_layout_dim``) are in bytes, and every buffer is read as
-raw bytes, so any dtype works. Per K or V buffer (MLA: one buffer, no V), for T token slots and L layers:
-layer-first ``lf`` ``[T, item]``; a layer table (the ``*_layers`` arguments: ``kvnumba.layer_table``);
-page-first ``pf`` ``[T, L, item]``; page-head ``ph`` ``[T / page_size, head_num, page_size, L, item / head_num]``.
+raw bytes, so any dtype works. ``transfer_kv_per_layer`` documents what they all share (launch shape,
+``stream``, ``check``, errors); each of the others gives its buffers' shapes.
 """
 from __future__ import annotations
 
@@ -60,9 +59,6 @@ def transfer_kv_per_layer(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, 
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
-
-
 def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
                                 src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
                                 item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2,
@@ -91,9 +87,6 @@ def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
     _transfer_kv_per_layer_pf_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
 
 
 def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
@@ -129,9 +122,6 @@ def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
-
-
 def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike,
                           dst_v_layers: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
                           item_size: SupportsIndex, num_layers: SupportsIndex, block_quota: SupportsIndex = 2,
@@ -156,9 +146,6 @@ def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_
     _transfer_kv_all_layer(
         (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
 
 
 def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
@@ -187,9 +174,6 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
     _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
 
 
 def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
@@ -223,25 +207,18 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
-
-
 def transfer_kv_per_layer_mla(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
                               item_size: SupportsIndex, block_quota: SupportsIndex = 2,
                               num_warps_per_block: SupportsIndex = 32, *, stream: StreamLike | None = None,
                               check: bool = False) -> None:
     """MLA: copy one layer's items between two layer-first buffers (one buffer, no V).
 
-    ``dst[dst_indices[i]] = src[src_indices[i]]``; shapes as ``transfer_kv_per_layer``'s K.
-    Raises ``TypeError``/``ValueError`` for a bad argument; nothing is written.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``dst[dst_indices[i]] = src[src_indices[i]]``; shapes, launch shape, ``stream``, ``check`` and errors as
+    ``transfer_kv_per_layer``'s (K's).
     """
     _transfer_kv_per_layer_mla(
         (src, dst), (item_size,), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
 
 
 def transfer_kv_per_layer_mla_pf_lf(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -251,15 +228,11 @@ def transfer_kv_per_layer_mla_pf_lf(src: ArrayLike, dst: ArrayLike, src_indices:
     """MLA: load one layer from a page-first buffer ``[T, L, item]`` into a layer-first ``[T, item]``.
 
     ``dst[dst_indices[i]] = src[src_indices[i], layer_id]``; arguments as
-    ``transfer_kv_per_layer_pf_lf``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_per_layer_pf_lf``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_per_layer_mla_pf_lf(
         (src, dst), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
 
 
 def transfer_kv_all_layer_mla(src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike,
@@ -269,15 +242,11 @@ def transfer_kv_all_layer_mla(src_layers: ArrayLike, dst_layers: ArrayLike, src_
     """MLA: copy every layer between two sets of layer-first buffers given as layer tables.
 
     ``dst_layer[l][dst_indices[i]] = src_layer[l][src_indices[i]]``; arguments as
-    ``transfer_kv_all_layer``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_all_layer``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_all_layer_mla(
         (src_layers, dst_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 
 
 def transfer_kv_all_layer_mla_lf_pf(src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike,
@@ -288,12 +257,21 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers: ArrayLike, dst: ArrayLike, src_i
     """MLA: back up every layer from layer-first buffers (a layer table) into a page-first ``[T, L, item]``.
 
     ``dst[dst_indices[i], l] = src_layer[l][src_indices[i]]``; arguments as
-    ``transfer_kv_all_layer_lf_pf``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_all_layer_lf_pf``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_all_layer_mla_lf_pf(
         (src_layers, dst), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
+# The per-call function behind each entry point (``kvnumba.api.transfer.plain_caller``).
+_transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
+_transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
+_transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
+_transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
+_transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
+_transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
+_transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
+_transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
+_transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 _transfer_kv_all_layer_mla_lf_pf = plain_caller("transfer_kv_all_layer_mla_lf_pf")
