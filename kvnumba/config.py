@@ -221,49 +221,42 @@ def override(**values):
     names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items() if k in _OVERRIDABLE}
     for name in names:
         _READERS[name](names)  # validated before anything changes
-    layer = ({**names}, tuned)
+    # One block's settings, keyed ("env", variable) or ("tuning", name).
+    layer = {**{("env", name): text for name, text in names.items()}, **{("tuning", k): v for k, v in tuned.items()}}
     with _override_lock:
-        _push(layer)
+        for key in layer:
+            if not any(key in open_layer for open_layer in _open):
+                _before[key] = os.environ.get(key[1]) if key[0] == "env" else _tuning[key[1]]
+        _open.append(layer)
+        _settle(layer)
     try:
         yield
     finally:
         with _override_lock:
-            _pop(layer)
+            _open[:] = [open_layer for open_layer in _open if open_layer is not layer]
+            _settle(layer)
 
 
 _override_lock = threading.RLock()
-_open: list = []  # the open override blocks, oldest first: (variables, tuning values)
-_before: dict = {}  # ("env" or "tuning", name) -> its value before the first open block that set it
+_open: list = []  # the open override blocks, oldest first: {(kind, name): value}
+_before: dict = {}  # (kind, name) -> its value before the first open block that set it
 
 
-def _push(layer):
-    names, tuned = layer
-    for key in [("env", n) for n in names] + [("tuning", n) for n in tuned]:
-        if not any(key[1] in (open_layer[0] if key[0] == "env" else open_layer[1]) for open_layer in _open):
-            _before[key] = os.environ.get(key[1]) if key[0] == "env" else _tuning[key[1]]
-    _open.append(layer)
-    _settle([*names], [*tuned])
-
-
-def _pop(layer):
-    _open[:] = [open_layer for open_layer in _open if open_layer is not layer]
-    _settle([*layer[0]], [*layer[1]])
-
-
-def _settle(variables, tuning_names):
+def _settle(keys):
     """Give each of these settings the value of the latest open block that sets it, else its value from
     before the blocks (then forgotten); then tell the listeners."""
-    for name in variables:
-        setters = [open_layer[0][name] for open_layer in _open if name in open_layer[0]]
-        value = setters[-1] if setters else _before.pop(("env", name))
-        if value is None:
+    for key in keys:
+        setters = [open_layer[key] for open_layer in _open if key in open_layer]
+        value = setters[-1] if setters else _before.pop(key)
+        kind, name = key
+        if kind == "tuning":
+            _tuning[name] = value
+        elif value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    for name in tuning_names:
-        setters = [open_layer[1][name] for open_layer in _open if name in open_layer[1]]
-        _tuning[name] = setters[-1] if setters else _before.pop(("tuning", name))
-    _notify()
+    for callback in _listeners:
+        callback()
 
 
 def _check_tuning(name, value):
@@ -295,8 +288,3 @@ def _text(value):
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
-
-
-def _notify():
-    for callback in _listeners:
-        callback()
