@@ -15,7 +15,7 @@ from typing import SupportsIndex
 
 from ..driver.batch_copy import batch_copy_available, log  # noqa: F401 - kv.batch_copy_available
 from ..types import ArrayLike, StreamLike
-from .transfer import plain_direct_caller
+from .transfer import plain_caller
 
 
 def last_path() -> str | None:
@@ -158,7 +158,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     _transfer_kv_all_layer_direct_lf_pf((src_ptrs, dst_ptrs), (page_size,), src_indices, dst_indices, stream, check)
 
 
-# The per-call function behind each entry point (``kvnumba.api.transfer.plain_direct_caller``).
-_transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
-_transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
-_transfer_kv_all_layer_direct_lf_pf = plain_direct_caller("transfer_kv_all_layer_direct_lf_pf")
+# The per-call function behind each entry point (``kvnumba.api.transfer.plain_caller``).
+_transfer_kv_direct = plain_caller("transfer_kv_direct")
+_transfer_kv_per_layer_direct_pf_lf = plain_caller("transfer_kv_per_layer_direct_pf_lf")
+_transfer_kv_all_layer_direct_lf_pf = plain_caller("transfer_kv_all_layer_direct_lf_pf")

@@ -311,19 +311,11 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
 
 
 def plain_caller(name: str) -> Callable[..., Any]:
-    """The per-call function of plain kernel entry point ``name``:
-    ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
-    ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order (``plan.build.caller``:
-    the plan from the cache of ``plain(name)``, found by value, else built and every argument checked)."""
-    return build.caller(SPECS[name], plain(name)._cache)
-
-
-def plain_direct_caller(name: str) -> Callable[..., Any]:
-    """The per-call function of plain copy-engine entry point ``name``:
-    ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
-    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache of
-    ``plain(name)`` (``plan.build.direct_caller``)."""
-    return build.direct_caller(SPECS[name], plain(name)._cache)
+    """The per-call function of plain entry point ``name``, on the plan cache of ``plain(name)`` (found by
+    value, else built and every argument checked): ``plan.build.caller``'s, or for a copy-engine entry point
+    ``plan.build.direct_caller``'s (their docstrings give its arguments)."""
+    spec = SPECS[name]
+    return (build.caller if spec.kind == "kernel" else build.direct_caller)(spec, plain(name)._cache)
 
 
 _PLAIN: dict[str, Transfer] = {}
