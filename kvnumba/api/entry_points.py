@@ -74,14 +74,11 @@ def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
         Page-first ``[T, L, item]``: token t, layer l at byte ``t * src_layout_dim + l * item_size``.
     dst_k, dst_v : arrays
         Layer-first buffers of layer ``layer_id``, ``[T, item]``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
     layer_id : int
         The layer to load, ``0 <= layer_id``.
-    item_size : int
-        Bytes per item, a multiple of 8.
     src_layout_dim : int
         Bytes per source token slot across all layers (``L * item_size`` for a dense buffer).
-    block_quota, num_warps_per_block, stream, check
+    src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream, check
         As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_pf_lf(
@@ -106,16 +103,12 @@ def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
         Page-head ``[T / page_size, head_num, page_size, L, item / head_num]``.
     dst_k, dst_v : arrays
         Layer-first buffers of layer ``layer_id``, ``[T, item]`` (``[T, head_num, head_dim]``).
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    layer_id : int
     item_size : int
         Bytes per item; ``item_size / head_num`` must be a multiple of 8.
-    src_layout_dim : int
-        ``L * item_size`` for a dense page-head buffer.
     page_size, head_num : int
         Tokens per page and heads per item, both >= 1.
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    src_indices, dst_indices, layer_id, src_layout_dim, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_per_layer_pf_lf``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_ph_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
@@ -136,11 +129,9 @@ def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_
     src_k_layers, dst_k_layers, src_v_layers, dst_v_layers : uint64 arrays, ``[num_layers]``
         Layer tables: base addresses of ``num_layers`` layer-first buffers ``[T, item]``
         (``kvnumba.layer_table``), resident where the kernel can read them.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
     num_layers : int
         Length of every table.
-    block_quota, num_warps_per_block, stream, check
+    src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream, check
         As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer(
@@ -163,13 +154,10 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         Layer tables of layer-first buffers ``[T, item]``.
     dst_k, dst_v : arrays
         Page-first ``[T, L, item]``: token t, layer l at byte ``t * dst_layout_dim + l * item_size``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
     dst_layout_dim : int
         ``L * item_size`` for a dense buffer.
-    num_layers : int
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    src_indices, dst_indices, item_size, num_layers, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_all_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
@@ -193,14 +181,10 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         Layer tables of layer-first buffers ``[T, item]``.
     dst_k, dst_v : arrays
         Page-head ``[T / page_size, head_num, page_size, L, item / head_num]``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
-        ``item_size / head_num`` must be a multiple of 8.
-    dst_layout_dim : int
-        ``L * item_size`` for a dense buffer.
-    num_layers, page_size, head_num : int
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    item_size, page_size, head_num : int
+        As in ``transfer_kv_per_layer_ph_lf``.
+    src_indices, dst_indices, dst_layout_dim, num_layers, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_all_layer_lf_pf``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_ph(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,
