@@ -23,8 +23,6 @@ import threading
 
 from .errors import SettingError
 
-VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH", "KVNUMBA_REQUIRE_GPU",
-             "KVNUMBA_RESULTS")
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
 _ON = ("1", "true", "yes", "on")
@@ -85,14 +83,11 @@ def batch_copy_route(environ=None):
     return env_choice("KVNUMBA_BATCH_COPY", BATCH_COPY_ROUTES, "auto", environ)
 
 
-LOAD_PATHS = ("auto", "staged", "register")
-
-
 def load_path(environ=None):
     """``KVNUMBA_LOAD_PATH``: ``auto`` (default: the staged bulk-copy kernel for pinned-host -> GPU
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
     ``register``; also which build ``kv.load_resident`` takes. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
-    return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto", environ)
+    return env_choice("KVNUMBA_LOAD_PATH", ("auto", "staged", "register"), "auto", environ)
 
 
 def require_gpu(environ=None):
@@ -136,13 +131,10 @@ def use_simulator():
         numba_config.reload_config()
 
 
-DEFAULT_CHUNK_BYTES = 64 << 20
-
-
 def chunk_bytes(environ=None):
     """``KVNUMBA_CHUNK_BYTES``: bytes per chunk of ``kvnumba convert`` (``kvnumba.convert.files``), for tests and
     small machines; 64 MiB when unset."""
-    return env_int("KVNUMBA_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, minimum=1, environ=environ)
+    return env_int("KVNUMBA_CHUNK_BYTES", 64 << 20, minimum=1, environ=environ)
 
 
 _READERS = {
@@ -154,6 +146,7 @@ _READERS = {
     "KVNUMBA_RESULTS": results_dir,
     SIMULATOR_VARIABLE: simulator_setting,
 }
+VARIABLES = tuple(name for name in _READERS if name != SIMULATOR_VARIABLE)  # kvnumba's own
 
 
 def problems():
