@@ -83,13 +83,11 @@ class Transfer:
         self._arrays = len(spec.buffers)  # the buffers come first among the geometry arguments
         self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
-        self._call_names = tuple(n for n in call_names if n in position)
-        self._pick_call = itemgetter(*[position[n] for n in self._call_names])
+        self._pick_call = itemgetter(*[position[n] for n in call_names if n in position])
         self._cache = build.plan_cache(spec)
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
-            placeholders = (None,) * len(self._free) + self._bound_values
-            geometry = self._pick_geometry(placeholders)
+            geometry = self._pick_geometry((None,) * len(self._free) + self._bound_values)
             self._plan = self._build(geometry, False, stream)
             # A destination that turns read-only later is refused as the plain call refuses it: its plan
             # checked again. (Plans found per call go by the flags: kvnumba.plan.cache.)
@@ -253,8 +251,7 @@ def _short(value: Any) -> str:
     if not isinstance(shape, tuple):  # not an array (a cache view says what it is itself)
         return repr(value)
     device = getattr(value, "device", None)
-    where = f" {device}" if device is not None and not isinstance(device, (int, str)) or isinstance(device, str) \
-        else ""
+    where = f" {device}" if device is not None and not isinstance(device, int) else ""
     return f"{type(value).__name__}{where} {getattr(value, 'dtype', '')} {tuple(shape)}".replace("  ", " ")
 
 
