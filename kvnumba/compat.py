@@ -93,7 +93,7 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname == MODULE:
             return importlib.machinery.ModuleSpec(MODULE, self, origin="kvnumba")
-        if fullname == PACKAGE and not self._real_package_exists():
+        if fullname == PACKAGE and _find_real(self) is None:
             return importlib.machinery.ModuleSpec(PACKAGE, self, origin="kvnumba", is_package=True)
         return None
 
@@ -101,12 +101,9 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """``importlib.metadata``'s view: the stand-in ``sgl-kernel`` while no real package can be found."""
         name = context.name
         wanted = name is None or name.lower().replace("_", "-") == DISTRIBUTION
-        if wanted and not self._real_package_exists():
+        if wanted and _find_real(self) is None:
             return iter([_StandInDistribution()])
         return iter(())
-
-    def _real_package_exists(self):
-        return _find_real(self) is not None
 
     def create_module(self, spec):
         return self.modules[spec.name]
