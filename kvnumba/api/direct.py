@@ -50,8 +50,7 @@ def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[Arr
     page_size : int
         Positive and dividing N (the seed's check; runs are merged regardless of pages).
     stream : optional
-        CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
-        default stream.
+        As in ``transfer_kv_per_layer`` (keyword only).
     check : bool
         Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
         ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
@@ -95,12 +94,8 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         Layer of ``src_ptrs`` that ``dst_ptrs[0]`` receives; ``layer_id + L <= num_layers``.
     page_size : int
         Positive, dividing N, equal to dim 2 of ``src_ptrs``.
-    stream : optional
-        CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
-        default stream (where the batch call is never used).
-    check : bool
-        Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
-        ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
+    stream, check
+        As in ``transfer_kv_direct``.
 
     Raises
     ------
@@ -140,8 +135,8 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         Host or device; only each page's first index is read.
     page_size : int
         Positive, dividing N, equal to dim 2 of ``dst_ptrs``.
-    stream, check : optional
-        As in ``transfer_kv_per_layer_direct_pf_lf``.
+    stream, check
+        As in ``transfer_kv_direct``.
 
     Raises
     ------
