@@ -49,11 +49,8 @@ class _HandedOver(property):
 
 
 class Transfer:
-    """One entry point with some of its arguments bound (validated once, at ``prepare``).
-
-    Call it with the remaining arguments, positionally in the entry point's order (the bound ones
-    left out) or by keyword, plus ``stream=`` and ``check=``. It keeps its bound buffers alive.
-    Results, errors and "nothing written on error" are exactly those of the plain entry point.
+    """One entry point with some of its arguments bound (validated once): what ``prepare`` returns, called
+    as its docstring says. Results, errors and "nothing written on error" are the plain entry point's.
     """
 
     def __init__(self, spec: Spec, bound: dict[str, Any], stream: StreamLike | None = None,
