@@ -91,8 +91,6 @@ def __getattr__(name: str) -> Any:
     if name == "requires_gpu":  # pytest only for this one
         import pytest
 
-        reason = (f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})" if SIMULATOR
-                  else "needs a real CUDA GPU (none usable here)")
-        # pytest calls bool() on a condition when the test is set up: _NoGpu asks CUDA only then
+        reason = gpu_skip_reason() if SIMULATOR else "needs a real CUDA GPU (none usable here)"  # no CUDA asked yet
         return pytest.mark.skipif(cast(bool, _NoGpu()), reason=reason)
     raise AttributeError(f"module 'kvnumba.testing' has no attribute {name!r}")
