@@ -11,8 +11,6 @@ where it was. A ``Snapshot``:
 - *checks on every call* that no destination turned read-only (the writable flag of each NumPy array
   behind one, ``kvnumba.arrays.flagged``): one that did gets the plain call's error (``refuse``).
 """
-import sys
-
 from ..arrays import WRITEABLE, flagged, is_torch, memory_of
 from ..errors import BufferMovedError
 
@@ -93,14 +91,10 @@ class Snapshot:
         return bool(self._others or self._views or self._flagged)
 
     def changed(self):
-        """True if any bound memory moved, or a destination turned read-only, since the snapshot (see the
-        module docstring)."""
+        """True if any bound memory but the torch tensors' moved, or a destination turned read-only, since the
+        snapshot (see the module docstring); the fast call compares ``tensors`` with ``pointers`` itself."""
         if not all(map(WRITEABLE, self._flagged)):
             return True
-        if self.tensors:
-            data_ptr = sys.modules["torch"].Tensor.data_ptr
-            if list(map(data_ptr, self.tensors)) != self.pointers:
-                return True
         if any(memory_of(x) != where for _, x, where in self._others):
             return True
         for name, view in self._views:
