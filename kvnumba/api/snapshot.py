@@ -22,10 +22,6 @@ def _is_view(obj):
     return isinstance(obj, (CacheView, Fp8View))  # both say check_unchanged and flagged
 
 
-def _is_array(obj):
-    return is_torch(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__array_interface__")
-
-
 def own(value):
     """What a snapshot keeps of one bound value: lists become tuples, torch tensors aliases."""
     if type(value) in (list, tuple):
@@ -54,7 +50,7 @@ class Snapshot:
                 if is_torch(x):
                     torch_arrays.append(x)
                     torch_names.append(label)
-                elif _is_array(x):
+                elif hasattr(x, "__cuda_array_interface__") or hasattr(x, "__array_interface__"):
                     others.append((label, x, memory_of(x)))
         # Cache views (a prepared kv.copy) check their own buffers (CacheView.check_unchanged), over the
         # bound layers or, when each call picks them, over all of them.
