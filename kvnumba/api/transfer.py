@@ -1,11 +1,7 @@
 """``kvnumba.prepare``: validate and resolve the unchanging part of a transfer once, then call it.
 
 Everything an entry point checks before launching depends on buffers and sizes that stay the same across
-the calls of a HiCache load; only the indices (and ``layer_id``) change:
-
-    load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=host_k, dst_k=gpu_k[l], src_v=host_v,
-                      dst_v=gpu_v[l], item_size=2048, src_layout_dim=32 * 2048)
-    load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
+the calls of a HiCache load; only the indices (and ``layer_id``) change (``prepare``'s example).
 
 A prepared kernel transfer whose calls take exactly the indices (``layer_id``, the launch shape) is called
 straight through its plan's fast call (``plan.per_call``); any other through ``Transfer._call``. The plain
