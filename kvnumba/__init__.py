@@ -12,24 +12,8 @@ from typing import TYPE_CHECKING
 
 from ._version import __version__  # noqa: F401 - kvnumba.__version__
 from .driver import target as _target  # first: picks the GPU or the simulator before numba.cuda is imported
-from .errors import (
-    BadAddressError,
-    BufferMovedError,
-    CaptureError,
-    CopyError,
-    CudaError,
-    DeviceMismatchError,
-    ExportError,
-    IndexOutOfRangeError,
-    Interrupted,
-    MisalignedAddressError,
-    NoGpuError,
-    OverlapError,
-    PageableMemoryError,
-    RemoteError,
-    StaleExportError,
-    SettingError,
-)
+from .errors import *  # noqa: F403 - every exception class, listed in errors.__all__
+from . import errors, types
 
 _SETUP_ERROR = None  # the SettingError or NoGpuError that stopped the imports below, if any
 try:
@@ -76,23 +60,11 @@ try:
         transfer_kv_per_layer_ph_lf,
     )
     from .api.tables import layer_table
-    from .types import (
-        ArrayLike,
-        CacheBuffer,
-        CupyStreamLike,
-        HandleStreamLike,
-        StreamLike,
-        SupportsCudaArrayInterface,
-        SupportsCudaStream,
-        TorchStreamLike,
-        TorchTensorLike,
-    )
+    from .types import *  # noqa: F403 - the typing protocols, listed in types.__all__
 except (SettingError, NoGpuError) as _error:
     _SETUP_ERROR = _error
 
 __all__ = [
-    "BadAddressError",
-    "BufferMovedError",
     "CacheView",
     "Geometry",
     "LaneStream",
@@ -111,20 +83,6 @@ __all__ = [
     "Fp8View",
     "Nvfp4View",
     "fp8_like",
-    "CaptureError",
-    "CopyError",
-    "CudaError",
-    "DeviceMismatchError",
-    "ExportError",
-    "IndexOutOfRangeError",
-    "Interrupted",
-    "MisalignedAddressError",
-    "NoGpuError",
-    "OverlapError",
-    "PageableMemoryError",
-    "RemoteError",
-    "StaleExportError",
-    "SettingError",
     "Transfer",
     "batch_copy_available",
     "check_errors",
@@ -148,23 +106,14 @@ __all__ = [
     "transfer_kv_per_layer_mla_pf_lf",
     "transfer_kv_per_layer_pf_lf",
     "transfer_kv_per_layer_ph_lf",
-    # typing (kvnumba.types)
-    "ArrayLike",
-    "CacheBuffer",
-    "CupyStreamLike",
-    "HandleStreamLike",
-    "StreamLike",
-    "SupportsCudaArrayInterface",
-    "SupportsCudaStream",
-    "TorchStreamLike",
-    "TorchTensorLike",
 ]
+__all__ += errors.__all__  # the exception classes (kvnumba.errors)
+__all__ += types.__all__  # the typing protocols (kvnumba.types)
 
 if not TYPE_CHECKING:
     if _SETUP_ERROR is not None:  # every public name but the exception classes raises it, each time
-        _ERRORS = {name for name in __all__ if name.endswith("Error") or name == "Interrupted"}
         for _name in __all__:
-            if _name not in _ERRORS:
+            if _name not in errors.__all__:
                 globals().pop(_name, None)
 
         def __getattr__(name):

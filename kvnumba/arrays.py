@@ -160,6 +160,12 @@ def array_info(obj, name):
     return describe(obj, name)
 
 
+def memory_of(obj):
+    """``(address, bytes)`` of an array: what is compared to find that its memory moved."""
+    info = array_info(obj, "buffer")
+    return info.ptr, info.nbytes
+
+
 WRITEABLE = operator.attrgetter("flags.writeable")  # all(map(WRITEABLE, flagged(...)))
 
 

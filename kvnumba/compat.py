@@ -1,30 +1,14 @@
-"""A drop-in for SGLang: ``sgl_kernel.kvcacheio`` resolves to kvnumba in this process.
+"""A drop-in for SGLang: after ``install_sgl_kernel()``, ``sgl_kernel.kvcacheio`` resolves to kvnumba in this
+process, a module holding kvnumba's thirteen entry points under SGLang's names (the same functions as
+``kvnumba.transfer_kv_*``), so that SGLang's own code and its kvcacheio tests run on kvnumba.
+docs/guides/sglang.md says what happens in each case (a real ``sgl_kernel`` installed or not, or a module
+rather than a package, or ``sgl_kernel.kvcacheio`` imported already).
 
-After ``install_sgl_kernel()``, ``import sgl_kernel.kvcacheio``, ``from sgl_kernel.kvcacheio import
-transfer_kv_per_layer`` and ``importlib.import_module("sgl_kernel.kvcacheio")`` all give a module
-holding kvnumba's thirteen entry points under SGLang's names (the same functions as
-``kvnumba.transfer_kv_*``: SGLang's arguments, order and defaults, plus kvnumba's keyword-only
-``stream=`` and ``check=``). SGLang's own code and its kvcacheio tests then run on kvnumba, for
-prototyping a change in Python inside a real server.
-
-How: an import hook at the front of ``sys.meta_path`` that answers for ``sgl_kernel.kvcacheio``,
-and for ``sgl_kernel`` only when no real package can be found.
-
-- A real ``sgl_kernel`` installed but not imported yet: it stays. ``import sgl_kernel`` loads it, with
-  its other kernels; only its ``kvcacheio`` submodule is kvnumba's (so the four names the package
-  re-exports from it are kvnumba's too).
-- No ``sgl_kernel`` installed: ``sgl_kernel`` is a stand-in package holding ``kvcacheio``, the four
-  names SGLang's package re-exports from it and ``__version__``; nothing else. While it stands in,
-  ``importlib.metadata`` knows an ``sgl-kernel`` distribution of that version too (``STAND_IN_VERSION``:
-  kvnumba's version with the local label ``+kvnumba``, so that no check mistakes it for SGLang's).
-- ``sgl_kernel.kvcacheio`` already imported (importing the real ``sgl_kernel`` imports it): code may
-  hold its functions already, so ``install_sgl_kernel`` raises ``RuntimeError``. ``replace=True``
-  swaps it anyway: in ``sys.modules``, on the package, and for the package's attributes that were
-  its functions; names other modules imported earlier keep the old functions.
-
-``install_sgl_kernel`` is idempotent. ``uninstall_sgl_kernel()`` removes the hook and puts back what
-it displaced, and ``sgl_kernel_installed()`` does both around a ``with`` block. A real ``sgl_kernel``
-first imported while the hook was in place keeps kvnumba's functions in its own namespace.
+How: an import hook at the front of ``sys.meta_path`` that answers for ``sgl_kernel.kvcacheio``, and for
+``sgl_kernel`` only when no real package can be found; while that stand-in serves, ``importlib.metadata``
+knows an ``sgl-kernel`` distribution of version ``STAND_IN_VERSION`` (the local label ``+kvnumba``, so that
+no check mistakes it for SGLang's). A real ``sgl_kernel`` first imported while the hook was in place keeps
+kvnumba's functions in its own namespace.
 
 ``ResidentLayerLoadingEvent`` (``kvnumba.compat_layers``) stands in for HiCache's per-layer load events where a
 resident load (``kvnumba.load_resident``) replaces its loop of per-layer loads.
@@ -93,7 +77,7 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     def find_spec(self, fullname, path=None, target=None):
         if fullname == MODULE:
             return importlib.machinery.ModuleSpec(MODULE, self, origin="kvnumba")
-        if fullname == PACKAGE and not self._real_package_exists():
+        if fullname == PACKAGE and _find_real(self) is None:
             return importlib.machinery.ModuleSpec(PACKAGE, self, origin="kvnumba", is_package=True)
         return None
 
@@ -101,12 +85,9 @@ class _Hook(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         """``importlib.metadata``'s view: the stand-in ``sgl-kernel`` while no real package can be found."""
         name = context.name
         wanted = name is None or name.lower().replace("_", "-") == DISTRIBUTION
-        if wanted and not self._real_package_exists():
+        if wanted and _find_real(self) is None:
             return iter([_StandInDistribution()])
         return iter(())
-
-    def _real_package_exists(self):
-        return _find_real(self) is not None
 
     def create_module(self, spec):
         return self.modules[spec.name]

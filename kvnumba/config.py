@@ -23,8 +23,6 @@ import threading
 
 from .errors import SettingError
 
-VARIABLES = ("KVNUMBA_CHECK", "KVNUMBA_BATCH_COPY", "KVNUMBA_CHUNK_BYTES", "KVNUMBA_LOAD_PATH", "KVNUMBA_REQUIRE_GPU",
-             "KVNUMBA_RESULTS")
 SIMULATOR_VARIABLE = "NUMBA_ENABLE_CUDASIM"
 
 _ON = ("1", "true", "yes", "on")
@@ -85,14 +83,11 @@ def batch_copy_route(environ=None):
     return env_choice("KVNUMBA_BATCH_COPY", BATCH_COPY_ROUTES, "auto", environ)
 
 
-LOAD_PATHS = ("auto", "staged", "register")
-
-
 def load_path(environ=None):
     """``KVNUMBA_LOAD_PATH``: ``auto`` (default: the staged bulk-copy kernel for pinned-host -> GPU
     per-layer loads on sm_90+, else the register kernel), ``staged`` (wherever the layouts allow) or
     ``register``; also which build ``kv.load_resident`` takes. Read when a plan is built (``kvnumba.plan.staged_plan``)."""
-    return env_choice("KVNUMBA_LOAD_PATH", LOAD_PATHS, "auto", environ)
+    return env_choice("KVNUMBA_LOAD_PATH", ("auto", "staged", "register"), "auto", environ)
 
 
 def require_gpu(environ=None):
@@ -136,13 +131,10 @@ def use_simulator():
         numba_config.reload_config()
 
 
-DEFAULT_CHUNK_BYTES = 64 << 20
-
-
 def chunk_bytes(environ=None):
     """``KVNUMBA_CHUNK_BYTES``: bytes per chunk of ``kvnumba convert`` (``kvnumba.convert.files``), for tests and
     small machines; 64 MiB when unset."""
-    return env_int("KVNUMBA_CHUNK_BYTES", DEFAULT_CHUNK_BYTES, minimum=1, environ=environ)
+    return env_int("KVNUMBA_CHUNK_BYTES", 64 << 20, minimum=1, environ=environ)
 
 
 _READERS = {
@@ -154,6 +146,7 @@ _READERS = {
     "KVNUMBA_RESULTS": results_dir,
     SIMULATOR_VARIABLE: simulator_setting,
 }
+VARIABLES = tuple(name for name in _READERS if name != SIMULATOR_VARIABLE)  # kvnumba's own
 
 
 def problems():
@@ -221,49 +214,42 @@ def override(**values):
     names = {_OVERRIDABLE[k]: _text(v) for k, v in values.items() if k in _OVERRIDABLE}
     for name in names:
         _READERS[name](names)  # validated before anything changes
-    layer = ({**names}, tuned)
+    # One block's settings, keyed ("env", variable) or ("tuning", name).
+    layer = {**{("env", name): text for name, text in names.items()}, **{("tuning", k): v for k, v in tuned.items()}}
     with _override_lock:
-        _push(layer)
+        for key in layer:
+            if not any(key in open_layer for open_layer in _open):
+                _before[key] = os.environ.get(key[1]) if key[0] == "env" else _tuning[key[1]]
+        _open.append(layer)
+        _settle(layer)
     try:
         yield
     finally:
         with _override_lock:
-            _pop(layer)
+            _open[:] = [open_layer for open_layer in _open if open_layer is not layer]
+            _settle(layer)
 
 
 _override_lock = threading.RLock()
-_open: list = []  # the open override blocks, oldest first: (variables, tuning values)
-_before: dict = {}  # ("env" or "tuning", name) -> its value before the first open block that set it
+_open: list = []  # the open override blocks, oldest first: {(kind, name): value}
+_before: dict = {}  # (kind, name) -> its value before the first open block that set it
 
 
-def _push(layer):
-    names, tuned = layer
-    for key in [("env", n) for n in names] + [("tuning", n) for n in tuned]:
-        if not any(key[1] in (open_layer[0] if key[0] == "env" else open_layer[1]) for open_layer in _open):
-            _before[key] = os.environ.get(key[1]) if key[0] == "env" else _tuning[key[1]]
-    _open.append(layer)
-    _settle([*names], [*tuned])
-
-
-def _pop(layer):
-    _open[:] = [open_layer for open_layer in _open if open_layer is not layer]
-    _settle([*layer[0]], [*layer[1]])
-
-
-def _settle(variables, tuning_names):
+def _settle(keys):
     """Give each of these settings the value of the latest open block that sets it, else its value from
     before the blocks (then forgotten); then tell the listeners."""
-    for name in variables:
-        setters = [open_layer[0][name] for open_layer in _open if name in open_layer[0]]
-        value = setters[-1] if setters else _before.pop(("env", name))
-        if value is None:
+    for key in keys:
+        setters = [open_layer[key] for open_layer in _open if key in open_layer]
+        value = setters[-1] if setters else _before.pop(key)
+        kind, name = key
+        if kind == "tuning":
+            _tuning[name] = value
+        elif value is None:
             os.environ.pop(name, None)
         else:
             os.environ[name] = value
-    for name in tuning_names:
-        setters = [open_layer[1][name] for open_layer in _open if name in open_layer[1]]
-        _tuning[name] = setters[-1] if setters else _before.pop(("tuning", name))
-    _notify()
+    for callback in _listeners:
+        callback()
 
 
 def _check_tuning(name, value):
@@ -295,8 +281,3 @@ def _text(value):
     if isinstance(value, bool):
         return "1" if value else "0"
     return str(value)
-
-
-def _notify():
-    for callback in _listeners:
-        callback()

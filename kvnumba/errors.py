@@ -6,6 +6,25 @@ Argument errors subclass the built-in a caller would catch anyway (``ValueError`
 """
 import signal
 
+__all__ = [
+    "BadAddressError",
+    "BufferMovedError",
+    "CaptureError",
+    "CopyError",
+    "CudaError",
+    "DeviceMismatchError",
+    "ExportError",
+    "IndexOutOfRangeError",
+    "Interrupted",
+    "MisalignedAddressError",
+    "NoGpuError",
+    "OverlapError",
+    "PageableMemoryError",
+    "RemoteError",
+    "SettingError",
+    "StaleExportError",
+]
+
 
 class SettingError(ValueError):
     """An environment variable kvnumba reads (``kvnumba.config``) holds a value it cannot use; the message

@@ -68,7 +68,8 @@ def page_head_offsets(tokens, layer, head, item_size, layout_dim, page_size, hea
 
 
 def _pairs(k, v):
-    return ((k[0], k[1]),) if v is None else ((k[0], k[1]), (v[0], v[1]))
+    """The (source, destination) pairs to copy: K's, and V's unless it is None (MLA: one buffer, no V)."""
+    return (k,) if v[0] is None else (k, v)
 
 
 def transfer_kv_per_layer(src_k, dst_k, src_v, dst_v, src_indices, dst_indices, item_size, block_quota=2,
@@ -125,30 +126,27 @@ def transfer_kv_all_layer_lf_ph(src_k_layers, dst_k, src_v_layers, dst_v, src_in
                       head_bytes)
 
 
+# MLA: K's arithmetic, with no V.
+
 def transfer_kv_per_layer_mla(src, dst, src_indices, dst_indices, item_size, block_quota=2, num_warps_per_block=32):
-    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
-    _copy(src, layer_first_offsets(s, item_size), dst, layer_first_offsets(d, item_size), item_size)
+    transfer_kv_per_layer(src, dst, None, None, src_indices, dst_indices, item_size)
 
 
 def transfer_kv_per_layer_mla_pf_lf(src, dst, src_indices, dst_indices, layer_id, item_size, src_layout_dim,
                                     block_quota=2, num_warps_per_block=32):
-    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
-    _copy(src, page_first_offsets(s, layer_id, item_size, src_layout_dim),
-          dst, layer_first_offsets(d, item_size), item_size)
+    transfer_kv_per_layer_pf_lf(src, dst, None, None, src_indices, dst_indices, layer_id, item_size, src_layout_dim)
 
 
 def transfer_kv_all_layer_mla(src_layers, dst_layers, src_indices, dst_indices, item_size, num_layers,
                               block_quota=2, num_warps_per_block=32):
-    for layer in range(num_layers):
-        transfer_kv_per_layer_mla(src_layers[layer], dst_layers[layer], src_indices, dst_indices, item_size)
+    none = [None] * num_layers
+    transfer_kv_all_layer(src_layers, dst_layers, none, none, src_indices, dst_indices, item_size, num_layers)
 
 
 def transfer_kv_all_layer_mla_lf_pf(src_layers, dst, src_indices, dst_indices, item_size, dst_layout_dim,
                                     num_layers, block_quota=2, num_warps_per_block=32):
-    s, d = _tokens(src_indices, "src_indices"), _tokens(dst_indices, "dst_indices")
-    for layer in range(num_layers):
-        _copy(src_layers[layer], layer_first_offsets(s, item_size),
-              dst, page_first_offsets(d, layer, item_size, dst_layout_dim), item_size)
+    transfer_kv_all_layer_lf_pf(src_layers, dst, [None] * num_layers, None, src_indices, dst_indices, item_size,
+                                dst_layout_dim, num_layers)
 
 
 # Copy-engine entry points: lists of per-layer arrays; rows of dim 0 are tokens on the layer-first

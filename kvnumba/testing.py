@@ -23,6 +23,7 @@ __all__ = ["ON_SIMULATOR", "device_array", "gpu_count", "gpu_skip_reason", "pinn
            "to_numpy", "where"]
 
 ON_SIMULATOR = SIMULATOR
+_ON_THE_SIMULATOR = f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})"
 
 
 def where() -> str:
@@ -63,7 +64,7 @@ def to_numpy(x: Any) -> np.ndarray:
 def gpu_skip_reason() -> str | None:
     """Why a test that needs a real GPU cannot run here, or None when it can (this initialises CUDA)."""
     if SIMULATOR:
-        return f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})"
+        return _ON_THE_SIMULATOR
     if CHOICE.refusal is not None:
         return f"needs a real CUDA GPU ({CHOICE.refusal})"
     if not gpu_available():
@@ -91,8 +92,6 @@ def __getattr__(name: str) -> Any:
     if name == "requires_gpu":  # pytest only for this one
         import pytest
 
-        reason = (f"needs a real CUDA GPU (kvnumba runs on Numba's CUDA simulator: {CHOICE.reason})" if SIMULATOR
-                  else "needs a real CUDA GPU (none usable here)")
-        # pytest calls bool() on a condition when the test is set up: _NoGpu asks CUDA only then
+        reason = _ON_THE_SIMULATOR if SIMULATOR else "needs a real CUDA GPU (none usable here)"  # no CUDA asked yet
         return pytest.mark.skipif(cast(bool, _NoGpu()), reason=reason)
     raise AttributeError(f"module 'kvnumba.testing' has no attribute {name!r}")

@@ -1,12 +1,9 @@
 """What kvnumba's signatures mean by an array and a stream: typing Protocols, matched by shape, so
 none of torch, CuPy or Numba needs to be imported (or installed) to type-check a call.
 
-- ``ArrayLike``: what ``kvnumba.arrays`` describes: an object with ``__cuda_array_interface__`` (CuPy,
-  Numba device arrays), a NumPy array (device memory on the simulator, pinned host memory on a GPU),
-  or a torch tensor (known by ``data_ptr()``).
-- ``StreamLike``: what ``stream=`` takes (``kvnumba.driver.streams``): a raw handle (an int; 0 is the
-  default stream), an object with ``__cuda_stream__`` (cuda.core, Numba, recent torch), one with
-  an int ``cuda_stream`` (torch) or ``ptr`` (CuPy), or one with a ``handle`` (an int or a ctypes pointer).
+- ``ArrayLike``: what ``kvnumba.arrays`` describes (its docstring says which memory each kind may be);
+- ``StreamLike``: what ``stream=`` takes (``kvnumba.driver.streams``), one protocol per kind of stream
+  object, besides a raw handle (an int; 0 is the default stream).
 
 The protocols are ``runtime_checkable``: ``isinstance(s, kvnumba.SupportsCudaStream)`` checks that the
 members exist, not their types.

@@ -13,18 +13,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import SupportsIndex
 
-from ..driver.batch_copy import batch_copy_available, log
+from ..driver.batch_copy import batch_copy_available, log  # noqa: F401 - kv.batch_copy_available
 from ..types import ArrayLike, StreamLike
-from .transfer import plain_direct_caller
-
-__all__ = [
-    "batch_copy_available",
-    "last_path",
-    "path_counts",
-    "transfer_kv_all_layer_direct_lf_pf",
-    "transfer_kv_direct",
-    "transfer_kv_per_layer_direct_pf_lf",
-]
+from .transfer import plain_caller
 
 
 def last_path() -> str | None:
@@ -59,8 +50,7 @@ def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[Arr
     page_size : int
         Positive and dividing N (the seed's check; runs are merged regardless of pages).
     stream : optional
-        CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
-        default stream.
+        As in ``transfer_kv_per_layer`` (keyword only).
     check : bool
         Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
         ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
@@ -78,9 +68,6 @@ def transfer_kv_direct(src_layers: Sequence[ArrayLike], dst_layers: Sequence[Arr
     >>> kvnumba.transfer_kv_direct(host_layers, gpu_layers, src_idx, dst_idx, page_size=64)  # doctest: +SKIP
     """
     _transfer_kv_direct((src_layers, dst_layers), (page_size,), src_indices, dst_indices, stream, check)
-
-
-_transfer_kv_direct = plain_direct_caller("transfer_kv_direct")
 
 
 def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
@@ -107,12 +94,8 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         Layer of ``src_ptrs`` that ``dst_ptrs[0]`` receives; ``layer_id + L <= num_layers``.
     page_size : int
         Positive, dividing N, equal to dim 2 of ``src_ptrs``.
-    stream : optional
-        CUDA stream (keyword only); default: torch's current stream for torch tensors, else the
-        default stream (where the batch call is never used).
-    check : bool
-        Keyword only. Wait for the copies (synchronise the stream) before returning; also on with
-        ``KVNUMBA_CHECK=1``. Indices are always checked on the host here.
+    stream, check
+        As in ``transfer_kv_direct``.
 
     Raises
     ------
@@ -122,12 +105,6 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         If the batch call fails (naming the failing copy when the runtime reports it) or a page
         copy fails.
 
-    Notes
-    -----
-    Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
-    page-by-page fallback costs a few microseconds per copy.
-
     Examples
     --------
     >>> kvnumba.transfer_kv_per_layer_direct_pf_lf([k_host, v_host], [k_gpu, v_gpu], src_idx, dst_idx,
@@ -135,9 +112,6 @@ def transfer_kv_per_layer_direct_pf_lf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     """
     _transfer_kv_per_layer_direct_pf_lf((src_ptrs, dst_ptrs), (layer_id, page_size), src_indices, dst_indices, stream,
                                         check)
-
-
-_transfer_kv_per_layer_direct_pf_lf = plain_direct_caller("transfer_kv_per_layer_direct_pf_lf")
 
 
 def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: Sequence[ArrayLike],
@@ -161,8 +135,8 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         Host or device; only each page's first index is read.
     page_size : int
         Positive, dividing N, equal to dim 2 of ``dst_ptrs``.
-    stream, check : optional
-        As in ``transfer_kv_per_layer_direct_pf_lf``.
+    stream, check
+        As in ``transfer_kv_direct``.
 
     Raises
     ------
@@ -170,12 +144,6 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
         For a bad argument (named in the message); nothing is written.
     CopyError
         If the batch call or a page copy fails.
-
-    Notes
-    -----
-    Host time is mostly the runtime's own: ~0.9 us per copy inside ``cudaMemcpyBatchAsync`` on the
-    H200 (8192 copies: 8.8 ms per call, 7 ms of it in the call; see ``kvnumba.driver.batch_copy``); the
-    page-by-page fallback costs a few microseconds per copy.
 
     Examples
     --------
@@ -185,4 +153,7 @@ def transfer_kv_all_layer_direct_lf_pf(src_ptrs: Sequence[ArrayLike], dst_ptrs: 
     _transfer_kv_all_layer_direct_lf_pf((src_ptrs, dst_ptrs), (page_size,), src_indices, dst_indices, stream, check)
 
 
-_transfer_kv_all_layer_direct_lf_pf = plain_direct_caller("transfer_kv_all_layer_direct_lf_pf")
+# The per-call function behind each entry point (``kvnumba.api.transfer.plain_caller``).
+_transfer_kv_direct = plain_caller("transfer_kv_direct")
+_transfer_kv_per_layer_direct_pf_lf = plain_caller("transfer_kv_per_layer_direct_pf_lf")
+_transfer_kv_all_layer_direct_lf_pf = plain_caller("transfer_kv_all_layer_direct_lf_pf")

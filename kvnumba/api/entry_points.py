@@ -2,9 +2,8 @@
 
 Names, argument names, order and defaults are the seed's; ``stream=`` and ``check=`` are kvnumba's
 keyword-only additions. Sizes (``item_size``, ``*_layout_dim``) are in bytes, and every buffer is read as
-raw bytes, so any dtype works. Per K or V buffer (MLA: one buffer, no V), for T token slots and L layers:
-layer-first ``lf`` ``[T, item]``; a layer table (the ``*_layers`` arguments: ``kvnumba.layer_table``);
-page-first ``pf`` ``[T, L, item]``; page-head ``ph`` ``[T / page_size, head_num, page_size, L, item / head_num]``.
+raw bytes, so any dtype works. ``transfer_kv_per_layer`` documents what they all share (launch shape,
+``stream``, ``check``, errors); each of the others gives its buffers' shapes.
 """
 from __future__ import annotations
 
@@ -60,9 +59,6 @@ def transfer_kv_per_layer(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, 
         block_quota, num_warps_per_block, stream, check)
 
 
-_transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
-
-
 def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
                                 src_indices: ArrayLike, dst_indices: ArrayLike, layer_id: SupportsIndex,
                                 item_size: SupportsIndex, src_layout_dim: SupportsIndex, block_quota: SupportsIndex = 2,
@@ -78,22 +74,16 @@ def transfer_kv_per_layer_pf_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
         Page-first ``[T, L, item]``: token t, layer l at byte ``t * src_layout_dim + l * item_size``.
     dst_k, dst_v : arrays
         Layer-first buffers of layer ``layer_id``, ``[T, item]``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
     layer_id : int
         The layer to load, ``0 <= layer_id``.
-    item_size : int
-        Bytes per item, a multiple of 8.
     src_layout_dim : int
         Bytes per source token slot across all layers (``L * item_size`` for a dense buffer).
-    block_quota, num_warps_per_block, stream, check
+    src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream, check
         As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_pf_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
 
 
 def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: ArrayLike, dst_v: ArrayLike,
@@ -113,23 +103,16 @@ def transfer_kv_per_layer_ph_lf(src_k: ArrayLike, dst_k: ArrayLike, src_v: Array
         Page-head ``[T / page_size, head_num, page_size, L, item / head_num]``.
     dst_k, dst_v : arrays
         Layer-first buffers of layer ``layer_id``, ``[T, item]`` (``[T, head_num, head_dim]``).
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    layer_id : int
     item_size : int
         Bytes per item; ``item_size / head_num`` must be a multiple of 8.
-    src_layout_dim : int
-        ``L * item_size`` for a dense page-head buffer.
     page_size, head_num : int
         Tokens per page and heads per item, both >= 1.
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    src_indices, dst_indices, layer_id, src_layout_dim, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_per_layer_pf_lf``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_per_layer_ph_lf(
         (src_k, dst_k, src_v, dst_v), (item_size, src_layout_dim, page_size, head_num), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
 
 
 def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_v_layers: ArrayLike,
@@ -146,19 +129,14 @@ def transfer_kv_all_layer(src_k_layers: ArrayLike, dst_k_layers: ArrayLike, src_
     src_k_layers, dst_k_layers, src_v_layers, dst_v_layers : uint64 arrays, ``[num_layers]``
         Layer tables: base addresses of ``num_layers`` layer-first buffers ``[T, item]``
         (``kvnumba.layer_table``), resident where the kernel can read them.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
     num_layers : int
         Length of every table.
-    block_quota, num_warps_per_block, stream, check
+    src_indices, dst_indices, item_size, block_quota, num_warps_per_block, stream, check
         As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer(
         (src_k_layers, dst_k_layers, src_v_layers, dst_v_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
 
 
 def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
@@ -176,20 +154,14 @@ def transfer_kv_all_layer_lf_pf(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         Layer tables of layer-first buffers ``[T, item]``.
     dst_k, dst_v : arrays
         Page-first ``[T, L, item]``: token t, layer l at byte ``t * dst_layout_dim + l * item_size``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
     dst_layout_dim : int
         ``L * item_size`` for a dense buffer.
-    num_layers : int
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    src_indices, dst_indices, item_size, num_layers, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_all_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_pf(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
 
 
 def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v_layers: ArrayLike, dst_v: ArrayLike,
@@ -209,21 +181,14 @@ def transfer_kv_all_layer_lf_ph(src_k_layers: ArrayLike, dst_k: ArrayLike, src_v
         Layer tables of layer-first buffers ``[T, item]``.
     dst_k, dst_v : arrays
         Page-head ``[T / page_size, head_num, page_size, L, item / head_num]``.
-    src_indices, dst_indices : int64 arrays, ``[N]``
-    item_size : int
-        ``item_size / head_num`` must be a multiple of 8.
-    dst_layout_dim : int
-        ``L * item_size`` for a dense buffer.
-    num_layers, page_size, head_num : int
-    block_quota, num_warps_per_block, stream, check
-        As in ``transfer_kv_per_layer``; so are its errors (``TypeError``/``ValueError``, nothing written).
+    item_size, page_size, head_num : int
+        As in ``transfer_kv_per_layer_ph_lf``.
+    src_indices, dst_indices, dst_layout_dim, num_layers, block_quota, num_warps_per_block, stream, check
+        As in ``transfer_kv_all_layer_lf_pf``; so are its errors (``TypeError``/``ValueError``, nothing written).
     """
     _transfer_kv_all_layer_lf_ph(
         (src_k_layers, dst_k, src_v_layers, dst_v), (item_size, dst_layout_dim, num_layers, page_size, head_num), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
 
 
 def transfer_kv_per_layer_mla(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -232,16 +197,12 @@ def transfer_kv_per_layer_mla(src: ArrayLike, dst: ArrayLike, src_indices: Array
                               check: bool = False) -> None:
     """MLA: copy one layer's items between two layer-first buffers (one buffer, no V).
 
-    ``dst[dst_indices[i]] = src[src_indices[i]]``; shapes as ``transfer_kv_per_layer``'s K.
-    Raises ``TypeError``/``ValueError`` for a bad argument; nothing is written.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``dst[dst_indices[i]] = src[src_indices[i]]``; shapes, launch shape, ``stream``, ``check`` and errors as
+    ``transfer_kv_per_layer``'s (K's).
     """
     _transfer_kv_per_layer_mla(
         (src, dst), (item_size,), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
 
 
 def transfer_kv_per_layer_mla_pf_lf(src: ArrayLike, dst: ArrayLike, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -251,15 +212,11 @@ def transfer_kv_per_layer_mla_pf_lf(src: ArrayLike, dst: ArrayLike, src_indices:
     """MLA: load one layer from a page-first buffer ``[T, L, item]`` into a layer-first ``[T, item]``.
 
     ``dst[dst_indices[i]] = src[src_indices[i], layer_id]``; arguments as
-    ``transfer_kv_per_layer_pf_lf``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_per_layer_pf_lf``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_per_layer_mla_pf_lf(
         (src, dst), (item_size, src_layout_dim), src_indices, dst_indices, layer_id,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
 
 
 def transfer_kv_all_layer_mla(src_layers: ArrayLike, dst_layers: ArrayLike, src_indices: ArrayLike,
@@ -269,15 +226,11 @@ def transfer_kv_all_layer_mla(src_layers: ArrayLike, dst_layers: ArrayLike, src_
     """MLA: copy every layer between two sets of layer-first buffers given as layer tables.
 
     ``dst_layer[l][dst_indices[i]] = src_layer[l][src_indices[i]]``; arguments as
-    ``transfer_kv_all_layer``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_all_layer``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_all_layer_mla(
         (src_layers, dst_layers), (item_size, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
-
-
-_transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 
 
 def transfer_kv_all_layer_mla_lf_pf(src_layers: ArrayLike, dst: ArrayLike, src_indices: ArrayLike,
@@ -288,12 +241,21 @@ def transfer_kv_all_layer_mla_lf_pf(src_layers: ArrayLike, dst: ArrayLike, src_i
     """MLA: back up every layer from layer-first buffers (a layer table) into a page-first ``[T, L, item]``.
 
     ``dst[dst_indices[i], l] = src_layer[l][src_indices[i]]``; arguments as
-    ``transfer_kv_all_layer_lf_pf``. Raises ``TypeError``/``ValueError``; nothing is written then.
-    ``check=True`` (keyword only) as in ``transfer_kv_per_layer``.
+    ``transfer_kv_all_layer_lf_pf``. Errors, ``stream`` and ``check`` as in ``transfer_kv_per_layer``.
     """
     _transfer_kv_all_layer_mla_lf_pf(
         (src_layers, dst), (item_size, dst_layout_dim, num_layers), src_indices, dst_indices, None,
         block_quota, num_warps_per_block, stream, check)
 
 
+# The per-call function behind each entry point (``kvnumba.api.transfer.plain_caller``).
+_transfer_kv_per_layer = plain_caller("transfer_kv_per_layer")
+_transfer_kv_per_layer_pf_lf = plain_caller("transfer_kv_per_layer_pf_lf")
+_transfer_kv_per_layer_ph_lf = plain_caller("transfer_kv_per_layer_ph_lf")
+_transfer_kv_all_layer = plain_caller("transfer_kv_all_layer")
+_transfer_kv_all_layer_lf_pf = plain_caller("transfer_kv_all_layer_lf_pf")
+_transfer_kv_all_layer_lf_ph = plain_caller("transfer_kv_all_layer_lf_ph")
+_transfer_kv_per_layer_mla = plain_caller("transfer_kv_per_layer_mla")
+_transfer_kv_per_layer_mla_pf_lf = plain_caller("transfer_kv_per_layer_mla_pf_lf")
+_transfer_kv_all_layer_mla = plain_caller("transfer_kv_all_layer_mla")
 _transfer_kv_all_layer_mla_lf_pf = plain_caller("transfer_kv_all_layer_mla_lf_pf")

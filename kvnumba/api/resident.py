@@ -25,12 +25,8 @@ __all__ = ["LayerSignal", "ResidentLoad", "load_resident"]
 
 
 class ResidentLoad:
-    """One resident load in flight: which layers it moves, on which stream, and where they are signalled.
-
-    ``wait(layer, stream)`` makes ``stream`` wait on the GPU until ``layer`` has landed; ``synchronize()`` waits
-    on the host for the whole load; ``landed()`` reads how many layers have landed. It keeps the load's signal
-    (and index arrays copied from the host) alive.
-    """
+    """One resident load in flight: which layers it moves, on which stream, and where they are signalled. It
+    keeps the load's signal (and index arrays copied from the host) alive until ``synchronize``."""
 
     def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False) -> None:
         self.layers = layers  # the view layers the load copies, in the order they land

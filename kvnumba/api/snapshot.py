@@ -11,9 +11,7 @@ where it was. A ``Snapshot``:
 - *checks on every call* that no destination turned read-only (the writable flag of each NumPy array
   behind one, ``kvnumba.arrays.flagged``): one that did gets the plain call's error (``refuse``).
 """
-import sys
-
-from ..arrays import WRITEABLE, array_info, flagged, is_torch
+from ..arrays import WRITEABLE, flagged, is_torch, memory_of
 from ..errors import BufferMovedError
 
 
@@ -22,10 +20,6 @@ def _is_view(obj):
     from ..layouts import CacheView
 
     return isinstance(obj, (CacheView, Fp8View))  # both say check_unchanged and flagged
-
-
-def _is_array(obj):
-    return is_torch(obj) or hasattr(obj, "__cuda_array_interface__") or hasattr(obj, "__array_interface__")
 
 
 def own(value):
@@ -56,8 +50,8 @@ class Snapshot:
                 if is_torch(x):
                     torch_arrays.append(x)
                     torch_names.append(label)
-                elif _is_array(x):
-                    others.append((label, x, _where(x)))
+                elif hasattr(x, "__cuda_array_interface__") or hasattr(x, "__array_interface__"):
+                    others.append((label, x, memory_of(x)))
         # Cache views (a prepared kv.copy) check their own buffers (CacheView.check_unchanged), over the
         # bound layers or, when each call picks them, over all of them.
         self._views = [(name, value) for name, value in self.values.items() if _is_view(value)]
@@ -93,15 +87,11 @@ class Snapshot:
         return bool(self._others or self._views or self._flagged)
 
     def changed(self):
-        """True if any bound memory moved, or a destination turned read-only, since the snapshot (see the
-        module docstring)."""
+        """True if any bound memory but the torch tensors' moved, or a destination turned read-only, since the
+        snapshot (see the module docstring); the fast call compares ``tensors`` with ``pointers`` itself."""
         if not all(map(WRITEABLE, self._flagged)):
             return True
-        if self.tensors:
-            data_ptr = sys.modules["torch"].Tensor.data_ptr
-            if list(map(data_ptr, self.tensors)) != self.pointers:
-                return True
-        if any(_where(x) != where for _, x, where in self._others):
+        if any(memory_of(x) != where for _, x, where in self._others):
             return True
         for name, view in self._views:
             try:
@@ -118,7 +108,7 @@ class Snapshot:
                 raise BufferMovedError(f"{name} moved since kv.prepare: its memory was reallocated (a torch "
                                        f"resize_ to more bytes?); prepare the transfer again; nothing was written")
         for name, x, where in self._others:
-            now = _where(x)
+            now = memory_of(x)
             if now != where:
                 raise BufferMovedError(f"{name} moved since kv.prepare: it was at 0x{where[0]:x} ({where[1]} bytes), "
                                        f"now at 0x{now[0]:x} ({now[1]} bytes) (resized in place?); prepare the "
@@ -131,9 +121,3 @@ class Snapshot:
                 refuse()  # raises: the plain call's checks, on the bound buffers as they are now
             raise ValueError("a destination of this prepared transfer is read-only; a destination must be "
                              "writable")  # pragma: no cover - refuse raised
-
-
-def _where(x):
-    """``(address, bytes)`` of a non-torch array, as kvnumba describes it (``arrays.array_info``)."""
-    info = array_info(x, "bound buffer")
-    return info.ptr, info.nbytes

@@ -1,11 +1,7 @@
 """``kvnumba.prepare``: validate and resolve the unchanging part of a transfer once, then call it.
 
 Everything an entry point checks before launching depends on buffers and sizes that stay the same across
-the calls of a HiCache load; only the indices (and ``layer_id``) change:
-
-    load = kv.prepare(kv.transfer_kv_per_layer_pf_lf, src_k=host_k, dst_k=gpu_k[l], src_v=host_v,
-                      dst_v=gpu_v[l], item_size=2048, src_layout_dim=32 * 2048)
-    load(src_indices, dst_indices, l)         # per call: the remaining arguments, in order
+the calls of a HiCache load; only the indices (and ``layer_id``) change (``prepare``'s example).
 
 A prepared kernel transfer whose calls take exactly the indices (``layer_id``, the launch shape) is called
 straight through its plan's fast call (``plan.per_call``); any other through ``Transfer._call``. The plain
@@ -49,11 +45,8 @@ class _HandedOver(property):
 
 
 class Transfer:
-    """One entry point with some of its arguments bound (validated once, at ``prepare``).
-
-    Call it with the remaining arguments, positionally in the entry point's order (the bound ones
-    left out) or by keyword, plus ``stream=`` and ``check=``. It keeps its bound buffers alive.
-    Results, errors and "nothing written on error" are exactly those of the plain entry point.
+    """One entry point with some of its arguments bound (validated once): what ``prepare`` returns, called
+    as its docstring says. Results, errors and "nothing written on error" are the plain entry point's.
     """
 
     def __init__(self, spec: Spec, bound: dict[str, Any], stream: StreamLike | None = None,
@@ -83,13 +76,11 @@ class Transfer:
         self._arrays = len(spec.buffers)  # the buffers come first among the geometry arguments
         self._pick_geometry = itemgetter(*[position[n] for n in self._geometry])
         call_names = _KERNEL_CALL if spec.kind == "kernel" else _DIRECT_CALL
-        self._call_names = tuple(n for n in call_names if n in position)
-        self._pick_call = itemgetter(*[position[n] for n in self._call_names])
+        self._pick_call = itemgetter(*[position[n] for n in call_names if n in position])
         self._cache = build.plan_cache(spec)
         self._plan: Plan | None = None
         if all(n in bound for n in self._geometry):
-            placeholders = (None,) * len(self._free) + self._bound_values
-            geometry = self._pick_geometry(placeholders)
+            geometry = self._pick_geometry((None,) * len(self._free) + self._bound_values)
             self._plan = self._build(geometry, False, stream)
             # A destination that turns read-only later is refused as the plain call refuses it: its plan
             # checked again. (Plans found per call go by the flags: kvnumba.plan.cache.)
@@ -253,8 +244,7 @@ def _short(value: Any) -> str:
     if not isinstance(shape, tuple):  # not an array (a cache view says what it is itself)
         return repr(value)
     device = getattr(value, "device", None)
-    where = f" {device}" if device is not None and not isinstance(device, (int, str)) or isinstance(device, str) \
-        else ""
+    where = f" {device}" if device is not None and not isinstance(device, int) else ""
     return f"{type(value).__name__}{where} {getattr(value, 'dtype', '')} {tuple(shape)}".replace("  ", " ")
 
 
@@ -311,19 +301,11 @@ def prepare(entry_point: Callable[..., Any] | str, /, **bound: Any) -> Transfer:
 
 
 def plain_caller(name: str) -> Callable[..., Any]:
-    """The per-call function of plain kernel entry point ``name``:
-    ``call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check)``,
-    ``objects`` its buffers and tables, ``scalars`` its sizes, in argument order (``plan.build.caller``:
-    the plan from the cache of ``plain(name)``, found by value, else built and every argument checked)."""
-    return build.caller(SPECS[name], plain(name)._cache)
-
-
-def plain_direct_caller(name: str) -> Callable[..., Any]:
-    """The per-call function of plain copy-engine entry point ``name``:
-    ``call(objects, scalars, src_indices, dst_indices, stream, check)``, ``objects`` its buffer lists and
-    ``scalars`` its sizes (``layer_id``, ``page_size``), in argument order; the plan from the cache of
-    ``plain(name)`` (``plan.build.direct_caller``)."""
-    return build.direct_caller(SPECS[name], plain(name)._cache)
+    """The per-call function of plain entry point ``name``, on the plan cache of ``plain(name)`` (found by
+    value, else built and every argument checked): ``plan.build.caller``'s, or for a copy-engine entry point
+    ``plan.build.direct_caller``'s (their docstrings give its arguments)."""
+    spec = SPECS[name]
+    return (build.caller if spec.kind == "kernel" else build.direct_caller)(spec, plain(name)._cache)
 
 
 _PLAIN: dict[str, Transfer] = {}

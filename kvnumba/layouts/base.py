@@ -45,14 +45,10 @@ class CacheView:
     With only that, the layout gets kernels to and from every other layout (``kv.copy``), bounds
     checks, reference checking, ``kv.convert`` and ``kvnumba convert``.
 
-    A view describes its buffers as they were when it was made, and holds them
-    (``kvnumba.layouts.buffers``): a per-layer list is copied into a tuple it owns; NumPy arrays cannot
-    be resized while it lives; the data pointer and size of each torch tensor (CuPy array, other
-    ``__cuda_array_interface__`` array) are compared again on every ``kv.copy`` for the layers it
-    copies (``check_unchanged``), which raises ``ValueError`` naming the view and the buffer if one was
-    given new memory in place (``resize_``, ``set_``, ``.data =``): make a new view then. A view
-    class of your own (not kvnumba's) has its arithmetic evaluated at construction at every layer and
-    token, with the heads a copy can use: every byte it can reach must lie in its buffer, K and V each.
+    A view describes its buffers as they were when it was made, and holds them (``kvnumba.layouts.buffers``
+    says how; ``check_unchanged`` is the per-call check). A view class of your own (not kvnumba's) has its
+    arithmetic evaluated at construction at every layer and token, with the heads a copy can use: every
+    byte it can reach must lie in its buffer, K and V each.
 
     What the routes read of a class, never its name: ``parts`` (the kernels and the copy engine), ``staging``,
     ``stages``, ``export_options`` and ``parts_named`` (``kvnumba.remote``), ``buffer_shape``, ``whole_tensor``,
@@ -134,10 +130,8 @@ class CacheView:
     def check_unchanged(self, name: str | None = None, layers: SupportsIndex | range | None = None) -> None:
         """Raise ``ValueError`` if a buffer of this view that ``layers`` copies (None: every layer; an
         int or a range: those) was given new memory in place since the view was made (``resize_``,
-        ``set_``, ``.data =``): its data pointer or size in bytes differs. ``name`` names the view in
-        the message (``"src_view"``). This is what ``kv.copy`` checks on every call: comparisons of
-        recorded integers, for torch tensors (and CuPy, ``__cuda_array_interface__`` arrays) only; NumPy
-        arrays cannot be resized while a view holds them."""
+        ``set_``, ``.data =``): make a new view then. ``name`` names the view in the message
+        (``"src_view"``). ``kv.copy`` checks this on every call (``kvnumba.layouts.buffers.Held``)."""
         held = self._held
         if held is not None and not held.unchanged(layers):
             changed = held.changed(layers)

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import array_info, flagged, is_torch, shape_of
+from ..arrays import flagged, is_torch, memory_of, shape_of
 from ..driver.target import SIMULATOR
 
 
@@ -57,11 +57,6 @@ def _numpy_fingerprint(array: np.ndarray, owner: np.ndarray) -> tuple[int, int, 
             owner.nbytes)
 
 
-def _cai_fingerprint(buffer: Any) -> tuple[int, int]:
-    info = array_info(buffer, "buffer")
-    return info.ptr, info.nbytes
-
-
 class _Watch(NamedTuple):
     """A buffer that is not a torch tensor but is checked on every call: ``read(buffer) == expected``."""
 
@@ -94,22 +89,18 @@ def _watch(label: str, buffer: Any, kept: list[Any]) -> str | _Watch | None:
         return _Watch(label, buffer, operator.attrgetter("gpu_data"), buffer.gpu_data)
     if kind.__module__.startswith("cupy"):
         return _Watch(label, buffer, lambda b: (b.data.ptr, b.nbytes), (buffer.data.ptr, buffer.nbytes))
-    return _Watch(label, buffer, _cai_fingerprint, _cai_fingerprint(buffer))
+    return _Watch(label, buffer, memory_of, memory_of(buffer))
 
 
 class Held:
-    """A view's buffers as they were when it was made (see the module docstring).
-
-    ``unchanged(layers)`` is the per-call check, over the buffers of the layers ``layers`` picks (None:
-    all; an int; a range with step 1; anything else: all): per torch tensor, its data pointer and size
-    in bytes against the recorded ones; per other watched buffer, its ``_Watch``. ``changed(layers)``
-    says which differ, in words."""
+    """A view's buffers as they were when it was made (see the module docstring). ``unchanged(layers)`` is
+    the per-call check over the layers ``layers`` picks (None, or anything but an int or a range with step
+    1: all); ``changed(layers)`` says which buffers differ, in words."""
 
     __slots__ = ("labels", "by_layer", "every", "kept")
 
     def __init__(self, layers: Sequence[Sequence[tuple[str, Any]]]) -> None:
-        """``layers``: per layer, its (label, buffer) pairs; one entry for a view whose buffers hold
-        every layer."""
+        """``layers``: per layer, its (label, buffer) pairs (one entry: the buffers hold every layer)."""
         self.labels: dict[int, str] = {}
         self.kept: list[Any] = []
         by_layer = []
@@ -168,11 +159,9 @@ class Held:
 
 
 def hold(view: Any) -> tuple[Held | None, list[Any], tuple[np.ndarray, ...]]:
-    """What ``view`` holds of its K (and V) buffers, by layer for a per-layer view (K and V of a
-    vLLM/FlashInfer layer share one array): ``(Held, or None if nothing needs comparing per call;
-    what keeps the other buffers' memory from moving; the NumPy arrays whose writable flag a copy into
-    the view reads again, arrays.flagged: its buffers, or for raw tables the layers kv.layer_table
-    recorded behind them)``."""
+    """``(Held, or None if nothing needs comparing per call; what keeps the other buffers' memory from moving;
+    the NumPy arrays whose writable flag a copy into the view reads again: arrays.flagged)`` of ``view``'s K
+    (and V) buffers, by layer for a per-layer view; for raw tables, of the layers kv.layer_table recorded."""
     kinds: list[tuple[str, Any]] = [("k", view.k)] + ([] if view.v is None or view.v is view.k else [("v", view.v)])
     if not view.per_layer:
         held = Held([[(which, buffer) for which, buffer in kinds]])

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, SupportsIndex
 
-from ..arrays import array_info, shape_of
+from ..arrays import array_info
 from ..checks import validate
 from ..kernels import layouts
 from ..types import ArrayLike, CacheBuffer
-from .base import Allocate, CacheView, Geometry, item_of, leading, per_layer, raw_item
+from .base import Allocate, CacheView, Geometry, leading, per_layer, raw_item
 
 
 class LayerFirst(CacheView):
@@ -24,11 +24,8 @@ class LayerFirst(CacheView):
 
     def shape(self, buffer: Any) -> Geometry:
         if isinstance(buffer, (list, tuple)):  # layers alike (CacheView.__init__ checked): layer 0 says
-            shape, size, dtype = shape_of(buffer[0], "LayerFirst layer 0")
-            if len(shape) < 2:
-                raise ValueError(f"LayerFirst: a layer is [T, *item], got {shape}")
-            heads, item = item_of(shape[1:], size, "LayerFirst")
-            return Geometry(len(buffer), shape[0], 1, heads, item, 0, dtype)
+            (tokens,), heads, item, dtype = leading(buffer[0], 1, "LayerFirst", "[T, *item] per layer")
+            return Geometry(len(buffer), tokens, 1, heads, item, 0, dtype)
         (layers, tokens), heads, item, dtype = leading(buffer, 2, "LayerFirst", "[L, T, *item]")
         return Geometry(layers, tokens, 1, heads, item, tokens * item, dtype)
 
