@@ -52,13 +52,11 @@ from numba import cuda, int64
 from ..quant.fp8 import E4M3
 from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
 from .factory import codec_ops, memoised
-from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import kv_layer_bases
-from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name
+from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name, next_item
 from .tma import load_shared_u32, shared_address, sync_warp
 from .words import store_pair
 
@@ -221,22 +219,16 @@ def _build_kernel(src, dst, mla, codec, dtype, head_dim, whole):
                     layer += 1
                     if layer >= end_layer:  # the next item whose indices are in bounds
                         layer = first_layer
-                        j += 1
-                        searching = True
-                        while searching and j < count:
-                            s_tok = load_i64(src_indices + (first + j) * 8)
-                            d_tok = load_i64(dst_indices + (first + j) * 8)
-                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                                searching = False
-                                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
-                                s_stride = src_hs(src_dim, src_item, heads, src_page)
-                                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
-                                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-                                f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
-                                f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
-                            else:
-                                j += 1
-                        more = not searching
+                        j, s_tok, d_tok = next_item(lane, first, j + 1, count, src_indices, dst_indices,
+                                                    src_token_limit, dst_token_limit, error_flag)
+                        more = j < count
+                        if more:
+                            s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                            s_stride = src_hs(src_dim, src_item, heads, src_page)
+                            d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                            d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+                            f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                            f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
                     if more:
                         sk, sv = src_bases(src_k, src_v, layer, src_dim, src_item, heads, src_page, s_off)
                         dk, dv = dst_bases(dst_k, dst_v, layer, dst_dim, dst_item, heads, dst_page, d_off)

@@ -26,6 +26,7 @@ from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
 from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
 from .words import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .factory import memoised
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64, load_i128
@@ -420,20 +421,13 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
     return kernel(nvfp4_kv, max_registers=64)
 
 
-_kernels: dict = {}
-
-
 def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
     """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, ``groups``: a head's
     ``D / 16``, compiled in, so that a group's head is a division by a constant), built on first request and
     memoised (a compiled kernel, not a plan: no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
 
 
 def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):

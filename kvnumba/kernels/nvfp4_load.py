@@ -18,12 +18,12 @@ kernel elsewhere.
 from numba import cuda, int64
 
 from .async_copy import commit, copy4, copy8, load_shared_i64, waiter
-from .item_copy import in_bounds
+from .factory import memoised
 from .jit import WARP_SIZE, kernel
-from .memory import load_i64
 from ..quant.fp8 import plain_dtype
 from .nvfp4 import SIGNATURE, Nvfp4Args, group_ops, side_base, slot_of
 from .params import check_parameters
+from .scaled_copy import next_item
 from .ptx import ptx_of
 from .tma import load_shared_u32, shared_address
 
@@ -34,17 +34,10 @@ MAX_WARPS = 32  # the most warps of a block a call may ask for (launch.MAX_WARPS
 SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES
 
 
-_kernels: dict = {}
-
-
 def get_kernel(plain_parts, src_hnd, dtype, groups):
     """The pipelined load for one (plain side's ``LayoutParts``, source in HND order, plain dtype, ``D / 16``), built
     on first request and memoised."""
-    key = (plain_parts, bool(src_hnd), plain_dtype(dtype), int(groups))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = build(*key)
-    return built
+    return memoised(build, plain_parts, bool(src_hnd), plain_dtype(dtype), int(groups))
 
 
 def kernel_ptx(plain_parts, src_hnd, dtype="bfloat16", groups=8, cc=(9, 0)):
@@ -93,19 +86,11 @@ def build(plain_parts, src_hnd, dtype, groups):
                     layer += 1
                     if layer >= end_layer:  # the next item whose indices are in bounds
                         layer = first_layer
-                        j += 1
-                        searching = True
-                        while searching and j < count:
-                            s_tok = load_i64(src_indices + (first + j) * 8)
-                            d_tok = load_i64(dst_indices + (first + j) * 8)
-                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                                searching = False
-                                tok = s_tok
-                                t = s_tok % src_block
-                                p_off = to(d_tok, plain_dim, plain_item, heads, plain_page)
-                            else:
-                                j += 1
-                        more = not searching
+                        j, tok, d_tok = next_item(lane, first, j + 1, count, src_indices, dst_indices,
+                                                  src_token_limit, dst_token_limit, error_flag)
+                        more = j < count
+                        t = tok % src_block
+                        p_off = to(d_tok, plain_dim, plain_item, heads, plain_page)
                     if more:
                         nk = side_base(src_table, layer, tok, src_page_bytes, src_block, 0)
                         pk = lb(plain_k, layer, plain_dim, plain_item, heads, plain_page) + p_off

@@ -97,6 +97,20 @@ def head_address(kinds_head, heads, k_base, v_base, stride):
     return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
 
 
+@device_function
+def next_item(lane, first, j, count, src_indices, dst_indices, src_token_limit, dst_token_limit, error_flag):
+    """``(j, s_tok, d_tok)``: the warp's first item from ``first + j`` whose indices are in bounds, the ones
+    before it skipped and flagged (``item_copy.in_bounds``); ``j == count`` when there is none (the walks of
+    ``kernels.dequantise_pipelined`` and ``kernels.nvfp4_load``)."""
+    while j < count:
+        s_tok = load_i64(src_indices + (first + j) * 8)
+        d_tok = load_i64(dst_indices + (first + j) * 8)
+        if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+            return j, s_tok, d_tok
+        j += 1
+    return j, 0, 0
+
+
 def make_head_op(mode, codec, dtype):
     """``op(lane, src, src_scale, dst, dst_scale, words)``: the warp moves one head."""
     ops = codec_ops(codec, dtype)
