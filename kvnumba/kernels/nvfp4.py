@@ -1,19 +1,13 @@
 """The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
 pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype, ``D/16``). Loads
-take ``kernels.nvfp4_load`` where it runs (its reads a round ahead, in shared memory); its conversion is this
-module's.
+take ``kernels.nvfp4_load`` where it runs; its conversion is this module's.
 
-The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
-in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes; e2m1 codes counted against a row of
-thresholds the plan made for the group's scale code) wherever it applies: every group of magnitudes below 0x7C00
-with a finite ``out`` when quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, huge
-bfloat16, a scale whose reciprocal overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
-reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
-token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
-issued before either is converted; a load takes two passes at once). A side of a token is ``H * D/16`` groups of
-16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
-scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
-one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
+The format is ``kvnumba.quant.nvfp4``'s. A group's 16 elements convert in ``kernels.nvfp4_packed``'s branch-free
+PTX wherever it applies (every group of magnitudes below 0x7C00 with a finite ``out`` when quantising, every
+scale but NaN's when dequantising); the rest go element by element with the reference's rounding. A warp takes
+one token item, then every layer, K and V together; lane ``i`` takes groups ``i, i + 32, ...`` of a side's
+``H * D/16`` (32 bytes of bfloat16, 8 bytes of codes, one scale byte), and four lanes' scales go out as one
+4-byte word (hence ``D`` a multiple of 64).
 
 An NVFP4 side is a table of its layers' addresses (``*_table``), its page bytes and block size; token ``t``
 of head ``h`` sits at slot ``t * H + h`` (NHD) or ``h * block + t`` (HND) of its side's regions.

@@ -1,19 +1,13 @@
 """The pipelined NVFP4 load: a dequantising copy (vLLM's NVFP4 pages to bfloat16/float16) whose reads land in shared
-memory by per-thread asynchronous copies (``kernels.async_copy``), a round ahead of the conversion; the parameters
-(``nvfp4.Nvfp4Args``), work split, index guard and results of ``kernels.nvfp4``'s dequantising kernel, bit for bit.
+memory by per-thread asynchronous copies (``kernels.async_copy``), a round ahead of the conversion (as
+``kernels.dequantise_pipelined`` does for FP8); the parameters (``nvfp4.Nvfp4Args``), work split, index guard and
+results of ``kernels.nvfp4``'s dequantising kernel, bit for bit.
 
-Why: a load reads pinned host memory across PCIe, a round trip of microseconds, and the register kernel has
-nothing in flight while it converts (its reads wait in registers, capped by the 64 a thread of a 1024-thread
-block may use). As ``kernels.fp8_pipelined`` does for FP8, a warp walks its rounds (item, layer, base) and
-issues round ``n + 1``'s copies before it converts round ``n``.
-
-A round is what one pass of the register kernel takes: lane ``i`` holds groups ``base + i`` and ``base + 32 + i``
-of a token's K and of its V (8 code bytes and the 4-byte word holding the group's scale each). A stage of a
-warp's ring holds them field by field, lane by lane (``STAGE_BYTES``: consecutive lanes at consecutive words, so
-shared memory serves a warp's access at once), and each lane reads back only what it copied itself: its own wait
-covers it, the warp never meets. The round being converted keeps its addresses in registers. Needs ``cp.async``
-(compute capability 8.0) and ``SHARED_BYTES`` of shared memory a block; the plan falls back to the register
-kernel elsewhere.
+A round is one pass of the register kernel: lane ``i`` holds groups ``base + i`` and ``base + 32 + i`` of a
+token's K and of its V (8 code bytes and the 4-byte word holding the group's scale each). A stage holds them
+field by field, lane by lane (consecutive lanes at consecutive words), and each lane reads back only what it
+copied itself, so the warp never meets. Needs ``cp.async`` (compute capability 8.0) and ``SHARED_BYTES`` of shared
+memory a block; the plan falls back to the register kernel elsewhere.
 """
 from numba import cuda, int64
 

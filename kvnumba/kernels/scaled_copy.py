@@ -1,36 +1,18 @@
 """The register kernel of a codec with a float32 scale per head in an array of its own (FP8's ``E4M3``,
-``E5M2``): it quantises, dequantises, or copies codes and scales, inside the copy, for every head size
-(``kernels.quantise_wide`` takes the quantising copies of heads of 16 * 2**k elements and
-``kernels.dequantise_pipelined`` the dequantising ones of heads of 8 * 2**k, faster); one kernel per (source
-layout, destination layout, MLA, mode, codec, plain dtype), built by the factory's pattern
-(``factory.memoised``).
+``E5M2``): it quantises, dequantises, or copies codes and scales, inside the copy, for every head size (the
+faster ``kernels.quantise_wide`` and ``kernels.dequantise_pipelined`` take heads of 16 * 2**k and 8 * 2**k);
+one memoised kernel per (source layout, destination layout, MLA, mode, codec, plain dtype).
 
-The format is the codec's reference (``kvnumba.quant.fp8``, byte for byte); the arithmetic is the codec's
-device functions (``factory.codec_ops``: ``kernels.fp8.ops``). Each side of a copy is a layout's
-``LayoutParts`` (``kernels.layouts``); a quantised side has two address sets of that one layout, its codes
-(items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer
-tables, for per-layer views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in
-the address arithmetic), whatever the layouts.
+The format is the codec's reference (``kvnumba.quant.fp8``), the arithmetic its device functions
+(``factory.codec_ops``). A quantised side is two address sets of one layout (``LayoutParts``): its codes
+(items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), each with its own ``layout_dim`` (and
+layer tables). Every copy goes head by head.
 
-Modes: ``"quantise"`` (plain source, FP8 destination), ``"dequantise"`` (FP8 source, plain
-destination), ``"copy"`` (FP8 to FP8: codes and scales copied).
-
-Work split: warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (an item is one
-pair of token indices, bounds-checked by ``item_copy.in_bounds``: an index outside its side is skipped
-and the error flag set), every layer of the window, K then V, head by head. Within a head of ``D``
-elements (``words = D / 4`` 8-byte words of bfloat16/float16, 4-byte words of codes) lane ``i`` takes
-words ``i, i + 32, ...``:
-
-- quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
-  takes the largest finite magnitude of its elements, the warp's maximum by shuffles
-  (``words.group_max`` over the 32 lanes); lane 0 stores the scale, every lane its codes (four bytes per word),
-  reading again only the words past those four;
-- dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
-  word of bfloat16/float16;
-- copy: codes word by word, lane 0 the scale.
-
-Kernels take plain int64 parameters (``ScaledArgs``), launched as every kvnumba kernel is
-(``kvnumba.driver.launch``).
+Modes (``MODES``): ``"quantise"`` (plain to FP8), ``"dequantise"`` (FP8 to plain), ``"copy"`` (FP8 to FP8).
+Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (bounds-checked by
+``item_copy.in_bounds``: an index outside its side is skipped and the error flag set), every layer, K then V,
+head by head; lane ``i`` takes a head's words ``i, i + 32, ...``. Quantising, a lane holds up to ``HELD``
+words in registers between the head's amax (``words.group_max``) and its codes, reading again only past them.
 """
 from typing import NamedTuple
 
