@@ -1,18 +1,14 @@
 """The plan of a ``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8
-caches, in one kernel launch (quantising: ``kvnumba.kernels.quantise_wide``, dequantising:
-``kvnumba.kernels.dequantise_staged`` for one-layer loads from pinned host memory on sm_90+
-(``plan.fp8_staged_plan``), ``kvnumba.kernels.dequantise_pipelined``, where they run; else
-``kvnumba.kernels.scaled_copy``; each takes the view's codec, ``kvnumba.quant.fp8``).
+caches, in one kernel launch (quantising: ``kernels.quantise_wide``; dequantising: ``kernels.dequantise_staged``
+for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``), else
+``kernels.dequantise_pipelined``; where those do not run, ``kernels.scaled_copy``).
 
-``plan.build`` builds one per (source view, destination view, layers) where either view is an FP8 one, and the
-copy's plan cache keeps it as it keeps every copy's (``plan.cache``): the views checked against each other,
-every buffer described, aligned (plain 8 bytes, codes and scales 4), reachable by the GPU (pinned host memory),
-on one device, the destinations writable and clear of the layer tables the kernel reads; per-layer views get
-device tables of their layers' addresses. A call (``Fp8Plan.fast``, as every plan's per-call path takes it)
-checks its indices (host indices against both sides' tokens, before anything is written; device indices by
-the kernel's guard and error flag, as for every entry point), writes them into its parameter block and
-launches (``kvnumba.driver.launch``). The views are read through their protocol (``is_fp8``: an Fp8View's
-``codes``, ``scales``, ``fmt``, ``dtype``, ``heads``, ``head_dim``), so this module does not import them.
+``plan.build`` builds one per (source view, destination view, layers) and the plan cache keeps it
+(``plan.cache``): the views checked against each other, every buffer described, aligned (plain 8 bytes, codes
+and scales 4), reachable by the GPU, on one device, the destinations writable and clear of the layer tables the
+kernel reads. A call (``Fp8Plan.fast``) checks its indices (host indices before anything is written, device
+indices by the kernel's guard and error flag), writes them into its parameter block and launches. The views are
+read through their protocol (``is_fp8``), so this module does not import them.
 """
 from __future__ import annotations
 
