@@ -9,7 +9,7 @@ layers, tokens and page size (and options: ``VllmFlashInfer``'s ``layout``):
   or ``(1, 1)``).
 
 The byte-for-byte format (how a scale and a code are computed, NaN, infinities, zero heads) is
-``kvnumba.quant_reference``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises bfloat16/float16 tokens
+``kvnumba.quant.fp8``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises bfloat16/float16 tokens
 into it, ``kv.copy(fp8_view, plain_view, ...)`` dequantises them, ``kv.copy(fp8_view, fp8_view, ...)``
 copies codes and scales (their plan: ``kvnumba.plan.fp8_plan``).
 
@@ -20,16 +20,15 @@ FP8 view's ``dtype=`` (``"bfloat16"`` or ``"float16"``).
 from __future__ import annotations
 
 import sys
-from typing import Any, SupportsIndex
+from typing import Any
 
 import numpy as np
 
 from ..arrays import array_info, device_array, pinned
 from ..quant.fp8 import Fp8Codec, fp8_format, plain_dtype
-from ..plan.fp8_plan import plain_dtype_of
 from ..layouts import CacheView
 
-__all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
+__all__ = ["Fp8View", "fp8_like"]
 
 
 class Fp8View:
@@ -141,14 +140,6 @@ def _apart(codes: CacheView, scales: CacheView) -> None:
             if start < high and low < end:
                 raise ValueError(f"Fp8View: {name} overlaps {other} (bytes 0x{max(start, low):x} to "
                                  f"0x{min(end, high):x}): scales and codes must be separate buffers")
-
-
-def plan_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tuple[int, int]:
-    """``(first_layer, count)`` a copy between ``src`` and ``dst`` moves (``kv.copy``'s rule: ``layers=None``
-    needs equal layer counts)."""
-    from ..plan.copy_plan import copy_window
-
-    return copy_window(src, dst, layers)
 
 
 # --- allocation ---------------------------------------------------------------------------------
