@@ -199,17 +199,11 @@ def plain_bits_of(name):
 
 
 def group_ops(dtype):
-    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
-
-    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table)``: quantise the
-      group's words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``,
-      the four lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or
-      not; ``table``: the side's rows of ``nvfp4_packed.threshold_table``;
-    - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
-      group's 32 bytes at ``plain``.
-
-    Both take ``kernels.nvfp4_packed``'s packed conversions where they apply (every finite group, every scale
-    but NaN's) and the exact element functions elsewhere.
+    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``: ``encode`` quantises
+    the group's words (``fetch_plain``) into 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, four
+    lanes' scales as one word at ``scale`` (every lane calls it, ``active`` or not: the scales' shuffles;
+    ``table``: the side's rows of ``nvfp4_packed.threshold_table``); ``decode`` dequantises ``fetch_codes``'s
+    values into the group's 32 bytes at ``plain``. Both take the packed conversions where they apply.
     """
     name = plain_dtype(dtype)
     plain_bits = plain_bits_of(name)

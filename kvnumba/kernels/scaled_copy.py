@@ -192,17 +192,15 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
     kinds = 1 if mla else 2
 
     @device_function
-    def copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item, src_dim,
-                   src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item,
-                   dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+    def copy_token(lane, s_tok, d_tok, args):
+        (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
+         src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
+         dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
         s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
         s_stride = src_hs(src_dim, src_item, heads, src_page)
         d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-        ss_off = 0
-        ss_stride = 0
-        ds_off = 0
-        ds_stride = 0
+        ss_off = ss_stride = ds_off = ds_stride = 0  # a plain side has no scales
         if src_scaled:
             ss_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
             ss_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
@@ -213,8 +211,7 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
             for kind in range(kinds):
                 s = src_lb(src_k if kind == 0 else src_v, layer, src_dim, src_item, heads, src_page) + s_off
                 d = dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                ss = 0
-                ds = 0
+                ss = ds = 0
                 if src_scaled:
                     ss = src_lb(src_scales_k if kind == 0 else src_scales_v, layer, src_scales_dim, src_scales_item,
                                 heads, src_page) + ss_off
@@ -229,18 +226,13 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
     def copy_items(lane, first, j, count, step, args):
         """The warp's items ``first + j``, ``first + j + step``, .. below ``first + count`` (out of bounds:
         skipped and flagged)."""
-        (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
-         src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
-         dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+        src_indices, dst_indices, _, src_token_limit, dst_token_limit, _, _, _, error_flag = args[:9]
         while j < count:
             item = first + j
             s_tok = load_i64(src_indices + item * 8)
             d_tok = load_i64(dst_indices + item * 8)
             if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item,
-                           src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
-                           dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
-                           dst_scales_dim)
+                copy_token(lane, s_tok, d_tok, args)
             j += step
 
     return copy_items
