@@ -39,15 +39,6 @@ from .tensor_maps import compute_capability, shared_limit
 _pack_call = struct.Struct(f"{kernels.PER_CALL}q").pack_into
 
 
-def _call_checks(route: Any) -> None:
-    """What every call checks first: the route (the kernel's only), then a pending kernel error."""
-    if routes.check_route(route) == "copy_engine":
-        raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
-                         "4-byte items); use route='kernel'")
-    if guard.flag_set():
-        guard.raise_pending()
-
-
 def is_fp8(view: Any) -> bool:
     """Whether ``view`` is a ``kv.Fp8View`` (its class says so: ``Fp8View.fp8``)."""
     return getattr(type(view), "fp8", False) is True
@@ -218,7 +209,11 @@ class Fp8Plan:
              num_warps_per_block: Any = 32, *, stream: Any = None, check: bool = False, route: Any = "auto") -> int:
         """A call as a plan's per-call path takes it (``KernelPlan.fast``'s arguments: ``layer_id`` is None
         for ``kv.copy``): the route checked, a pending kernel error raised, then ``run``."""
-        _call_checks(route)
+        if routes.check_route(route) == "copy_engine":
+            raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
+                             "4-byte items); use route='kernel'")
+        if guard.flag_set():
+            guard.raise_pending()
         return self.run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
                         check or guard.ALWAYS_CHECK)
 
