@@ -32,13 +32,15 @@ def _scatter(view: Any, which: str, layer: int, tokens: np.ndarray, values: np.n
     items[tokens // page, tokens % page] = values.reshape((len(tokens),) + items.shape[2:]).view(items.dtype)
 
 
-def _read(view: Any, nv: bool, which: str, layer: int, kind: int, tokens: np.ndarray) -> list[np.ndarray]:
+def _read(view: Any, nv: bool, which: str, layer: int, kind: int, tokens: np.ndarray) -> tuple[Any, Any]:
     """A quantised view's codes and scales of ``tokens`` in one layer and kind: an FP8 view's ``[n, H, ...]``,
     an NVFP4 cache's rows of its regions (``Nvfp4View.layer_regions``)."""
     if nv:
         page, slot = tokens // view.page_size, tokens % view.page_size
-        return [region[page, kind, slot] for region in view.layer_regions(layer)]
-    return [_heads(_gather(part, which, layer, tokens), view.heads) for part in (view.codes, view.scales)]
+        data, scales = view.layer_regions(layer)
+        return data[page, kind, slot], scales[page, kind, slot]
+    return (_heads(_gather(view.codes, which, layer, tokens), view.heads),
+            _heads(_gather(view.scales, which, layer, tokens), view.heads))
 
 
 def _write(view: Any, nv: bool, which: str, layer: int, kind: int, tokens: np.ndarray, parts: Any) -> None:
@@ -83,5 +85,9 @@ def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any, layer
                 _write(dst_view, nv, which, layer, kind, dst_indices, parts)
             else:
                 name = plain_dtype_of(dst_view, src_view)
-                values = nvfp4.dequantise(*parts, scale, name) if nv else dequantise(*parts, name, src_view.fmt)
+                codes, scales = parts
+                if nv:
+                    values = nvfp4.dequantise(codes, scales, scale, name)
+                else:
+                    values = dequantise(codes, scales, name, src_view.fmt)
                 _scatter(dst_view, which, layer, dst_indices, values.view(np.uint16))
