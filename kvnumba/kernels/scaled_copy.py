@@ -16,7 +16,7 @@ words in registers between the head's amax (``words.group_max``) and its codes, 
 """
 from typing import NamedTuple
 
-from numba import cuda
+from numba import cuda, types
 
 from ..quant.codec import Codec
 from ..quant.fp8 import E4M3, plain_dtype
@@ -115,22 +115,12 @@ def make_head_op(mode, codec, dtype):
 
         @device_function
         def quantise_head(lane, src, src_scale, dst, dst_scale, words):
-            i1 = lane + WARP_SIZE
-            i2 = i1 + WARP_SIZE
-            i3 = i2 + WARP_SIZE
-            w0 = 0
-            w1 = 0
-            w2 = 0
-            w3 = 0
-            if lane < words:
-                w0 = load_i64(src + lane * 8)
-            if i1 < words:
-                w1 = load_i64(src + i1 * 8)
-            if i2 < words:
-                w2 = load_i64(src + i2 * 8)
-            if i3 < words:
-                w3 = load_i64(src + i3 * 8)
-            m = max(max(word_magnitude(w0), word_magnitude(w1)), max(word_magnitude(w2), word_magnitude(w3)))
+            held = cuda.local.array(HELD, types.int64)  # a constant size and loop: kept in registers
+            m = 0
+            for k in range(HELD):
+                i = lane + k * WARP_SIZE
+                held[k] = load_i64(src + i * 8) if i < words else 0
+                m = max(m, word_magnitude(held[k]))
             i = lane + HELD * WARP_SIZE
             while i < words:  # a head longer than the registers hold: its amax read, its codes read again
                 m = max(m, word_magnitude(load_i64(src + i * 8)))
@@ -140,14 +130,10 @@ def make_head_op(mode, codec, dtype):
             inverse_bits = inverse_of(scale_bits)
             if lane == 0:
                 store_i32(dst_scale, scale_bits)
-            if lane < words:
-                store_i32(dst + lane * 4, word_codes(w0, scale_bits, inverse_bits))
-            if i1 < words:
-                store_i32(dst + i1 * 4, word_codes(w1, scale_bits, inverse_bits))
-            if i2 < words:
-                store_i32(dst + i2 * 4, word_codes(w2, scale_bits, inverse_bits))
-            if i3 < words:
-                store_i32(dst + i3 * 4, word_codes(w3, scale_bits, inverse_bits))
+            for k in range(HELD):
+                i = lane + k * WARP_SIZE
+                if i < words:
+                    store_i32(dst + i * 4, word_codes(held[k], scale_bits, inverse_bits))
             i = lane + HELD * WARP_SIZE
             while i < words:
                 store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits, inverse_bits))
