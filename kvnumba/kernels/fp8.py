@@ -25,7 +25,7 @@ from ..quant.fp8 import CANONICAL_NAN, fp8_format, plain_dtype
 from .jit import device_function
 from .words import f32_div, f32_mul, store_pair
 
-__all__ = ["Fp8Ops", "bf16_from_f32", "dequantiser", "magnitudes", "make_dequantise4", "make_narrow",
+__all__ = ["EXPONENT_MASK", "Fp8Ops", "bf16_from_f32", "dequantiser", "magnitudes", "make_dequantise4", "make_narrow",
            "make_quantise8", "make_widen", "narrow", "ops", "packed_ops", "quantiser", "widen", "word_dequantiser"]
 
 if SIMULATOR:
@@ -211,7 +211,7 @@ def widen(fmt):
     return make_widen(f.exponent_bits, f.mantissa_bits, f.bias, f.ieee)
 
 
-_EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
+EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 ONE_BITS = 0x3F800000  # float32 1.0
 
 
@@ -221,7 +221,7 @@ def quantiser(fmt, dtype):
     (bfloat16 or float16 bits) into ``fmt`` (see ``Fp8Ops``; the amax of a head is the largest magnitude:
     magnitudes order as their bits do)."""
     f, name = fp8_format(fmt), plain_dtype(dtype)
-    exponent_mask = _EXPONENT_MASK[name]
+    exponent_mask = EXPONENT_MASK[name]
     widen_plain, to_code = widen(name), narrow(f)
     max_bits = f32_bits_of(f.max_value)
     nan_code, max_code = f.nan_code, f.max_code

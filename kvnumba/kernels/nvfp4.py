@@ -18,7 +18,7 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
+from .fp8 import EXPONENT_MASK, ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
 from .words import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
 from .factory import memoised
 from .item_copy import in_bounds
@@ -210,7 +210,7 @@ def group_ops(dtype):
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     encode16, decode4, decode4_unit = encoder(), decoder(name), unit_decoder(name)
     nan_out = CANONICAL_NAN[name]
-    exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
+    exponent_mask = EXPONENT_MASK[name]
 
     @device_function
     def exact_max(w0, w1, w2, w3):

@@ -25,6 +25,7 @@ from numba import cuda, types
 
 from ..quant.fp8 import E4M3
 from .factory import codec_ops, memoised
+from .fp8 import EXPONENT_MASK
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import kv_layer_bases
@@ -36,7 +37,6 @@ from .words import group_max, lane_value, store_i32, store_i64, store_pair, warp
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
-_NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 _PLAIN_MAGNITUDE = 0x3C00  # a normal magnitude in both dtypes: the amax of lanes that own no head
 
 
@@ -116,7 +116,7 @@ def _make_passes(ops, dtype, slots, shift):
     their heads' scales and, unless a head needs the exact functions (it then returns True having written
     nothing), writes codes and scales."""
     quantise8, magnitudes, scale_of, inverse_of = ops.quantise8, ops.magnitudes, ops.scale_of, ops.inverse_of
-    non_finite = _NON_FINITE[dtype]
+    non_finite = EXPONENT_MASK[dtype]
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
     width = 1 << shift  # a head's chunks: lanes of one row of the pass
     pass_heads = slots * WARP_SIZE >> shift
