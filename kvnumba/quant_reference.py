@@ -15,8 +15,6 @@ from .quant.fp8 import dequantise, quantise
 __all__ = ["copy", "dequantise", "quantise"]
 
 
-# --- kv.copy with quantised views -----------------------------------------------------------------------
-
 def _heads(items: np.ndarray, heads: int) -> np.ndarray:
     """``[n, *item]`` as ``[n, H, last]``."""
     return items.reshape(items.shape[0], heads, -1)
@@ -34,70 +32,62 @@ def _scatter(view: Any, which: str, layer: int, tokens: np.ndarray, values: np.n
     items[tokens // page, tokens % page] = values.reshape((len(tokens),) + items.shape[2:]).view(items.dtype)
 
 
+def _read(view: Any, nv: bool, which: str, layer: int, kind: int, tokens: np.ndarray) -> tuple[Any, Any]:
+    """A quantised view's codes and scales of ``tokens`` in one layer and kind: an FP8 view's ``[n, H, ...]``,
+    an NVFP4 cache's rows of its regions (``Nvfp4View.layer_regions``)."""
+    if nv:
+        page, slot = tokens // view.page_size, tokens % view.page_size
+        data, scales = view.layer_regions(layer)
+        return data[page, kind, slot], scales[page, kind, slot]
+    return (_heads(_gather(view.codes, which, layer, tokens), view.heads),
+            _heads(_gather(view.scales, which, layer, tokens), view.heads))
+
+
+def _write(view: Any, nv: bool, which: str, layer: int, kind: int, tokens: np.ndarray, parts: Any) -> None:
+    """``parts`` (codes and scales, as ``_read`` gives them) written at ``tokens`` of a quantised view."""
+    if nv:
+        page, slot = tokens // view.page_size, tokens % view.page_size
+        for region, values in zip(view.layer_regions(layer), parts):
+            region[page, kind, slot] = values
+    else:
+        for part, values in zip((view.codes, view.scales), parts):
+            _scatter(part, which, layer, tokens, values)
+
+
 def copy(src_view: Any, dst_view: Any, src_indices: Any, dst_indices: Any, layers: Any = None) -> None:
     """``kv.copy`` where one or both views are ``kv.Fp8View`` s (or ``kv.Nvfp4View`` s), over NumPy buffers, from
     each view's NumPy picture (``CacheView.logical``; an NVFP4 cache's ``layer_regions``): a plain view -> a
     quantised view quantises, quantised -> plain dequantises, quantised -> quantised copies codes and scales.
     Destinations are written in place."""
-    from .api.fp8_views import Fp8View, plan_window, plain_dtype_of
+    from .api.fp8_views import Fp8View
     from .api.nvfp4_views import Nvfp4View
+    from .plan.copy_plan import copy_window
+    from .plan.fp8_plan import plain_dtype_of
 
     src_indices = np.asarray(src_indices, dtype=np.int64)
     dst_indices = np.asarray(dst_indices, dtype=np.int64)
-    first, count = plan_window(src_view, dst_view, layers)
+    first, count = copy_window(src_view, dst_view, layers)
     if len(src_indices) == 0:
         return
-    if isinstance(src_view, Nvfp4View) or isinstance(dst_view, Nvfp4View):
-        return _nvfp4_copy(src_view, dst_view, src_indices, dst_indices, range(first, first + count))
-    src_q, dst_q = isinstance(src_view, Fp8View), isinstance(dst_view, Fp8View)
-    fp8 = src_view if src_q else dst_view
-    heads = fp8.heads
-    for which in ("k",) if fp8.mla else ("k", "v"):
-        for layer in range(first, first + count):
-            if src_q and dst_q:
-                for part in ("codes", "scales"):
-                    values = _gather(getattr(src_view, part), which, layer, src_indices)
-                    _scatter(getattr(dst_view, part), which, layer, dst_indices, values)
-            elif dst_q:
+    src_q, dst_q = (isinstance(view, (Fp8View, Nvfp4View)) for view in (src_view, dst_view))
+    quantised = src_view if src_q else dst_view
+    nv, heads = isinstance(quantised, Nvfp4View), quantised.heads
+    for layer in range(first, first + count):
+        for kind, which in enumerate(("k",) if quantised.mla else ("k", "v")):
+            scale = (quantised.k_scale, quantised.v_scale)[kind] if nv else None
+            if src_q:
+                parts = _read(src_view, nv, which, layer, kind, src_indices)
+            else:
                 name = plain_dtype_of(src_view, dst_view)
                 values = _heads(_gather(src_view, which, layer, src_indices), heads).view(np.uint16)
-                codes, scales = quantise(values, dst_view.fmt, name)
-                _scatter(dst_view.codes, which, layer, dst_indices, codes)
-                _scatter(dst_view.scales, which, layer, dst_indices, scales)
+                parts = nvfp4.quantise(values, scale, name) if nv else quantise(values, dst_view.fmt, name)
+            if dst_q:
+                _write(dst_view, nv, which, layer, kind, dst_indices, parts)
             else:
                 name = plain_dtype_of(dst_view, src_view)
-                codes = _heads(_gather(src_view.codes, which, layer, src_indices), heads)
-                scales = _heads(_gather(src_view.scales, which, layer, src_indices), heads)
-                values = dequantise(codes, scales, name, src_view.fmt)
-                _scatter(dst_view, which, layer, dst_indices, values.view(np.uint16))
-
-
-def _nvfp4_copy(src_view: Any, dst_view: Any, src_indices: np.ndarray, dst_indices: np.ndarray,
-                layers: range) -> None:
-    """``copy`` with an ``Nvfp4View`` on a side (``kvnumba.quant.nvfp4``'s format)."""
-    from .api.fp8_views import plain_dtype_of
-    from .api.nvfp4_views import Nvfp4View
-
-    src_q, dst_q = isinstance(src_view, Nvfp4View), isinstance(dst_view, Nvfp4View)
-    nv = src_view if src_q else dst_view
-    s_page, s_slot = src_indices // src_view.geometry.page_size, src_indices % src_view.geometry.page_size
-    d_page, d_slot = dst_indices // dst_view.geometry.page_size, dst_indices % dst_view.geometry.page_size
-    for layer in layers:
-        src_parts = src_view.layer_regions(layer) if src_q else None
-        dst_parts = dst_view.layer_regions(layer) if dst_q else None
-        for kind, which in enumerate(("k", "v")):
-            scale = nv.k_scale if kind == 0 else nv.v_scale
-            if src_parts is not None and dst_parts is not None:
-                for src_part, dst_part in zip(src_parts, dst_parts):
-                    dst_part[d_page, kind, d_slot] = src_part[s_page, kind, s_slot]
-            elif dst_parts is not None:
-                name = plain_dtype_of(src_view, dst_view)
-                values = _heads(_gather(src_view, which, layer, src_indices), nv.heads).view(np.uint16)
-                data, scales = nvfp4.quantise(values, scale, name)
-                dst_parts[0][d_page, kind, d_slot] = data
-                dst_parts[1][d_page, kind, d_slot] = scales
-            elif src_parts is not None:
-                name = plain_dtype_of(dst_view, src_view)
-                values = nvfp4.dequantise(src_parts[0][s_page, kind, s_slot], src_parts[1][s_page, kind, s_slot],
-                                          scale, name)
+                codes, scales = parts
+                if nv:
+                    values = nvfp4.dequantise(codes, scales, scale, name)
+                else:
+                    values = dequantise(codes, scales, name, src_view.fmt)
                 _scatter(dst_view, which, layer, dst_indices, values.view(np.uint16))

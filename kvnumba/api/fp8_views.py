@@ -1,35 +1,23 @@
-"""``kv.Fp8View``: a KV cache held in FP8, and ``kv.fp8_like``, which allocates one shaped like a view.
+"""``kv.Fp8View``: a KV cache held in FP8 (codes and scales views of one built-in layout; its class docstring), and
+``kv.fp8_like``, which allocates one shaped like a view.
 
-An ``Fp8View`` pairs two views of the same built-in class (``kvnumba.layouts``), the same layout,
-layers, tokens and page size (and options: ``VllmFlashInfer``'s ``layout``):
-
-- ``codes``: uint8 buffers of FP8 bit patterns (``fmt="e4m3"``: e4m3fn, or ``"e5m2"``), items ``(H, D)``
-  (MLA: ``(D,)`` or ``(1, D)``), ``D`` a multiple of 4;
-- ``scales``: float32 buffers, one scale per token, layer, K/V and head: items ``(H, 1)`` (MLA: ``(1,)``
-  or ``(1, 1)``).
-
-The byte-for-byte format (how a scale and a code are computed, NaN, infinities, zero heads) is
-``kvnumba.quant_reference``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises bfloat16/float16 tokens
-into it, ``kv.copy(fp8_view, plain_view, ...)`` dequantises them, ``kv.copy(fp8_view, fp8_view, ...)``
-copies codes and scales (their plan: ``kvnumba.plan.fp8_plan``).
-
-A plain view's element type is its buffers' dtype (bfloat16 or float16: torch tensors, NumPy arrays of
-``ml_dtypes.bfloat16`` or ``numpy.float16``); buffers of uint16 (or int16) bit patterns take it from the
-FP8 view's ``dtype=`` (``"bfloat16"`` or ``"float16"``).
+The byte-for-byte format is ``kvnumba.quant.fp8``'s. ``kv.copy(plain_view, fp8_view, ...)`` quantises
+bfloat16/float16 tokens into it, ``kv.copy(fp8_view, plain_view, ...)`` dequantises them, ``kv.copy(fp8_view,
+fp8_view, ...)`` copies codes and scales (their plan: ``kvnumba.plan.fp8_plan``). A plain view's element type is
+its buffers' dtype; buffers of uint16 (or int16) bit patterns take it from the FP8 view's ``dtype=``.
 """
 from __future__ import annotations
 
 import sys
-from typing import Any, SupportsIndex
+from typing import Any
 
 import numpy as np
 
 from ..arrays import array_info, device_array, pinned
 from ..quant.fp8 import Fp8Codec, fp8_format, plain_dtype
-from ..plan.fp8_plan import plain_dtype_of
 from ..layouts import CacheView
 
-__all__ = ["Fp8View", "fp8_like", "plain_dtype_of", "plan_window"]
+__all__ = ["Fp8View", "fp8_like"]
 
 
 class Fp8View:
@@ -141,14 +129,6 @@ def _apart(codes: CacheView, scales: CacheView) -> None:
             if start < high and low < end:
                 raise ValueError(f"Fp8View: {name} overlaps {other} (bytes 0x{max(start, low):x} to "
                                  f"0x{min(end, high):x}): scales and codes must be separate buffers")
-
-
-def plan_window(src: Any, dst: Any, layers: SupportsIndex | range | None) -> tuple[int, int]:
-    """``(first_layer, count)`` a copy between ``src`` and ``dst`` moves (``kv.copy``'s rule: ``layers=None``
-    needs equal layer counts)."""
-    from ..plan.copy_plan import copy_window
-
-    return copy_window(src, dst, layers)
 
 
 # --- allocation ---------------------------------------------------------------------------------

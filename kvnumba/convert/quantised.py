@@ -4,34 +4,21 @@ convert its layout keeping it quantised.
 
 File format
 -----------
-A quantised cache is a ``.safetensors`` file (NumPy's ``.npy``/``.npz`` have no float8 dtype). For every
-tensor ``X`` of the cache (``k`` and ``v``, an MLA cache's one tensor: whatever the input names them), in
-the layout the file was converted to:
+A ``.safetensors`` file (``.npy``/``.npz`` have no float8 dtype). For every tensor ``X`` of the cache (whatever
+the input names them), in the output's layout:
 
-- ``X``: the codes, dtype ``F8_E4M3`` (``fp8_e4m3``: e4m3fn) or ``F8_E5M2`` (``fp8_e5m2``), X's shape: one byte
-  per element, the FP8 bit pattern ``kvnumba.quant_reference`` defines;
-- ``X_scales``: dtype ``F32`` (little-endian IEEE binary32), X's shape with its last axis 1: one scale per
-  token, layer and head, in the same layout (items ``(H, 1)``; MLA ``(1,)`` or ``(1, 1)``);
+- ``X``: the codes, ``F8_E4M3`` (``fp8_e4m3``: e4m3fn) or ``F8_E5M2`` (``fp8_e5m2``), X's shape;
+- ``X_scales``: ``F32``, X's shape with its last axis 1: one scale per token, layer and head;
 - ``__metadata__``: the input's, plus ``"kvnumba.fp8": "e4m3"`` (or ``"e5m2"``) and ``"kvnumba.fp8_dtype":
   "bfloat16"`` (or ``"float16"``: the dtype that was quantised).
 
-The last axis of every layout is one head's ``D`` elements (``(L, T, H, D)``, ``(T // P, H, P, L, D)``, ...): a
-head's elements are quantised together, element ``i`` of a head is ``decode(X[..., i]) * X_scales[..., 0]``
-(``kvnumba.quant_reference``'s module docstring says it byte for byte: ``quantise`` and ``dequantise`` there
-are what is applied here, to whole tensors). A reader needs nothing of kvnumba: read ``X`` as float8 (or its
-bytes as uint8 codes), ``X_scales`` as float32, multiply.
+The last axis of every layout is one head's ``D`` elements, quantised together as ``kvnumba.quant.fp8`` defines
+it: element ``i`` of a head is ``decode(X[..., i]) * X_scales[..., 0]``, so a reader needs nothing of kvnumba.
 
-What ``dtype`` does with a file:
-
-- ``"fp8_e4m3"`` / ``"fp8_e5m2"``: every tensor of the input (bfloat16 or float16; anything else is refused)
-  quantised into ``X`` and ``X_scales``; a file already quantised in that format is only re-laid out, one in
-  the other format is refused (dequantise it first);
-- ``"bfloat16"`` / ``"float16"``: every ``X`` of a quantised input dequantised (``X_scales`` dropped, the
-  ``kvnumba.fp8`` metadata too); a plain input of that dtype is only re-laid out;
-- None: every tensor re-laid out as it is (a quantised file stays quantised: its scales move with it).
-
-Each input tensor is quantised or dequantised whole, in memory (the ``.safetensors`` writer holds every
-output tensor until it writes the file in any case).
+``dtype``: ``"fp8_e4m3"``/``"fp8_e5m2"`` quantise every tensor (bfloat16 or float16; a file already in that
+format is only re-laid out, one in the other is refused); ``"bfloat16"``/``"float16"`` dequantise every ``X``
+(a plain input of that dtype is only re-laid out); None re-lays out every tensor as it is. Each tensor is
+converted whole, in memory, when the writer reaches it.
 """
 from __future__ import annotations
 

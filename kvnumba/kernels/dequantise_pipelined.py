@@ -1,49 +1,29 @@
-"""The pipelined load: a dequantising copy (codes and scales to bfloat16/float16) whose reads land in
-shared memory by per-thread asynchronous copies (``kernels.async_copy``), a pass ahead of the conversion.
-One memoised kernel per (source layout, destination layout, MLA, codec, plain dtype, head size, whole passes);
-the parameters (``scaled_copy.ScaledArgs``), work split and index guard of ``kernels.scaled_copy``'s kernels,
-and the same results, bit for bit.
+"""The pipelined load: a dequantising copy (codes and scales to bfloat16/float16) whose reads land in shared
+memory by per-thread asynchronous copies (``kernels.async_copy``), a pass ahead of the conversion. One memoised
+kernel per (source layout, destination layout, MLA, codec, plain dtype, head size, whole passes), with the
+parameters (``scaled_copy.ScaledArgs``), work split, index guard and results of ``kernels.scaled_copy``'s.
 
-Why: a load reads pinned host memory across PCIe, a round trip of microseconds. A register kernel holds its
-reads in registers while it waits (``kernels.quantise_wide``: two 16-byte chunks a lane, 64 registers a thread
-at 1024 threads a block), and its 8-byte stores 32 bytes apart wrote each sector of the destination in
-pieces; a probe of this design loaded nearly twice as fast (scripts/RESULTS.md). Once the reads were in
-flight the kernel was bound by the instructions it issues (Nsight Compute), so the per-granule work is kept
-small: the head size is compiled in, a head's scale is copied once a pass, and a granule's destination
-address is found once, when its codes are copied.
+Why: a load reads pinned host memory across PCIe, a round trip of microseconds; a register kernel holds its reads
+in registers while it waits. Once the reads are in flight the kernel is bound by the instructions it issues, so
+the per-granule work is kept small: the head size is compiled in, a head's scale is copied once a pass, and a
+granule's destination address is found once, when its codes are copied.
 
-Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (8 bytes in,
-16 bytes of bfloat16/float16 out); ``D / 8`` must be a power of two (``takes``). A pass is ``PASS`` granules:
-lane ``i`` takes granules ``base + 32 k + i`` for ``k < PER_LANE``, so a warp's reads and stores of one
-``k`` are contiguous within a head. Each warp walks its items' passes (item, layer, base) twice, ``STAGES - 1``
-passes apart:
+Granules: a token's K and V heads of one layer are ``kinds * H * D / 8`` granules of 8 codes (``D / 8`` a power
+of two: ``takes``). A pass is ``PASS`` granules: lane ``i`` takes granules ``base + 32 k + i`` for ``k <
+PER_LANE``. Each warp walks its passes (item, layer, base) twice, ``STAGES - 1`` passes apart:
 
-- **issue**: for each of its granules a lane copies the 8 codes into the pass's stage of the warp's ring in
-  shared memory (``copy8``) and writes the granule's destination address there (0: no granule); lanes
-  ``j < PASS / (D / 8)`` copy the scale of the pass's head ``j`` (``copy4``); then ``commit``;
-- **convert**: once all but the newest ``STAGES - 1`` groups have landed (``waiter``) and the warp has met
-  (``sync_warp``: a lane reads scales that others copied), a lane reads its granules back and stores 16 bytes
-  each (``words.store_pair``: two 8-byte stores where the destination is only 8-byte aligned), converted
-  with the codec's packed instructions (``kernels.fp8``), or with its exact element functions for a
-  granule with a NaN code, an e5m2 infinity or a non-finite scale; the warp meets again before the stage is
-  refilled.
-
-A stage holds the pass's codes (granule ``32 k + lane`` at ``8 (32 k + lane)``), its heads' scales (4 bytes a
-head) and its granules' destination addresses (8 bytes a granule): ``STAGE_BYTES`` a warp; a block asks for
-``SHARED_BYTES`` (32 warps' rings). Needs sm_90 for the packed conversions, as ``quantise_wide``.
+- **issue**: a lane copies each granule's 8 codes into the pass's stage of the warp's ring (``copy8``) and
+  writes its destination address there (0: none); lanes ``j < PASS / (D / 8)`` copy the scale of the pass's
+  head ``j`` (``copy4``); then ``commit``;
+- **convert**: once the pass has landed (``waiter``) and the warp has met (a lane reads scales others copied),
+  a lane converts its granules with the codec's packed instructions (``kernels.fp8``), or its exact element
+  functions for a granule with a NaN code, an e5m2 infinity or a non-finite scale, and stores 16 bytes each;
+  the warp meets again before the stage is refilled.
 
 **Whole passes** (``takes_whole``: a head of at most 32 granules, and one kind's granules of a token fill whole
-passes, as 8 heads of 128 do): every granule of a pass is in range and of one kind, and granule ``32 k + lane``
-lies ``k`` steps of ``32 / (D / 8)`` heads past the lane's own, so a lane's addresses are offsets fixed for the
-copy plus the pass's first head's (the wide quantiser's ``whole_pass`` does the same). The kernel compiled for
-them (``whole=True``) keeps no destination address a granule: a stage is the codes, the scales and the pass's
-first destination address, less than half as long, so a warp's ring holds ``WHOLE_STAGES`` passes in less
-shared memory (``shared_bytes``).
-
-Not so: a lane taking 16 codes at once (one 16-byte copy, one test, four 16-byte stores) has about half the
-conversion's instructions, but it holds more values than the 64 registers a thread of a 32-warp block has
-(ptxas spills more of it), and it loaded at half the rate (scripts/RESULTS.md). A change here is measured
-on a GPU.
+passes): every granule of a pass is in range and of one kind, so a lane's addresses are offsets fixed for the
+copy plus the pass's first head's; a stage keeps no address a granule, only the pass's first, and a warp's ring
+holds ``WHOLE_STAGES`` passes in less shared memory (``shared_bytes``). Needs sm_90 for the packed conversions.
 """
 import numbers
 
@@ -52,13 +32,11 @@ from numba import cuda, int64
 from ..quant.fp8 import E4M3
 from .async_copy import commit, copy4, copy8, load_shared_i64, store_shared_i64, waiter
 from .factory import codec_ops, memoised
-from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import kv_layer_bases
-from .memory import load_i64
 from .params import check_parameters
 from .ptx import ptx_of
-from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name
+from .scaled_copy import SIGNATURE, ScaledArgs, codec_key, head_address, kernel_name, next_item
 from .tma import load_shared_u32, shared_address, sync_warp
 from .words import store_pair
 
@@ -221,22 +199,16 @@ def _build_kernel(src, dst, mla, codec, dtype, head_dim, whole):
                     layer += 1
                     if layer >= end_layer:  # the next item whose indices are in bounds
                         layer = first_layer
-                        j += 1
-                        searching = True
-                        while searching and j < count:
-                            s_tok = load_i64(src_indices + (first + j) * 8)
-                            d_tok = load_i64(dst_indices + (first + j) * 8)
-                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                                searching = False
-                                s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
-                                s_stride = src_hs(src_dim, src_item, heads, src_page)
-                                d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
-                                d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-                                f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
-                                f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
-                            else:
-                                j += 1
-                        more = not searching
+                        j, s_tok, d_tok = next_item(lane, first, j + 1, count, src_indices, dst_indices,
+                                                    src_token_limit, dst_token_limit, error_flag)
+                        more = j < count
+                        if more:
+                            s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
+                            s_stride = src_hs(src_dim, src_item, heads, src_page)
+                            d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
+                            d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
+                            f_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
+                            f_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
                     if more:
                         sk, sv = src_bases(src_k, src_v, layer, src_dim, src_item, heads, src_page, s_off)
                         dk, dv = dst_bases(dst_k, dst_v, layer, dst_dim, dst_item, heads, dst_page, d_off)

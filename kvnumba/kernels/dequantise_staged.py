@@ -1,48 +1,28 @@
 """The staged load: a per-layer load from a quantised cache (``kv.Fp8View``) in pinned host memory into a
 bfloat16/float16 view on the GPU, dequantising on the way, with the staged kernel's ring
-(``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory,
-warps dequantise them from there and store the plain values. No second pass, no buffer in global memory.
+(``kernels.staged.make_ring``): the bulk-copy unit (TMA) brings runs of tokens' codes into shared memory, warps
+dequantise them from there. Why: a register kernel moves only the bytes its warps hold per PCIe round trip; the
+bulk-copy unit keeps a whole ring of stages in flight.
 
-Why: a register kernel's load (``kernels.scaled_copy``) moves the bytes its warps hold
-in registers per PCIe round trip, as for bfloat16 loads (``kernels.staged``'s docstring;
-scripts/RESULTS.md); the bulk-copy unit keeps a whole ring of stages in flight.
+Per block, as in ``kernels.staged``: warp 0, the loader, posts runs of consecutive source tokens as bulk pieces
+(one box of K's codes and one of V's, through the codes' tensor maps: ``plan.fp8_staged_plan``), short runs as
+direct batches, or the register mark for a block of few runs. The other warps:
 
-Per block, as in ``kernels.staged``: warp 0, the loader, finds runs of consecutive source tokens and posts
-them as bulk pieces (one tensor-map box of K's codes and one of V's per piece, maps over the codes
-buffers: ``plan.fp8_staged_plan``), short runs as direct batches, or the register mark for a block of few
-runs. The other warps:
-
-- **bulk pieces**: every consumer warp takes tokens ``j, j + n, ..`` of a piece (the ring runs with
-  ``bulk_stores=False`` and ``store_warps=0``: dequantising is arithmetic, so every warp shares each piece).
-  A stage holds the piece's K codes (``count`` items of ``H * D`` bytes, token-major, heads in order for
-  every source: a page-head box lands so too), then V's from the next 128-byte boundary (a tensor load's
-  destination in shared memory must be 128-byte aligned: ``staged.second_offset``), then a *scale area* of
-  ``2 * count * H`` float32 (K's, then V's, ``[kind][token][head]``). The scales come with the codes, on
-  the piece's barrier: the piece's phase ends once codes and scales have landed, and no consumer waits a
-  PCIe round trip of its own. Where a token's scales of a layer make a box row (``H * 4`` bytes, a multiple
-  of 16) and each kind's land 128-byte aligned, the bulk unit brings them too, a box a kind, through the
-  scales' own tensor maps (``scale_maps``: ``plan.fp8_staged_plan``; ``tma.expect_bytes`` adds their bytes
-  to the phase). Otherwise (page-head sources, heads of 1 or 2) the loader warp's lanes copy them with
-  per-thread asynchronous copies (``fill_scales``, ``async_copy.copy4``) before the boxes are posted, and tie
-  them to the barrier (``async_copy.landed_arrive``), which halved the ring's rate at two SMs
-  (scripts/RESULTS.md). Once it has, each lane takes 16-byte chunks
-  of codes (16 codes of one head: ``D % 16 == 0``), its head's scale from the area, and writes 32 bytes of
-  bfloat16/float16 at the destination layout's address (any layout: the stores go through registers). The
-  conversion is the codec's packed one (its ``store_chunk``); a chunk with a NaN code,
-  an e5m2 infinity or a non-finite scale goes through its ``dequantise_word``'s exact element
-  functions instead. Lanes walk the warp's chunks by counting, not dividing (``advance``): a 64-bit
-  division costs more than a chunk's conversion;
+- **bulk pieces**: every consumer warp takes tokens ``j, j + n, ..`` of a piece (``bulk_stores=False``,
+  ``store_warps=0``: dequantising is arithmetic). A stage holds the piece's K codes, V's from the next 128-byte
+  boundary (``staged.second_buffer``), then a scale area of ``kinds * count * H`` float32 ``[kind][token][head]``
+  (``scale_area``). The scales land on the piece's barrier with the codes, so no consumer waits a round trip
+  of its own: through the scales' own tensor maps where a token's scales make a box row and land 128-byte
+  aligned (``scale_maps``), else copied by the loader's lanes (``fill_scales``). Each lane then takes 16-code
+  chunks (``D % 16 == 0``) and stores 32 bytes of plain values at the destination layout's address, by the
+  codec's packed conversion or, for NaN codes, e5m2 infinities and non-finite scales, its exact functions.
+  Lanes walk the chunks by counting (``advance``): a 64-bit division costs more than a chunk's conversion;
 - **direct items** and a register-marked block's share: the register kernel's own loop
-  (``scaled_copy.make_items_copy``), items bounds-checked and flagged as there.
+  (``scaled_copy.make_items_copy``).
 
-A stage holds up to ``2**max_run_log2`` tokens of codes, padding and scales (``run_limits``); the ring's three
-72 KiB stages (``SHAPE``) fit the H200's 227 KiB of shared memory a block.
-
-A block has at most ``WARPS`` warps, so that a thread holds its values in registers (``REGISTERS``).
-
-Parameters: ``scaled_copy.ScaledArgs``' 29, then ``params.STAGED_EXTRA``'s three (the codes' maps, the run limits)
-and ``scale_maps`` (the scales' maps, or 0): ``StagedScaledArgs``. A per-layer table source (``LAYER_TABLE``)
-is read through one-layer maps (a layer-first picture of the layer's buffer).
+A stage holds up to ``2**max_run_log2`` tokens (``run_limits``); a block has at most ``WARPS`` warps, so that a
+thread holds its values in registers (``REGISTERS``). Parameters: ``StagedScaledArgs``, ``ScaledArgs``' then
+``params.STAGED_EXTRA``'s and ``scale_maps``. A per-layer table source is read through one-layer maps.
 """
 from collections import namedtuple
 
@@ -68,15 +48,12 @@ StagedScaledArgs = namedtuple("StagedScaledArgs",  # type: ignore[misc]
                               ScaledArgs._fields + STAGED_EXTRA + ("scale_maps",))
 SIGNATURE = signature(StagedScaledArgs)
 SOURCES = (LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD)  # a table's layer: a layer-first map of its buffer
-# The tuned bfloat16 ring, every consumer warp sharing each piece (config's staged_shape: another ring,
-# always run so), with stages of 72 KiB: a piece of 32 tokens of 8 heads of 128 codes and their scales
-# (66 KiB) fits one, where 64 KiB held 16; the rate follows the piece (scripts/RESULTS.md).
+# The bfloat16 ring with every consumer warp sharing each piece, and stages of 72 KiB: a piece of 32 tokens of
+# 8 heads of 128 codes and their scales fits one (config's staged_shape: another ring, always run so).
 SHAPE = staged.SHAPE._replace(bulk_stores=False, store_warps=0, stage_bytes=72 * 1024)
 CHUNK = 16  # codes a lane dequantises at once (one shared-memory load): heads of a multiple of 16
-# A block's warps, at most (``Fp8Plan.run`` launches fewer than a call asks for where it asks for more), and so
-# the registers a thread may hold: 65536 a block. At 32 warps and 64 registers the consumers' chunk loop spilled
-# into a local memory that the ring's shared memory leaves little L1 for; at 128 it spills nothing, and 16 warps
-# loaded fastest of 8 to 32 (scripts/RESULTS.md).
+# A block's warps, at most (``Fp8Plan.run`` launches fewer where a call asks for more): at 32 warps of 64
+# registers the consumers' chunk loop spilled into local memory, which the ring leaves little L1 for.
 WARPS = 16
 # A block's 65536 registers shared by its threads, in the GPU's units of 8 a thread, at most 255 (ptxas's)
 REGISTERS = min(65536 // (WARPS * WARP_SIZE), 255) // 8 * 8
@@ -128,11 +105,9 @@ def _build(src, dst, mla, codec, dtype, ring):
 
     @device_function
     def fill_scales(lane, stage, full, first, count, layer, args):
-        """The loader warp's lanes copy a bulk piece's scales into its scale area (``async_copy``, four bytes
-        each, while the bulk unit brings the codes) and tie them to the piece's barrier ``full``: its phase
-        ends once codes and scales have landed. A piece's tokens are consecutive (``token0 + t``). Where the
-        plan made tensor maps of the scales (``scale_maps``), lane 0 has the bulk unit bring them instead, a box
-        a kind (the per-thread copies of a piece's 512 scales halved the ring's rate at two SMs)."""
+        """A bulk piece's scales into its scale area, tied to the piece's barrier ``full``: by the bulk unit, a
+        box a kind, where there are ``scale_maps``, else by the loader's lanes, four bytes each (``copy4``). A
+        piece's tokens are consecutive (``token0 + t``)."""
         (src_indices, dst_indices, _layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
          src_k, src_v, src_item, src_dim, src_page, scales_k, scales_v, scales_item, scales_dim, dst_k, dst_v,
          dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args[0]

@@ -1,54 +1,21 @@
-"""The FP8 codecs' device functions (``kvnumba.quant.fp8``'s ``E4M3``, ``E5M2``: ``Fp8Codec.kernels`` names this
-module), bit exact: ``ops(codec, dtype)``, every device function the kernels inline for one codec and plain
-dtype, made from the codec's constants. The kernels take the codec and find these through
-``kernels.factory.codec_ops``, so a codec of the same shape (8-bit codes, a float32 scale a head in an array
-of its own) plugs into the same kernels with an ``ops`` of its own.
+"""The FP8 codecs' device functions (``kvnumba.quant.fp8``'s ``E4M3``, ``E5M2``), bit exact with the codec's
+reference: ``ops(codec, dtype)`` gives every device function the kernels inline for one codec and plain dtype
+(``Fp8Ops``), found by the kernels through ``kernels.factory.codec_ops``.
 
-**Exact element functions** (every input): float32 <-> e4m3fn / e5m2, bfloat16 / float16 <-> float32, one
-element's quantisation and dequantisation as the codec's reference defines them. Written with integer bit
-operations on int64 values (a float's bits), plus float32 division and multiplication where the format asks
-for them (``float32(x) * inv``, ``float32(x) / scale`` where ``inv`` overflows, ``float32(decode(c)) *
-scale``): Numba has no FP8 type, and the same code runs on the GPU (compiled device functions, the float32
-operations IEEE-rounded: no fast math) and on the simulator (plain Python, float32 arithmetic in NumPy
-float32 scalars; ``kernels.words`` holds the bit casts of both worlds).
+The exact element functions take every input, with integer bit operations on int64 values (Numba has no FP8
+type) and IEEE-rounded float32 arithmetic (``kernels.words``), the same code on the GPU and the simulator.
+Rounding float32 bits ``u`` into ``E`` exponent bits (bias ``B``) and ``M`` mantissa bits, to nearest even:
 
-Rounding from float32 bits ``u`` (finite) into a format of ``E`` exponent bits (bias ``B``) and ``M``
-mantissa bits, to nearest even:
-
-- normal result (biased exponent ``e - 127 + B >= 1``): ``r = u - ((127 - B) << 23)`` (the exponent
-  rebiased), ``q = (r + 2**(S-1) - 1 + ((r >> S) & 1)) >> S`` with ``S = 23 - M``; a carry moves into the
-  exponent by itself;
-- subnormal result: the float32 significand ``1.m`` (24 bits) shifted right by ``24 - M - biased`` with
-  the same rounding (a carry gives the smallest normal); a float32 subnormal gives 0;
+- normal result: ``r = u - ((127 - B) << 23)``, ``q = (r + 2**(S-1) - 1 + ((r >> S) & 1)) >> S`` with
+  ``S = 23 - M`` (a carry moves into the exponent by itself);
+- subnormal result: the float32 significand ``1.m`` shifted right by ``24 - M - biased``, rounded the same
+  way; a float32 subnormal gives 0;
 - above the largest finite magnitude: the largest finite (FP8: saturation) or infinity (float16).
 
-The functions are made per format by the ``make_*`` factories (closure constants, as the kernel
-factory does) and memoised: ``quantiser(codec, dtype)``, ``dequantiser(codec, dtype)``, ``ops(codec, dtype)``
-(a codec or its name).
-
-**Packed conversions** (``packed_ops``), for the fast kernels (``kernels.quantise_wide``,
-``dequantise_pipelined``, ``dequantise_staged``): several elements per instruction with the GPU's own
-conversions (``cvt...e4m3x2``/``e5m2x2``, compute capability 9.0), for the heads the format treats plainly,
-bit for bit with the reference on those inputs; the kernels send every other head through the exact
-functions. Each returns int64 bits:
-
-- ``magnitudes(w0, w1, w2, w3)``: the largest magnitude bits (``x & 0x7FFF``) of the 16 bfloat16/float16
-  elements in four 8-byte words, infinities and NaNs included (their bits order above every finite
-  magnitude, so the kernel sees at once whether a head holds one);
-- ``quantise8(w0, w1, inverse_bits)``: the 8 codes of the 8 elements in two words, ``fp8(float32(x) *
-  inverse)`` rounded to nearest even and saturated at ±``FMT_MAX``; finite elements and a finite inverse;
-- ``dequantise4(codes, scale_bits)``: the 4 bfloat16/float16 elements (one 8-byte word) of the low 4
-  codes times the scale, ``float32(decode(c)) * scale`` rounded to nearest even; codes that are not NaN
-  (nor e5m2 infinities) and a finite scale, so that no product is NaN;
-- ``special(word)``: whether any of a word's 8 codes is one ``dequantise4`` does not take;
-- ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes 16 codes (two words) with that scale: a
-  finite scale and no special code, in a few whole-word operations (the fast kernels' test before they
-  convert a lane's codes straight through);
-- ``store(address, low, high, scale_bits)``: a 16-code chunk (two int64 words) dequantised by
-  ``dequantise4`` into 32 bytes at ``address`` (the staged kernel's store).
-
-On Numba's CUDA simulator the first three are NumPy twins (``kernels.simulator.fp8``) that compute the
-same definitions with ``ml_dtypes``, chosen here once, at import.
+The packed conversions (``packed_ops``) convert several elements an instruction with the GPU's own
+``cvt...e4m3x2``/``e5m2x2`` (compute capability 9.0) for the heads the format treats plainly; the kernels send
+every other head through the exact functions. On the simulator their NumPy twins (``kernels.simulator.fp8``)
+are chosen here once, at import.
 """
 import functools
 from typing import Any, NamedTuple
@@ -58,7 +25,7 @@ from ..quant.fp8 import CANONICAL_NAN, fp8_format, plain_dtype
 from .jit import device_function
 from .words import f32_div, f32_mul, store_pair
 
-__all__ = ["Fp8Ops", "bf16_from_f32", "dequantiser", "magnitudes", "make_dequantise4", "make_narrow",
+__all__ = ["EXPONENT_MASK", "Fp8Ops", "bf16_from_f32", "dequantiser", "magnitudes", "make_dequantise4", "make_narrow",
            "make_quantise8", "make_widen", "narrow", "ops", "packed_ops", "quantiser", "widen", "word_dequantiser"]
 
 if SIMULATOR:
@@ -244,7 +211,7 @@ def widen(fmt):
     return make_widen(f.exponent_bits, f.mantissa_bits, f.bias, f.ieee)
 
 
-_EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}
+EXPONENT_MASK = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 ONE_BITS = 0x3F800000  # float32 1.0
 
 
@@ -254,7 +221,7 @@ def quantiser(fmt, dtype):
     (bfloat16 or float16 bits) into ``fmt`` (see ``Fp8Ops``; the amax of a head is the largest magnitude:
     magnitudes order as their bits do)."""
     f, name = fp8_format(fmt), plain_dtype(dtype)
-    exponent_mask = _EXPONENT_MASK[name]
+    exponent_mask = EXPONENT_MASK[name]
     widen_plain, to_code = widen(name), narrow(f)
     max_bits = f32_bits_of(f.max_value)
     nan_code, max_code = f.nan_code, f.max_code
@@ -347,28 +314,11 @@ def word_dequantiser(fmt, dtype):
 
 def packed_ops(f, dtype):
     """``(magnitudes, quantise8, dequantise4, special, takes, store)`` for the FP8 codec ``f`` and the plain
-    ``dtype`` (see the module docstring; ``ops`` memoises them with the exact functions)."""
+    ``dtype`` (``Fp8Ops`` says what each does; ``ops`` memoises them with the exact functions)."""
     dequantise4 = make_dequantise4(f.name, dtype)
-    special, takes = _special_codes(f)
-
-    @device_function
-    def store(address, low, high, scale_bits):
-        """The 16 codes of ``low`` and ``high`` (the first in ``low``'s low byte) times the scale, as 32 bytes
-        of bfloat16/float16 at ``address``, in two 16-byte stores where ``address`` allows."""
-        store_pair(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
-        store_pair(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
-
-    return magnitudes, make_quantise8(f.name, dtype), dequantise4, special, takes, store
-
-
-def _special_codes(f):
-    """``special(word)``: whether any of the 8 codes in an int64 word has a magnitude of ``f.special_from`` or
-    more (e4m3: a NaN, ``0x7F``; e5m2: an infinity or NaN, ``0x7C`` and up): a byte's magnitude plus the
-    distance to that magnitude carries into its top bit. Integer arithmetic, the same on both targets.
-    ``takes(scale_bits, low, high)``: whether ``dequantise4`` takes the 16 codes of int64 words ``low`` and
-    ``high`` times the float32 whose bits are ``scale_bits``: the scale is finite and neither word holds a
-    special code (a test on 32-bit halves: on whole int64 words a top byte's sum would overflow the sign bit,
-    which NVVM takes never to happen, and it dropped that byte's test)."""
+    # A byte's magnitude plus its distance to ``f.special_from`` carries into its top bit. Tested on 32-bit
+    # halves: on whole int64 words a top byte's sum would overflow the sign bit, which NVVM takes never to
+    # happen, and it dropped that byte's test.
     carry = 0x01010101 * (0x80 - f.special_from)
 
     @device_function
@@ -381,12 +331,18 @@ def _special_codes(f):
     def takes(scale_bits, low, high):
         return ((scale_bits & 0x7F800000) != 0x7F800000) & (not (special(low) | special(high)))  # no branch
 
-    return special, takes
+    @device_function
+    def store(address, low, high, scale_bits):
+        store_pair(address, dequantise4(low, scale_bits), dequantise4(low >> 32, scale_bits))
+        store_pair(address + 16, dequantise4(high, scale_bits), dequantise4(high >> 32, scale_bits))
+
+    return magnitudes, make_quantise8(f.name, dtype), dequantise4, special, takes, store
 
 
 class Fp8Ops(NamedTuple):
     """One FP8 codec's device functions for one plain dtype (``ops``); the exact ones take every input, the
-    packed ones (``packed_ops``) the inputs the module docstring names."""
+    packed ones (``packed_ops``, int64 bits) finite elements and inverses, codes that are not NaN (nor e5m2
+    infinities) and finite scales."""
 
     magnitude: Any  # b -> magnitude bits, 0 for NaN and ±inf (``quantiser``)
     scale_of: Any  # amax magnitude bits -> scale bits
@@ -394,12 +350,12 @@ class Fp8Ops(NamedTuple):
     quantise: Any  # (b, scale_bits, inverse_bits) -> code
     dequantise: Any  # (c, scale_bits) -> plain bits (``dequantiser``)
     dequantise_word: Any  # four codes -> a word of four plain values, exactly (``word_dequantiser``)
-    magnitudes: Any  # packed: the largest magnitude bits of 16 elements in four words
-    quantise8: Any  # packed: 8 codes of two words of elements times an inverse
+    magnitudes: Any  # packed: the largest magnitude bits (inf and NaN included) of 16 elements in four words
+    quantise8: Any  # packed: 8 codes of two words of elements times an inverse, saturated
     dequantise4: Any  # packed: a word of 4 plain values of the low 4 codes times a scale
     special: Any  # whether a word of 8 codes holds one the packed conversions do not take
-    takes: Any  # whether the packed conversions take 16 codes (two words) with a scale
-    store_chunk: Any  # 16 codes times a scale, packed, as 32 bytes at an address
+    takes: Any  # whether the packed conversions take 16 codes (two words) with a scale, without a branch
+    store_chunk: Any  # 16 codes times a scale, packed, as 32 bytes at an address (16-byte stores where aligned)
 
 
 @functools.lru_cache(maxsize=None)

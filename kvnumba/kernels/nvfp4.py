@@ -1,19 +1,13 @@
 """The NVFP4 kernels of ``kv.copy``: bfloat16/float16 tokens into vLLM's NVFP4 pages, out of them, and pages to
 pages; one memoised kernel per (mode, plain side's layout, NVFP4 sides' orders, plain dtype, ``D/16``). Loads
-take ``kernels.nvfp4_load`` where it runs (its reads a round ahead, in shared memory); its conversion is this
-module's.
+take ``kernels.nvfp4_load`` where it runs; its conversion is this module's.
 
-The format is ``kvnumba.quant.nvfp4``'s (its docstring, operation for operation). A group's 16 elements convert
-in ``kernels.nvfp4_packed``'s branch-free PTX (32-bit words, byte permutes; e2m1 codes counted against a row of
-thresholds the plan made for the group's scale code) wherever it applies: every group of magnitudes below 0x7C00
-with a finite ``out`` when quantising, every scale but NaN's when dequantising. The rest (NaN, infinities, huge
-bfloat16, a scale whose reciprocal overflows) go element by element: e4m3 and bfloat16/float16 rounding as ``kernels.fp8``'s, e2m1 by the
-reference's thresholds. A group's scale is found once, by the lane that holds it. A warp takes one
-token item (the bounds guard of every kernel), then every layer of the window, K and V together (their loads
-issued before either is converted; a load takes two passes at once). A side of a token is ``H * D/16`` groups of
-16 elements; lane ``i`` takes groups ``i, i + 32, ...`` (a group: 32 bytes of bfloat16, 8 bytes of codes, one
-scale byte), so a warp reads and writes whole runs: a head's codes are one run of ``D/2`` bytes, its scales
-one of ``D/16``. Four lanes' scales go out as one 4-byte word (hence ``D`` a multiple of 64).
+The format is ``kvnumba.quant.nvfp4``'s. A group's 16 elements convert in ``kernels.nvfp4_packed``'s branch-free
+PTX wherever it applies (every group of magnitudes below 0x7C00 with a finite ``out`` when quantising, every
+scale but NaN's when dequantising); the rest go element by element with the reference's rounding. A warp takes
+one token item, then every layer, K and V together; lane ``i`` takes groups ``i, i + 32, ...`` of a side's
+``H * D/16`` (32 bytes of bfloat16, 8 bytes of codes, one scale byte), and four lanes' scales go out as one
+4-byte word (hence ``D`` a multiple of 64).
 
 An NVFP4 side is a table of its layers' addresses (``*_table``), its page bytes and block size; token ``t``
 of head ``h`` sits at slot ``t * H + h`` (NHD) or ``h * block + t`` (HND) of its side's regions.
@@ -24,8 +18,9 @@ from numba import cuda
 
 from ..quant.fp8 import CANONICAL_NAN, plain_dtype
 from ..quant.nvfp4 import RCP6
-from .fp8 import ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
+from .fp8 import EXPONENT_MASK, ONE_BITS, bf16_from_f32, f32_bits_of, magnitudes, narrow
 from .words import f32_bits, f32_div, f32_from_bits, f32_mul, lane_value, load_i32, store_i32, store_i64, store_pair
+from .factory import memoised
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .memory import load_i64, load_i128
@@ -204,24 +199,18 @@ def plain_bits_of(name):
 
 
 def group_ops(dtype):
-    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``:
-
-    - ``encode(lane, active, w0, w1, w2, w3, data, scale, g, scale_bits, unscale_bits, table)``: quantise the
-      group's words (``fetch_plain``), store its 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``,
-      the four lanes' scales as one word at ``scale``; every lane calls it (the scales' shuffles), ``active`` or
-      not; ``table``: the side's rows of ``nvfp4_packed.threshold_table``;
-    - ``decode(active, plain, codes, scales, g, scale_bits)``: dequantise (``fetch_codes``'s values) into the
-      group's 32 bytes at ``plain``.
-
-    Both take ``kernels.nvfp4_packed``'s packed conversions where they apply (every finite group, every scale
-    but NaN's) and the exact element functions elsewhere.
+    """``(encode, decode)`` device functions of one lane's group of 16 elements of ``dtype``: ``encode`` quantises
+    the group's words (``fetch_plain``) into 8 bytes of codes at ``data`` and, from lanes of ``g % 4 == 0``, four
+    lanes' scales as one word at ``scale`` (every lane calls it, ``active`` or not: the scales' shuffles;
+    ``table``: the side's rows of ``nvfp4_packed.threshold_table``); ``decode`` dequantises ``fetch_codes``'s
+    values into the group's 32 bytes at ``plain``. Both take the packed conversions where they apply.
     """
     name = plain_dtype(dtype)
     plain_bits = plain_bits_of(name)
     to_plain = bf16_from_f32 if name == "bfloat16" else narrow("float16")
     encode16, decode4, decode4_unit = encoder(), decoder(name), unit_decoder(name)
     nan_out = CANONICAL_NAN[name]
-    exponent_mask = 0x7F80 if name == "bfloat16" else 0x7C00
+    exponent_mask = EXPONENT_MASK[name]
 
     @device_function
     def exact_max(w0, w1, w2, w3):
@@ -420,20 +409,13 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
     return kernel(nvfp4_kv, max_registers=64)
 
 
-_kernels: dict = {}
-
-
 def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
     """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, ``groups``: a head's
     ``D / 16``, compiled in, so that a group's head is a division by a constant), built on first request and
     memoised (a compiled kernel, not a plan: no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    key = (mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
 
 
 def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):

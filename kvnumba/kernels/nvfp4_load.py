@@ -1,29 +1,23 @@
 """The pipelined NVFP4 load: a dequantising copy (vLLM's NVFP4 pages to bfloat16/float16) whose reads land in shared
-memory by per-thread asynchronous copies (``kernels.async_copy``), a round ahead of the conversion; the parameters
-(``nvfp4.Nvfp4Args``), work split, index guard and results of ``kernels.nvfp4``'s dequantising kernel, bit for bit.
+memory by per-thread asynchronous copies (``kernels.async_copy``), a round ahead of the conversion (as
+``kernels.dequantise_pipelined`` does for FP8); the parameters (``nvfp4.Nvfp4Args``), work split, index guard and
+results of ``kernels.nvfp4``'s dequantising kernel, bit for bit.
 
-Why: a load reads pinned host memory across PCIe, a round trip of microseconds, and the register kernel has
-nothing in flight while it converts (its reads wait in registers, capped by the 64 a thread of a 1024-thread
-block may use). As ``kernels.fp8_pipelined`` does for FP8, a warp walks its rounds (item, layer, base) and
-issues round ``n + 1``'s copies before it converts round ``n``.
-
-A round is what one pass of the register kernel takes: lane ``i`` holds groups ``base + i`` and ``base + 32 + i``
-of a token's K and of its V (8 code bytes and the 4-byte word holding the group's scale each). A stage of a
-warp's ring holds them field by field, lane by lane (``STAGE_BYTES``: consecutive lanes at consecutive words, so
-shared memory serves a warp's access at once), and each lane reads back only what it copied itself: its own wait
-covers it, the warp never meets. The round being converted keeps its addresses in registers. Needs ``cp.async``
-(compute capability 8.0) and ``SHARED_BYTES`` of shared memory a block; the plan falls back to the register
-kernel elsewhere.
+A round is one pass of the register kernel: lane ``i`` holds groups ``base + i`` and ``base + 32 + i`` of a
+token's K and of its V (8 code bytes and the 4-byte word holding the group's scale each). A stage holds them
+field by field, lane by lane (consecutive lanes at consecutive words), and each lane reads back only what it
+copied itself, so the warp never meets. Needs ``cp.async`` (compute capability 8.0) and ``SHARED_BYTES`` of shared
+memory a block; the plan falls back to the register kernel elsewhere.
 """
 from numba import cuda, int64
 
 from .async_copy import commit, copy4, copy8, load_shared_i64, waiter
-from .item_copy import in_bounds
+from .factory import memoised
 from .jit import WARP_SIZE, kernel
-from .memory import load_i64
 from ..quant.fp8 import plain_dtype
 from .nvfp4 import SIGNATURE, Nvfp4Args, group_ops, side_base, slot_of
 from .params import check_parameters
+from .scaled_copy import next_item
 from .ptx import ptx_of
 from .tma import load_shared_u32, shared_address
 
@@ -34,17 +28,10 @@ MAX_WARPS = 32  # the most warps of a block a call may ask for (launch.MAX_WARPS
 SHARED_BYTES = MAX_WARPS * STAGES * STAGE_BYTES
 
 
-_kernels: dict = {}
-
-
 def get_kernel(plain_parts, src_hnd, dtype, groups):
     """The pipelined load for one (plain side's ``LayoutParts``, source in HND order, plain dtype, ``D / 16``), built
     on first request and memoised."""
-    key = (plain_parts, bool(src_hnd), plain_dtype(dtype), int(groups))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = build(*key)
-    return built
+    return memoised(build, plain_parts, bool(src_hnd), plain_dtype(dtype), int(groups))
 
 
 def kernel_ptx(plain_parts, src_hnd, dtype="bfloat16", groups=8, cc=(9, 0)):
@@ -93,19 +80,11 @@ def build(plain_parts, src_hnd, dtype, groups):
                     layer += 1
                     if layer >= end_layer:  # the next item whose indices are in bounds
                         layer = first_layer
-                        j += 1
-                        searching = True
-                        while searching and j < count:
-                            s_tok = load_i64(src_indices + (first + j) * 8)
-                            d_tok = load_i64(dst_indices + (first + j) * 8)
-                            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                                searching = False
-                                tok = s_tok
-                                t = s_tok % src_block
-                                p_off = to(d_tok, plain_dim, plain_item, heads, plain_page)
-                            else:
-                                j += 1
-                        more = not searching
+                        j, tok, d_tok = next_item(lane, first, j + 1, count, src_indices, dst_indices,
+                                                  src_token_limit, dst_token_limit, error_flag)
+                        more = j < count
+                        t = tok % src_block
+                        p_off = to(d_tok, plain_dim, plain_item, heads, plain_page)
                     if more:
                         nk = side_base(src_table, layer, tok, src_page_bytes, src_block, 0)
                         pk = lb(plain_k, layer, plain_dim, plain_item, heads, plain_page) + p_off

@@ -70,30 +70,34 @@ mov.b32 hi, 0;
 mov.b64 $0, {{lo, hi}};"""
 
 
+# e2m1's magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bfloat16: the high bytes (``hb``) and the low bytes (``lb``) of
+# codes ``i``'s, looked up by ``prmt``
+_BF16_BYTES = """mov.b32 th0, 0x3F3F3F00; mov.b32 th1, 0x40404040; mov.b32 tl0, 0xC0800000; mov.b32 tl1, 0xC0804000;
+prmt.b32 hb, th0, th1, i; prmt.b32 lb, tl0, tl1, i;"""
+# The codes' signs (bits 3, 7, 11, 15 of ``c``) flipped into the four elements of ``lo`` and ``hi``
+_SIGNS = """and.b32 cs, c, 0x8888;
+mul.lo.u32 t, cs, 0x1001000; and.b32 t, t, 0x80008000; xor.b32 lo, lo, t;
+mul.lo.u32 t, cs, 0x10010; and.b32 t, t, 0x80008000; xor.b32 hi, hi, t;
+mov.b64 $0, {lo, hi};"""
+
+
 def decode4_ptx(dtype):
-    """The PTX body of ``decode4`` into ``dtype`` (operands ``$1``..``$3``, result ``$0``). The tables: e2m1's
-    magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 as bfloat16, high bytes then low bytes, four a register."""
+    """The PTX body of ``decode4`` into ``dtype`` (operands ``$1``..``$3``, result ``$0``)."""
     narrow = {"bfloat16": "bf16x2", "float16": "f16x2"}[dtype]
     return f"""
 .reg .b32 c, i, th0, th1, tl0, tl1, hb, lb, x<4>, s, g, lo, hi, cs, t;
 cvt.u32.u64 c, $1;
 cvt.u32.u64 s, $2;
 cvt.u32.u64 g, $3;
-mov.b32 th0, 0x3F3F3F00; mov.b32 th1, 0x40404040;
-mov.b32 tl0, 0xC0800000; mov.b32 tl1, 0xC0804000;
 and.b32 i, c, 0x7777;
-prmt.b32 hb, th0, th1, i;
-prmt.b32 lb, tl0, tl1, i;
+{_BF16_BYTES}
 prmt.b32 x0, lb, hb, 0x40CC; prmt.b32 x1, lb, hb, 0x51CC;
 prmt.b32 x2, lb, hb, 0x62CC; prmt.b32 x3, lb, hb, 0x73CC;
 mul.rn.f32 x0, x0, s; mul.rn.f32 x1, x1, s; mul.rn.f32 x2, x2, s; mul.rn.f32 x3, x3, s;
 mul.rn.f32 x0, x0, g; mul.rn.f32 x1, x1, g; mul.rn.f32 x2, x2, g; mul.rn.f32 x3, x3, g;
 cvt.rn.{narrow}.f32 lo, x1, x0;
 cvt.rn.{narrow}.f32 hi, x3, x2;
-and.b32 cs, c, 0x8888;
-mul.lo.u32 t, cs, 0x1001000; and.b32 t, t, 0x80008000; xor.b32 lo, lo, t;
-mul.lo.u32 t, cs, 0x10010; and.b32 t, t, 0x80008000; xor.b32 hi, hi, t;
-mov.b64 $0, {{lo, hi}};"""
+{_SIGNS}"""
 
 
 def decode4_unit_ptx(dtype):
@@ -103,9 +107,7 @@ def decode4_unit_ptx(dtype):
     the plain type looked up by ``prmt`` (float16's low bytes are all zero: one table)."""
     if dtype == "bfloat16":
         pair, scale = "bf16x2", "shr.u32 s, s, 16;"
-        values = ("mov.b32 th0, 0x3F3F3F00; mov.b32 th1, 0x40404040; mov.b32 tl0, 0xC0800000; "
-                  "mov.b32 tl1, 0xC0804000;\nprmt.b32 hb, th0, th1, i; prmt.b32 lb, tl0, tl1, i;\n"
-                  "prmt.b32 lo, lb, hb, 0x5140; prmt.b32 hi, lb, hb, 0x7362;")
+        values = _BF16_BYTES + "\nprmt.b32 lo, lb, hb, 0x5140; prmt.b32 hi, lb, hb, 0x7362;"
     else:
         pair, scale = "f16x2", "mov.b32 f, s; cvt.rn.f16.f32 h, f; mov.b32 s, {h, h};"
         values = ("mov.b32 th0, 0x3E3C3800; mov.b32 th1, 0x46444240;\nprmt.b32 hb, th0, th1, i;\n"
@@ -122,10 +124,7 @@ and.b32 i, c, 0x7777;
 {values}
 fma.rn.{pair} lo, lo, s, z;
 fma.rn.{pair} hi, hi, s, z;
-and.b32 cs, c, 0x8888;
-mul.lo.u32 t, cs, 0x1001000; and.b32 t, t, 0x80008000; xor.b32 lo, lo, t;
-mul.lo.u32 t, cs, 0x10010; and.b32 t, t, 0x80008000; xor.b32 hi, hi, t;
-mov.b64 $0, {{lo, hi}};"""
+{_SIGNS}"""
 
 
 if SIMULATOR:

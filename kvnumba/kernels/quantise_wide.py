@@ -1,43 +1,31 @@
-"""The wide quantising kernel: quantising copies (backups) that issue every read of a pass (``slots`` chunks a
-lane, over a token's heads) before converting any, and convert with the GPU's packed instructions
-(dequantising copies, loads: ``kernels.dequantise_pipelined``). One memoised kernel per (source layout,
-destination layout, MLA, codec, plain dtype, slots, head size); the same parameters (``ScaledArgs``), work
-split and index guard as ``kernels.scaled_copy``'s kernels, and the same results, bit for bit.
+"""The wide quantising kernel: quantising copies (backups) that issue every read of a pass before converting any,
+and convert with the GPU's packed instructions. One memoised kernel per (source layout, destination layout, MLA,
+codec, plain dtype, slots, head size), with the parameters (``ScaledArgs``), work split, index guard and results
+of ``kernels.scaled_copy``'s, bit for bit.
 
-Why: a backup runs on ``block_quota`` SMs (2 or 4) while the model computes. ``scaled_copy``'s kernels
-go one head at a time (256 bytes in flight a warp) and spend a division and a hundred integer instructions
-an element, so they are bound by latency and by those SMs' issue rate. Here:
+Why: a backup runs on a few SMs while the model computes; a head at a time and an element's integer arithmetic
+bind ``scaled_copy``'s kernels by latency and issue rate. Here:
 
-- **Chunks.** A token's K and V heads of one layer are ``kinds * H * D / 16`` chunks of 16 elements (32
-  bytes of bfloat16/float16, 16 bytes of codes). Lane ``i`` takes chunks ``base + 32 k + i`` for ``k <
-  slots``: it issues every read of its ``slots`` chunks before it uses one (a pass), then the next pass.
-  ``D / 16`` must be a power of two up to 32 (``D`` = 16 ... 512), so a head's chunks are an aligned group
-  of lanes in one row of the pass, and a pass holds at most 32 heads. ``D`` is compiled in: a chunk's head
-  and the shuffles' groups go by constant shifts.
-- **Whole passes.** Where a kind's ``H * D / 16`` chunks fill whole passes (8 heads of 128, say), each pass
-  is of one kind and every chunk in range, so a lane's addresses are offsets fixed for the copy plus the
-  pass's (``whole_pass``): no per-chunk head, kind or range arithmetic, and a lane reads its 32-byte chunks
-  16 bytes at once where the source is 16-byte aligned (half the load instructions, measured faster:
-  scripts/RESULTS.md). Other copies (few heads) take ``general_pass``, whose
-  passes may cross from K into V and end part-filled.
-- **Quantise.** Each chunk's largest magnitude (the codec's packed ``magnitudes``), the group's maximum by
-  shuffles; lane ``j`` gathers pass head ``j``'s and computes its scale and inverse (two divisions a lane
-  for up to 32 heads; lanes that own no head divide a plain value, so no division takes its slow path),
-  each chunk takes its head's inverse back by a shuffle, and ``quantise8`` multiplies and
-  converts 8 elements at a time, stored 16 bytes at once where the destination is 16-byte aligned. Lane
-  ``j`` writes head ``j``'s scale.
-- **The other heads.** A head with an infinity or NaN, a zero scale or one whose inverse overflows: the
-  warp sees it by a vote and moves that pass again with the codec's exact element functions, chunk by
-  chunk, element by element, in loops that stay loops.
+- **Chunks.** A token's K and V heads of one layer are ``kinds * H * D / 16`` chunks of 16 elements. Lane ``i``
+  takes chunks ``base + 32 k + i`` for ``k < slots`` and issues all their reads first (a pass). ``D / 16`` is a
+  power of two up to 32, compiled in, so a head's chunks are an aligned group of lanes in one row of the pass.
+- **Whole passes.** Where a kind's chunks fill whole passes, every chunk is in range and of one kind, so a lane's
+  addresses are offsets fixed for the copy plus the pass's (``whole_pass``), read 16 bytes at once where
+  aligned; other copies take ``general_pass``, whose passes may cross from K into V and end part-filled.
+- **Quantise.** Each chunk's largest magnitude (``magnitudes``), the head's by shuffles; lane ``j`` computes pass
+  head ``j``'s scale and inverse (lanes owning no head divide a plain value, so no division takes its slow
+  path) and writes the scale; each chunk takes its inverse back by a shuffle and ``quantise8`` converts it.
+- **The other heads.** A head with an infinity or NaN, a zero scale or an inverse that overflows: the warp sees
+  it by a vote and moves that pass again with the exact element functions, in loops that stay loops.
 
-``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds, kept in registers. Two: at four, a
-1024-thread block's 64 registers a thread spill, and the backup ran slower (``scripts/RESULTS.md``). With 8
-heads of 128, a token's K and V of one layer take two whole passes.
+``slots`` (``SLOTS``, at most ``D / 16``): the chunks a lane holds in registers; at four a 1024-thread block's
+64 registers a thread spill.
 """
 from numba import cuda, types
 
 from ..quant.fp8 import E4M3
 from .factory import codec_ops, memoised
+from .fp8 import EXPONENT_MASK
 from .item_copy import in_bounds
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import kv_layer_bases
@@ -49,7 +37,6 @@ from .words import group_max, lane_value, store_i32, store_i64, store_pair, warp
 
 SLOTS = 2  # chunks a lane keeps in flight (see the module docstring)
 CHUNK = 16  # elements of a chunk
-_NON_FINITE = {"bfloat16": 0x7F80, "float16": 0x7C00}  # magnitude bits from here up: infinities and NaNs
 _PLAIN_MAGNITUDE = 0x3C00  # a normal magnitude in both dtypes: the amax of lanes that own no head
 
 
@@ -129,7 +116,7 @@ def _make_passes(ops, dtype, slots, shift):
     their heads' scales and, unless a head needs the exact functions (it then returns True having written
     nothing), writes codes and scales."""
     quantise8, magnitudes, scale_of, inverse_of = ops.quantise8, ops.magnitudes, ops.scale_of, ops.inverse_of
-    non_finite = _NON_FINITE[dtype]
+    non_finite = EXPONENT_MASK[dtype]
     held_words = 4 * slots  # a closure constant: a local array's size must be known when compiling
     width = 1 << shift  # a head's chunks: lanes of one row of the pass
     pass_heads = slots * WARP_SIZE >> shift

@@ -1,40 +1,22 @@
 """The register kernel of a codec with a float32 scale per head in an array of its own (FP8's ``E4M3``,
-``E5M2``): it quantises, dequantises, or copies codes and scales, inside the copy, for every head size
-(``kernels.quantise_wide`` takes the quantising copies of heads of 16 * 2**k elements and
-``kernels.dequantise_pipelined`` the dequantising ones of heads of 8 * 2**k, faster); one kernel per (source
-layout, destination layout, MLA, mode, codec, plain dtype), built by the factory's pattern
-(``factory.memoised``).
+``E5M2``): it quantises, dequantises, or copies codes and scales, inside the copy, for every head size (the
+faster ``kernels.quantise_wide`` and ``kernels.dequantise_pipelined`` take heads of 16 * 2**k and 8 * 2**k);
+one memoised kernel per (source layout, destination layout, MLA, mode, codec, plain dtype).
 
-The format is the codec's reference (``kvnumba.quant.fp8``, byte for byte); the arithmetic is the codec's
-device functions (``factory.codec_ops``: ``kernels.fp8.ops``). Each side of a copy is a layout's
-``LayoutParts`` (``kernels.layouts``); a quantised side has two address sets of that one layout, its codes
-(items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), with their own ``layout_dim`` (and layer
-tables, for per-layer views) and the same tokens and page size. Every copy goes head by head (``heads = H`` in
-the address arithmetic), whatever the layouts.
+The format is the codec's reference (``kvnumba.quant.fp8``), the arithmetic its device functions
+(``factory.codec_ops``). A quantised side is two address sets of one layout (``LayoutParts``): its codes
+(items of ``H * D`` bytes) and its scales (items of ``H * 4`` bytes), each with its own ``layout_dim`` (and
+layer tables). Every copy goes head by head.
 
-Modes: ``"quantise"`` (plain source, FP8 destination), ``"dequantise"`` (FP8 source, plain
-destination), ``"copy"`` (FP8 to FP8: codes and scales copied).
-
-Work split: warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (an item is one
-pair of token indices, bounds-checked by ``item_copy.in_bounds``: an index outside its side is skipped
-and the error flag set), every layer of the window, K then V, head by head. Within a head of ``D``
-elements (``words = D / 4`` 8-byte words of bfloat16/float16, 4-byte words of codes) lane ``i`` takes
-words ``i, i + 32, ...``:
-
-- quantise: a lane loads up to four words into registers (a head of up to 512 elements in one read),
-  takes the largest finite magnitude of its elements, the warp's maximum by shuffles
-  (``words.group_max`` over the 32 lanes); lane 0 stores the scale, every lane its codes (four bytes per word),
-  reading again only the words past those four;
-- dequantise: every lane reads the head's scale and turns each 4-byte word of codes into an 8-byte
-  word of bfloat16/float16;
-- copy: codes word by word, lane 0 the scale.
-
-Kernels take plain int64 parameters (``ScaledArgs``), launched as every kvnumba kernel is
-(``kvnumba.driver.launch``).
+Modes (``MODES``): ``"quantise"`` (plain to FP8), ``"dequantise"`` (FP8 to plain), ``"copy"`` (FP8 to FP8).
+Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (bounds-checked by
+``item_copy.in_bounds``: an index outside its side is skipped and the error flag set), every layer, K then V,
+head by head; lane ``i`` takes a head's words ``i, i + 32, ...``. Quantising, a lane holds up to ``HELD``
+words in registers between the head's amax (``words.group_max``) and its codes, reading again only past them.
 """
 from typing import NamedTuple
 
-from numba import cuda
+from numba import cuda, types
 
 from ..quant.codec import Codec
 from ..quant.fp8 import E4M3, plain_dtype
@@ -97,6 +79,20 @@ def head_address(kinds_head, heads, k_base, v_base, stride):
     return (v_base if kind else k_base) + (kinds_head - kind * heads) * stride
 
 
+@device_function
+def next_item(lane, first, j, count, src_indices, dst_indices, src_token_limit, dst_token_limit, error_flag):
+    """``(j, s_tok, d_tok)``: the warp's first item from ``first + j`` whose indices are in bounds, the ones
+    before it skipped and flagged (``item_copy.in_bounds``); ``j == count`` when there is none (the walks of
+    ``kernels.dequantise_pipelined`` and ``kernels.nvfp4_load``)."""
+    while j < count:
+        s_tok = load_i64(src_indices + (first + j) * 8)
+        d_tok = load_i64(dst_indices + (first + j) * 8)
+        if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+            return j, s_tok, d_tok
+        j += 1
+    return j, 0, 0
+
+
 def make_head_op(mode, codec, dtype):
     """``op(lane, src, src_scale, dst, dst_scale, words)``: the warp moves one head."""
     ops = codec_ops(codec, dtype)
@@ -119,22 +115,12 @@ def make_head_op(mode, codec, dtype):
 
         @device_function
         def quantise_head(lane, src, src_scale, dst, dst_scale, words):
-            i1 = lane + WARP_SIZE
-            i2 = i1 + WARP_SIZE
-            i3 = i2 + WARP_SIZE
-            w0 = 0
-            w1 = 0
-            w2 = 0
-            w3 = 0
-            if lane < words:
-                w0 = load_i64(src + lane * 8)
-            if i1 < words:
-                w1 = load_i64(src + i1 * 8)
-            if i2 < words:
-                w2 = load_i64(src + i2 * 8)
-            if i3 < words:
-                w3 = load_i64(src + i3 * 8)
-            m = max(max(word_magnitude(w0), word_magnitude(w1)), max(word_magnitude(w2), word_magnitude(w3)))
+            held = cuda.local.array(HELD, types.int64)  # a constant size and loop: kept in registers
+            m = 0
+            for k in range(HELD):
+                i = lane + k * WARP_SIZE
+                held[k] = load_i64(src + i * 8) if i < words else 0
+                m = max(m, word_magnitude(held[k]))
             i = lane + HELD * WARP_SIZE
             while i < words:  # a head longer than the registers hold: its amax read, its codes read again
                 m = max(m, word_magnitude(load_i64(src + i * 8)))
@@ -144,14 +130,10 @@ def make_head_op(mode, codec, dtype):
             inverse_bits = inverse_of(scale_bits)
             if lane == 0:
                 store_i32(dst_scale, scale_bits)
-            if lane < words:
-                store_i32(dst + lane * 4, word_codes(w0, scale_bits, inverse_bits))
-            if i1 < words:
-                store_i32(dst + i1 * 4, word_codes(w1, scale_bits, inverse_bits))
-            if i2 < words:
-                store_i32(dst + i2 * 4, word_codes(w2, scale_bits, inverse_bits))
-            if i3 < words:
-                store_i32(dst + i3 * 4, word_codes(w3, scale_bits, inverse_bits))
+            for k in range(HELD):
+                i = lane + k * WARP_SIZE
+                if i < words:
+                    store_i32(dst + i * 4, word_codes(held[k], scale_bits, inverse_bits))
             i = lane + HELD * WARP_SIZE
             while i < words:
                 store_i32(dst + i * 4, word_codes(load_i64(src + i * 8), scale_bits, inverse_bits))
@@ -196,17 +178,15 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
     kinds = 1 if mla else 2
 
     @device_function
-    def copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item, src_dim,
-                   src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v, dst_item,
-                   dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim):
+    def copy_token(lane, s_tok, d_tok, args):
+        (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
+         src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
+         dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
         s_off = src_to(s_tok, src_dim, src_item, heads, src_page)
         s_stride = src_hs(src_dim, src_item, heads, src_page)
         d_off = dst_to(d_tok, dst_dim, dst_item, heads, dst_page)
         d_stride = dst_hs(dst_dim, dst_item, heads, dst_page)
-        ss_off = 0
-        ss_stride = 0
-        ds_off = 0
-        ds_stride = 0
+        ss_off = ss_stride = ds_off = ds_stride = 0  # a plain side has no scales
         if src_scaled:
             ss_off = src_to(s_tok, src_scales_dim, src_scales_item, heads, src_page)
             ss_stride = src_hs(src_scales_dim, src_scales_item, heads, src_page)
@@ -217,8 +197,7 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
             for kind in range(kinds):
                 s = src_lb(src_k if kind == 0 else src_v, layer, src_dim, src_item, heads, src_page) + s_off
                 d = dst_lb(dst_k if kind == 0 else dst_v, layer, dst_dim, dst_item, heads, dst_page) + d_off
-                ss = 0
-                ds = 0
+                ss = ds = 0
                 if src_scaled:
                     ss = src_lb(src_scales_k if kind == 0 else src_scales_v, layer, src_scales_dim, src_scales_item,
                                 heads, src_page) + ss_off
@@ -233,18 +212,13 @@ def make_items_copy(src, dst, mla, mode, codec, dtype):
     def copy_items(lane, first, j, count, step, args):
         """The warp's items ``first + j``, ``first + j + step``, .. below ``first + count`` (out of bounds:
         skipped and flagged)."""
-        (src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit, num_layers, heads, words, error_flag,
-         src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
-         dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim) = args
+        src_indices, dst_indices, _, src_token_limit, dst_token_limit, _, _, _, error_flag = args[:9]
         while j < count:
             item = first + j
             s_tok = load_i64(src_indices + item * 8)
             d_tok = load_i64(dst_indices + item * 8)
             if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                copy_token(lane, s_tok, d_tok, first_layer, num_layers, heads, words, src_k, src_v, src_item,
-                           src_dim, src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k,
-                           dst_v, dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item,
-                           dst_scales_dim)
+                copy_token(lane, s_tok, d_tok, args)
             j += step
 
     return copy_items

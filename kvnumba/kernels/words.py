@@ -1,28 +1,14 @@
-"""What the codec kernels (``kernels.scaled_copy`` and its fast variants, ``kernels.nvfp4``) need besides
-``kernels.memory``: 4-byte loads and stores (codes move four to a lane's word, a scale is one float32), 8- and
-16-byte stores of int64 values, float32 bit casts and arithmetic on bits, and a warp's shuffles and votes.
+"""What the codec kernels need besides ``kernels.memory``: 4-byte loads and stores (codes move four to a word, a
+scale is one float32), 8- and 16-byte stores, float32 bit casts and IEEE-rounded arithmetic on bits
+(``f32_mul``, ``f32_div``), and a warp's shuffles and votes (``group_max`` over an aligned group of ``width``
+lanes, ``lane_value``, ``warp_any``; every lane calls them, values below 2**31).
 
-On the GPU these are inline PTX and LLVM bit casts (loads ``ld.global.nc``, stores ``st.global.cg``, as
-``kernels.memory``) and ``cuda.shfl_xor_sync``/``shfl_sync``/``any_sync``; on Numba's CUDA simulator their
-Python twins (``kernels.simulator.words``), chosen here once, at import. Integers are int64 throughout (a
-4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic never
-mixes signed and unsigned types.
-
-Names:
-    load_i32(addr) -> int64 (0 .. 2**32 - 1)    store_i32(addr, value)    store_i64(addr, value)
-    store_i128(addr, low, high): 16 bytes (``addr`` 16-byte aligned), ``low`` first. Why: a warp's 8-byte
-        stores 16 or 32 bytes apart write each 32-byte sector in pieces, which moved a third to a half of
-        the bytes (scripts/RESULTS.md); 16-byte ones write whole sectors
-    store_pair(addr, low, high): the same 16 bytes at any 8-byte aligned ``addr``: one ``store_i128`` where
-        ``addr`` is 16-byte aligned, else two ``store_i64`` (a device function of the two, both worlds)
-    f32_bits(x: float32) -> int64               f32_from_bits(bits: int64) -> float32
-    f32_mul(a_bits, b_bits) -> int64            f32_div(a_bits, b_bits) -> int64 (float32 bits, IEEE-rounded;
-        the simulator's twins raise no NumPy warnings where the GPU gives inf or NaN quietly)
-    group_max(lane, value, width) -> int64: the largest over the aligned group of ``width`` lanes (a power
-        of two; 32: the warp) holding ``lane``; values below 2**31 (every lane of the warp calls it, as
-        the two below)
-    lane_value(lane, value, source) -> int64: ``value`` of lane ``source``; values below 2**31
-    warp_any(lane, flag) -> bool
+On the GPU: inline PTX (``ld.global.nc``, ``st.global.cg``, as ``kernels.memory``) and LLVM bit casts; on the
+simulator their Python twins (``kernels.simulator.words``), chosen here once, at import. Integers are int64
+throughout (a 4-byte load is zero-extended, a 4-byte store keeps the low 32 bits), so the kernels' arithmetic
+never mixes signed and unsigned types. ``store_i128`` (16-byte aligned) writes whole 32-byte sectors where a
+warp's 8-byte stores 16 or 32 bytes apart would write them in pieces; ``store_pair`` takes any 8-byte aligned
+address.
 """
 from ..driver.target import SIMULATOR
 from .jit import device_function

@@ -1,18 +1,14 @@
 """The plan of a ``kv.copy`` where a side is a ``kv.Fp8View``: quantise into FP8, dequantise out of it, or copy FP8
-caches, in one kernel launch (quantising: ``kvnumba.kernels.quantise_wide``, dequantising:
-``kvnumba.kernels.dequantise_staged`` for one-layer loads from pinned host memory on sm_90+
-(``plan.fp8_staged_plan``), ``kvnumba.kernels.dequantise_pipelined``, where they run; else
-``kvnumba.kernels.scaled_copy``; each takes the view's codec, ``kvnumba.quant.fp8``).
+caches, in one kernel launch (quantising: ``kernels.quantise_wide``; dequantising: ``kernels.dequantise_staged``
+for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``), else
+``kernels.dequantise_pipelined``; where those do not run, ``kernels.scaled_copy``).
 
-``plan.build`` builds one per (source view, destination view, layers) where either view is an FP8 one, and the
-copy's plan cache keeps it as it keeps every copy's (``plan.cache``): the views checked against each other,
-every buffer described, aligned (plain 8 bytes, codes and scales 4), reachable by the GPU (pinned host memory),
-on one device, the destinations writable and clear of the layer tables the kernel reads; per-layer views get
-device tables of their layers' addresses. A call (``Fp8Plan.fast``, as every plan's per-call path takes it)
-checks its indices (host indices against both sides' tokens, before anything is written; device indices by
-the kernel's guard and error flag, as for every entry point), writes them into its parameter block and
-launches (``kvnumba.driver.launch``). The views are read through their protocol (``is_fp8``: an Fp8View's
-``codes``, ``scales``, ``fmt``, ``dtype``, ``heads``, ``head_dim``), so this module does not import them.
+``plan.build`` builds one per (source view, destination view, layers) and the plan cache keeps it
+(``plan.cache``): the views checked against each other, every buffer described, aligned (plain 8 bytes, codes
+and scales 4), reachable by the GPU, on one device, the destinations writable and clear of the layer tables the
+kernel reads. A call (``Fp8Plan.fast``) checks its indices (host indices before anything is written, device
+indices by the kernel's guard and error flag), writes them into its parameter block and launches. The views are
+read through their protocol (``is_fp8``), so this module does not import them.
 """
 from __future__ import annotations
 
@@ -41,15 +37,6 @@ from .sides import Placement, Side
 from .tensor_maps import compute_capability, shared_limit
 
 _pack_call = struct.Struct(f"{kernels.PER_CALL}q").pack_into
-
-
-def _call_checks(route: Any) -> None:
-    """What every call checks first: the route (the kernel's only), then a pending kernel error."""
-    if routes.check_route(route) == "copy_engine":
-        raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
-                         "4-byte items); use route='kernel'")
-    if guard.flag_set():
-        guard.raise_pending()
 
 
 def is_fp8(view: Any) -> bool:
@@ -111,11 +98,32 @@ def _wide_slots(mode: str, heads: int, head_dim: int, device: int, scales: Side 
     return slots
 
 
-def _numbers(side: Side | None) -> tuple[int, int, int, int]:
-    """``(k, v, item bytes, layout_dim)`` of a side as the kernel takes them (zeros: no scales)."""
+def kernel_numbers(prefix: str, side: Side | None) -> dict[str, int]:
+    """A side's ``{prefix}_k``, ``_v``, ``_item`` and ``_dim`` as the kernel takes them (zeros: no scales)."""
     if side is None:
-        return 0, 0, 0, 0
-    return side.ptrs[0], side.ptrs[1], side.geometry.item_bytes, side.layout_dim
+        return dict.fromkeys((f"{prefix}_k", f"{prefix}_v", f"{prefix}_item", f"{prefix}_dim"), 0)
+    return {f"{prefix}_k": side.ptrs[0], f"{prefix}_v": side.ptrs[1], f"{prefix}_item": side.geometry.item_bytes,
+            f"{prefix}_dim": side.layout_dim}
+
+
+def check_views(src: Any, dst: Any, mode: str, quantised: Any, what: str) -> str:
+    """What a quantised copy checks of its views: in a copy their heads agree; else the plain view's items are
+    the ``quantised`` view's heads of bfloat16/float16 (returned: which), and its own layout takes them."""
+    if mode == "copy":
+        if (src.heads, src.head_dim) != (dst.heads, dst.head_dim):
+            raise ValueError(f"the views' heads differ: src_view (H={src.heads}, D={src.head_dim}), dst_view "
+                             f"(H={dst.heads}, D={dst.head_dim})")
+        return "bfloat16"
+    plain, name = (src, "src_view") if mode == "quantise" else (dst, "dst_view")
+    heads, head_dim = quantised.heads, quantised.head_dim
+    dtype = plain_dtype_of(plain, quantised)
+    g = plain.geometry
+    if g.heads != heads or g.item_bytes != heads * head_dim * 2:
+        raise ValueError(f"{name} has items of {g.heads} heads, {g.item_bytes} bytes; the {what} view's are "
+                         f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
+    if plain.user_layout:
+        check_user_layout(plain, heads)
+    return dtype
 
 
 def copy_mode(src: Any, dst: Any, quantised: Any = None, what: str = "FP8", view_name: str = "kv.Fp8View") -> str:
@@ -144,24 +152,10 @@ class Fp8Plan:
             raise ValueError(f"src_view is {'MLA (no V)' if src.mla else 'K and V'} but dst_view is "
                              f"{'MLA (no V)' if dst.mla else 'K and V'}")
         heads, head_dim = fp8.heads, fp8.head_dim
-        if mode == "copy":
-            if src.fmt != dst.fmt:
-                raise ValueError(f"src_view holds {src.fmt} codes but dst_view {dst.fmt}: an FP8 copy does not "
-                                 "convert between formats")
-            if (src.heads, src.head_dim) != (dst.heads, dst.head_dim):
-                raise ValueError(f"the views' heads differ: src_view (H={src.heads}, D={src.head_dim}), dst_view "
-                                 f"(H={dst.heads}, D={dst.head_dim})")
-            dtype = "bfloat16"
-        else:
-            plain = src if mode == "quantise" else dst
-            dtype = plain_dtype_of(plain, fp8)
-            g = plain.geometry
-            name = "src_view" if mode == "quantise" else "dst_view"
-            if g.heads != heads or g.item_bytes != heads * head_dim * 2:
-                raise ValueError(f"{name} has items of {g.heads} heads, {g.item_bytes} bytes; the FP8 view's are "
-                                 f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
-            if plain.user_layout:
-                check_user_layout(plain, heads)
+        if mode == "copy" and src.fmt != dst.fmt:
+            raise ValueError(f"src_view holds {src.fmt} codes but dst_view {dst.fmt}: an FP8 copy does not convert "
+                             "between formats")
+        dtype = check_views(src, dst, mode, fp8, "FP8")
         for name, view in (("src_view", src), ("dst_view", dst)):  # FP8 kernels go head by head (a scale a head)
             for one in (view.codes, view.scales) if is_fp8(view) else (view,):
                 if one.head_runs not in (1, heads):
@@ -171,26 +165,15 @@ class Fp8Plan:
         place = Placement()
         self.src, src_scales = _sides(place, "src_view", src, False, self.first_layer, self.window)
         self.dst, dst_scales = _sides(place, "dst_view", dst, True, self.first_layer, self.window)
-        self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
-        check_disjoint(self.destinations, place.guides)
-        self.clearance = Clearance(self.destinations)  # every call's index arrays against them
-        self.tokens = (src.geometry.tokens, dst.geometry.tokens)
-        self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
+        self._placed(place, src, dst)
         self.fmt, self.codec, self.dtype = fp8.fmt, fp8.codec, dtype
         s, d = self.src, self.dst
-        (src_k, src_v, src_item, src_dim), (dst_k, dst_v, dst_item, dst_dim) = _numbers(s), _numbers(d)
-        src_scales_k, src_scales_v, src_scales_item, src_scales_dim = _numbers(src_scales)
-        dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim = _numbers(dst_scales)
         self.template = kernels.ScaledArgs(
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
             src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
-            words=head_dim // 4, error_flag=guard.flag_address(),
-            src_k=src_k, src_v=src_v, src_item=src_item, src_dim=src_dim, src_page=s.page_size,
-            src_scales_k=src_scales_k, src_scales_v=src_scales_v, src_scales_item=src_scales_item,
-            src_scales_dim=src_scales_dim,
-            dst_k=dst_k, dst_v=dst_v, dst_item=dst_item, dst_dim=dst_dim, dst_page=d.page_size,
-            dst_scales_k=dst_scales_k, dst_scales_v=dst_scales_v, dst_scales_item=dst_scales_item,
-            dst_scales_dim=dst_scales_dim)
+            words=head_dim // 4, error_flag=guard.flag_address(), **kernel_numbers("src", s), src_page=s.page_size,
+            **kernel_numbers("src_scales", src_scales), **kernel_numbers("dst", d), dst_page=d.page_size,
+            **kernel_numbers("dst_scales", dst_scales))
         self.slots = _wide_slots(mode, heads, head_dim, self.device, src_scales or dst_scales,
                                  self.src if mode == "dequantise" else self.dst)
         shared = 0
@@ -202,8 +185,21 @@ class Fp8Plan:
             dispatcher = quantise_wide.get_kernel(s.parts, d.parts, src.mla, self.codec, dtype, self.slots, head_dim)
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
-        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
+        self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
+
+    def _placed(self, place: Placement, src: Any, dst: Any) -> None:
+        """The plan's device and destinations once its sides are placed, checked clear of what the kernel reads;
+        the views' tokens and labels for every call's index checks."""
+        self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
+        check_disjoint(self.destinations, place.guides)
+        self.clearance = Clearance(self.destinations)  # every call's index arrays against them
+        self.tokens = (src.geometry.tokens, dst.geometry.tokens)
+        self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
+
+    def _bound(self, dispatcher: Any, signature: Any, shared: int) -> None:
+        """The plan's kernel bound to its template, and whether its calls check host indices."""
+        self.kernel = BoundKernel(launchable(dispatcher, signature, shared), self.device, self.template)
         checks = config.tuning("host_index_checks")
         self.host_index_checks = checks is None or bool(checks)
 
@@ -213,7 +209,11 @@ class Fp8Plan:
              num_warps_per_block: Any = 32, *, stream: Any = None, check: bool = False, route: Any = "auto") -> int:
         """A call as a plan's per-call path takes it (``KernelPlan.fast``'s arguments: ``layer_id`` is None
         for ``kv.copy``): the route checked, a pending kernel error raised, then ``run``."""
-        _call_checks(route)
+        if routes.check_route(route) == "copy_engine":
+            raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
+                             "4-byte items); use route='kernel'")
+        if guard.flag_set():
+            guard.raise_pending()
         return self.run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
                         check or guard.ALWAYS_CHECK)
 

@@ -1,21 +1,15 @@
 """Whether an FP8 dequantising load (``kv.copy(fp8_view, plain_view, ...)``, ``plan.fp8_plan``) takes the staged
 kernel (``kernels.dequantise_staged``), and that kernel bound for it.
 
-The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the
-geometry allows (the simulator too), ``register`` never, and ``auto`` stages one-layer loads from pinned host
-memory into GPU memory on sm_90+, for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, heads of 8 * 2**k
-too, which the pipelined kernel (``kernels.dequantise_pipelined``) would take otherwise: since the staged kernel's
-blocks hold 16 warps of 128 registers (``dequantise_staged.WARPS``), it runs faster at bq=2, where the pipelined
-kernel's per-thread copies from host memory stall on the link, and a little slower at bq=4 (scripts/RESULTS.md).
-The geometry allows it
-when the source is layer-first (one buffer or a list of per-layer arrays), page-first or page-head
-(``kernels.dequantise_staged.SOURCES``), its heads hold a multiple of 16 codes, a stage of the ring holds at least
-one token's codes and scales (``dequantise_staged.run_limits``), and the bulk-copy unit can read the layer's codes
-buffers (``plan.tensor_maps.source_maps``: 16-byte aligned, sizes it can describe). Anything else, and calls
-of one warp a block or fewer items, run the register FP8 kernel. ``watching`` tells tests and tools what a
-plan chose. The scales come through tensor maps of their own where the bulk unit can bring them
-(``_scale_maps``), else by the loader's lanes (``kernels.dequantise_staged``; ``config.override(scale_boxes=False)``:
-always so).
+The setting is bfloat16 loads' (``plan.staged_plan``; ``KVNUMBA_LOAD_PATH``): ``staged`` wherever the geometry
+allows (the simulator too), ``register`` never, and ``auto`` one-layer loads from pinned host memory into GPU
+memory on sm_90+ (``auto_stages``), for calls of at least ``staged_plan.AUTO_MIN_ITEMS`` items, heads of 8 * 2**k
+too (the staged kernel's 16-warp blocks do not stall on the link as the pipelined kernel's per-thread copies
+do). The geometry allows it for a source of ``dequantise_staged.SOURCES``, heads of a multiple of 16 codes, a
+stage that holds a token's codes and scales (``dequantise_staged.run_limits``), and codes buffers the bulk-copy
+unit can read (``plan.tensor_maps.source_maps``). Anything else, and calls of one warp a block or fewer items,
+run the register FP8 kernel. The scales come through tensor maps of their own where the bulk unit can bring
+them (``_scale_maps``; ``config.override(scale_boxes=False)``: never). ``watching`` tells tests what a plan chose.
 """
 import contextlib
 from typing import Any, NamedTuple

@@ -14,9 +14,6 @@ import numpy as np
 
 from .. import config
 from ..checks import guard
-from ..checks.overlap import Clearance, check_disjoint
-from ..checks.user_layouts import check_user_layout
-from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
 from ..kernels import nvfp4 as kernels
 from ..kernels import nvfp4_load
@@ -25,7 +22,7 @@ from ..kernels.fp8 import f32_bits_of
 from ..quant.nvfp4 import _rcp
 from .copy_plan import copy_window, view_side
 from .device_tables import device_table
-from .fp8_plan import Fp8Plan, copy_mode, plain_dtype_of
+from .fp8_plan import Fp8Plan, check_views, copy_mode, kernel_numbers
 from .sides import Placement, resolve_array
 from .tensor_maps import compute_capability, shared_limit
 
@@ -68,29 +65,17 @@ class Nvfp4Plan(Fp8Plan):
         src_q, dst_q = is_nvfp4(src), is_nvfp4(dst)
         nv = dst if mode == "quantise" else src
         heads, head_dim = nv.heads, nv.head_dim
-        dtype = "bfloat16"
-        if mode == "copy":
-            if (src.heads, src.head_dim) != (dst.heads, dst.head_dim):
-                raise ValueError(f"the views' heads differ: src_view (H={src.heads}, D={src.head_dim}), dst_view "
-                                 f"(H={dst.heads}, D={dst.head_dim})")
-            if (src.k_scale, src.v_scale) != (dst.k_scale, dst.v_scale):
-                raise ValueError(f"the views' global scales differ: src_view (k_scale={src.k_scale}, v_scale="
-                                 f"{src.v_scale}), dst_view (k_scale={dst.k_scale}, v_scale={dst.v_scale}): a copy "
-                                 "moves codes and scales as they are")
-        else:
-            plain, name = (src, "src_view") if mode == "quantise" else (dst, "dst_view")
-            if plain.mla:
-                raise ValueError(f"{name} is MLA (no V): an NVFP4 cache holds K and V")
-            dtype = plain_dtype_of(plain, nv)
-            g = plain.geometry
-            if g.heads != heads or g.item_bytes != heads * head_dim * 2:
-                raise ValueError(f"{name} has items of {g.heads} heads, {g.item_bytes} bytes; the NVFP4 view's are "
-                                 f"{heads} heads of {head_dim} elements ({heads * head_dim * 2} bytes as {dtype})")
-            if plain.head_runs not in (1, heads):
-                raise ValueError(f"{name} ({plain!r}) keeps its {heads} heads in {plain.head_runs} groups: an NVFP4 "
-                                 "copy goes head by head, which needs one head group or one head a group")
-            if plain.user_layout:
-                check_user_layout(plain, heads)
+        plain, name = (src, "src_view") if mode == "quantise" else (dst, "dst_view")
+        if mode != "copy" and plain.mla:
+            raise ValueError(f"{name} is MLA (no V): an NVFP4 cache holds K and V")
+        dtype = check_views(src, dst, mode, nv, "NVFP4")
+        if mode == "copy" and (src.k_scale, src.v_scale) != (dst.k_scale, dst.v_scale):
+            raise ValueError(f"the views' global scales differ: src_view (k_scale={src.k_scale}, v_scale="
+                             f"{src.v_scale}), dst_view (k_scale={dst.k_scale}, v_scale={dst.v_scale}): a copy "
+                             "moves codes and scales as they are")
+        if mode != "copy" and plain.head_runs not in (1, heads):
+            raise ValueError(f"{name} ({plain!r}) keeps its {heads} heads in {plain.head_runs} groups: an NVFP4 "
+                             "copy goes head by head, which needs one head group or one head a group")
         self.first_layer, self.window = copy_window(src, dst, layers)
         place = Placement()
         plain_side, tables, keep, nv_infos = None, {}, [], []
@@ -112,19 +97,14 @@ class Nvfp4Plan(Fp8Plan):
             scales, unscales = [f32_bits_of(s) for s in (nv.k_scale, nv.v_scale)], [0, 0]
             thresholds = 0
         self.tables_kept = keep  # the device tables the kernel reads, alive with the plan
-        self.device, self.destinations, self.uses_torch = place.device(), place.destinations, place.torch
-        check_disjoint(self.destinations, place.guides)
-        self.clearance = Clearance(self.destinations)
-        self.tokens = (src.geometry.tokens, dst.geometry.tokens)
-        self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
+        self._placed(place, src, dst)
         self.fmt, self.dtype = "nvfp4", dtype
         p = plain_side
         self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
             src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
             groups=head_dim // 16, error_flag=guard.flag_address(),
-            plain_k=p.ptrs[0] if p else 0, plain_v=p.ptrs[1] if p else 0, plain_item=p.geometry.item_bytes if p else 0,
-            plain_dim=p.layout_dim if p else 0, plain_page=p.page_size if p else 0,
+            **kernel_numbers("plain", p), plain_page=p.page_size if p else 0,
             src_table=tables.get("src_view", 0), src_page_bytes=src.page_bytes if src_q else 0,
             src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
@@ -136,7 +116,5 @@ class Nvfp4Plan(Fp8Plan):
         else:
             dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
                                             dst_q and dst.layout == "HND", dtype, head_dim // 16)
-        self.kernel = BoundKernel(launchable(dispatcher, kernels.SIGNATURE, shared), self.device, self.template)
+        self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = None
-        checks = config.tuning("host_index_checks")
-        self.host_index_checks = checks is None or bool(checks)

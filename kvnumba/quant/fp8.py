@@ -102,18 +102,18 @@ def plain_dtype(dtype: Any) -> str:
     raise TypeError(f"an FP8 cache quantises bfloat16 or float16 values, got dtype {dtype!r}")
 
 
-def _as_plain(x: Any, dtype: str | None) -> tuple[np.ndarray, str]:
+def as_plain(x: Any, dtype: str | None) -> np.ndarray:
+    """``x`` as bfloat16/float16 values: their own dtype, or uint16 bit patterns viewed as ``dtype``."""
     x = np.asarray(x)
     if x.dtype.name in PLAIN_DTYPES:
         if dtype is not None and plain_dtype(dtype) != x.dtype.name:
             raise TypeError(f"x is {x.dtype.name} but dtype={dtype!r}")
-        return x, x.dtype.name
+        return x
     if x.dtype.itemsize == 2 and x.dtype.kind in "ui":
         if dtype is None:
             raise TypeError(f"x holds {x.dtype.name} bit patterns: say which dtype they are (dtype='bfloat16' or "
                             "'float16')")
-        name = plain_dtype(dtype)
-        return x.view(PLAIN_DTYPES[name]), name
+        return x.view(PLAIN_DTYPES[plain_dtype(dtype)])
     raise TypeError(f"x must be bfloat16 or float16 (or uint16 bit patterns with dtype=), got {x.dtype.name}")
 
 
@@ -121,7 +121,7 @@ def quantise(x: Any, fmt: str = "e4m3", dtype: str | None = None) -> tuple[np.nd
     """``(codes uint8 [..., D], scales float32 [..., 1])`` of ``x`` (bfloat16 or float16 ``[..., D]``, or
     uint16 bit patterns with ``dtype=``), one scale per head: the last axis (see the module docstring)."""
     f = fp8_format(fmt)
-    x, _ = _as_plain(x, dtype)
+    x = as_plain(x, dtype)
     wide = x.astype(np.float32)
     finite = np.isfinite(wide)
     magnitude = np.where(finite, np.abs(wide), np.float32(0))

@@ -44,7 +44,7 @@ import ml_dtypes
 import numpy as np
 
 from .codec import Codec, ScaleHome
-from .fp8 import CANONICAL_NAN, PLAIN_DTYPES, plain_dtype
+from .fp8 import CANONICAL_NAN, PLAIN_DTYPES, as_plain, plain_dtype
 
 GROUP = 16  # elements per scale
 RCP6 = np.float32(1) / np.float32(6)
@@ -88,15 +88,6 @@ def _e2m1(p: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(p), np.uint8(7), codes).astype(np.uint8)
 
 
-def _plain(x: Any, dtype: str | None) -> np.ndarray:
-    x = np.asarray(x)
-    if x.dtype.name in PLAIN_DTYPES:
-        return x
-    if x.dtype.itemsize == 2 and x.dtype.kind in "ui" and dtype is not None:
-        return x.view(PLAIN_DTYPES[plain_dtype(dtype)])
-    raise TypeError(f"x must be bfloat16 or float16 (or uint16 bit patterns with dtype=), got {x.dtype.name}")
-
-
 def _global(global_scale: Any) -> np.float32:
     value = np.float32(global_scale)
     if not np.isfinite(value) or value <= 0:
@@ -107,7 +98,7 @@ def _global(global_scale: Any) -> np.float32:
 def quantise(x: Any, global_scale: Any = 1.0, dtype: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``(data uint8 [..., D/2], scales uint8 [..., D/16])`` of ``x`` (bfloat16 or float16 ``[..., D]``, ``D`` a
     multiple of 16, or uint16 bit patterns with ``dtype=``) under ``global_scale`` (see the module docstring)."""
-    x = _plain(x, dtype)
+    x = as_plain(x, dtype)
     if x.ndim == 0 or x.shape[-1] == 0 or x.shape[-1] % GROUP:
         raise ValueError(f"x's last axis must be a multiple of {GROUP} elements, got shape {x.shape}")
     s = np.float32(1) / _global(global_scale)

@@ -4,6 +4,7 @@ even into FP8 and back into bfloat16/float16)."""
 import numpy as np
 
 from ...quant.fp8 import PLAIN_DTYPES, fp8_format
+from .words import f32_from_bits
 
 __all__ = ["magnitudes", "make_dequantise4", "make_quantise8"]
 
@@ -25,7 +26,7 @@ def make_quantise8(fmt, dtype):
     limit = np.float32(f.max_value)
 
     def quantise8(w0, w1, inverse_bits):
-        inverse = np.uint32(int(inverse_bits) & 0xFFFFFFFF).view(np.float32)
+        inverse = f32_from_bits(inverse_bits)
         with np.errstate(over="ignore"):
             scaled = np.clip(_elements((w0, w1), dtype) * inverse, -limit, limit)
         return int(scaled.astype(f.dtype).view(np.uint64)[0])
@@ -37,7 +38,7 @@ def make_dequantise4(fmt, dtype):
     f = fp8_format(fmt)
 
     def dequantise4(codes, scale_bits):
-        scale = np.uint32(int(scale_bits) & 0xFFFFFFFF).view(np.float32)
+        scale = f32_from_bits(scale_bits)
         values = np.array([int(codes) & 0xFFFFFFFF], np.uint32).view(np.uint8).view(f.dtype).astype(np.float32)
         with np.errstate(over="ignore"):
             plain = (values * scale).astype(np.float32).astype(PLAIN_DTYPES[dtype])

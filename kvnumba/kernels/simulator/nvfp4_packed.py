@@ -4,18 +4,11 @@ products and ``cvt.rn``, so that the simulated kernel runs the GPU's arithmetic,
 import ml_dtypes
 import numpy as np
 
+from .words import f32_bits, f32_from_bits
+
 __all__ = ["make_decode4", "make_decode4_unit", "make_encode16"]
 
-_M32 = 0xFFFFFFFF
 E2M1_BITS = (0, 0x3F000000, 0x3F800000, 0x3FC00000, 0x40000000, 0x40400000, 0x40800000, 0x40C00000)
-
-
-def _f32(bits):
-    return np.uint32(bits & _M32).view(np.float32)
-
-
-def _bits(x):
-    return int(np.float32(x).view(np.uint32))
 
 
 def make_encode16():
@@ -37,7 +30,7 @@ def make_decode4(dtype):
         for e in range(4):
             c = int(codes) >> 4 * e & 0xF
             with np.errstate(all="ignore"):
-                p = _f32(E2M1_BITS[c & 7]) * _f32(int(sf_bits)) * _f32(int(gs_bits))
+                p = f32_from_bits(E2M1_BITS[c & 7]) * f32_from_bits(sf_bits) * f32_from_bits(gs_bits)
                 half = int(np.array([p], np.float32).astype(plain).view(np.uint16)[0])
             out |= (half ^ (c & 8) << 12) << 16 * e
         return out - (1 << 64) if out >> 63 else out
@@ -47,7 +40,7 @@ def make_decode4(dtype):
 
 def make_decode4_unit(dtype):
     decode4 = make_decode4(dtype)
-    one = _bits(np.float32(1))
+    one = f32_bits(1)
 
     def decode4_unit(codes, sf_bits):  # the products are exact: decode4's with a global scale of 1
         return decode4(codes, sf_bits, one)
