@@ -317,7 +317,7 @@ def _convert_pool(array: Any, src: type[CacheView], dst: type[CacheView], page_s
                   num_warps_per_block: SupportsIndex | None) -> Any:
     """A conversion from or to a page-unified pool (``kvnumba.convert.unified``): one pool in, K and V out
     (a tuple; MLA: one tensor), or K and V in (a pair), one pool out."""
-    pair = unified.split_pair(array)
+    pair = list(array) if isinstance(array, (tuple, list)) and len(array) == 2 else None  # K and V
     if pair is None and isinstance(array, (tuple, list)):
         raise ValueError(f"array: a {type(array).__name__} of {len(array)} arrays; dst='page_unified' takes K and "
                          "V as a pair (k, v), or one MLA tensor")
@@ -336,7 +336,8 @@ def _convert_pool(array: Any, src: type[CacheView], dst: type[CacheView], page_s
     if engine == "numpy":
         hosts = [_host(a, n) for a, n in zip(arrays, names)]
         outs = [np.empty(shape, dtype=hosts[0][0].dtype) for shape in plan.shapes]
-        unified.assign(unified.pictures([h for h, _ in hosts], outs, src, dst, page_size))
+        for source, destination in zip(*unified.pictures([h for h, _ in hosts], outs, src, dst, page_size)):
+            unified.put(source, destination)
         outs = [hosts[0][1](o) for o in outs]
     else:
         assert infos is not None
