@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..layouts import Geometry
 from ..units import format_bytes
-from .calls import call
+from ._nixl import call
 from .sides import Side
 
 if TYPE_CHECKING:

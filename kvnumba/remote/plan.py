@@ -1,14 +1,10 @@
 """Which byte ranges a remote copy posts: NIXL descriptors planned from the two layouts.
 
 Every item (one token's K or V of one layer; a head of it where a layout splits heads) is a pair of byte
-ranges, one per side; pairs contiguous on both sides, in the same buffers, merge into one descriptor.
-That is the **direct** route: NIXL moves every byte to its final place.
-
-Where the layouts differ, the pairs may merge poorly (page-first tokens into vLLM blocks: one descriptor
-per token per layer). The **staged** route then moves the remote side's own runs into a staging buffer
-here laid out like the remote cache (its touched pages only), and ``kv.copy`` relayouts between it and
-the local view: after a READ, before a WRITE. ``route="auto"`` stages when that at least halves the
-descriptors and the remote layout can be staged; ``"direct"`` and ``"staged"`` force one.
+ranges, one per side; pairs contiguous on both sides, in the same buffers, merge into one descriptor (the
+**direct** route). The **staged** route moves the remote side's own runs into a staging view here laid out
+like it (``kvnumba.remote.staging``), which ``kv.copy`` relayouts; ``route="auto"`` stages when that at
+least halves the descriptors.
 """
 from __future__ import annotations
 

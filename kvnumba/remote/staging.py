@@ -1,13 +1,7 @@
-"""Staging views: a cache laid out like a remote one, holding only the pages a copy touches.
-
-The staged route (``kvnumba.remote.plan``) moves the remote side's runs as they are into such a view
-on this side, and ``kv.copy`` relayouts between it and the local view. A staging view has the remote
-view's class, item and page size, and ``pages`` pages (the touched ones, in page order): its class's
-``staging`` makes it (``kvnumba.layouts``; a class that cannot: the direct route).
-
-Items are stored as raw bytes (uint8, ``(H, item/H)``), which ``kv.copy`` takes opposite any dtype.
-Memory: on the simulator NumPy; on a GPU, device memory on the local view's GPU, or pinned host
-memory opposite a host view. ``Pool`` keeps them, and their NIXL registrations, for reuse.
+"""Staging views for the staged route (``kvnumba.remote.plan``): a cache of the remote view's class, item and
+page size holding only the pages a copy touches, made by its class's ``staging`` (``kvnumba.layouts``), with
+items as raw bytes (uint8, which ``kv.copy`` takes opposite any dtype). ``Pool`` keeps them, and their NIXL
+registrations, for reuse.
 """
 from __future__ import annotations
 
@@ -94,9 +88,3 @@ class Pool:
     def size(self) -> int:
         """The free views kept."""
         return sum(len(entries) for entries in self.free.values())
-
-    def drain(self) -> list[Any]:
-        """Every pooled registration (the pool is emptied): for the agent to deregister."""
-        registrations = [r for entries in self.free.values() for _, _, r in entries]
-        self.free.clear()
-        return registrations
