@@ -33,11 +33,10 @@ def _raise_interrupted(signum, frame):
 
 @contextlib.contextmanager
 def interrupt_on_signals():
-    """While the block runs, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``, so that the converters'
-    ``except`` clauses remove their temporary file (by default SIGTERM and SIGHUP end the process at
-    once, leaving it behind). Only default handlers are replaced, and only on the main thread (the only
-    one that may set them): an ignored signal or someone's own handler is left alone. The previous
-    handlers are restored afterwards."""
+    """While the block runs, SIGINT, SIGTERM and SIGHUP raise ``Interrupted``, so that the temporary output
+    is removed (by default SIGTERM and SIGHUP end the process at once, leaving it behind). Only default
+    handlers are replaced, and only on the main thread (the only one that may set them); they are restored
+    afterwards."""
     replaced = {}
     if threading.current_thread() is threading.main_thread():
         for signum in _CLEANUP_SIGNALS:
@@ -69,7 +68,7 @@ def chunks(shape, itemsize, chunk_bytes):
 
 def copy_views(src_view, dst_view, chunk_bytes, bar=None):
     """Fill ``dst_view`` from ``src_view``, two pictures ``(L, pages, P, *item)`` of the same elements (items
-    in head order: a pool's ``(G, H/G, D)`` against ``(H, D)``), chunk by chunk."""
+    in head order), chunk by chunk."""
     for layers, pages in chunks(src_view.shape, src_view.itemsize, chunk_bytes):
         block = np.ascontiguousarray(src_view[layers, pages])  # read one chunk of the input
         unified.put(block, dst_view[layers, pages])
@@ -84,8 +83,7 @@ def convert_array_into(array, out, src, dst, page_size, chunk_bytes, bar=None):
 
 
 def _shape_in(item, kind, in_path, src, dst, page_size):
-    """``item``'s shape in ``dst``; a shape that does not fit ``src`` is a ``ValueError`` naming the file
-    (and the array, in an archive)."""
+    """``item``'s shape in ``dst``; ``ValueError`` naming the file (and the array, in an archive)."""
     try:
         return converted_shape(item.shape, src, dst, page_size)
     except ValueError as err:

@@ -1,10 +1,6 @@
-"""The ``kvnumba`` command (also ``python -m kvnumba``).
-
-Every failure is one line on stderr, ``kvnumba <command>: error: <what is wrong, and what to do>``, and an
-exit code: 2 for a bad command line or a setting kvnumba cannot use (``kvnumba.config``), 1 for a command
-that failed while running (a missing file, a refused conversion, a failed check), 128 + the signal's number
-for SIGINT, SIGTERM and SIGHUP. ``kvnumba info`` still prints what it found when a setting is bad (it is the
-command for bug reports), then the error line.
+"""The ``kvnumba`` command (also ``python -m kvnumba``). Every failure is one line on stderr,
+``kvnumba <command>: error: ...``, with exit code 2 (bad command line or setting), 1 (the command failed) or
+128 + the signal's number (docs/guides/command-line.md).
 """
 import argparse
 import functools
@@ -33,7 +29,7 @@ def _squeezed(text):
 
 
 def _one_line(err):
-    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
+    """An exception as one line: an OSError as ``file: reason``; unexpected kinds with their name."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     elif isinstance(err, (ValueError, TypeError, OSError, ImportError, RuntimeError)) and str(err):
