@@ -159,14 +159,15 @@ class Agent:
         if writable is not None and not isinstance(writable, bool):
             raise TypeError(f"writable must be True, False or None, got {type(writable).__name__}")
         held = self._hold(view, "view")
-        if writable is None:
-            writable = sides.writable(view)
-        elif writable:
+        if writable is not False:  # None: as its memory allows
             try:
                 sides.check_writable(view, "view")
+                writable = True
             except ValueError as error:
-                raise ValueError(f"writable=True, but the view's memory is read-only ({error}); export it with "
-                                 "writable=False") from None
+                if writable:
+                    raise ValueError(f"writable=True, but the view's memory is read-only ({error}); export it with "
+                                     "writable=False") from None
+                writable = False
         if writable not in held.exports:
             held.exports[writable] = (self._tokens.take(), secrets.randbits(62) + 1)
         slot, export_id = held.exports[writable]

@@ -34,7 +34,6 @@ class RemoteView:
         self._owner = weakref.ref(owner)
         self.agent: str = header.agent
         self.instance: int = header.instance
-        self.export_id: int = header.export
         self.token_address: int = header.token
         self.token = token  # what the exporter's token slot holds while the export stands (export.token_of)
         self.writable: bool = header.writable  # whether its exporter lets peers write it

@@ -105,15 +105,6 @@ def check_writable(view: CacheView, name: str) -> None:
                 validate.writable(f"{name}.{which}" + (f"[{i}]" if view.per_layer else ""), info)
 
 
-def writable(view: CacheView) -> bool:
-    """Whether every buffer of ``view`` is writable now (``check_writable`` would pass)."""
-    try:
-        check_writable(view, "view")
-    except ValueError:
-        return False
-    return True
-
-
 def _place(info: Any) -> tuple[str, int]:
     """NIXL's memory type and device id of an array (everything is host memory on the simulator)."""
     if SIMULATOR or not info.on_device:
