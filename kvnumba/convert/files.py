@@ -141,7 +141,7 @@ def convert_file(in_path, out_path, src, dst, page_size=None, *, chunk_bytes=Non
             array = None if pooled else item.load()
             with (contextlib.nullcontext() if progress is None
                   else progress(label, out.nbytes if array is None else array.nbytes)) as bar:
-                if pooled:
+                if array is None:  # pooled
                     pool_files.fill(item, out, made_of, src, dst, page_size,
                                     lambda a, b: copy_views(a, b, chunk_bytes, bar))
                 elif dtype == "nvfp4":
