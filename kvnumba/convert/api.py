@@ -27,8 +27,7 @@ from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_pa
 
 __all__ = ["LayoutArg", "LayoutName", "UnifiedArg", "convert", "converted_shape"]
 
-_Scalar = TypeVar("_Scalar", bound=np.generic)
-_GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
+_Array = TypeVar("_Array", bound=Union[np.ndarray, SupportsCudaArrayInterface, TorchTensorLike])
 Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 
@@ -162,42 +161,21 @@ def convert(array: str | os.PathLike[str], src: LayoutArg | UnifiedArg, dst: Lay
             engine: Literal["auto", "numpy"] = "auto", dtype: FileDtype | None = None,
             head_groups: SupportsIndex | None = None) -> dict[str, tuple[int, ...]]: ...
 @overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: UnifiedArg,
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
-            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: LayoutArg,  # type: ignore[overload-overlap]
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None
-            ) -> tuple[np.ndarray[tuple[int, ...], np.dtype[_Scalar]], np.ndarray[tuple[int, ...], np.dtype[_Scalar]]] \
-        | np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: tuple[np.ndarray[Any, np.dtype[_Scalar]], np.ndarray[Any, np.dtype[_Scalar]]], src: LayoutArg,
-            dst: UnifiedArg, page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
-            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg | UnifiedArg,
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: _GpuArray, src: UnifiedArg, dst: UnifiedArg, page_size: SupportsIndex | None = None, *,
+def convert(array: _Array, src: UnifiedArg, dst: UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _Array: ...
 @overload
-def convert(array: _GpuArray, src: UnifiedArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,  # type: ignore[overload-overlap]
+def convert(array: _Array, src: UnifiedArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,  # type: ignore[overload-overlap]
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> tuple[_GpuArray, _GpuArray] | _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None) -> tuple[_Array, _Array] | _Array: ...
 @overload
-def convert(array: tuple[_GpuArray, _GpuArray], src: LayoutArg, dst: UnifiedArg, page_size: SupportsIndex | None = None,
+def convert(array: tuple[_Array, _Array], src: LayoutArg, dst: UnifiedArg, page_size: SupportsIndex | None = None,
             *, out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _Array: ...
 @overload
-def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
+def convert(array: _Array, src: LayoutArg, dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None) -> _Array: ...
 def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[str], src: LayoutArg | UnifiedArg,
             dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: str | os.PathLike[str] | None = None, overwrite: bool = False, engine: Engine = "auto",

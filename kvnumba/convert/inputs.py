@@ -61,9 +61,8 @@ def checked_kind(in_path):
 
 
 def _npy_header(f, name, nbytes):
-    """``(shape, dtype)`` from the .npy header at the start of ``f``, checked against ``nbytes``, the
-    file's size: a header that claims more data than the file holds is refused here, before anything
-    is mapped or allocated for it."""
+    """``(shape, dtype)`` from the .npy header at the start of ``f``, refused if it claims more data than
+    ``nbytes`` (the file's size) holds, before anything is mapped or allocated for it."""
     try:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0), (3, 0)):

@@ -25,7 +25,6 @@ class Planned(NamedTuple):
 
     shapes: list[tuple[int, ...]]
     mla: bool
-    groups: int  # the destination pool's head groups (1 where the destination is not a pool)
 
 
 def _pool_dims(pool: type[CacheView], shape: tuple[int, ...], page_size: int | None
@@ -71,11 +70,11 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
         layers, tokens, _, item, mla = _pool_dims(src, tuple(shapes[0]), page_size)
         if dst.kv_pool:
             groups = _groups(head_groups, item[0] if not mla else 1, mla)
-            return Planned([pool.pool_shape(layers, tokens, page_size, item, groups, mla)], mla, groups)
+            return Planned([pool.pool_shape(layers, tokens, page_size, item, groups, mla)], mla)
         # a pool's MLA bytes are page_first_direct's; its K and V each hold a layer_first tensor's items
         one = converted_shape(shapes[0], "pfd", dst, page_size) if mla else \
             converted_shape((layers, tokens, *item), "lf", dst, page_size)
-        return Planned([one] if mla else [one, one], mla, 1)
+        return Planned([one] if mla else [one, one], mla)
     if len(shapes) not in (1, 2):
         raise ValueError(f"{argument}: dst='page_unified' takes K and V as a pair (k, v), or one MLA tensor; got "
                          f"{len(shapes)} arrays")
@@ -90,7 +89,7 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
                          f"({d.token_axis}) have heads: pass K and V as a pair (k, v)")
     heads = 1 if mla or len(d.item) == 1 else d.item[0]
     groups = _groups(head_groups, heads, mla)
-    return Planned([pool.pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla, groups)
+    return Planned([pool.pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla)
 
 
 class Pictures(NamedTuple):
