@@ -18,13 +18,8 @@ def _numba_stream(handle):
     """The Numba stream object for raw stream ``handle`` (events are recorded on Numba streams)."""
     from numba import cuda
 
-    if handle == 0:
-        return cuda.default_stream()
-    if handle == 1:
-        return cuda.legacy_default_stream()
-    if handle == 2:
-        return cuda.per_thread_default_stream()
-    return cuda.external_stream(handle)
+    named = {0: cuda.default_stream, 1: cuda.legacy_default_stream, 2: cuda.per_thread_default_stream}
+    return named[handle]() if handle in named else cuda.external_stream(handle)
 
 
 class GpuTimer:
