@@ -82,22 +82,6 @@ def _npy_header(f, name, nbytes):
     return shape, dtype
 
 
-def _npz_members(zin, in_path):
-    """Every member of the archive as ``(name, ZipInfo, shape, dtype)``; ``ValueError`` for one that is not
-    a readable .npy array (np.savez writes nothing else)."""
-    members = []
-    for info in zin.infolist():
-        if not info.filename.endswith(".npy"):
-            raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
-                             f"convert must hold arrays only")
-        name = info.filename[:-len(".npy")]
-        with zin.open(info) as f:
-            shape, dtype = _npy_header(f, f"{in_path}[{name}]", info.file_size)
-        members.append((name, info, shape, dtype))
-    return members
-
-
-
 class Source(NamedTuple):
     """The input's arrays (``Item``s, in file order), and what the output may keep of the file."""
 
@@ -129,16 +113,22 @@ def _npy_source(in_path):
 def _npz_source(in_path):
     try:
         with zipfile.ZipFile(in_path) as zin:
-            members = _npz_members(zin, in_path)
-            compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
-
             def loader(info):
                 def load():
                     with zin.open(info) as f:
                         return np.lib.format.read_array(f, allow_pickle=False)
                 return load
 
-            yield Source([Item(name, shape, dtype, loader(info)) for name, info, shape, dtype in members], compressed)
+            items = []
+            for info in zin.infolist():  # every member a readable .npy array (np.savez writes nothing else)
+                if not info.filename.endswith(".npy"):
+                    raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
+                                     f"convert must hold arrays only")
+                name = info.filename[:-len(".npy")]
+                with zin.open(info) as f:
+                    shape, dtype = _npy_header(f, f"{in_path}[{name}]", info.file_size)
+                items.append(Item(name, shape, dtype, loader(info)))
+            yield Source(items, any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist()))
     except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # a damaged archive (the output is removed by now)
         raise ValueError(f"{in_path}: not a readable .npz (zip) archive: {err}") from None
 

@@ -144,23 +144,15 @@ def nesting(text):
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
-def _fields(entry):
-    """``(dtype, shape, begin, end)`` of a header entry, or None if it is not one."""
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-    except (TypeError, KeyError, ValueError):
-        return None
-    if isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
-        return dtype, shape, begin, end
-    return None
-
-
 def _tensor(path, name, entry, data_bytes):
     where = f"{path}[{name}]"
-    fields = _fields(entry)
-    if fields is None:
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        readable = isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in (*shape, begin, end))
+    except (TypeError, KeyError, ValueError):
+        readable = False
+    if not readable:
         raise ValueError(f"{where}: not a readable .safetensors entry: {json.dumps(entry)[:200]}")
-    dtype, shape, begin, end = fields
     if dtype not in DTYPES:
         raise ValueError(f"{where}: dtype {dtype} cannot be converted: kvnumba converts "
                          f"{', '.join(DTYPES)} (whole bytes per element)")
