@@ -17,14 +17,6 @@ def _is_terminal(stream):
         return False
 
 
-def _tqdm_class():
-    """tqdm's bar class, or None when tqdm is not installed (it is an optional dependency)."""
-    try:
-        return importlib.import_module("tqdm").tqdm
-    except ImportError:
-        return None
-
-
 def progress(label, total, *, stream=sys.stderr, unit="B", line_per_step=False):
     """A progress reporter for ``total`` units (bytes when ``unit="B"``), labelled ``label``.
 
@@ -36,13 +28,15 @@ def progress(label, total, *, stream=sys.stderr, unit="B", line_per_step=False):
     """
     if stream is None:
         return Silent()
-    tqdm = _tqdm_class()
-    if tqdm is not None:
+    try:
+        tqdm = importlib.import_module("tqdm").tqdm  # an optional dependency
+    except ImportError:
+        interval = PLAIN_INTERVAL_S if _is_terminal(stream) else None
+    else:
         bar = TqdmBar(tqdm, label, total, stream, unit)
         if not bar.disabled:  # tqdm draws only on a terminal (disable=None)
             return bar
-        return PlainLines(label, total, stream, unit, interval=None, line_per_step=line_per_step)
-    interval = PLAIN_INTERVAL_S if _is_terminal(stream) else None
+        interval = None
     return PlainLines(label, total, stream, unit, interval=interval, line_per_step=line_per_step)
 
 
