@@ -352,8 +352,7 @@ class Agent:
             raise TypeError(f"notify must be bytes or None, got {type(notify).__name__}")
         launch = dict(zip(("block_quota", "num_warps_per_block"),
                           validate.launch_config(block_quota, num_warps_per_block)))
-        local_name = "dst" if op == "READ" else "src"
-        held = self._hold(local_view, local_name)
+        held = self._hold(local_view, "dst" if op == "READ" else "src")
         if op == "READ":
             sides.check_writable(local_view, "dst")
         local, remote = held.side, remote_view.side
@@ -378,7 +377,7 @@ class Agent:
         elif route == "staged":
             raise ValueError(f"route='staged': no staging view can be made for the remote layout {remote.origin.class_name}")
         chosen = plan.choose(route, len(direct), staged_count)
-        layers_arg = _layers_argument(layer_numbers)
+        layers_arg = range(int(layer_numbers[0]), int(layer_numbers[-1]) + 1)
         if chosen == "direct":
             detail = (f"{len(direct)} descriptors ({_per(direct)}) {src_side.origin.class_name} -> {dst_side.origin.class_name}")
             return self._post(op, remote_view, local.origin.mem, local.origin.device, direct, chosen, detail, notify)
@@ -575,7 +574,3 @@ def _per(descriptors: plan.Descriptors) -> str:
         return "none"
     low, high = int(descriptors.length.min()), int(descriptors.length.max())
     return f"{format_bytes(low)} each" if low == high else f"{format_bytes(low)}-{format_bytes(high)}"
-
-
-def _layers_argument(layer_numbers: np.ndarray) -> range:
-    return range(int(layer_numbers[0]), int(layer_numbers[-1]) + 1)

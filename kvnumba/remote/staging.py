@@ -21,35 +21,19 @@ def allocator(mem: str, device: int) -> Allocate:
     undefined: a copy fills what it reads."""
     if SIMULATOR:
         return lambda shape: np.zeros(shape, np.uint8)
-    if mem == "VRAM":
-        return lambda shape: _device_array(shape, device)
-    return _pinned_array
-
-
-def _device_array(shape: tuple[int, ...], device: int) -> Any:
     from numba import cuda
 
-    with cuda.gpus[device]:
-        return cuda.device_array(shape, np.uint8)
+    def on_device(shape: tuple[int, ...]) -> Any:
+        with cuda.gpus[device]:
+            return cuda.device_array(shape, np.uint8)
 
-
-def _pinned_array(shape: tuple[int, ...]) -> Any:
-    from numba import cuda
-
-    return cuda.pinned_array(shape, np.uint8)
+    return on_device if mem == "VRAM" else (lambda shape: cuda.pinned_array(shape, np.uint8))
 
 
 def can_stage(remote: Side) -> bool:
     """Whether a staging view can be made for the remote side's layout (its class's ``stages``)."""
     cls = find_class(remote.origin.view_class)
     return cls is not None and cls.stages()
-
-
-def make(remote: Side, pages: int, layers: np.ndarray, allocate: Allocate) -> CacheView:
-    """A staging view for ``remote`` with ``pages`` pages covering ``layers`` (its class's ``staging``)."""
-    cls = find_class(remote.origin.view_class)
-    assert cls is not None, "can_stage said yes"
-    return cls.staging(remote, pages, layers, allocate)
 
 
 class Pool:
@@ -75,7 +59,9 @@ class Pool:
                 del entries[i]
                 return key, capacity, view, registration
         capacity = 1 << max(0, int(pages - 1).bit_length())
-        view = make(remote, capacity, layers, allocator(mem, device))
+        cls = find_class(remote.origin.view_class)
+        assert cls is not None, "can_stage said yes"
+        view = cls.staging(remote, capacity, layers, allocator(mem, device))
         return key, capacity, view, register(view)
 
     def give_back(self, key: tuple[Any, ...], capacity: int, view: CacheView, registration: Any) -> None:
