@@ -84,28 +84,28 @@ class _Device:
 
         return cuda.device_array(shape, dtype=np.dtype(obj.dtype))
 
-    def put(self, host_array: np.ndarray) -> Any:
-        """A small NumPy array (indices) where the kernels read it, on the input's device."""
-        host_array = np.ascontiguousarray(host_array)
-        if SIMULATOR:
-            return host_array
-        if self.kind == "torch":
-            return sys.modules["torch"].from_numpy(host_array).to(self.obj.device)
-        if self.kind == "cupy":
-            with self.obj.device:
-                return sys.modules["cupy"].asarray(host_array)
-        from numba import cuda
+    def copies(self, steps: list[tuple[CacheView, CacheView]], tokens: int, launch: tuple[int, int]) -> None:
+        """``kv.copy`` of every token, one step after the other (indices on the input's device), then wait
+        for the GPU."""
+        from ..api.copy import copy
 
-        from ..driver.devices import on_device
-
-        with on_device(self.info.device):
-            return cuda.to_device(host_array)
-
-    @staticmethod
-    def synchronize() -> None:
+        indices: Any = np.arange(tokens, dtype=np.int64)
         if not SIMULATOR:
             from numba import cuda
 
+            from ..driver.devices import on_device
+
+            if self.kind == "torch":
+                indices = sys.modules["torch"].from_numpy(indices).to(self.obj.device)
+            elif self.kind == "cupy":
+                with self.obj.device:
+                    indices = sys.modules["cupy"].asarray(indices)
+            else:
+                with on_device(self.info.device):
+                    indices = cuda.to_device(indices)
+        for a, b in steps:
+            copy(a, b, indices, indices, block_quota=launch[0], num_warps_per_block=launch[1])
+        if not SIMULATOR:
             cuda.synchronize()
 
 
@@ -124,17 +124,6 @@ def _kernel_launch(on_device: bool, block_quota: SupportsIndex | None, num_warps
                                   warps if num_warps_per_block is None else num_warps_per_block)
 
 
-def _run_copies(device: _Device, steps: list[tuple[CacheView, CacheView]], tokens: int,
-                launch: tuple[int, int]) -> None:
-    """``kv.copy`` of every token, one step after the other, then wait for the GPU."""
-    from ..api.copy import copy
-
-    indices = device.put(np.arange(tokens, dtype=np.int64))
-    for a, b in steps:
-        copy(a, b, indices, indices, block_quota=launch[0], num_warps_per_block=launch[1])
-    device.synchronize()
-
-
 def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView], d: Dims, out_shape: tuple[int, ...],
                     launch: tuple[int, int]) -> Any:
     count = math.prod(info.shape)
@@ -151,7 +140,7 @@ def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView],
     device = _Device(info)
     out = device.empty(out_shape)
     if count:
-        _run_copies(device, [(src(info.obj), dst(out))], d.tokens, launch)
+        device.copies([(src(info.obj), dst(out))], d.tokens, launch)
     return out
 
 
@@ -350,7 +339,7 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
         item = tuple(source.item_shape())
         middle = LayerFirst(*[device.empty((g.layers, g.tokens, *item)) for _ in range(1 if plan.mla else 2)])
         steps = [(source, middle), (middle, destination)]
-    _run_copies(device, steps, g.tokens, launch)
+    device.copies(steps, g.tokens, launch)
     return outs
 
 
