@@ -20,7 +20,6 @@ def _exact_size(nbytes):
     return f"{nbytes:,} B" + (f" = {format_bytes(nbytes)}" if nbytes >= 1000 else "")
 
 
-
 _MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
 _EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
 _KINDS = {".npy": "a .npy file", ".npz": "a .npz (zip) archive", safetensors.SUFFIX: "a .safetensors file"}

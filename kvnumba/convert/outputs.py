@@ -42,7 +42,6 @@ def checked_output(in_path, out_path, overwrite):
     return suffix
 
 
-
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}  # the file system cannot reserve: write instead
 _OUT_OF_SPACE = {errno.ENOSPC, getattr(errno, "EDQUOT", errno.ENOSPC)}
 
@@ -160,17 +159,12 @@ def _write_safetensors(tmp, out_path, source, shapes, convert, chunk_bytes):
         out = converted[item.name] = np.empty(shapes[item.name], dtype=item.dtype)
         convert(item, out)
     safetensors.write(tmp, converted, source.metadata, name=out_path)
-    os.chmod(tmp, _file_mode())  # the library creates its file private (0600); the others get the usual mode
+    umask = os.umask(0)  # the umask is read by setting it: put it back at once
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # the library creates its file private (0600); the others get the usual mode
 
 
 WRITERS = {".npy": _write_npy, ".npz": _write_npz, safetensors.SUFFIX: _write_safetensors}
-
-
-def _file_mode():
-    """0666 less the umask: the mode ``open`` gives the .npy and .npz outputs."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
 
 
 def _remove(path):
