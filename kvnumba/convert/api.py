@@ -1,33 +1,11 @@
-"""``kv.convert``: one K (or V, or MLA) tensor of a whole cache (T tokens, L layers) re-laid out, or every
-array of a file.
+"""``kv.convert``: one K (or V, or MLA) tensor of a whole cache re-laid out, K and V to and from SGLang's
+page-unified pool (``kvnumba.convert.unified``), or every array of a file (``kvnumba.convert.files``).
+Layouts, shapes and both engines are described in docs/guides/convert.md.
 
-A layout is a cache view class (``kvnumba.layouts``) or its registered name (``kvnumba.layouts.NAMES``: in any
-case, ``"lf"`` for ``"layer_first"``...), one that holds a whole cache's K in one array (its ``whole_tensor``),
-shaped as its ``buffer_shape`` says: e.g. ``kv.LayerFirst`` ``(L, T, *item)``, ``kv.PageFirst`` ``(T, L, *item)``
-(``item`` is one token's shape in one layer: ``(H, D)`` for MHA, ``(1, D)`` or ``(D,)`` for MLA; ``P`` the page
-size). A pool of K and V in one array (its ``kv_pool``: SGLang's page-unified pool, ``kv.PageUnified``,
-``(T // P, G, L, 2, P, H // G, D)``, MLA ``(T // P, L, P, D)``) converts into the pair ``(k, v)`` (MLA: one
-tensor), and a pair ``(k, v)`` into a pool of ``head_groups=G`` groups (``kvnumba.convert.unified``).
-
-A user-defined layout (a ``kv.CacheView`` subclass with a ``buffer_shape`` classmethod) converts to and from
-every other; on the command line, name it ``module:Class``. The views read the shapes and give the NumPy
-pictures (``kvnumba.convert.shapes``).
-
-Two engines do the same thing:
-
-- ``"numpy"``: every layout is a strided view of one index space ``(L, T // P, P, *item)`` (a view
-  class's ``logical``); the conversion is one NumPy assignment between the source's view and the
-  destination's (no intermediate copy). Used for NumPy arrays (and CPU torch tensors), and by
-  ``kvnumba convert``.
-- ``"kernels"``: ``kv.copy`` between the two layouts' views (MLA form: one buffer), every token and
-  layer, one launch, for arrays in GPU memory (torch, CuPy, Numba). ``convert`` returns after the
-  GPU work is done. On the simulator the kernel engine works on NumPy arrays (tiny ones: the
-  simulator runs one Python thread per CUDA thread).
-
-``engine="auto"`` picks the kernels for GPU memory on a real GPU, NumPy otherwise.
-
-Given a file's path instead of an array (``.npy``, ``.npz`` or ``.safetensors``), ``convert`` converts
-every array in it into the file ``out``, as ``kvnumba convert`` does (``kvnumba.convert.files``).
+- ``"numpy"``: one NumPy assignment between the two layouts' strided views of one index space
+  ``(L, T // P, P, *item)`` (``kvnumba.convert.shapes``), with no intermediate copy;
+- ``"kernels"``: one ``kv.copy`` between the two layouts' views, for arrays in GPU memory (on the
+  simulator, tiny NumPy arrays: it runs one Python thread per CUDA thread).
 """
 from __future__ import annotations
 
@@ -49,8 +27,7 @@ from .shapes import Dims, canonical_view, converted_shape, dims, layout, view_pa
 
 __all__ = ["LayoutArg", "LayoutName", "UnifiedArg", "convert", "converted_shape"]
 
-_Scalar = TypeVar("_Scalar", bound=np.generic)
-_GpuArray = TypeVar("_GpuArray", bound=Union[SupportsCudaArrayInterface, TorchTensorLike])
+_Array = TypeVar("_Array", bound=Union[np.ndarray, SupportsCudaArrayInterface, TorchTensorLike])
 Engine: TypeAlias = Literal["auto", "numpy", "kernels"]
 FileDtype: TypeAlias = Literal["bfloat16", "float16", "fp8_e4m3", "fp8_e5m2", "nvfp4"]
 
@@ -107,34 +84,44 @@ class _Device:
 
         return cuda.device_array(shape, dtype=np.dtype(obj.dtype))
 
-    def put(self, host_array: np.ndarray) -> Any:
-        """A small NumPy array (indices) where the kernels read it, on the input's device."""
-        host_array = np.ascontiguousarray(host_array)
-        if SIMULATOR:
-            return host_array
-        if self.kind == "torch":
-            return sys.modules["torch"].from_numpy(host_array).to(self.obj.device)
-        if self.kind == "cupy":
-            with self.obj.device:
-                return sys.modules["cupy"].asarray(host_array)
-        from numba import cuda
+    def copies(self, steps: list[tuple[CacheView, CacheView]], tokens: int, launch: tuple[int, int]) -> None:
+        """``kv.copy`` of every token, one step after the other (indices on the input's device), then wait
+        for the GPU."""
+        from ..api.copy import copy
 
-        from ..driver.devices import on_device
-
-        with on_device(self.info.device):
-            return cuda.to_device(host_array)
-
-    @staticmethod
-    def synchronize() -> None:
+        indices: Any = np.arange(tokens, dtype=np.int64)
         if not SIMULATOR:
             from numba import cuda
 
+            from ..driver.devices import on_device
+
+            if self.kind == "torch":
+                indices = sys.modules["torch"].from_numpy(indices).to(self.obj.device)
+            elif self.kind == "cupy":
+                with self.obj.device:
+                    indices = sys.modules["cupy"].asarray(indices)
+            else:
+                with on_device(self.info.device):
+                    indices = cuda.to_device(indices)
+        for a, b in steps:
+            copy(a, b, indices, indices, block_quota=launch[0], num_warps_per_block=launch[1])
+        if not SIMULATOR:
             cuda.synchronize()
 
 
-def _default_launch() -> tuple[int, int]:
-    """Launch shape for conversions: tiny on the simulator, wide on a GPU (this is not a background copy)."""
-    return (2, 1) if SIMULATOR else (1024, 8)
+def _kernel_launch(on_device: bool, block_quota: SupportsIndex | None, num_warps_per_block: SupportsIndex | None,
+                   arrays: str = "an array") -> tuple[int, int]:
+    """The kernel engine's launch shape once the input is where the kernels read it: tiny on the simulator,
+    wide on a GPU (a conversion is not a background copy)."""
+    if not SIMULATOR:
+        if not gpu_available():
+            raise ValueError("engine='kernels' needs a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator")
+        if not on_device:
+            raise ValueError(f"engine='kernels' needs {arrays} in GPU memory, got host memory (copy "
+                             f"{'it' if arrays == 'an array' else 'them'} to the device first, or use engine='numpy')")
+    quota, warps = (2, 1) if SIMULATOR else (1024, 8)
+    return validate.launch_config(quota if block_quota is None else block_quota,
+                                  warps if num_warps_per_block is None else num_warps_per_block)
 
 
 def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView], d: Dims, out_shape: tuple[int, ...],
@@ -152,14 +139,8 @@ def _kernel_convert(info: ArrayInfo, src: type[CacheView], dst: type[CacheView],
                          f"{item_bytes} / {heads} bytes is not a multiple of 8; use engine='numpy'")
     device = _Device(info)
     out = device.empty(out_shape)
-    if count == 0:
-        return out
-    from ..api.copy import copy
-
-    tokens = device.put(np.arange(d.tokens, dtype=np.int64))
-    copy(src(info.obj), dst(out), tokens, tokens, block_quota=launch[0],
-         num_warps_per_block=launch[1])
-    device.synchronize()
+    if count:
+        device.copies([(src(info.obj), dst(out))], d.tokens, launch)
     return out
 
 
@@ -169,42 +150,21 @@ def convert(array: str | os.PathLike[str], src: LayoutArg | UnifiedArg, dst: Lay
             engine: Literal["auto", "numpy"] = "auto", dtype: FileDtype | None = None,
             head_groups: SupportsIndex | None = None) -> dict[str, tuple[int, ...]]: ...
 @overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: UnifiedArg,
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
-            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: UnifiedArg, dst: LayoutArg,  # type: ignore[overload-overlap]
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None
-            ) -> tuple[np.ndarray[tuple[int, ...], np.dtype[_Scalar]], np.ndarray[tuple[int, ...], np.dtype[_Scalar]]] \
-        | np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: tuple[np.ndarray[Any, np.dtype[_Scalar]], np.ndarray[Any, np.dtype[_Scalar]]], src: LayoutArg,
-            dst: UnifiedArg, page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None, num_warps_per_block: SupportsIndex | None = None,
-            head_groups: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: np.ndarray[Any, np.dtype[_Scalar]], src: LayoutArg, dst: LayoutArg | UnifiedArg,
-            page_size: SupportsIndex | None = None, *, out: None = None, engine: Engine = "auto",
-            block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> np.ndarray[tuple[int, ...], np.dtype[_Scalar]]: ...
-@overload
-def convert(array: _GpuArray, src: UnifiedArg, dst: UnifiedArg, page_size: SupportsIndex | None = None, *,
+def convert(array: _Array, src: UnifiedArg, dst: UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _Array: ...
 @overload
-def convert(array: _GpuArray, src: UnifiedArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,  # type: ignore[overload-overlap]
+def convert(array: _Array, src: UnifiedArg, dst: LayoutArg, page_size: SupportsIndex | None = None, *,  # type: ignore[overload-overlap]
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> tuple[_GpuArray, _GpuArray] | _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None) -> tuple[_Array, _Array] | _Array: ...
 @overload
-def convert(array: tuple[_GpuArray, _GpuArray], src: LayoutArg, dst: UnifiedArg, page_size: SupportsIndex | None = None,
+def convert(array: tuple[_Array, _Array], src: LayoutArg, dst: UnifiedArg, page_size: SupportsIndex | None = None,
             *, out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None, head_groups: SupportsIndex | None = None) -> _Array: ...
 @overload
-def convert(array: _GpuArray, src: LayoutArg, dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
+def convert(array: _Array, src: LayoutArg, dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: None = None, engine: Engine = "auto", block_quota: SupportsIndex | None = None,
-            num_warps_per_block: SupportsIndex | None = None) -> _GpuArray: ...
+            num_warps_per_block: SupportsIndex | None = None) -> _Array: ...
 def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[str], src: LayoutArg | UnifiedArg,
             dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None = None, *,
             out: str | os.PathLike[str] | None = None, overwrite: bool = False, engine: Engine = "auto",
@@ -212,79 +172,58 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
             dtype: FileDtype | None = None, head_groups: SupportsIndex | None = None) -> Any:
     """Return ``array``, one K (or V, or MLA) tensor of a whole cache, re-laid out from ``src`` to ``dst``;
     or, given a file's path, convert every array in the file into the file ``out``. SGLang's page-unified
-    pool holds K and V in one array: from ``"page_unified"`` a pool gives the pair ``(k, v)``, and to it a
-    pair ``(k, v)`` gives one pool (MLA: one tensor either way).
+    pool holds K and V in one array: from it a pool gives the pair ``(k, v)``, to it a pair ``(k, v)`` gives
+    one pool (MLA: one tensor either way). Layouts, shapes and files: docs/guides/convert.md.
 
     Parameters
     ----------
-    array : array, str or os.PathLike
-        A NumPy array (any memory order), a CPU torch tensor, or a GPU array (torch, CuPy, Numba).
-        C-contiguous for the kernel engine. Shapes, for T tokens, L layers, item ``(H, D)`` (MHA) or
-        ``(1, D)``/``(D,)`` (MLA): the layout's ``buffer_shape``, e.g.
-
-        - ``"layer_first"``: ``(L, T, *item)``
-        - ``"page_head"``: ``(T // page_size, H, page_size, L, D)``
-        - ``"page_unified"``: one pool ``(T // page_size, G, L, 2, page_size, H // G, D)`` holding K (at 0)
-          and V (at 1), ``G`` head groups; MLA ``(T // page_size, L, page_size, D)``
-
-        For ``dst="page_unified"``, K and V as a pair ``(k, v)`` (a tuple or list of two arrays of one shape,
-        dtype and memory), or one MLA tensor (items ``(D,)`` or ``(1, D)``).
-        Or the path of a ``.npy`` file, ``.npz`` archive or ``.safetensors`` file: every array in it is
-        converted (with NumPy, in chunks) into ``out``, as ``kvnumba convert`` does.
+    array : array, pair of arrays, str or os.PathLike
+        A NumPy array (any memory order), a CPU torch tensor, or a GPU array (torch, CuPy, Numba;
+        C-contiguous), shaped as ``src``'s ``buffer_shape`` says, e.g. ``"layer_first"``: ``(L, T, *item)``,
+        item ``(H, D)`` (MHA) or ``(1, D)``/``(D,)`` (MLA). For ``dst="page_unified"``, K and V as a pair
+        ``(k, v)`` (one shape, dtype and memory), or one MLA tensor. Or the path of a ``.npy``, ``.npz`` or
+        ``.safetensors`` file, every array of which is converted (with NumPy, in chunks) into ``out``.
     src, dst : CacheView subclass or str
-        A view class that holds a whole cache in one array (``kv.LayerFirst``, ``kv.PageFirst``, ...,
-        ``kv.PageUnified``, or a user-defined layout: a ``kv.CacheView`` subclass with ``buffer_shape``), its
-        registered name or short name (``"layer_first"``, ``"lf"``: ``kvnumba.layouts.NAMES``), or
-        ``"module:Class"`` naming one. Page-unified to page-unified regroups a pool's heads into ``head_groups``
-        groups.
+        A view class that holds a whole cache in one array (``kv.LayerFirst``, ..., ``kv.PageUnified``, or a
+        ``kv.CacheView`` subclass of your own with ``buffer_shape``), its name or short name
+        (``kvnumba.layouts.NAMES``), or ``"module:Class"`` naming one.
     page_size : int, optional
-        Tokens per page; required when either layout is paged (its class's ``paged``), unused (but checked) when neither is (``kvnumba convert`` refuses
-        ``--page-size`` there).
+        Tokens per page; required when either layout is paged, unused (but checked) otherwise.
     out : str or os.PathLike, optional
-        The output file when ``array`` is a path, written in the format its suffix names (``.npy``,
-        ``.npz`` or ``.safetensors``); not the input file. It appears complete or not at all; a
-        ``.safetensors`` output keeps a ``.safetensors`` input's metadata and its bf16/fp8 dtypes.
+        For a file: the output, in the format its suffix names, never the input; it appears complete or
+        not at all.
     overwrite : bool
         For a file: replace an existing ``out`` (default False: ``FileExistsError``).
     engine : {"auto", "numpy", "kernels"}
-        ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise. ``"kernels"`` on
-        the simulator runs the kernels on (tiny) NumPy arrays.
+        ``"auto"``: kvnumba's kernels for GPU memory on a real GPU, NumPy otherwise.
     block_quota, num_warps_per_block : int, optional
         Launch shape for the kernel engine (default: wide on a GPU, tiny on the simulator).
     head_groups : int, optional
-        For ``dst="page_unified"``: the pool's head groups ``G`` (default 1), dividing the heads ``H``; 1 for
-        an MLA pool. For a file: the groups of every pool written (K and V are paired by name, ``k`` and
-        ``v`` with the pool ``kv``: ``kvnumba.convert.pool_files``).
+        For ``dst="page_unified"``: the pool's head groups ``G`` (default 1), dividing the heads ``H``; for a
+        file, those of every pool written (K and V are paired by name: ``k``, ``v`` and the pool ``kv``).
     dtype : {"fp8_e4m3", "fp8_e5m2", "bfloat16", "float16", "nvfp4"}, optional
-        For a file: quantise its bfloat16/float16 tensors into FP8 codes with float32 scales (a
-        ``.safetensors`` output), or dequantise a quantised file (``kvnumba.convert.quantised`` gives the
-        file format); ``"nvfp4"``: its ``k`` and ``v`` into vLLM's NVFP4 pages, one uint8 ``kv_cache``
-        (``page_size``: vLLM's block_size; ``dst`` is not read: ``kvnumba.convert.nvfp4_pages``). Default: every tensor as it is (a quantised file stays quantised). Arrays are
-        quantised with ``kv.copy`` into ``kv.fp8_like(view)``, or ``kvnumba.reference.quantise``.
+        For a file: quantise its bfloat16/float16 tensors into FP8 codes with float32 scales, dequantise a
+        quantised file, or write its ``k`` and ``v`` as vLLM's NVFP4 pages (docs/guides/fp8.md). Arrays are
+        quantised with ``kv.copy`` into ``kv.fp8_like(view)``.
 
     Returns
     -------
-    array or tuple
-        A new array of the same kind, dtype and device, in layout ``dst``: from an MHA page-unified pool
-        into another layout, the tuple ``(k, v)``. For a file: a dict of the output shape per array name
-        (``""`` for a ``.npy`` output).
+    array, tuple or dict
+        A new array of the same kind, dtype and device, in layout ``dst``; from an MHA pool, the tuple
+        ``(k, v)``. For a file: the output shape per array name (``""`` for a ``.npy`` output).
 
     Raises
     ------
     ValueError
-        Unknown layout or engine names, a shape that does not fit ``src`` (the message names the
-        dimension), a missing ``page_size``, T not divisible by it, page_head without ``(H, D)``
-        items, or items the kernels cannot move (not a multiple of 8 bytes). For page_unified: a pool
-        shape that is not one, K and V of different shapes, one tensor with heads where a pair is needed,
-        ``head_groups`` that does not divide H (or given for another ``dst``).
+        An unknown layout or engine, a shape that does not fit ``src`` (naming the dimension), a missing
+        ``page_size`` or one that does not divide T, items the kernels cannot move (not a multiple of 8
+        bytes); for a pool, K and V of different shapes, or ``head_groups`` that does not divide H.
     TypeError
-        If ``array`` is not an array, a pair of arrays or a path, or ``out`` is missing for a path (given
-        for an array); K and V of different dtypes.
-    FileExistsError
-        For a file: ``out`` exists and ``overwrite`` is not set.
-    OSError, ModuleNotFoundError
-        For a file: one that cannot be read or written; ``.safetensors`` without the ``safetensors``
-        package (``pip install -e ".[safetensors]"``).
+        ``array`` is not an array, a pair of arrays or a path; ``out`` missing for a path (or given for an
+        array); K and V of different dtypes.
+    FileExistsError, OSError, ModuleNotFoundError
+        For a file: ``out`` exists without ``overwrite``; a file cannot be read or written; a
+        ``.safetensors`` file without the ``safetensors`` package.
 
     Examples
     --------
@@ -318,29 +257,13 @@ def convert(array: ArrayLike | tuple[ArrayLike, ArrayLike] | str | os.PathLike[s
         return _numpy_convert(array, src, dst, page_size, converted_shape(array.shape, src, dst, page_size))
     info = array_info(array, "array")
     out_shape = converted_shape(info.shape, src, dst, page_size)
-    d = dims(src, info.shape, page_size)
     if engine == "auto":
         engine = "kernels" if (info.on_device and not SIMULATOR) else "numpy"
     if engine == "numpy":
-        if info.is_torch:
-            if info.on_device and not SIMULATOR:
-                raise ValueError("engine='numpy' needs host memory: got a CUDA torch tensor (use engine='kernels')")
-            host, back = _torch_cpu_as_numpy(array)
-            return back(_numpy_convert(host, src, dst, page_size, out_shape))
-        if not isinstance(array, np.ndarray):
-            raise ValueError(f"engine='numpy' needs a NumPy array or a CPU torch tensor, got {type(array).__name__} "
-                             f"(use engine='kernels' for GPU memory)")
-        return _numpy_convert(array, src, dst, page_size, out_shape)
-    if not SIMULATOR:
-        if not gpu_available():
-            raise ValueError("engine='kernels' needs a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator")
-        if not info.on_device:
-            raise ValueError("engine='kernels' needs an array in GPU memory, got host memory "
-                             "(copy it to the device first, or use engine='numpy')")
-    default_quota, default_warps = _default_launch()
-    launch = validate.launch_config(default_quota if block_quota is None else block_quota,
-                                    default_warps if num_warps_per_block is None else num_warps_per_block)
-    return _kernel_convert(info, src, dst, d, out_shape, launch)
+        host, back = _host(array, "array")
+        return back(_numpy_convert(host, src, dst, page_size, out_shape))
+    launch = _kernel_launch(info.on_device, block_quota, num_warps_per_block)
+    return _kernel_convert(info, src, dst, dims(src, info.shape, page_size), out_shape, launch)
 
 
 def _host(array: Any, argument: str) -> tuple[np.ndarray, Callable[[np.ndarray], Any]]:
@@ -361,19 +284,17 @@ def _convert_pool(array: Any, src: type[CacheView], dst: type[CacheView], page_s
                   num_warps_per_block: SupportsIndex | None) -> Any:
     """A conversion from or to a page-unified pool (``kvnumba.convert.unified``): one pool in, K and V out
     (a tuple; MLA: one tensor), or K and V in (a pair), one pool out."""
-    pair = unified.split_pair(array)
-    arrays = [array] if pair is None else pair
-    names = ["array"] if pair is None else ["array[0] (k)", "array[1] (v)"]
+    pair = list(array) if isinstance(array, (tuple, list)) and len(array) == 2 else None  # K and V
     if pair is None and isinstance(array, (tuple, list)):
         raise ValueError(f"array: a {type(array).__name__} of {len(array)} arrays; dst='page_unified' takes K and "
                          "V as a pair (k, v), or one MLA tensor")
-    infos = [array_info(a, n) for a, n in zip(arrays, names)] \
-        if engine == "kernels" or not all(isinstance(a, np.ndarray) for a in arrays) else None
-    if len(arrays) == 2:
-        dtypes = [np.dtype(a.dtype) if isinstance(a, np.ndarray) else None for a in arrays] if infos is None \
-            else [i.dtype for i in infos]
-        if dtypes[0] != dtypes[1]:
-            raise TypeError(f"array: K and V must have one dtype, got {dtypes[0]} and {dtypes[1]}")
+    arrays = [array] if pair is None else pair
+    names = ["array"] if pair is None else ["array[0] (k)", "array[1] (v)"]
+    infos = None if engine != "kernels" and all(isinstance(a, np.ndarray) for a in arrays) \
+        else [array_info(a, n) for a, n in zip(arrays, names)]
+    dtypes = [np.dtype(a.dtype) for a in arrays] if infos is None else [i.dtype for i in infos]
+    if dtypes[0] != dtypes[-1]:
+        raise TypeError(f"array: K and V must have one dtype, got {dtypes[0]} and {dtypes[1]}")
     shapes = [a.shape for a in arrays] if infos is None else [i.shape for i in infos]
     plan = unified.planned(shapes, src, dst, page_size, head_groups)
     assert page_size is not None  # planned() requires it
@@ -381,24 +302,16 @@ def _convert_pool(array: Any, src: type[CacheView], dst: type[CacheView], page_s
         engine = "kernels" if infos is not None and infos[0].on_device and not SIMULATOR else "numpy"
     if engine == "numpy":
         hosts = [_host(a, n) for a, n in zip(arrays, names)]
-        inputs = [h for h, _ in hosts]
-        outs = [np.empty(shape, dtype=inputs[0].dtype) for shape in plan.shapes]
-        unified.assign(unified.pictures(inputs, outs, src, dst, page_size))
-        back = hosts[0][1]
-        return tuple(back(o) for o in outs) if len(outs) == 2 else back(outs[0])
-    assert infos is not None
-    if len(infos) == 2 and (infos[0].on_device, infos[0].device) != (infos[1].on_device, infos[1].device):
-        raise ValueError("array: K and V must be in the same memory (one device, or both on the host)")
-    if not SIMULATOR:
-        if not gpu_available():
-            raise ValueError("engine='kernels' needs a CUDA GPU, or NUMBA_ENABLE_CUDASIM=1 for the simulator")
-        if not infos[0].on_device:
-            raise ValueError("engine='kernels' needs arrays in GPU memory, got host memory "
-                             "(copy them to the device first, or use engine='numpy')")
-    default_quota, default_warps = _default_launch()
-    launch = validate.launch_config(default_quota if block_quota is None else block_quota,
-                                    default_warps if num_warps_per_block is None else num_warps_per_block)
-    outs = _kernel_convert_pool(infos, src, dst, plan, launch)
+        outs = [np.empty(shape, dtype=hosts[0][0].dtype) for shape in plan.shapes]
+        for source, destination in zip(*unified.pictures([h for h, _ in hosts], outs, src, dst, page_size)):
+            unified.put(source, destination)
+        outs = [hosts[0][1](o) for o in outs]
+    else:
+        assert infos is not None
+        if len(infos) == 2 and (infos[0].on_device, infos[0].device) != (infos[1].on_device, infos[1].device):
+            raise ValueError("array: K and V must be in the same memory (one device, or both on the host)")
+        launch = _kernel_launch(infos[0].on_device, block_quota, num_warps_per_block, "arrays")
+        outs = _kernel_convert_pool(infos, src, dst, plan, launch)
     return tuple(outs) if len(outs) == 2 else outs[0]
 
 
@@ -406,8 +319,6 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
                          plan: unified.Planned, launch: tuple[int, int]) -> list[Any]:
     """The kernel engine for a pool: one ``kv.copy`` between the two sides' views (K and V together), or two
     through a layer-first pair where the sides cut a token's heads into runs no copy shares."""
-    from ..api.copy import copy
-
     device = _Device(infos[0])
     outs = [device.empty(shape) for shape in plan.shapes]
     if any(math.prod(i.shape) == 0 for i in infos):
@@ -423,22 +334,18 @@ def _kernel_convert_pool(infos: list[ArrayInfo], src: type[CacheView], dst: type
         if g.item_bytes % (8 * count):
             raise ValueError(f"engine='kernels' moves 8-byte words: one token's item is {g.item_bytes} bytes, "
                              f"cut into {count} runs of heads, not a multiple of 8 bytes each; use engine='numpy'")
-    tokens = device.put(np.arange(g.tokens, dtype=np.int64))
     steps = [(source, destination)]
     if len(runs) == 2 and runs[0] != 1:  # e.g. page_head (H runs) and a pool of 1 < G < H groups
         item = tuple(source.item_shape())
         middle = LayerFirst(*[device.empty((g.layers, g.tokens, *item)) for _ in range(1 if plan.mla else 2)])
         steps = [(source, middle), (middle, destination)]
-    for a, b in steps:
-        copy(a, b, tokens, tokens, block_quota=launch[0], num_warps_per_block=launch[1])
-    device.synchronize()
+    device.copies(steps, g.tokens, launch)
     return outs
 
 
 def _convert_file(path: str | os.PathLike[str], out: str | os.PathLike[str] | None, src: LayoutArg | UnifiedArg,
-                  dst: LayoutArg | UnifiedArg,
-                  page_size: SupportsIndex | None, engine: str, block_quota: SupportsIndex | None,
-                  num_warps_per_block: SupportsIndex | None, overwrite: bool,
+                  dst: LayoutArg | UnifiedArg, page_size: SupportsIndex | None, engine: str,
+                  block_quota: SupportsIndex | None, num_warps_per_block: SupportsIndex | None, overwrite: bool,
                   dtype: str | None = None, head_groups: SupportsIndex | None = None) -> dict[str, tuple[int, ...]]:
     """A file: ``kvnumba convert``'s conversion (NumPy, chunked, all-or-nothing), without progress output."""
     if out is None:

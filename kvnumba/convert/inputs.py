@@ -20,7 +20,6 @@ def _exact_size(nbytes):
     return f"{nbytes:,} B" + (f" = {format_bytes(nbytes)}" if nbytes >= 1000 else "")
 
 
-
 _MAGIC = {".npy": b"\x93NUMPY", ".npz": b"PK\x03\x04"}
 _EMPTY_ZIP = b"PK\x05\x06"  # a zip with no members starts with its end record (np.savez() of nothing)
 _KINDS = {".npy": "a .npy file", ".npz": "a .npz (zip) archive", safetensors.SUFFIX: "a .safetensors file"}
@@ -61,9 +60,8 @@ def checked_kind(in_path):
 
 
 def _npy_header(f, name, nbytes):
-    """``(shape, dtype)`` from the .npy header at the start of ``f``, checked against ``nbytes``, the
-    file's size: a header that claims more data than the file holds is refused here, before anything
-    is mapped or allocated for it."""
+    """``(shape, dtype)`` from the .npy header at the start of ``f``, refused if it claims more data than
+    ``nbytes`` (the file's size) holds, before anything is mapped or allocated for it."""
     try:
         version = np.lib.format.read_magic(f)
         if version not in ((1, 0), (2, 0), (3, 0)):
@@ -81,22 +79,6 @@ def _npy_header(f, name, nbytes):
         raise ValueError(f"{name}: truncated or corrupt: its header claims shape {shape} of {dtype} "
                          f"({_exact_size(claimed)}), but the file holds {_exact_size(max(held, 0))} after the header")
     return shape, dtype
-
-
-def _npz_members(zin, in_path):
-    """Every member of the archive as ``(name, ZipInfo, shape, dtype)``; ``ValueError`` for one that is not
-    a readable .npy array (np.savez writes nothing else)."""
-    members = []
-    for info in zin.infolist():
-        if not info.filename.endswith(".npy"):
-            raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
-                             f"convert must hold arrays only")
-        name = info.filename[:-len(".npy")]
-        with zin.open(info) as f:
-            shape, dtype = _npy_header(f, f"{in_path}[{name}]", info.file_size)
-        members.append((name, info, shape, dtype))
-    return members
-
 
 
 class Source(NamedTuple):
@@ -130,16 +112,22 @@ def _npy_source(in_path):
 def _npz_source(in_path):
     try:
         with zipfile.ZipFile(in_path) as zin:
-            members = _npz_members(zin, in_path)
-            compressed = any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist())
-
             def loader(info):
                 def load():
                     with zin.open(info) as f:
                         return np.lib.format.read_array(f, allow_pickle=False)
                 return load
 
-            yield Source([Item(name, shape, dtype, loader(info)) for name, info, shape, dtype in members], compressed)
+            items = []
+            for info in zin.infolist():  # every member a readable .npy array (np.savez writes nothing else)
+                if not info.filename.endswith(".npy"):
+                    raise ValueError(f"{in_path}: member {info.filename!r} is not a .npy array; a .npz archive to "
+                                     f"convert must hold arrays only")
+                name = info.filename[:-len(".npy")]
+                with zin.open(info) as f:
+                    shape, dtype = _npy_header(f, f"{in_path}[{name}]", info.file_size)
+                items.append(Item(name, shape, dtype, loader(info)))
+            yield Source(items, any(info.compress_type != zipfile.ZIP_STORED for info in zin.infolist()))
     except (zipfile.BadZipFile, zlib.error, EOFError) as err:  # a damaged archive (the output is removed by now)
         raise ValueError(f"{in_path}: not a readable .npz (zip) archive: {err}") from None
 

@@ -15,16 +15,14 @@ from ..units import format_bytes
 
 
 def temporary(path):
-    """A fresh name beside ``path`` (same file system, so ``os.replace`` is atomic); the file is created
-    by its writer, with the usual permissions."""
+    """A fresh name beside ``path`` (same file system, so ``os.replace`` is atomic)."""
     folder = os.path.dirname(os.path.abspath(path))
     return os.path.join(folder, f".{os.path.basename(path)}.{uuid.uuid4().hex[:12]}.tmp")
 
 
 def checked_output(in_path, out_path, overwrite):
-    """The output's kind (``.npy``, ``.npz`` or ``.safetensors``, from its suffix), once ``out_path`` can be
-    written: ``ValueError`` for another suffix, a folder, a folder that does not exist, or the input itself
-    (through links too); ``FileExistsError`` for an existing file unless ``overwrite``."""
+    """The output's kind (its suffix), once ``out_path`` can be written: ``ValueError`` for another suffix, a
+    folder, a missing folder or the input itself (links too); ``FileExistsError`` unless ``overwrite``."""
     suffix = os.path.splitext(out_path)[1].lower()
     if suffix not in WRITERS:
         raise ValueError(f"output must be named .npy, .npz or .safetensors (the format it is written in), "
@@ -42,7 +40,6 @@ def checked_output(in_path, out_path, overwrite):
             raise FileExistsError(errno.EEXIST, f"output {out_path!r} exists: pass overwrite=True to replace it",
                                   out_path)
     return suffix
-
 
 
 _NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}  # the file system cannot reserve: write instead
@@ -82,9 +79,8 @@ def _create_npy(path, dtype, shape, chunk_bytes):
 
 
 def _explained(err, out_path, tmp, needed=None):
-    """A clearer OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, never the
-    temporary file: with the space needed and free when the disk is full; None when ``err`` says it well
-    enough."""
+    """An OSError for ``err`` (raised while writing ``tmp``) that names ``out_path``, never the temporary
+    file, with the space needed and free when the disk is full; None when ``err`` says it well enough."""
     folder = os.path.dirname(os.path.abspath(out_path))
     if err.errno in _OUT_OF_SPACE:
         try:
@@ -163,22 +159,16 @@ def _write_safetensors(tmp, out_path, source, shapes, convert, chunk_bytes):
         out = converted[item.name] = np.empty(shapes[item.name], dtype=item.dtype)
         convert(item, out)
     safetensors.write(tmp, converted, source.metadata, name=out_path)
-    os.chmod(tmp, _file_mode())  # the library creates its file private (0600); the others get the usual mode
+    umask = os.umask(0)  # the umask is read by setting it: put it back at once
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # the library creates its file private (0600); the others get the usual mode
 
 
 WRITERS = {".npy": _write_npy, ".npz": _write_npz, safetensors.SUFFIX: _write_safetensors}
 
 
-def _file_mode():
-    """The mode a new file gets here (0666 less the umask), as ``open`` gives the .npy and .npz outputs."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return 0o666 & ~umask
-
-
 def _remove(path):
-    """Remove a temporary file, if it is there; a failure is not raised (the error that led here is the one
-    to report; a temporary file left behind is named ``.<output>.<random>.tmp``)."""
+    """Remove a temporary file if it is there, without raising: the error that led here is the one to report."""
     try:
         os.remove(path)
     except OSError:

@@ -1,18 +1,7 @@
-"""Files converted from or to SGLang's page-unified pool (``kvnumba.convert.files``; the pool itself:
-``kvnumba.convert.unified``).
-
-A pool holds K and V in one array, so a file's arrays are paired by name:
-
-- to ``page_unified``: the arrays ``k`` and ``v`` become one pool named ``kv`` (in ``k``'s place); every other
-  array alone becomes an MLA pool of its own name (items ``(D,)`` or ``(1, D)``; one with heads is refused);
-- from ``page_unified``: the MHA pool ``kv`` (in a ``.npy`` file: its one array, whatever the file's name)
-  becomes ``k`` and ``v``; an MLA pool keeps its name; an MHA pool under another name is refused;
-- pool to pool: every array is a pool, regrouped into ``head_groups`` groups under its own name.
-
-``head_groups`` is that of every pool of K and V written; MLA pools have none (it does not apply to them).
-
-The outputs are described as the input's ``Item``s are (name, shape, dtype), so the writers, the checks of the
-output format and the all-or-nothing rule are the file converter's.
+"""Files converted from or to SGLang's page-unified pool (``kvnumba.convert.unified``): a pool holds K and V
+in one array, so a file's arrays ``k`` and ``v`` pair with the pool ``kv`` (the rules, one per direction:
+docs/guides/convert.md). The outputs are described as the input's ``Item``s are, so the writers, the checks
+of the output format and the all-or-nothing rule are the file converter's (``kvnumba.convert.files``).
 """
 from .inputs import Item, Source
 from . import unified

@@ -1,18 +1,11 @@
-"""``.safetensors`` files for the file converter (``kvnumba.convert.files``: ``kv.convert`` of a path, ``kvnumba
-convert``), through the ``safetensors`` package (an optional dependency: ``pip install -e ".[safetensors]"``
-from the checkout).
+"""``.safetensors`` files for the file converter (``kvnumba.convert.files``), through the optional
+``safetensors`` package (``pip install -e ".[safetensors]"``).
 
-A file is an 8-byte little-endian header size, a JSON header (each tensor's dtype, shape and byte
-range in the data that follows; free-form ``__metadata__`` strings), then the data. The header is
-read and checked here first, so that a damaged or truncated file gets a message saying what is
-wrong; the library then opens it (its own checks too) and reads the tensors NumPy has dtypes for
-(``safe_open(framework="np")``).
-
-NumPy has no bfloat16 or float8: tensors of those dtypes are memory-mapped at the offsets the header
-gives as ``ml_dtypes`` arrays (``ml_dtypes.bfloat16``, ``ml_dtypes.float8_e4m3fn``, ...; the library's
-NumPy reader refuses them), and written back under their own dtype; a layout conversion only moves
-whole elements, so they convert byte for byte. ``ml_dtypes`` comes with the ``safetensors`` extra. The
-output is written by the library (``serialize_file``), with the metadata given.
+The header is read and checked here first, so that a damaged or truncated file gets a message saying what
+is wrong; the library then reads the tensors NumPy has dtypes for (``safe_open(framework="np")``) and writes
+the output (``serialize_file``). bfloat16 and float8 tensors, which NumPy lacks (and the library's NumPy
+reader refuses), are memory-mapped at the header's offsets as ``ml_dtypes`` arrays and written back under
+their own dtype: a layout conversion moves whole elements, so they convert byte for byte.
 """
 import importlib
 import json
@@ -151,23 +144,15 @@ def nesting(text):
     return int(np.cumsum(steps, dtype=np.int64).max(initial=0))
 
 
-def _fields(entry):
-    """``(dtype, shape, begin, end)`` of a header entry, or None if it is not one."""
-    try:
-        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
-    except (TypeError, KeyError, ValueError):
-        return None
-    if isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in (*shape, begin, end)):
-        return dtype, shape, begin, end
-    return None
-
-
 def _tensor(path, name, entry, data_bytes):
     where = f"{path}[{name}]"
-    fields = _fields(entry)
-    if fields is None:
+    try:
+        dtype, shape, (begin, end) = entry["dtype"], tuple(entry["shape"]), entry["data_offsets"]
+        readable = isinstance(dtype, str) and all(type(n) is int and n >= 0 for n in (*shape, begin, end))
+    except (TypeError, KeyError, ValueError):
+        readable = False
+    if not readable:
         raise ValueError(f"{where}: not a readable .safetensors entry: {json.dumps(entry)[:200]}")
-    dtype, shape, begin, end = fields
     if dtype not in DTYPES:
         raise ValueError(f"{where}: dtype {dtype} cannot be converted: kvnumba converts "
                          f"{', '.join(DTYPES)} (whole bytes per element)")

@@ -1,9 +1,6 @@
 """One whole-cache tensor (K, V or MLA: every token of every layer) in a layout, read through its view class:
-its dimensions, its shape in another layout, and its NumPy picture ``(L, T // P, P, *item)``.
-
-Layouts are the cache views (``kvnumba.layouts``), named by the class or its string name; the views read the
-shapes, give the pictures and say which a conversion takes (``whole_tensor``, ``kv_pool``). ``kv.convert``
-(``kvnumba.convert.api``) and the file converter (``kvnumba.convert.files``) share what is here.
+its dimensions, its shape in another layout, and its NumPy picture ``(L, T // P, P, *item)``, shared by
+``kv.convert`` and the file converter.
 """
 from __future__ import annotations
 
@@ -44,12 +41,6 @@ class Dims(NamedTuple):
     token_axis: str  # where T was read, for messages: "shape (...) in page_first"
 
 
-def _page_size(value: SupportsIndex | None, needed_by: str) -> int:
-    if value is None:
-        raise ValueError(f"{needed_by} needs page_size (tokens per page): pass page_size=")
-    return validate.integer("page_size", value, minimum=1)
-
-
 def _shaped(shape: tuple[int, ...]) -> np.ndarray:
     """A NumPy array of ``shape`` with no memory behind it (every element the same byte): view
     classes read geometry from it."""
@@ -81,8 +72,8 @@ def converted_shape(shape: Sequence[int], src: Any, dst: Any, page_size: Support
     """
     src, dst = layout(src, "src"), layout(dst, "dst")
     for lay in (src, dst):
-        if lay.paged:
-            page_size = _page_size(page_size, view_name(lay))
+        if lay.paged and page_size is None:
+            raise ValueError(f"{view_name(lay)} needs page_size (tokens per page): pass page_size=")
     if page_size is not None:
         page_size = validate.integer("page_size", page_size, minimum=1)
     d = dims(src, shape, page_size)

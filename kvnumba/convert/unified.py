@@ -1,14 +1,10 @@
-"""SGLang's page-unified pool in a conversion: K and V of a whole cache in one array (``kv.PageUnified``).
-
-A pool is MHA ``[T/P, G, L, 2, P, H/G, D]`` (``G`` head groups, K at 0 and V at 1 inside each layer) or MLA
-``[T/P, L, P, D]``. Converting from it gives K and V (MLA: one tensor) in a whole-tensor layout; converting
-to it takes K and V (MLA: one tensor) and gives one pool of ``head_groups`` groups; pool to pool regroups
-its heads.
+"""SGLang's page-unified pool in a conversion: K and V of a whole cache in one array (``kv.PageUnified``), MHA
+``[T/P, G, L, 2, P, H/G, D]`` or MLA ``[T/P, L, P, D]``, converted to and from K and V (MLA: one tensor), or
+regrouped into other head groups.
 
 Each side is read as NumPy pictures over one index space ``(L, T // P, P, *item)``: a whole tensor's
-canonical view (``kvnumba.convert.shapes``), a pool's K and V as ``(L, T // P, P, G, H/G, D)`` (MLA
-``(L, T // P, P, D)``). Items are matched by their elements in head order: splitting ``H`` into ``(G, H/G)``
-is a view of the whole tensor; only a pool-to-pool regrouping reads its source through a copy.
+canonical view (``kvnumba.convert.shapes``), a pool's K and V as ``(L, T // P, P, G, H/G, D)``. Splitting
+``H`` into ``(G, H/G)`` is a view; only a pool-to-pool regrouping reads its source through a copy.
 """
 from __future__ import annotations
 
@@ -21,7 +17,7 @@ from ..layouts import CacheView, picture
 from ..checks import validate
 from .shapes import _shaped, canonical_view, converted_shape, dims
 
-__all__ = ["Pictures", "Planned", "assign", "pictures", "planned", "put", "split_pair"]
+__all__ = ["Pictures", "Planned", "pictures", "planned", "put"]
 
 
 class Planned(NamedTuple):
@@ -29,7 +25,6 @@ class Planned(NamedTuple):
 
     shapes: list[tuple[int, ...]]
     mla: bool
-    groups: int  # the destination pool's head groups (1 where the destination is not a pool)
 
 
 def _pool_dims(pool: type[CacheView], shape: tuple[int, ...], page_size: int | None
@@ -75,11 +70,11 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
         layers, tokens, _, item, mla = _pool_dims(src, tuple(shapes[0]), page_size)
         if dst.kv_pool:
             groups = _groups(head_groups, item[0] if not mla else 1, mla)
-            return Planned([pool.pool_shape(layers, tokens, page_size, item, groups, mla)], mla, groups)
+            return Planned([pool.pool_shape(layers, tokens, page_size, item, groups, mla)], mla)
         # a pool's MLA bytes are page_first_direct's; its K and V each hold a layer_first tensor's items
         one = converted_shape(shapes[0], "pfd", dst, page_size) if mla else \
             converted_shape((layers, tokens, *item), "lf", dst, page_size)
-        return Planned([one] if mla else [one, one], mla, 1)
+        return Planned([one] if mla else [one, one], mla)
     if len(shapes) not in (1, 2):
         raise ValueError(f"{argument}: dst='page_unified' takes K and V as a pair (k, v), or one MLA tensor; got "
                          f"{len(shapes)} arrays")
@@ -94,7 +89,7 @@ def planned(shapes: Sequence[Sequence[int]], src: type[CacheView], dst: type[Cac
                          f"({d.token_axis}) have heads: pass K and V as a pair (k, v)")
     heads = 1 if mla or len(d.item) == 1 else d.item[0]
     groups = _groups(head_groups, heads, mla)
-    return Planned([pool.pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla, groups)
+    return Planned([pool.pool_shape(d.layers, d.tokens, page_size, d.item, groups, mla)], mla)
 
 
 class Pictures(NamedTuple):
@@ -138,16 +133,3 @@ def put(source: np.ndarray, destination: np.ndarray) -> None:
         return
     as_destination = _viewed(source, destination.shape)
     destination[...] = np.reshape(source, destination.shape) if as_destination is None else as_destination
-
-
-def assign(pics: Pictures) -> None:
-    """Every destination picture written from its source (the NumPy engine)."""
-    for source, destination in zip(*pics):
-        put(source, destination)
-
-
-def split_pair(array: Any) -> list[Any] | None:
-    """``[k, v]`` for a pair given as a tuple or list of two arrays, None for anything else."""
-    if isinstance(array, (tuple, list)) and len(array) == 2:
-        return list(array)
-    return None

@@ -1,10 +1,13 @@
 """NIXL's Python API, found once, on first use (``kvnumba.remote`` imports without it): ``nixl_cu13``,
 ``nixl_cu12`` or the ``nixl`` meta package. Each wheel declares torch as a dependency, but its API imports
-torch only for torch tensors, and kvnumba hands it address lists: ``pip install --no-deps`` is enough."""
+torch only for torch tensors, and kvnumba hands it address lists: ``pip install --no-deps`` is enough.
+``call`` is the one helper every NIXL call goes through."""
 from __future__ import annotations
 
 import importlib
 from typing import Any
+
+from .. import errors
 
 CANDIDATES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")
 INSTALL = ('pip install --no-deps "nixl-cu13>=1.5.1,<2" ("nixl-cu12>=1.5.1,<2" with a CUDA 12 driver; NIXL\'s '
@@ -41,3 +44,12 @@ def available() -> bool:
 def name() -> str:
     """The module NIXL was found as, e.g. ``nixl_cu13._api``."""
     return str(api().__name__)
+
+
+def call(what: str, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """A NIXL call; its failure as ``RemoteError`` naming the call and NIXL's error."""
+    try:
+        return function(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - NIXL raises its own classes (nixlNotFoundError, ...)
+        text = str(error) or type(error).__name__
+        raise errors.RemoteError(f"{what} failed: {type(error).__name__}: {text}") from error

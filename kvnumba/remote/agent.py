@@ -22,7 +22,7 @@ from ..types import ArrayLike
 from ..units import format_bytes
 from . import _nixl, export, plan, sides, staging, tokens
 from . import header as remote_header
-from .calls import call
+from ._nixl import call
 from .handles import RemoteCopy, RemoteView
 from .sides import Side
 
@@ -49,9 +49,9 @@ class Agent:
 
     Notes
     -----
-    Use ``export`` on the side that owns a cache, ``connect`` on the other with the bytes it returned
-    (they travel however you like: a file, a socket, a key-value store), then ``copy``. ``close()``
-    (or leaving ``with Agent(...) as agent:``) deregisters everything. One thread at a time.
+    ``export`` on the side that owns a cache, ``connect`` on the other with the bytes it returned, then
+    ``copy``; ``close()`` (or leaving ``with``) deregisters everything. One thread at a time. The routes and
+    what is checked: docs/guides/remote.md.
 
     Examples
     --------
@@ -116,8 +116,8 @@ class Agent:
         return self._register("DRAM", 0, array.ctypes.data, array.nbytes)
 
     def _hold(self, view: CacheView, name: str) -> _Held:
-        """The view's side, its memory registered with NIXL (once per view; released when the view is
-        collected, which an exported view is not before ``unexport`` or ``close``)."""
+        """The view's side, its memory registered with NIXL once per view (until the view is collected, or
+        for an exported view ``unexport`` or ``close``)."""
         held = self._held.get(view) if isinstance(view, CacheView) else None
         if held is None:
             side = sides.of_view(view, name)  # TypeError naming ``name`` for what is not a view
@@ -135,8 +135,7 @@ class Agent:
         return held
 
     def _drop(self, held: _Held) -> None:
-        """A view's exports made stale (their token slots zeroed, then free) and its memory deregistered:
-        at ``unexport``, or when a view used only locally is collected."""
+        """A view's exports made stale (their token slots zeroed, then free) and its memory deregistered."""
         if self.closed:
             return
         for slot, _ in held.exports.values():
@@ -149,31 +148,26 @@ class Agent:
     # --- export, connect -----------------------------------------------------------------------------
 
     def export(self, view: CacheView, *, writable: bool | None = None) -> bytes:
-        """Register ``view``'s memory with NIXL and return what another agent needs to reach it.
+        """Register ``view``'s memory with NIXL and return the bytes ``Agent.connect`` reads elsewhere.
 
-        Any kvnumba view but ``kv.LayerTable`` (raw addresses): host or device memory, K/V or MLA. The
-        bytes hold NIXL's metadata and the view's geometry; pass them to ``Agent.connect`` elsewhere.
-        ``writable``: whether peers may write the view (``Agent.copy`` with it as ``dst``); None: if its
-        memory is writable (a read-only NumPy array, or one over ``bytes``, is exported read-only), False:
-        read-only, True: writable (``ValueError`` for read-only memory). Exporting the same view again
-        returns an export of the same memory (the earlier one stays valid).
-
-        The agent holds ``view`` (and so its buffers) until ``unexport(view)`` or ``close()``, so an export
-        of a temporary view stands: ``agent.export(kv.PageFirst(k, v))``. Those two make every export of
-        it stale (copies through it raise ``StaleExportError``) and let the view go.
+        Any kvnumba view but ``kv.LayerTable`` (raw addresses). ``writable``: whether peers may write the
+        view; None: if its memory is writable, True on read-only memory: ``ValueError``. The agent holds
+        ``view`` until ``unexport(view)`` or ``close()``, which make every export of it stale
+        (``StaleExportError``); exporting it again gives an export of the same memory.
         """
         self._check_open()
         if writable is not None and not isinstance(writable, bool):
             raise TypeError(f"writable must be True, False or None, got {type(writable).__name__}")
         held = self._hold(view, "view")
-        if writable is None:
-            writable = sides.writable(view)
-        elif writable:
+        if writable is not False:  # None: as its memory allows
             try:
                 sides.check_writable(view, "view")
+                writable = True
             except ValueError as error:
-                raise ValueError(f"writable=True, but the view's memory is read-only ({error}); export it with "
-                                 "writable=False") from None
+                if writable:
+                    raise ValueError(f"writable=True, but the view's memory is read-only ({error}); export it with "
+                                     "writable=False") from None
+                writable = False
         if writable not in held.exports:
             held.exports[writable] = (self._tokens.take(), secrets.randbits(62) + 1)
         slot, export_id = held.exports[writable]
@@ -193,8 +187,8 @@ class Agent:
         return export.encode(text, blobs)
 
     def unexport(self, view: CacheView) -> None:
-        """Make every export of ``view`` stale (copies through it raise ``StaleExportError``),
-        deregister its memory and let the view go. Nothing happens for a view this agent never registered."""
+        """Make every export of ``view`` stale, deregister its memory and let the view go (nothing for a view
+        this agent never registered)."""
         self._check_open()
         self._exported.pop(id(view), None)
         held = self._held.pop(view, None)
@@ -202,23 +196,17 @@ class Agent:
             self._drop(held)
 
     def connect(self, exported: bytes) -> RemoteView:
-        """The view another agent exported (``Agent.export``'s bytes), ready for ``copy``.
-
-        Everything in ``exported`` is checked before it is used: its framing and every header field
-        (``kvnumba.remote.header``), then the exporter's token, read from the exporter (one small READ):
-        the export must stand and its header be the one the exporter wrote. Only then is NIXL given the
-        export's metadata. A refused export changes nothing here.
+        """The view another agent exported (``Agent.export``'s bytes), ready for ``copy``. Every header field
+        (``kvnumba.remote.header``), then the exporter's token, is checked before NIXL is given anything; a
+        refused export changes nothing here.
 
         Raises
         ------
         TypeError, ExportError
-            ``exported`` is not bytes, not a kvnumba export, damaged, of another format version, an
-            export of this very agent, or of a layout unknown here (a user layout whose module is not
-            imported); or a field of its header is missing, of the wrong type, out of range or
-            inconsistent (the error names it).
+            ``exported`` is not a kvnumba export, is damaged, of another format version, this agent's own,
+            of a layout unknown here, or a header field is wrong (the error names it).
         StaleExportError
-            The export no longer stands (unexported, its agent closed or replaced),
-            or its header is not the one its exporter wrote (altered).
+            The export no longer stands (unexported, its agent closed or replaced), or was altered.
         RemoteError
             NIXL refused the metadata or the token read.
         """
@@ -333,16 +321,11 @@ class Agent:
         ``layers`` (None: all; an int; a range with step 1), through NIXL.
 
         Exactly one of ``src`` and ``dst`` is a ``RemoteView``: a READ (remote -> local) or a WRITE
-        (local -> remote). The local one is any kvnumba view (its memory is registered on first use).
-        Descriptors are planned from both layouts (``kvnumba.remote.plan``): runs contiguous on both
-        sides merge into one; with ``route="auto"`` a copy whose layouts merge poorly moves the remote
-        side's runs into a staging buffer here and relayouts it with ``kv.copy``. ``route="direct"`` or
-        ``"staged"`` forces one. ``notify``: a NIXL notification the remote agent receives (see
-        ``notifications``) once the transfer is done. ``block_quota``, ``num_warps_per_block``: the
-        launch shape of the staged route's ``kv.copy``, as for every entry point.
-
-        Local GPU memory must be ready before a WRITE (synchronise the stream that wrote it); after a
-        READ it is ready when ``wait()`` returns.
+        (local -> remote); the local one is any kvnumba view. ``route``: ``"auto"``, ``"direct"`` or
+        ``"staged"`` (``kvnumba.remote.plan``; docs/guides/remote.md). ``notify``: a NIXL notification the
+        remote agent receives (``notifications``) once the transfer is done. ``block_quota``,
+        ``num_warps_per_block``: the launch shape of the staged route's ``kv.copy``. Local GPU memory must
+        be ready before a WRITE; after a READ it is ready when ``wait()`` returns.
 
         Returns
         -------
@@ -369,8 +352,7 @@ class Agent:
             raise TypeError(f"notify must be bytes or None, got {type(notify).__name__}")
         launch = dict(zip(("block_quota", "num_warps_per_block"),
                           validate.launch_config(block_quota, num_warps_per_block)))
-        local_name = "dst" if op == "READ" else "src"
-        held = self._hold(local_view, local_name)
+        held = self._hold(local_view, "dst" if op == "READ" else "src")
         if op == "READ":
             sides.check_writable(local_view, "dst")
         local, remote = held.side, remote_view.side
@@ -395,7 +377,7 @@ class Agent:
         elif route == "staged":
             raise ValueError(f"route='staged': no staging view can be made for the remote layout {remote.origin.class_name}")
         chosen = plan.choose(route, len(direct), staged_count)
-        layers_arg = _layers_argument(layer_numbers)
+        layers_arg = range(int(layer_numbers[0]), int(layer_numbers[-1]) + 1)
         if chosen == "direct":
             detail = (f"{len(direct)} descriptors ({_per(direct)}) {src_side.origin.class_name} -> {dst_side.origin.class_name}")
             return self._post(op, remote_view, local.origin.mem, local.origin.device, direct, chosen, detail, notify)
@@ -479,9 +461,8 @@ class Agent:
         return int(self._scratch[0])
 
     def _reap(self) -> None:
-        """Finish the copies in flight that are done, whether or not anyone waits for them: their NIXL
-        handles are released and their staging views go back to the pool. (A copy's error stays with it:
-        its ``done()`` and ``wait()`` raise it.)"""
+        """Finish the copies in flight that are done, whether or not anyone waits for them, so that their
+        handles and staging views come back."""
         for pending in list(self._inflight):
             with contextlib.suppress(Exception):  # kept by the copy, raised by its done()/wait()
                 pending.done()
@@ -539,7 +520,7 @@ class Agent:
         for name in list(self._remotes):
             with contextlib.suppress(Exception):  # closing goes on
                 self._nixl.remove_remote_agent(name)
-        self._pool.drain()
+        self._pool.free.clear()
         for descs, *_ in list(self._registered.values()):
             with contextlib.suppress(Exception):
                 self._nixl.deregister_memory(descs)
@@ -593,7 +574,3 @@ def _per(descriptors: plan.Descriptors) -> str:
         return "none"
     low, high = int(descriptors.length.min()), int(descriptors.length.max())
     return f"{format_bytes(low)} each" if low == high else f"{format_bytes(low)}-{format_bytes(high)}"
-
-
-def _layers_argument(layer_numbers: np.ndarray) -> range:
-    return range(int(layer_numbers[0]), int(layer_numbers[-1]) + 1)

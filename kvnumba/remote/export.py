@@ -3,14 +3,9 @@
     magic (16 B) | format version (u16) | header length (u32) | header (JSON, UTF-8)
     | blob count (u16) | per blob: length (u32) + NIXL metadata | SHA-256 of everything before (32 B)
 
-The header says who exported (agent name and random instance id), which export, where the exporter keeps
-its token, whether a peer may write the view, the memory it registered (``regions``) and the view (a
-``remote.sides.Side`` header); ``remote.header`` checks every field. The blobs are NIXL's metadata for the
-view's memory and, last, for the token slab, with the exporter's connection information.
-
-The checksum catches bytes damaged in transit, the magic and version bytes of another format. Neither
-stops a forgery: the exporter writes ``token_of(header)`` into its token slot, and an importer reads it
-back before every copy; an altered header does not match it.
+The blobs are NIXL's metadata for the view's memory and, last, for the token slab (with the exporter's
+connection information); ``kvnumba.remote.header`` checks the header's fields. The checksum catches damage
+in transit, not a forgery: that is the token's job (``token_of``, read back before every copy).
 """
 from __future__ import annotations
 

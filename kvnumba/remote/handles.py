@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from .. import errors
 from ..layouts import Geometry
 from ..units import format_bytes
-from .calls import call
+from ._nixl import call
 from .sides import Side
 
 if TYPE_CHECKING:
@@ -34,33 +34,20 @@ class RemoteView:
         self._owner = weakref.ref(owner)
         self.agent: str = header.agent
         self.instance: int = header.instance
-        self.export_id: int = header.export
         self.token_address: int = header.token
         self.token = token  # what the exporter's token slot holds while the export stands (export.token_of)
         self.writable: bool = header.writable  # whether its exporter lets peers write it
         self.side = side
+        self.geometry: Geometry = side.geometry
+        self.mla: bool = side.mla
+        self.layout: str = side.origin.class_name  # the view class's name
+        self.mem: str = side.origin.mem
         self.blobs = blobs  # NIXL metadata: the view's regions, then the token slab's (with connection information)
         self.regions: list[tuple[Any, ...]] = [tuple(r) for r in header.regions]
 
     def connected_by(self, agent: object) -> bool:
         """Whether ``agent`` is the one that connected this view (only it can copy with it)."""
         return self._owner() is agent
-
-    @property
-    def geometry(self) -> Geometry:
-        return self.side.geometry
-
-    @property
-    def mla(self) -> bool:
-        return self.side.mla
-
-    @property
-    def layout(self) -> str:
-        return self.side.origin.class_name
-
-    @property
-    def mem(self) -> str:
-        return self.side.origin.mem
 
     def __repr__(self) -> str:
         g = self.geometry

@@ -1,16 +1,9 @@
 """What an export's header may say: every field checked when the export is connected (``Agent.connect``).
 
-An export's bytes are not to be trusted: anyone can edit its header and recompute its checksum. So
-``read`` checks every field before anything is loaded into NIXL or planned, and one that is missing, of
-the wrong type, out of range or inconsistent raises ``ExportError`` naming it (``side.geometry.page_size``,
-``regions[1]``...): integers below 2**63 (descriptors are planned in int64) and sizes below
-``checks.validate.MAX_SIZE``; one NIXL blob per registered region, matching its SHA-256; every buffer and
-the token inside a registered region; a geometry its buffers can hold (and ``check_reach``: every layer's
-first and last token inside its buffer).
-
-What a consistent forgery could still claim (another view's addresses, ``writable`` for a read-only
-export) is refused by the token: the exporter keeps a digest of the header's bytes
-(``remote.export.token_of``), read before every copy.
+An export's bytes are not to be trusted (anyone can edit a header and recompute its checksum), so ``read``
+checks every field before anything is loaded into NIXL or planned, and raises ``ExportError`` naming the
+one that is missing, of the wrong type, out of range or inconsistent. What a consistent forgery could still
+claim is refused by the export's token (``kvnumba.remote.tokens``; docs/guides/remote.md, "Guarantees").
 """
 from __future__ import annotations
 

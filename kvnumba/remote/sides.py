@@ -1,12 +1,8 @@
-"""One side of a remote copy: a ``kvnumba.plan.sides.Side`` (the one ``Side`` every plan uses) made from a
-local ``kv.CacheView`` (``of_view``) or from the header of an export (``from_header``), so both ends of a
-transfer are planned by the same code; ``header`` is what an export carries of one.
+"""One side of a remote copy: the ``Side`` of ``kvnumba.plan.sides`` made from a local ``kv.CacheView``
+(``of_view``) or from an export's header (``from_header``), so both ends are planned by the same code.
 
-A remote side's ``origin`` (``Origin``) is what an export says of the view it came from: its class and
-options (to make a staging view of the same layout) and its memory as NIXL names it. Its ``bases[kind][layer]``
-are, for a table layout, the layer's address, else the buffer's address (the same for every layer);
-``buffer_of[kind][layer]`` the index in ``buffers`` (``(address, bytes)`` of each distinct buffer) holding
-that kind's layer.
+``bases[kind][layer]`` is the layer's address for a table layout, else the buffer's; ``buffer_of[kind][layer]``
+the index in ``buffers`` (``(address, bytes)`` of each distinct buffer) holding that kind's layer.
 """
 from __future__ import annotations
 
@@ -107,15 +103,6 @@ def check_writable(view: CacheView, name: str) -> None:
             info = array_info(buffer, f"{name}.{which}")
             if not info.writable:
                 validate.writable(f"{name}.{which}" + (f"[{i}]" if view.per_layer else ""), info)
-
-
-def writable(view: CacheView) -> bool:
-    """Whether every buffer of ``view`` is writable now (``check_writable`` would pass)."""
-    try:
-        check_writable(view, "view")
-    except ValueError:
-        return False
-    return True
 
 
 def _place(info: Any) -> tuple[str, int]:

@@ -1,13 +1,7 @@
-"""Staging views: a cache laid out like a remote one, holding only the pages a copy touches.
-
-The staged route (``kvnumba.remote.plan``) moves the remote side's runs as they are into such a view
-on this side, and ``kv.copy`` relayouts between it and the local view. A staging view has the remote
-view's class, item and page size, and ``pages`` pages (the touched ones, in page order): its class's
-``staging`` makes it (``kvnumba.layouts``; a class that cannot: the direct route).
-
-Items are stored as raw bytes (uint8, ``(H, item/H)``), which ``kv.copy`` takes opposite any dtype.
-Memory: on the simulator NumPy; on a GPU, device memory on the local view's GPU, or pinned host
-memory opposite a host view. ``Pool`` keeps them, and their NIXL registrations, for reuse.
+"""Staging views for the staged route (``kvnumba.remote.plan``): a cache of the remote view's class, item and
+page size holding only the pages a copy touches, made by its class's ``staging`` (``kvnumba.layouts``), with
+items as raw bytes (uint8, which ``kv.copy`` takes opposite any dtype). ``Pool`` keeps them, and their NIXL
+registrations, for reuse.
 """
 from __future__ import annotations
 
@@ -27,35 +21,19 @@ def allocator(mem: str, device: int) -> Allocate:
     undefined: a copy fills what it reads."""
     if SIMULATOR:
         return lambda shape: np.zeros(shape, np.uint8)
-    if mem == "VRAM":
-        return lambda shape: _device_array(shape, device)
-    return _pinned_array
-
-
-def _device_array(shape: tuple[int, ...], device: int) -> Any:
     from numba import cuda
 
-    with cuda.gpus[device]:
-        return cuda.device_array(shape, np.uint8)
+    def on_device(shape: tuple[int, ...]) -> Any:
+        with cuda.gpus[device]:
+            return cuda.device_array(shape, np.uint8)
 
-
-def _pinned_array(shape: tuple[int, ...]) -> Any:
-    from numba import cuda
-
-    return cuda.pinned_array(shape, np.uint8)
+    return on_device if mem == "VRAM" else (lambda shape: cuda.pinned_array(shape, np.uint8))
 
 
 def can_stage(remote: Side) -> bool:
     """Whether a staging view can be made for the remote side's layout (its class's ``stages``)."""
     cls = find_class(remote.origin.view_class)
     return cls is not None and cls.stages()
-
-
-def make(remote: Side, pages: int, layers: np.ndarray, allocate: Allocate) -> CacheView:
-    """A staging view for ``remote`` with ``pages`` pages covering ``layers`` (its class's ``staging``)."""
-    cls = find_class(remote.origin.view_class)
-    assert cls is not None, "can_stage said yes"
-    return cls.staging(remote, pages, layers, allocate)
 
 
 class Pool:
@@ -81,7 +59,9 @@ class Pool:
                 del entries[i]
                 return key, capacity, view, registration
         capacity = 1 << max(0, int(pages - 1).bit_length())
-        view = make(remote, capacity, layers, allocator(mem, device))
+        cls = find_class(remote.origin.view_class)
+        assert cls is not None, "can_stage said yes"
+        view = cls.staging(remote, capacity, layers, allocator(mem, device))
         return key, capacity, view, register(view)
 
     def give_back(self, key: tuple[Any, ...], capacity: int, view: CacheView, registration: Any) -> None:
@@ -94,9 +74,3 @@ class Pool:
     def size(self) -> int:
         """The free views kept."""
         return sum(len(entries) for entries in self.free.values())
-
-    def drain(self) -> list[Any]:
-        """Every pooled registration (the pool is emptied): for the agent to deregister."""
-        registrations = [r for entries in self.free.values() for _, _, r in entries]
-        self.free.clear()
-        return registrations

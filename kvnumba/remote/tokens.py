@@ -1,9 +1,6 @@
-"""Export tokens: one 8-byte word per export in the exporter's registered host memory, read by importers.
-
-Tokens live in slabs of ``TOKEN_SLOTS`` words, each registered with NIXL (its metadata travels last in
-every export). A slot holds ``remote.export.token_of(header)`` while the export stands and 0 after
-(``unexport``, ``close``); an importer reads it before every copy, so a stale export (0, or a slot reused
-by a later export) and an altered one do not match.
+"""Export tokens: one 8-byte word per export in the exporter's registered host memory, holding
+``remote.export.token_of(header)`` while the export stands and 0 after; importers read it before every copy,
+so a stale export and an altered one do not match. Slabs of ``TOKEN_SLOTS`` words, each registered with NIXL.
 """
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
-"""The ``kvnumba`` command (also ``python -m kvnumba``).
-
-Every failure is one line on stderr, ``kvnumba <command>: error: <what is wrong, and what to do>``, and an
-exit code: 2 for a bad command line or a setting kvnumba cannot use (``kvnumba.config``), 1 for a command
-that failed while running (a missing file, a refused conversion, a failed check), 128 + the signal's number
-for SIGINT, SIGTERM and SIGHUP. ``kvnumba info`` still prints what it found when a setting is bad (it is the
-command for bug reports), then the error line.
+"""The ``kvnumba`` command (also ``python -m kvnumba``). Every failure is one line on stderr,
+``kvnumba <command>: error: ...``, with exit code 2 (bad command line or setting), 1 (the command failed) or
+128 + the signal's number (docs/guides/command-line.md).
 """
 import argparse
+import dataclasses
 import functools
 import json
 import os
@@ -33,7 +30,7 @@ def _squeezed(text):
 
 
 def _one_line(err):
-    """An exception as one line of text: an OSError as ``file: reason``; unexpected kinds with their name."""
+    """An exception as one line: an OSError as ``file: reason``; unexpected kinds with their name."""
     if isinstance(err, OSError) and err.strerror:
         text = f"{err.filename}: {err.strerror}" if err.filename else err.strerror
     elif isinstance(err, (ValueError, TypeError, OSError, ImportError, RuntimeError)) and str(err):
@@ -62,24 +59,17 @@ def _setup_problem():
 def _demo_shape(args, base):
     """The demo's shape from the options given (others from ``base``); ``args.error`` (exit 2) for
     options that do not fit together."""
-    from .demo import DemoShape
-
-    page_size = base.page_size if args.page_size is None else args.page_size
-    tokens = base.tokens if args.tokens is None else args.tokens
-    pool = max(base.pool, 2 * tokens) if args.pool is None else args.pool
-    given = {"--tokens": args.tokens is not None, "--page-size": args.page_size is not None}
-    shown = {name: "" if given[name] else " (the default)" for name in given}
-    if tokens % page_size:
-        args.error(f"--tokens {tokens}{shown['--tokens']} must be a multiple of --page-size "
-                   f"{page_size}{shown['--page-size']}: whole pages are moved")
-    if pool < tokens:
-        args.error(f"--pool {pool} is smaller than --tokens {tokens}{shown['--tokens']}: the pool must hold "
-                   f"every token moved")
-    return DemoShape(
-        layers=base.layers if args.layers is None else args.layers,
-        item_size=base.item_size if args.item_size is None else args.item_size,
-        page_size=page_size, tokens=tokens, pool=pool,
-        block_quota=base.block_quota, num_warps_per_block=base.num_warps_per_block)
+    given = {name: getattr(args, name) for name in ("layers", "item_size", "page_size", "tokens", "pool")}
+    shape = dataclasses.replace(base, **{name: value for name, value in given.items() if value is not None})
+    if args.pool is None:
+        shape.pool = max(base.pool, 2 * shape.tokens)
+    tokens = f"--tokens {shape.tokens}{'' if args.tokens is not None else ' (the default)'}"
+    if shape.tokens % shape.page_size:
+        args.error(f"{tokens} must be a multiple of --page-size "
+                   f"{shape.page_size}{'' if args.page_size is not None else ' (the default)'}: whole pages are moved")
+    if shape.pool < shape.tokens:
+        args.error(f"--pool {shape.pool} is smaller than {tokens}: the pool must hold every token moved")
+    return shape
 
 
 def _demo(args):

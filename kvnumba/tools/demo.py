@@ -1,11 +1,6 @@
-"""``kvnumba demo``: a HiCache-style round trip, verified byte for byte.
-
-1. back up every layer of a paged KV cache from the GPU into a page-first pinned-host pool
-   (``transfer_kv_all_layer_lf_pf``, device -> host), as SGLang's HiCache writes through;
-2. load it back layer by layer into fresh GPU buffers (``transfer_kv_per_layer_pf_lf``, host -> device),
-   as HiCache does while the model runs layer by layer;
-3. check every byte against ``kvnumba.reference`` and print bytes, time and GB/s.
-
+"""``kvnumba demo``: a HiCache-style round trip, verified byte for byte: every layer of a paged KV cache backed
+up from the GPU into a page-first pinned-host pool (``transfer_kv_all_layer_lf_pf``), loaded back layer by
+layer (``transfer_kv_per_layer_pf_lf``), checked against ``kvnumba.reference``, with bytes, time and GB/s.
 On the simulator (no GPU) the same steps run at a tiny size; the times there mean nothing.
 """
 from dataclasses import dataclass

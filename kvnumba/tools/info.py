@@ -19,11 +19,6 @@ def _version(distribution):
         return None
 
 
-def _cuda_version(number):
-    major, rest = divmod(int(number), 1000)
-    return f"{major}.{rest // 10}"
-
-
 def _unavailable(exc):
     return f"{type(exc).__name__}: {exc}"
 
@@ -35,7 +30,8 @@ def _cuda_version_of(module, call):
         err, version = getattr(importlib.import_module(f"cuda.bindings.{module}"), call)()
         if int(err):
             return None, error_name(err)
-        return _cuda_version(version), None
+        major, rest = divmod(int(version), 1000)
+        return f"{major}.{rest // 10}", None
     except Exception as exc:  # noqa: BLE001
         return None, _unavailable(exc)
 
@@ -77,12 +73,8 @@ def _batch_copy():
 
 
 def facts():
-    """What ``kvnumba info`` reports, as plain values (``kvnumba info --json`` prints this dict): package
-    versions (None: not installed), the CUDA runtime's and driver's versions, the ``target`` (``"gpu"``,
-    ``"simulator"`` or ``"none"``) and why (``target_reason``), the GPU's name, compute capability and SMs,
-    whether ``cudaMemcpyBatchAsync`` would be used, where ``kv.copy(route="auto")`` takes the copy engine,
-    and the settings set (``setting_errors`` for those it cannot use). A None value has its reason in
-    ``unavailable``."""
+    """What ``kvnumba info`` reports, as plain values (``--json`` prints this dict; its keys:
+    docs/guides/command-line.md). A None value has its reason in ``unavailable``."""
     from .. import __version__
 
     runtime, runtime_why = _cuda_version_of("runtime", "cudaRuntimeGetVersion")

@@ -1,9 +1,5 @@
-"""Progress of long jobs (``kvnumba convert``, ``scripts/bench.py``) on a stream, usually stderr.
-
-``stream=None`` draws nothing (``--quiet``); with tqdm installed, tqdm's bar (off where the stream is not a
-terminal), then one summary line; a terminal without tqdm gets a plain line at most every
-``PLAIN_INTERVAL_S`` seconds, then the summary; anything else (a pipe, a log, CI) the summary alone. With
-``line_per_step=True`` every step also gets a line of its own wherever no bar is drawn.
+"""Progress of long jobs (``kvnumba convert``, ``scripts/bench.py``) on a stream, usually stderr: tqdm's bar
+where tqdm draws one (a terminal), else plain lines (docs/guides/convert.md, "Chunks and progress").
 """
 import importlib
 import sys
@@ -21,32 +17,26 @@ def _is_terminal(stream):
         return False
 
 
-def _tqdm_class():
-    """tqdm's bar class, or None when tqdm is not installed (it is an optional dependency)."""
-    try:
-        return importlib.import_module("tqdm").tqdm
-    except ImportError:
-        return None
-
-
 def progress(label, total, *, stream=sys.stderr, unit="B", line_per_step=False):
     """A progress reporter for ``total`` units (bytes when ``unit="B"``), labelled ``label``.
 
-    It has ``advance(n=1, note=None)`` (``note``: what the step was, shown beside the bar or on the
-    step's line), ``write(text)`` (print a line to stdout without tearing the bar), ``close()`` (the
-    bar stays, complete, or the summary line is written) and ``abandon()`` (a failure: the bar is
-    cleared, no summary, so an error message comes next on its own). As a context manager it closes,
-    or abandons when the block raises.
+    ``stream=None`` draws nothing; a terminal without tqdm gets a plain line at most every
+    ``PLAIN_INTERVAL_S`` seconds, a pipe or log only the summary line (and with ``line_per_step=True``, a
+    line per step). It has ``advance(n=1, note=None)``, ``write(text)`` (a line on stdout without tearing
+    the bar), ``close()`` and ``abandon()`` (a failure: no summary); as a context manager it closes, or
+    abandons when the block raises.
     """
     if stream is None:
         return Silent()
-    tqdm = _tqdm_class()
-    if tqdm is not None:
+    try:
+        tqdm = importlib.import_module("tqdm").tqdm  # an optional dependency
+    except ImportError:
+        interval = PLAIN_INTERVAL_S if _is_terminal(stream) else None
+    else:
         bar = TqdmBar(tqdm, label, total, stream, unit)
         if not bar.disabled:  # tqdm draws only on a terminal (disable=None)
             return bar
-        return PlainLines(label, total, stream, unit, interval=None, line_per_step=line_per_step)
-    interval = PLAIN_INTERVAL_S if _is_terminal(stream) else None
+        interval = None
     return PlainLines(label, total, stream, unit, interval=interval, line_per_step=line_per_step)
 
 

@@ -1,12 +1,7 @@
-"""One timer for GPU work, shared by the benchmark, the demo and the GPU tests.
-
-- ``GpuTimer(stream)``: a ``with`` block's GPU time on ``stream`` (two CUDA events) and its host time;
-- ``gpu_time(fn, repeats, stream)``: device seconds per call of ``fn``, called back to back (as in a
-  serving loop), the median over ``groups`` groups;
-- ``host_time(fn, calls)``: host seconds per call, back to back, the device synchronised between groups.
-
-On Numba's CUDA simulator there are no events: every time is the host's wall clock, which says nothing
-about a GPU (``CLOCK`` says which clock is in use). ``stream`` is anything kvnumba's ``stream=`` takes.
+"""One timer for GPU work, shared by the benchmark, the demo and the GPU tests: ``GpuTimer`` (a block's GPU
+time on a stream, by two CUDA events, and its host time), ``gpu_time`` (device seconds per call, median of
+groups) and ``host_time`` (host seconds per call). On Numba's CUDA simulator there are no events: every time
+is the host's wall clock, which says nothing about a GPU (``CLOCK`` says which clock is in use).
 """
 import statistics
 import time
@@ -23,19 +18,14 @@ def _numba_stream(handle):
     """The Numba stream object for raw stream ``handle`` (events are recorded on Numba streams)."""
     from numba import cuda
 
-    if handle == 0:
-        return cuda.default_stream()
-    if handle == 1:
-        return cuda.legacy_default_stream()
-    if handle == 2:
-        return cuda.per_thread_default_stream()
-    return cuda.external_stream(handle)
+    named = {0: cuda.default_stream, 1: cuda.legacy_default_stream, 2: cuda.per_thread_default_stream}
+    return named[handle]() if handle in named else cuda.external_stream(handle)
 
 
 class GpuTimer:
     """``with GpuTimer(stream) as t: ...``: ``t.seconds`` is the GPU time of the work the block issued on
-    ``stream`` (CUDA events around it; waits for the end event), ``t.host_seconds`` the block's own host
-    time (before that wait). On the simulator both are the block's wall time; ``t.clock`` says which."""
+    ``stream`` (``stream=`` as kvnumba takes it), ``t.host_seconds`` the block's own host time (before waiting
+    for the end event); on the simulator both are the block's wall time."""
 
     clock = CLOCK
 

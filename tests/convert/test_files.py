@@ -10,7 +10,7 @@ import pytest
 
 import kvnumba
 from kvnumba import config
-from kvnumba.convert import files, outputs, signals
+from kvnumba.convert import files, outputs
 from kvnumba.convert.shapes import converted_shape
 from kvnumba.tools import cli, progress
 
@@ -600,7 +600,7 @@ def test_interrupt_on_signals_raises_and_restores():
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         with pytest.raises(files.Interrupted, match="interrupted by SIGINT") as stop:
-            with signals.interrupt_on_signals():
+            with files.interrupt_on_signals():
                 assert signal.getsignal(signal.SIGINT) is not signal.default_int_handler
                 signal.raise_signal(signal.SIGINT)
         assert stop.value.signum == signal.SIGINT
@@ -617,7 +617,7 @@ def test_interrupt_on_signals_leaves_ignored_and_custom_handlers_alone():
 
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN), signal.signal(signal.SIGTERM, custom)
     try:
-        with signals.interrupt_on_signals():
+        with files.interrupt_on_signals():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
             assert signal.getsignal(signal.SIGTERM) is custom
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN and signal.getsignal(signal.SIGTERM) is custom
@@ -633,7 +633,7 @@ def test_interrupt_on_signals_off_the_main_thread_changes_nothing():
     seen = []
 
     def convert_in_a_thread():
-        with signals.interrupt_on_signals():
+        with files.interrupt_on_signals():
             seen.append(signal.getsignal(signal.SIGTERM))
 
     before = signal.getsignal(signal.SIGTERM)

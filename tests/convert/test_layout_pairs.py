@@ -281,7 +281,7 @@ assert not loaded, loaded
     root = pathlib.Path(kvnumba.__file__).parent
     # (level, first name) of each ``from ... import``: kv.convert is ``.api`` within the wing
     forbidden = {"convert": {(1, "api"), (2, "tools")}, ".": {(1, "convert"), (1, "tools")}}
-    wing = ("files.py", "inputs.py", "outputs.py", "signals.py", "shapes.py", "safetensors.py", "unified.py",
+    wing = ("files.py", "inputs.py", "outputs.py", "shapes.py", "safetensors.py", "unified.py",
             "pool_files.py")
     for folder, module in [("convert", m) for m in wing] + [(".", "units.py")]:
         tree = ast.parse((root / folder / module).read_text())

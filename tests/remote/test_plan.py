@@ -5,7 +5,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba.remote import export, plan
-from kvnumba.remote.counts import plan_copy
+from kvnumba.remote.plan import plan_copy
 from kvnumba.remote import sides
 from tests.helpers.remote_support import SHAPE, views
 from tests.helpers.view_cases import LAYOUTS, KV_ONLY
