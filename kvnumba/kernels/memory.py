@@ -29,26 +29,31 @@ else:
     from numba.cuda.extending import intrinsic
 
     _I64 = ir.IntType(64)
-    _I64_PTR = _I64.as_pointer()
     _PAIR = ir.LiteralStructType([_I64, _I64])
 
-    def _pointer(builder, address):
-        return builder.inttoptr(address, _I64_PTR)
+    def _asm(builder, ret, args, text, constraints, side_effect=True):
+        """A call of the inline PTX ``text`` on ``args`` (LLVM values), returning ``ret``: every intrinsic's."""
+        kind = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=side_effect), args)
 
-    def _pair_load(instruction, element, side_effect):
-        """An intrinsic ``load(addr) -> (lo, hi)``: 16 bytes by one ``instruction`` (``ld.global...v2...``), as two
-        ``element`` values; ``side_effect``: volatile (see below)."""
-        pair_type = types.UniTuple(element, 2)
+    def _pointer(builder, address):
+        return builder.inttoptr(address, _I64.as_pointer())
+
+    def _load(instruction, element, pair, side_effect):
+        """An intrinsic ``load(addr)``: 8 bytes by ``instruction`` as one ``element`` value, or, with ``pair``, 16
+        bytes (a ``.v2`` instruction) as two; ``side_effect``: volatile (see below)."""
+        result = types.UniTuple(element, 2) if pair else element
 
         def typer(typingctx, addr):
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]), f"{instruction} {{$0, $1}}, [$2];", "=l,=l,l",
-                                   side_effect=side_effect)
-                both = builder.call(asm, [_pointer(builder, args[0])])
-                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-                return context.make_tuple(builder, pair_type, parts)
+                operands, constraints = ("{$0, $1}, [$2]", "=l,=l,l") if pair else ("$0, [$1]", "=l,l")
+                value = _asm(builder, _PAIR if pair else _I64, [_pointer(builder, args[0])],
+                             f"{instruction} {operands};", constraints, side_effect)
+                if not pair:
+                    return value
+                return context.make_tuple(builder, result, [builder.extract_value(value, i) for i in (0, 1)])
 
-            return pair_type(types.int64), codegen
+            return result(types.int64), codegen
 
         return intrinsic(typer)
 
@@ -63,34 +68,20 @@ else:
         ``"nc"`` is the seed's read-only path; prefetch-size forms such as ``"nc.L2::256B"`` ask the
         memory system for whole 256-byte sectors, which suits streaming a large item.
         """
-        if qualifier in _loads:
-            return _loads[qualifier]
-
-        @intrinsic
-        def load_u64(typingctx, addr):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), f"ld.global.{qualifier}.b64 $0, [$1];",
-                                   "=l,l", side_effect=True)
-                return builder.call(asm, [_pointer(builder, args[0])])
-
-            return types.uint64(types.int64), codegen
-
-        load_u128 = _pair_load(f"ld.global.{qualifier}.v2.u64", types.uint64, side_effect=True)
-        _loads[qualifier] = (load_u64, load_u128)
-        return load_u64, load_u128
+        if qualifier not in _loads:
+            _loads[qualifier] = (_load(f"ld.global.{qualifier}.b64", types.uint64, False, True),
+                                 _load(f"ld.global.{qualifier}.v2.u64", types.uint64, True, True))
+        return _loads[qualifier]
 
     load_u64, load_u128 = make_loads("nc")
+    load_i64 = _load("ld.global.nc.b64", types.int64, False, False)  # pure: indices and tables do not change
+    load_i128 = _load("ld.global.nc.v2.b64", types.int64, True, False)
 
     @intrinsic
     def store_u64(typingctx, addr, value):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(
-                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64]),
-                "st.global.cg.b64 [$0], $1;",
-                "l,l,~{memory}",
-                side_effect=True,
-            )
-            builder.call(asm, [_pointer(builder, args[0]), args[1]])
+            _asm(builder, ir.VoidType(), [_pointer(builder, args[0]), args[1]], "st.global.cg.b64 [$0], $1;",
+                 "l,l,~{memory}")
             return context.get_dummy_value()
 
         return types.void(types.int64, types.uint64), codegen
@@ -98,25 +89,9 @@ else:
     @intrinsic
     def store_u128(typingctx, addr, pair):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(
-                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64, _I64]),
-                "st.global.cg.v2.u64 [$0], {$1, $2};",
-                "l,l,l,~{memory}",
-                side_effect=True,
-            )
-            lo = builder.extract_value(args[1], 0)
-            hi = builder.extract_value(args[1], 1)
-            builder.call(asm, [_pointer(builder, args[0]), lo, hi])
+            lo, hi = (builder.extract_value(args[1], i) for i in (0, 1))
+            _asm(builder, ir.VoidType(), [_pointer(builder, args[0]), lo, hi], "st.global.cg.v2.u64 [$0], {$1, $2};",
+                 "l,l,l,~{memory}")
             return context.get_dummy_value()
 
         return types.void(types.int64, types.UniTuple(types.uint64, 2)), codegen
-
-    @intrinsic
-    def load_i64(typingctx, addr):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l")
-            return builder.call(asm, [_pointer(builder, args[0])])
-
-        return types.int64(types.int64), codegen
-
-    load_i128 = _pair_load("ld.global.nc.v2.b64", types.int64, side_effect=False)  # pure, as load_i64

@@ -16,7 +16,7 @@ from .warp import exchange
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init",
            "barrier_inval", "broadcast", "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set",
            "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
-           "shared_address", "store_shared_u32", "sync_warp", "tensor_load", "try_wait"]
+           "shared_address", "sync_warp", "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -152,10 +152,6 @@ def load_shared_i128(addr):
 
 def load_shared_u32(addr):
     return ctypes.c_uint32.from_address(check_aligned(addr, 4, "ld.shared.u32")).value
-
-
-def store_shared_u32(addr, value):
-    ctypes.c_uint32.from_address(check_aligned(addr, 4, "st.shared.u32")).value = int(value) & 0xFFFFFFFF
 
 
 def ballot(predicate):
