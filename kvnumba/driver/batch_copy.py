@@ -2,35 +2,26 @@
 
 Contract
 --------
-The real batch call (``cuda.bindings.runtime.cudaMemcpyBatchAsync``) is used when all of these hold:
+The real batch call is used when all of these hold:
 
 - kvnumba runs on a GPU (not the simulator);
-- the cuda-bindings package has major version 12 or 13 and exposes ``cudaMemcpyBatchAsync``
-  (cuda-bindings >= 12.8);
+- libcudart's ``cudaMemcpyBatchAsync`` loads, or the cuda-bindings package has major version 12 or 13 and
+  exposes it (cuda-bindings >= 12.8);
 - the driver reports CUDA >= 12.8 (``cudaDriverGetVersion() >= 12080``);
 - the stream is not a legacy default stream (handle 0, or ``cudaStreamLegacy`` = 1): the driver
-  forbids it there, and the seed's batch path kills the process with a segfault on it.
+  forbids it there.
 
 Otherwise, and when the batch call answers ``cudaErrorNotSupported`` or
 ``cudaErrorCallRequiresNewerDriver``, every copy is issued in the same order through
 ``cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, stream)`` (on the simulator: ``ctypes.memmove``
-between the NumPy buffers' addresses). Both give the same bytes.
+between the NumPy buffers' addresses). Both give the same bytes. Every copy shares one attribute set:
+``srcAccessOrder = Stream``, source and destination location hints (device ordinal, or host), ``flags = 0``.
 
-The binding takes the same arguments in 12.x and 13.x but returns ``(err, failIdx)`` in 12.x and
-``(err,)`` in 13.x (the C API lost ``failIdx`` in CUDA 13); the form is chosen by the binding's major
-version. Every copy shares one attribute set, as in the seed: ``srcAccessOrder = Stream``, source
-and destination location hints (device ordinal, or host), ``flags = 0`` (a call with only
-``srcAccessOrder`` set answered ``cudaErrorInvalidValue`` on an H200).
-
-Host cost. The binding converts its Python-list arguments element by element (~0.36 us per copy:
-~2.3 ms for the 4096 copies of 8192 tokens x 32 layers x K/V at page 128). So on a GPU kvnumba calls
-libcudart's ``cudaMemcpyBatchAsync`` directly through ctypes with the NumPy address arrays (no
-per-copy Python work), choosing the C signature by ``cudaRuntimeGetVersion`` of the library it
-loaded (>= 13000: no ``failIdx`` argument), never by the driver's version: a mismatch is what makes
-the seed segfault. If that library or symbol cannot be loaded, the binding path above is used.
-Measured on the H200 (CUDA 13.0): 8192 copies cost 8.8 ms of host time per call, 7 ms of it inside
-``cudaMemcpyBatchAsync`` itself. The page-by-page fallback costs one binding call per copy, a few
-microseconds each.
+The binding converts its Python-list arguments element by element, so kvnumba calls libcudart's
+``cudaMemcpyBatchAsync`` through ctypes with the NumPy address arrays (``CudartBatch``), choosing the C
+signature by ``cudaRuntimeGetVersion`` of the library it loaded (CUDA 13 dropped ``failIdx``), never by the
+driver's version. The binding, used where libcudart cannot be loaded, returns ``(err, failIdx)`` in 12.x and
+``(err,)`` in 13.x: the form is chosen by its major version.
 """
 import ctypes
 import functools
@@ -137,17 +128,11 @@ class CudartBatch:
         if addresses is None:
             dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
             addresses = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data)
-        attrs = self.attributes(src_device, dst_device)
-        head = (*addresses, len(dsts), ctypes.byref(attrs), self.attrs_index, 1)
-        if self.has_fail_index:
-            fail = ctypes.c_size_t(2**64 - 1)
-            err = self.fn(*head, ctypes.byref(fail), stream)
-            return BatchResult(err, None if fail.value == 2**64 - 1 else fail.value)
-        return BatchResult(self.fn(*head, stream), None)
+        return self.call(addresses, len(dsts), ctypes.byref(self.attributes(src_device, dst_device)), stream)
 
     def call(self, pointers, count, attrs_ref, stream):
         """The call with everything but ``count`` and ``stream`` made beforehand (``PreparedBatch``):
-        ``pointers``, the three arrays' ``c_void_p``; ``attrs_ref``, ``byref`` of ``attributes(...)``."""
+        ``pointers``, the three arrays' addresses; ``attrs_ref``, ``byref`` of ``attributes(...)``."""
         if self.has_fail_index:
             fail = ctypes.c_size_t(2**64 - 1)
             err = self.fn(*pointers, count, attrs_ref, self.attrs_index, 1, ctypes.byref(fail), stream)
@@ -199,13 +184,10 @@ class CudaRuntime:
         rt = self.rt
         attrs = rt.cudaMemcpyAttributes()
         attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
+        kinds = rt.cudaMemLocationType
+        host, on_device = kinds.cudaMemLocationTypeHost, kinds.cudaMemLocationTypeDevice
         for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
-            if device is None:
-                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeHost
-                hint.id = 0
-            else:
-                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeDevice
-                hint.id = device
+            hint.type, hint.id = (host, 0) if device is None else (on_device, device)
         attrs.flags = 0
         return attrs
 
@@ -213,16 +195,12 @@ class CudaRuntime:
         """Submit one ``cudaMemcpyBatchAsync``; ``dsts``/``srcs``/``sizes`` are lists of ints."""
         attrs = self.attributes(src_device, dst_device)
         result = self.rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(dsts), [attrs], [0], 1, stream)
-        if self.binding_major == 12:  # (err, failIdx)
-            if len(result) != 2:
-                raise CopyError(f"cuda-bindings 12.x cudaMemcpyBatchAsync returned {len(result)} values, expected 2",
-                                call="cudaMemcpyBatchAsync")
-            err, fail_index = result
-            return BatchResult(int(err), None if fail_index is None else int(fail_index))
-        if len(result) != 1:  # 13.x: (err,)
-            raise CopyError(f"cuda-bindings 13.x cudaMemcpyBatchAsync returned {len(result)} values, expected 1",
-                            call="cudaMemcpyBatchAsync")
-        return BatchResult(int(result[0]), None)
+        expected = 2 if self.binding_major == 12 else 1  # 12.x: (err, failIdx); 13.x: (err,)
+        if len(result) != expected:
+            raise CopyError(f"cuda-bindings {self.binding_major}.x cudaMemcpyBatchAsync returned {len(result)} values, "
+                            f"expected {expected}", call="cudaMemcpyBatchAsync")
+        fail_index = result[1] if expected == 2 else None
+        return BatchResult(int(result[0]), None if fail_index is None else int(fail_index))
 
 
 def make_runtime(route="auto"):
