@@ -1,9 +1,5 @@
-"""GPUs and their contexts: which device is current, and running work on a given one.
-
-kvnumba works in each device's primary context, the one torch, CuPy and Numba share. A call runs
-on the device that owns its buffers: if another context is current on the calling thread, that
-device's context is pushed for the call and popped after it, so the caller's current device (and
-torch's) never changes. Checking costs one ``cuCtxGetCurrent``.
+"""GPUs and their primary contexts (the ones torch, CuPy and Numba share): which device is current, and running
+work on a given one without changing the caller's current device.
 """
 import threading
 
@@ -67,8 +63,8 @@ def current_device():
 
 
 class on_device:
-    """``with on_device(d):`` runs the block with device ``d``'s primary context current, restoring
-    the caller's afterwards (a no-op when it is already current; always on the simulator)."""
+    """``with on_device(d):`` runs the block with device ``d``'s primary context current, restoring the caller's
+    afterwards (a no-op when it is already current, checked by one ``cuCtxGetCurrent``; always on the simulator)."""
 
     __slots__ = ("ctx", "handle", "pushed")
 

@@ -1,17 +1,13 @@
 """Which world kvnumba runs in, decided once, at ``import kvnumba``: a real GPU or Numba's CUDA simulator.
 
-Everything that differs between the two branches on ``SIMULATOR`` at import, so kernel bodies never do.
 Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so kvnumba chooses before
 (``kvnumba/__init__.py`` imports this module first):
 
 - ``NUMBA_ENABLE_CUDASIM=1``: the simulator; ``=0``: the GPU target, driver or not (e.g. to compile PTX).
 - Unset: the GPU target when libcuda loads (found as cuda-bindings finds it, without initialising CUDA, so
-  a later ``fork`` is safe); else kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` and ``announce`` says so once, as
-  a ``UserWarning``, when the first kernel is prepared.
+  a later ``fork`` is safe); else kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` and ``announce`` says so once.
 - ``KVNUMBA_REQUIRE_GPU=1``: never the simulator; where kvnumba would fall back, ``REFUSAL`` holds the
-  ``NoGpuError`` that ``require()`` raises (at the first use of ``kvnumba.<name>``, and in every command).
-
-A machine with the driver but no usable GPU stays on the GPU target (``gpu_available()`` finds out).
+  ``NoGpuError`` that ``require()`` raises.
 """
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Choice(NamedTuple):
-    """What ``choose`` decided. ``reason`` says why, for ``kvnumba info`` and the warning; ``automatic`` is
-    True when kvnumba switched to the simulator itself; ``refusal`` is the error every use raises, if any."""
+    """What ``choose`` decided, and why (``reason``); ``automatic``: kvnumba switched to the simulator itself."""
 
     simulator: bool
     reason: str
@@ -40,8 +35,7 @@ _DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
 
 def driver_missing() -> str | None:
-    """Why the CUDA driver library cannot be loaded, or None if it can. It is loaded as cuda-bindings
-    loads it (``cuda.pathfinder``), which opens the library without initialising CUDA."""
+    """Why the CUDA driver library cannot be loaded (as cuda-bindings loads it), or None if it can."""
     try:
         from cuda.pathfinder import DynamicLibNotFoundError, load_nvidia_dynamic_lib
     except ImportError:  # pragma: no cover - cuda-pathfinder comes with cuda-bindings
@@ -142,8 +136,7 @@ def require():
 
 
 def announce():
-    """Warn, once per process, that kvnumba switched to the simulator by itself (nothing otherwise).
-    Called where the first kernel (or copy) is prepared; the warning points at the caller's line."""
+    """Warn, once per process, that kvnumba switched to the simulator by itself, at the caller's line."""
     global _announced
     if _announced or not CHOICE.automatic:
         return
