@@ -1,22 +1,15 @@
 """Per-thread asynchronous copies from global into shared memory (``cp.async``, sm_80+), as the pipelined
-FP8 load uses them (``kernels.dequantise_pipelined``), and a thread's own 8-byte shared loads and stores.
-
-Why: a load from pinned host memory waits a PCIe round trip; bytes in flight held in registers are capped
-by a thread's registers, bytes in shared memory are not. Addresses are ints (shared ones shared-window
-addresses, ``tma.shared_address``):
+FP8 load uses them (``kernels.dequantise_pipelined``): bytes in flight are held in shared memory, not capped
+by a thread's registers. Shared addresses are shared-window addresses (``tma.shared_address``):
 
 - ``copy4(shared, address)``, ``copy8(shared, address)``: one copy (``cp.async.ca``, aligned to its size);
 - ``commit()`` closes the thread's copies since the last commit into a group; ``waiter(n)`` gives a
-  ``wait()`` until at most the ``n`` newest groups are in flight (``n`` compiled in);
-- ``landed_arrive(bar)``: the current phase of mbarrier ``bar`` does not complete before the thread's copies
-  so far have landed (``cp.async.mbarrier.arrive``; the barrier's count is unchanged);
+  ``wait()`` until at most the ``n`` newest groups are in flight;
+- ``landed_arrive(bar)``: mbarrier ``bar``'s current phase waits for the thread's copies so far;
 - ``load_shared_i64(shared)``, ``store_shared_i64(shared, value)``.
 
-A wait covers the thread's own copies only: threads that read what another copied meet first
-(``tma.sync_warp``).
-
-On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy lands
-at once, checked for alignment as on the GPU, and waiting does nothing.
+A wait covers the thread's own copies only: threads that read what another copied meet first. On the
+simulator the names are twins (``kernels.simulator.async_copy``): a copy lands at once.
 """
 import functools
 

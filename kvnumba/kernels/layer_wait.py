@@ -1,10 +1,6 @@
-"""A stream's wait for a resident load's layer as a kernel: one warp whose first thread polls the load's
-``layers_done`` word (``signals.acquire_u32``, a ``nanosleep`` between polls) until it reaches the count asked
-for, then exits, so that the stream's later work starts after the layer has landed.
-
-It is how ``LayerSignal.wait`` waits on a stream being captured into a CUDA graph: a kernel node, which every
-graph holds, where the uncaptured wait is a ``cuStreamWaitValue32`` (``kvnumba.plan.layer_signal``). It holds
-one warp slot of one SM while it waits, beside the loader's blocks and the model's kernels.
+"""A stream's wait for a resident load's layer as a kernel: one thread polls the load's ``layers_done`` word
+until it reaches the count asked for. ``LayerSignal.wait`` uses it on a stream being captured into a CUDA graph
+(a kernel node, which every graph holds); uncaptured, it waits with ``cuStreamWaitValue32``.
 """
 from numba import cuda
 

@@ -1,26 +1,19 @@
 """Loads and stores at raw integer addresses: the only place kvnumba touches memory in a kernel.
 
-On the GPU these are inline-PTX intrinsics with the seed's cache hints: loads are
-``ld.global.nc`` (read-only, non-coherent path: the source does not change during a copy) and
-stores are ``st.global.cg`` (cache at L2 only: the destination is not read back by this kernel).
-16-byte forms (``.v2.u64``) are used when addresses and sizes allow.
+On the GPU these are inline-PTX intrinsics with the seed's cache hints: loads are ``ld.global.nc``
+(read-only path: the source does not change during a copy), stores ``st.global.cg`` (cache at L2 only:
+the destination is not read back). On Numba's CUDA simulator the same names are Python twins
+(``kernels.simulator.memory``), chosen here once, so kernel bodies are identical in both worlds.
 
-On Numba's CUDA simulator the same names are plain Python functions reading and writing through
-ctypes (``kernels.simulator.memory``, chosen here once, at import), so the kernel bodies are identical in
-both worlds.
-
-Names:
     load_u64(addr) -> uint64            store_u64(addr, value)
     load_u128(addr) -> (lo, hi)         store_u128(addr, pair)
-    load_i64(addr) -> int64             (indices and layer-table entries)
-    load_i128(addr) -> (lo, hi)         16 bytes as two int64 (the FP8 kernels' arithmetic is on int64)
+    load_i64(addr) -> int64             load_i128(addr) -> (lo, hi) as int64 (the FP8 kernels' arithmetic)
     make_loads(qualifier) -> (load_u64, load_u128) with other ld.global qualifiers
 """
 from ..driver.target import SIMULATOR
 
 __all__ = ["load_i64", "load_i128", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
-# One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.memory import load_i64, load_i128, load_u64, load_u128, make_loads, store_u64, store_u128  # noqa: F401
 else:

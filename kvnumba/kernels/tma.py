@@ -1,39 +1,26 @@
 """Hopper's bulk-copy unit (TMA) and its barriers, as the staged kernels use them (``kernels.staged``).
 
-On the GPU these are inline PTX (sm_90+):
+On the GPU these are inline PTX (sm_90+); addresses are shared-window addresses (``shared_address(array)``):
 
-- ``shared_address(array)``: the shared-window address of a shared array (PTX's ``.shared`` operands);
-- ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a
-  phase, made visible to the bulk-copy unit;
-- ``barrier_inval(bar)``: the barrier is no longer one (before ``barrier_init`` makes it again: a block that runs
-  the ring once per layer, ``kernels.resident``);
-- ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also tells the
-  barrier to wait for ``nbytes`` of bulk copies before its phase completes);
-- ``expect_bytes(bar, nbytes)``: the barrier's current phase also waits for ``nbytes`` more of bulk
-  copies, with no arrival (``mbarrier.expect_tx``: a second party's boxes on the same phase);
-- ``try_wait(bar, parity)``: 1 once the phase of that parity has completed, else 0 (after the
-  hardware's own short wait);
-- ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map (the box
-  shape is in the map) copied from global memory into shared memory at ``dst``, completing
-  ``bar``'s bytes when it lands: ``cp.async.bulk.tensor.5d``;
+- ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a phase,
+  made visible to the bulk-copy unit; ``barrier_inval(bar)`` unmakes it (before ``barrier_init`` again);
+- ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also makes the phase wait for
+  ``nbytes`` of bulk copies); ``expect_bytes(bar, nbytes)``: that wait with no arrival (``mbarrier.expect_tx``);
+- ``try_wait(bar, parity)``: 1 once the phase of that parity has completed, else 0;
+- ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map copied from global
+  into shared memory at ``dst``, completing ``bar``'s bytes when it lands (``cp.async.bulk.tensor.5d``);
+- ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both addresses
+  16-byte aligned) of shared memory to global memory, in the thread's bulk group; ``bulk_commit()`` closes
+  the group, ``bulk_wait_read()`` waits until its groups have read shared memory, ``bulk_wait()`` until they
+  have written global memory;
 - ``load_shared_u128(addr)``: 16 bytes of shared memory (two uint64; ``load_shared_i128``: two int64);
   ``load_shared_u32(addr)``: 4 bytes, zero-extended;
-- ``sync_warp()``: the warp's lanes meet (``__syncwarp``): shared memory one lane wrote, another reads;
-- ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both
-  addresses 16-byte aligned) of shared memory at ``src`` to global memory at ``dst``, asynchronously
-  (``cp.async.bulk``, one bulk group per thread); ``bulk_commit()`` closes the thread's group,
-  ``bulk_wait_read()`` waits until its groups have read their shared memory (it may be reused), and
-  ``bulk_wait()`` until they have written global memory;
-- ``release(bar, lane)``: a consumer warp is done with a stage: its lanes agree
-  (``__syncwarp``), then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count;
-- ``ballot(predicate)``: the 32 lanes' predicates as the bits of one int (``ballot_sync``, all lanes);
-- ``broadcast(value)``: lane 0's ``value``, in every lane (``shfl_sync``, all lanes);
-- ``count_set(mask)``: the set bits of a 32-bit mask (``popc``);
-- ``first_set(mask)``: 1 + the position of the lowest set bit of a 32-bit mask, 0 if none (``ffs``).
+- ``sync_warp()`` (``__syncwarp``); ``release(bar, lane)``: a consumer warp is done with a stage (its lanes
+  meet, then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count);
+- ``ballot(predicate)``, ``broadcast(value)`` (lane 0's), ``count_set(mask)`` (``popc``), ``first_set(mask)``
+  (``ffs``: 1 + the lowest set bit, 0 if none): the warp's votes and shuffles, on 32-bit masks.
 
-On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``, chosen here once,
-at import): barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of
-kvnumba's own format (``plan.tensor_maps``).
+On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``), chosen here once.
 """
 from ..driver.target import SIMULATOR
 
@@ -42,7 +29,6 @@ __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barr
            "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
            "shared_address", "sync_warp", "tensor_load", "try_wait"]
 
-# One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
                                 barrier_init, barrier_inval, broadcast, bulk_commit, bulk_store, bulk_wait,

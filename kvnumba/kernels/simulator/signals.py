@@ -1,6 +1,5 @@
-"""The simulator's twin of ``kernels.signals``: a block's arrival and a layer's publication on uint32 words at raw
-addresses, through ctypes under one lock (the simulator runs a grid's blocks one after another, but the host
-may read the words meanwhile)."""
+"""The simulator's twin of ``kernels.signals``: the words through ctypes under one lock (the host may read them
+while a grid runs)."""
 import ctypes
 import threading
 
