@@ -43,8 +43,7 @@ _REQUIRES_NEWER_DRIVER = 36  # cudaErrorCallRequiresNewerDriver
 
 
 class PathLog:
-    """Which path the last copy submission took, and counts per path: ``"batch"`` (one
-    cudaMemcpyBatchAsync) or ``"page"`` (one cudaMemcpyAsync per copy)."""
+    """Which path the last copy submission took, ``"batch"`` or ``"page"``, and counts per path."""
 
     def __init__(self):
         self.last = None
@@ -151,11 +150,8 @@ def _load_cudart_batch(rt):
 
 
 class CudaRuntime:
-    """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt``.
-
-    ``rt`` is ``cuda.bindings.runtime`` in use; tests pass a stand-in with the same names.
-    ``cudart`` is a ``CudartBatch`` (the fast batch call) or None (batch through the binding).
-    """
+    """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt`` (tests pass a
+    stand-in); ``cudart``: a ``CudartBatch`` (the fast batch call), or None (batch through the binding)."""
 
     route: str  # the batch route taken, set by make_runtime
 
@@ -249,36 +245,15 @@ def batch_copy_available(stream: int | None = None) -> bool:
 
 def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None, src_device=None,
               dst_device=None, addresses=None, batch=True):
-    """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` for every i, on ``stream``.
+    """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` (int64 NumPy arrays of addresses and byte
+    counts) for every i, on raw stream handle ``stream``; the path taken, ``"batch"`` or ``"page"`` (also in
+    ``log``), or None for no copies.
 
-    Parameters
-    ----------
-    dsts, srcs, sizes : int64 NumPy arrays, ``[n]``
-        Addresses (device or unified host addresses) and byte counts.
-    stream : int
-        Raw stream handle.
-    src_device_ptr, dst_device_ptr : int or None
-        A device pointer on the source / destination side (its device becomes the location hint),
-        or None for host memory.
-    src_device, dst_device : int or None
-        The device ordinal of each side when the caller knows it (a prepared plan does): saves the
-        driver query of ``*_device_ptr``.
-    addresses : (int, int, int) or None
-        The data addresses of ``dsts``, ``srcs`` and ``sizes`` when they are C-contiguous int64 arrays
-        the caller keeps (saves looking them up on every call).
-    batch : bool
-        False: never the batch call (a side mixing host and GPU memory has no one location hint).
-
-    Returns
-    -------
-    str
-        ``"batch"`` or ``"page"``: the path taken (also in ``log``); nothing for ``n == 0``.
-
-    Raises
-    ------
-    CopyError
-        If the batch call fails other than not-supported (naming the failing copy when the 12.x
-        binding reports it), or a page copy fails.
+    The location hints: ``src_device``/``dst_device`` (an ordinal) where the caller knows it, else the
+    device of ``src_device_ptr``/``dst_device_ptr``, else host memory. ``addresses``: the arrays' data
+    addresses when they are C-contiguous int64 arrays the caller keeps. ``batch=False``: never the batch call
+    (a side mixing host and GPU memory has no one location hint). Raises ``CopyError`` if the batch call
+    fails other than not-supported (naming the failing copy where the runtime reports it), or a page copy fails.
     """
     count = len(dsts)
     if count == 0:
@@ -325,13 +300,11 @@ def _batch_error(result, dsts, srcs, sizes):
 
 
 class PreparedBatch:
-    """One plan's batch call, made once: the three arrays (destinations, sources, sizes as rows of one int64
-    array, grown when a call needs more copies), their pointers for ctypes, and the attributes' reference.
-    Per call a fill writes ``out[:, :count]`` in place and ``submit(count, stream)`` hands it to
-    ``cudaMemcpyBatchAsync`` (libcudart's, ``CudartBatch.call``); any other runtime, route or stream takes
-    ``copy_many`` with the same arrays, so the bytes and fallbacks are those of every other copy.
-
-    ``lock``: held by the caller from the fill to the submission (threads may share a plan).
+    """One plan's batch call, made once: destinations, sources and sizes as rows of one int64 array (grown
+    when a call needs more copies), their pointers for ctypes, and the attributes' reference. Per call a fill
+    writes ``out[:, :count]`` and ``submit(count, stream)`` hands it to libcudart's ``cudaMemcpyBatchAsync``;
+    any other runtime, route or stream takes ``copy_many`` with the same arrays. ``lock``: held by the caller
+    from the fill to the submission (threads may share a plan).
     """
 
     def __init__(self, src_device, dst_device, batch=True):
@@ -339,8 +312,7 @@ class PreparedBatch:
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
         self.out = np.zeros((3, 0), np.int64)
         self.pointers: tuple = ()
-        # (the runtime, its CudartBatch, byref of its attributes for this plan's devices) once that runtime was
-        # found to take the batch call: what is asked per call depends only on the runtime and the stream
+        # (the runtime, its CudartBatch, byref of this plan's attributes) once that runtime takes the batch call
         self._ready: tuple = (None, None, None)
 
     def reserve(self, count):

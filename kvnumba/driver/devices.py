@@ -32,8 +32,7 @@ def attribute(device, name):
 
 
 def context(device):
-    """``(CUcontext, int handle)`` of ``device``'s primary context, made ready by Numba on first use
-    (Numba then loads kernels into it)."""
+    """``(CUcontext, int handle)`` of ``device``'s primary context, made ready by Numba on first use."""
     known = _contexts.get(device)
     if known is None:
         from numba import cuda
@@ -54,8 +53,7 @@ def current_context():
 
 
 def current_device():
-    """Ordinal of the device current on this thread (0 if no context is current, as the runtime
-    would pick)."""
+    """Ordinal of the device current on this thread (0 if none, as the runtime would pick)."""
     if SIMULATOR:
         return 0
     err, device = cu.cuCtxGetDevice()

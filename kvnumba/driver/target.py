@@ -52,7 +52,6 @@ def driver_missing() -> str | None:
 
 
 def _read(reader):
-    """``(value, None)`` from a ``kvnumba.config`` reader, or ``(None, its ValueError)``."""
     try:
         return reader(), None
     except ValueError as err:
@@ -60,13 +59,10 @@ def _read(reader):
 
 
 def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
-    """The decision, from what it depends on (a pure function, for the tests):
-
-    ``setting``: ``NUMBA_ENABLE_CUDASIM`` read by ``config.simulator_setting`` (None unset, or a bool), or
-    the ``ValueError`` it raised; ``require_gpu``: ``KVNUMBA_REQUIRE_GPU`` likewise; ``numba_cuda_simulator``:
-    None when ``numba.cuda`` is not imported yet, else whether it runs on the simulator; ``missing``: a
-    callable returning why the driver library cannot be loaded, or None (called only when needed).
-    """
+    """The decision, as a pure function of ``setting`` (``NUMBA_ENABLE_CUDASIM``: None, a bool, or the
+    ``ValueError`` reading it raised), ``require_gpu`` (``KVNUMBA_REQUIRE_GPU`` likewise),
+    ``numba_cuda_simulator`` (None before ``numba.cuda`` is imported, else whether it simulates) and
+    ``missing`` (called only when needed: why the driver library cannot be loaded, or None)."""
     for value in (setting, require_gpu):
         if isinstance(value, ValueError):
             return Choice(False, f"a setting cannot be used: {value}", refusal=value)
@@ -103,7 +99,6 @@ def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
 
 
 def _numba_cuda_simulator():
-    """None if ``numba.cuda`` is not imported yet, else whether it runs on the simulator."""
     numba_cuda = sys.modules.get("numba.cuda")
     if numba_cuda is None:
         return None
@@ -130,7 +125,7 @@ _announced = False
 
 
 def require():
-    """Raise ``REFUSAL`` (a fresh exception of its type and message) if kvnumba refuses to run here."""
+    """Raise (a fresh copy of) ``REFUSAL`` if kvnumba refuses to run here."""
     if REFUSAL is not None:
         raise type(REFUSAL)(str(REFUSAL))
 

@@ -168,8 +168,8 @@ def make_ring(layout, mla, ring, fill_piece=None):
     load_data = ring.leave_out != "data"
     stages, stage_bytes, slots = ring.stages, ring.stage_bytes, ring.slots
     direct_batch, store_warps = ring.direct_batch, ring.store_warps
-    # Per slot: ``full`` (the post's data landed), ``empty`` (every consumer warp released it) and
-    # ``posted`` (its descriptor is written: warps that write no bulk items need not wait for data).
+    # Barriers per slot: ``full`` (its data landed), ``empty`` (every consumer released it), ``posted`` (its
+    # descriptor is written: warps that write no bulk items need not wait for data).
     full_at, empty_at, posted_at = 0, 8 * slots, 16 * slots
     descriptors = 3 * slots  # int64 index of slot 0's descriptor
 
@@ -281,8 +281,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                         log2 += 1
                     buffer = pieces % stages
                     if lane == 0:
-                        # The buffer's last piece must have been written out; if its slot came round since,
-                        # claiming that slot already waited for it.
+                        # the buffer's last piece must be written out (claiming a slot that came round waits too)
                         if pieces >= stages and k - holder[buffer] < slots:
                             wait_released(base, holder[buffer])
                         claim(smem, base, k, i + p, 1 << log2, _BULK, bulk_rot, buffer)
@@ -329,20 +328,15 @@ def make_ring(layout, mla, ring, fill_piece=None):
             barrier_fence()
 
     def make_block(take_piece, take_direct):
-        """``(set_up, run_block)``: a block's part of a staged kernel. The kernel (as ``transfer_kv_staged``
-        below) calls ``set_up(smem, tid, threads)`` with its dynamic shared array, synchronises the block, then
-        ``run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices,
-        layer, src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args)`` with ``holder`` a
-        local array of ``MAX_STAGES`` int64: ``cuda``'s thread values are read in the kernel's own module (Numba's
-        simulator gives them to that module only). And
+        """``(set_up, run_block)``: a block's part of a staged kernel, which calls ``set_up(smem, tid, threads)``,
+        synchronises the block, then ``run_block(...)`` (as ``transfer_kv_staged`` below: ``cuda``'s thread
+        values are read in the kernel's own module, the only one the simulator gives them to). And
 
         - ``take_piece(lane, stage, full, parity, first, j, count, n, args)``: the warp's items ``first + j``,
-          ``first + j + n``, .. below ``first + count`` of a bulk piece in shared memory at ``stage``
-          (token-major: item t at ``stage + t * item_size``, V's after K's), which it must not read before
-          barrier ``full``'s phase of ``parity`` completes (``wait_phase``). A ring of ``bulk_stores``
-          gives each piece whole (``j == 0``, ``n == 1``) to one warp;
-        - ``take_direct(lane, first, j, count, n, args)``: the same items, read from the source (also a
-          register-marked block's share, ``n == 1``);
+          ``first + j + n``, .. below ``first + count`` of a bulk piece at ``stage`` (item t at ``stage + t *
+          item_size``, V's after K's), not to be read before barrier ``full``'s phase of ``parity`` completes.
+          A ring of ``bulk_stores`` gives each piece whole (``j == 0``, ``n == 1``) to one warp;
+        - ``take_direct(lane, first, j, count, n, args)``: the same items, read from the source;
         - ``args``: the kernel's own values, a tuple handed to both."""
 
         @device_function
@@ -399,8 +393,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                     return
             elif not consume(lane, warp - 1, smem, base, data, stores, consumers, args):
                 return
-            # The register mark: the block is a register kernel's block, each warp copying the items the
-            # register kernel's warp would (kernels.factory's split).
+            # the register mark: each warp copies the items the register kernel's warp would
             share = begin + warp * items_per_warp
             take_direct(lane, share, 0, min(share + items_per_warp, end) - share, 1, args)
 
