@@ -72,9 +72,6 @@ class SimulatorRuntime:
     def memcpy(self, dst, src, nbytes, stream):
         ctypes.memmove(dst, src, nbytes)
 
-    def device_of(self, ptr):
-        return 0
-
 
 class _MemLocation(ctypes.Structure):
     _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
@@ -121,12 +118,10 @@ class CudartBatch:
             self._attrs[(src_device, dst_device)] = attrs
         return attrs
 
-    def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream, addresses=None):
-        """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length; ``addresses``: their data
-        addresses when the caller knows them (C-contiguous int64 arrays it owns), saving three lookups."""
-        if addresses is None:
-            dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
-            addresses = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data)
+    def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream):
+        """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length."""
+        dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
+        addresses = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data)
         return self.call(addresses, len(dsts), ctypes.byref(self.attributes(src_device, dst_device)), stream)
 
     def call(self, pointers, count, attrs_ref, stream):
@@ -167,13 +162,6 @@ class CudaRuntime:
         (err,) = self.rt.cudaMemcpyAsync(dst, src, nbytes, self._default_kind, stream)
         if int(err):
             raise failure("cudaMemcpyAsync", err, f" ({nbytes} bytes from 0x{src:x} to 0x{dst:x})", CopyError)
-
-    def device_of(self, ptr):
-        """Device ordinal owning device pointer ``ptr`` (``cudaPointerGetAttributes``)."""
-        err, attributes = self.rt.cudaPointerGetAttributes(ptr)
-        if int(err):
-            raise failure("cudaPointerGetAttributes", err, f" (0x{ptr:x})")
-        return int(attributes.device)
 
     def attributes(self, src_device, dst_device):
         """One ``cudaMemcpyAttributes`` for every copy: stream order, location hints, no flags."""
@@ -243,17 +231,15 @@ def batch_copy_available(stream: int | None = None) -> bool:
     return stream is None or int(stream) not in LEGACY_STREAMS
 
 
-def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None, src_device=None,
-              dst_device=None, addresses=None, batch=True):
+def copy_many(dsts, srcs, sizes, stream, *, src_device=None, dst_device=None, batch=True):
     """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` (int64 NumPy arrays of addresses and byte
     counts) for every i, on raw stream handle ``stream``; the path taken, ``"batch"`` or ``"page"`` (also in
     ``log``), or None for no copies.
 
-    The location hints: ``src_device``/``dst_device`` (an ordinal) where the caller knows it, else the
-    device of ``src_device_ptr``/``dst_device_ptr``, else host memory. ``addresses``: the arrays' data
-    addresses when they are C-contiguous int64 arrays the caller keeps. ``batch=False``: never the batch call
-    (a side mixing host and GPU memory has no one location hint). Raises ``CopyError`` if the batch call
-    fails other than not-supported (naming the failing copy where the runtime reports it), or a page copy fails.
+    The location hints: ``src_device``/``dst_device``, a device ordinal, or None for host memory. ``batch=False``:
+    never the batch call (a side mixing host and GPU memory has no one location hint). Raises ``CopyError`` if
+    the batch call fails other than not-supported (naming the failing copy where the runtime reports it), or a
+    page copy fails.
     """
     count = len(dsts)
     if count == 0:
@@ -261,13 +247,9 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     rt = runtime()
     dst_list = src_list = size_list = None
     if batch and batch_copy_available(stream):
-        if src_device is None and src_device_ptr is not None:
-            src_device = rt.device_of(src_device_ptr)
-        if dst_device is None and dst_device_ptr is not None:
-            dst_device = rt.device_of(dst_device_ptr)
         cudart = getattr(rt, "cudart", None)
         if cudart is not None:
-            result = cudart(dsts, srcs, sizes, src_device, dst_device, stream, addresses)
+            result = cudart(dsts, srcs, sizes, src_device, dst_device, stream)
         else:
             dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
             result = rt.batch(dst_list, src_list, size_list, src_device, dst_device, stream)
