@@ -26,10 +26,9 @@ def simulated_capture(handle=0):
     try:
         yield
     finally:
-        if _simulated[handle] == 1:
+        _simulated[handle] -= 1
+        if not _simulated[handle]:
             del _simulated[handle]
-        else:
-            _simulated[handle] -= 1
 
 
 if SIMULATOR:

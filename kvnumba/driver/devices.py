@@ -1,6 +1,7 @@
 """GPUs and their primary contexts (the ones torch, CuPy and Numba share): which device is current, and running
 work on a given one without changing the caller's current device.
 """
+import functools
 import threading
 
 from .bindings import check, cu
@@ -19,16 +20,11 @@ def device_count():
     return len(cuda.gpus)
 
 
-_attributes: dict[tuple[int, str], int] = {}
-
-
+@functools.cache
 def attribute(device, name):
     """``CU_DEVICE_ATTRIBUTE_<name>`` of GPU ``device`` (memoised: a device's attributes never change)."""
-    known = _attributes.get((device, name))
-    if known is None:
-        which = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-        known = _attributes[device, name] = int(check(cu.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute"))
-    return known
+    which = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return int(check(cu.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute"))
 
 
 def context(device):

@@ -66,26 +66,20 @@ def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
     for value in (setting, require_gpu):
         if isinstance(value, ValueError):
             return Choice(False, f"a setting cannot be used: {value}", refusal=value)
-    if numba_cuda_simulator is not None:  # too late to choose: numba.cuda has chosen
-        if numba_cuda_simulator:
-            if require_gpu:
-                return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
-                    "KVNUMBA_REQUIRE_GPU=1, but numba.cuda runs on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1): "
-                    "unset one of them"))
-            return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
-        if setting is None:
-            why = missing()
-            if why is not None:
-                return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
-                    f"there is no CUDA driver ({why}), and numba.cuda was imported before kvnumba, on its GPU "
-                    "target, so kvnumba cannot switch to Numba's CUDA simulator: import kvnumba before numba.cuda, "
-                    "or set NUMBA_ENABLE_CUDASIM=1"))
+    late = numba_cuda_simulator is not None  # too late to choose: numba.cuda has chosen
+    if numba_cuda_simulator or (not late and setting is True):
+        asks = ("numba.cuda runs on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)" if late
+                else "NUMBA_ENABLE_CUDASIM=1 asks for Numba's CUDA simulator")
+        refusal = NoGpuError(f"KVNUMBA_REQUIRE_GPU=1, but {asks}: unset one of them") if require_gpu else None
+        return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=refusal)
+    if late:
+        why = missing() if setting is None else None
+        if why is not None:
+            return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
+                f"there is no CUDA driver ({why}), and numba.cuda was imported before kvnumba, on its GPU "
+                "target, so kvnumba cannot switch to Numba's CUDA simulator: import kvnumba before numba.cuda, "
+                "or set NUMBA_ENABLE_CUDASIM=1"))
         return Choice(False, "a CUDA driver")
-    if setting is True:
-        if require_gpu:
-            return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
-                "KVNUMBA_REQUIRE_GPU=1, but NUMBA_ENABLE_CUDASIM=1 asks for Numba's CUDA simulator: unset one of them"))
-        return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
     if setting is False:
         return Choice(False, "NUMBA_ENABLE_CUDASIM=0")
     why = missing()
