@@ -2,6 +2,8 @@
 until it reaches the count asked for. ``LayerSignal.wait`` uses it on a stream being captured into a CUDA graph
 (a kernel node, which every graph holds); uncaptured, it waits with ``cuStreamWaitValue32``.
 """
+import functools
+
 from numba import cuda
 
 from .ptx import ptx_of
@@ -16,16 +18,12 @@ def _wait_layers(layers_done, count):
             backoff()
 
 
-_kernel: list = []
-
-
+@functools.cache
 def get_wait_kernel():
     """The wait kernel (built on first request)."""
-    if not _kernel:
-        from .jit import kernel
+    from .jit import kernel
 
-        _kernel.append(kernel(_wait_layers))
-    return _kernel[0]
+    return kernel(_wait_layers)
 
 
 def wait_ptx(cc=(9, 0)):
