@@ -2,35 +2,26 @@
 
 Contract
 --------
-The real batch call (``cuda.bindings.runtime.cudaMemcpyBatchAsync``) is used when all of these hold:
+The real batch call is used when all of these hold:
 
 - kvnumba runs on a GPU (not the simulator);
-- the cuda-bindings package has major version 12 or 13 and exposes ``cudaMemcpyBatchAsync``
-  (cuda-bindings >= 12.8);
+- libcudart's ``cudaMemcpyBatchAsync`` loads, or the cuda-bindings package has major version 12 or 13 and
+  exposes it (cuda-bindings >= 12.8);
 - the driver reports CUDA >= 12.8 (``cudaDriverGetVersion() >= 12080``);
 - the stream is not a legacy default stream (handle 0, or ``cudaStreamLegacy`` = 1): the driver
-  forbids it there, and the seed's batch path kills the process with a segfault on it.
+  forbids it there.
 
 Otherwise, and when the batch call answers ``cudaErrorNotSupported`` or
 ``cudaErrorCallRequiresNewerDriver``, every copy is issued in the same order through
 ``cudaMemcpyAsync(dst, src, size, cudaMemcpyDefault, stream)`` (on the simulator: ``ctypes.memmove``
-between the NumPy buffers' addresses). Both give the same bytes.
+between the NumPy buffers' addresses). Both give the same bytes. Every copy shares one attribute set:
+``srcAccessOrder = Stream``, source and destination location hints (device ordinal, or host), ``flags = 0``.
 
-The binding takes the same arguments in 12.x and 13.x but returns ``(err, failIdx)`` in 12.x and
-``(err,)`` in 13.x (the C API lost ``failIdx`` in CUDA 13); the form is chosen by the binding's major
-version. Every copy shares one attribute set, as in the seed: ``srcAccessOrder = Stream``, source
-and destination location hints (device ordinal, or host), ``flags = 0`` (a call with only
-``srcAccessOrder`` set answered ``cudaErrorInvalidValue`` on an H200).
-
-Host cost. The binding converts its Python-list arguments element by element (~0.36 us per copy:
-~2.3 ms for the 4096 copies of 8192 tokens x 32 layers x K/V at page 128). So on a GPU kvnumba calls
-libcudart's ``cudaMemcpyBatchAsync`` directly through ctypes with the NumPy address arrays (no
-per-copy Python work), choosing the C signature by ``cudaRuntimeGetVersion`` of the library it
-loaded (>= 13000: no ``failIdx`` argument), never by the driver's version: a mismatch is what makes
-the seed segfault. If that library or symbol cannot be loaded, the binding path above is used.
-Measured on the H200 (CUDA 13.0): 8192 copies cost 8.8 ms of host time per call, 7 ms of it inside
-``cudaMemcpyBatchAsync`` itself. The page-by-page fallback costs one binding call per copy, a few
-microseconds each.
+The binding converts its Python-list arguments element by element, so kvnumba calls libcudart's
+``cudaMemcpyBatchAsync`` through ctypes with the NumPy address arrays (``CudartBatch``), choosing the C
+signature by ``cudaRuntimeGetVersion`` of the library it loaded (CUDA 13 dropped ``failIdx``), never by the
+driver's version. The binding, used where libcudart cannot be loaded, returns ``(err, failIdx)`` in 12.x and
+``(err,)`` in 13.x: the form is chosen by its major version.
 """
 import ctypes
 import functools
@@ -52,8 +43,7 @@ _REQUIRES_NEWER_DRIVER = 36  # cudaErrorCallRequiresNewerDriver
 
 
 class PathLog:
-    """Which path the last copy submission took, and counts per path: ``"batch"`` (one
-    cudaMemcpyBatchAsync) or ``"page"`` (one cudaMemcpyAsync per copy)."""
+    """Which path the last copy submission took, ``"batch"`` or ``"page"``, and counts per path."""
 
     def __init__(self):
         self.last = None
@@ -81,9 +71,6 @@ class SimulatorRuntime:
 
     def memcpy(self, dst, src, nbytes, stream):
         ctypes.memmove(dst, src, nbytes)
-
-    def device_of(self, ptr):
-        return 0
 
 
 class _MemLocation(ctypes.Structure):
@@ -131,23 +118,15 @@ class CudartBatch:
             self._attrs[(src_device, dst_device)] = attrs
         return attrs
 
-    def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream, addresses=None):
-        """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length; ``addresses``: their data
-        addresses when the caller knows them (C-contiguous int64 arrays it owns), saving three lookups."""
-        if addresses is None:
-            dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
-            addresses = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data)
-        attrs = self.attributes(src_device, dst_device)
-        head = (*addresses, len(dsts), ctypes.byref(attrs), self.attrs_index, 1)
-        if self.has_fail_index:
-            fail = ctypes.c_size_t(2**64 - 1)
-            err = self.fn(*head, ctypes.byref(fail), stream)
-            return BatchResult(err, None if fail.value == 2**64 - 1 else fail.value)
-        return BatchResult(self.fn(*head, stream), None)
+    def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream):
+        """``dsts``/``srcs``/``sizes``: int64 NumPy arrays of equal length."""
+        dsts, srcs, sizes = (np.ascontiguousarray(a, dtype=np.int64) for a in (dsts, srcs, sizes))
+        addresses = (dsts.ctypes.data, srcs.ctypes.data, sizes.ctypes.data)
+        return self.call(addresses, len(dsts), ctypes.byref(self.attributes(src_device, dst_device)), stream)
 
     def call(self, pointers, count, attrs_ref, stream):
         """The call with everything but ``count`` and ``stream`` made beforehand (``PreparedBatch``):
-        ``pointers``, the three arrays' ``c_void_p``; ``attrs_ref``, ``byref`` of ``attributes(...)``."""
+        ``pointers``, the three arrays' addresses; ``attrs_ref``, ``byref`` of ``attributes(...)``."""
         if self.has_fail_index:
             fail = ctypes.c_size_t(2**64 - 1)
             err = self.fn(*pointers, count, attrs_ref, self.attrs_index, 1, ctypes.byref(fail), stream)
@@ -166,11 +145,8 @@ def _load_cudart_batch(rt):
 
 
 class CudaRuntime:
-    """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt``.
-
-    ``rt`` is ``cuda.bindings.runtime`` in use; tests pass a stand-in with the same names.
-    ``cudart`` is a ``CudartBatch`` (the fast batch call) or None (batch through the binding).
-    """
+    """The few runtime calls the copy paths make, through a cuda-python ``runtime`` module ``rt`` (tests pass a
+    stand-in); ``cudart``: a ``CudartBatch`` (the fast batch call), or None (batch through the binding)."""
 
     route: str  # the batch route taken, set by make_runtime
 
@@ -187,25 +163,15 @@ class CudaRuntime:
         if int(err):
             raise failure("cudaMemcpyAsync", err, f" ({nbytes} bytes from 0x{src:x} to 0x{dst:x})", CopyError)
 
-    def device_of(self, ptr):
-        """Device ordinal owning device pointer ``ptr`` (``cudaPointerGetAttributes``)."""
-        err, attributes = self.rt.cudaPointerGetAttributes(ptr)
-        if int(err):
-            raise failure("cudaPointerGetAttributes", err, f" (0x{ptr:x})")
-        return int(attributes.device)
-
     def attributes(self, src_device, dst_device):
         """One ``cudaMemcpyAttributes`` for every copy: stream order, location hints, no flags."""
         rt = self.rt
         attrs = rt.cudaMemcpyAttributes()
         attrs.srcAccessOrder = rt.cudaMemcpySrcAccessOrder.cudaMemcpySrcAccessOrderStream
+        kinds = rt.cudaMemLocationType
+        host, on_device = kinds.cudaMemLocationTypeHost, kinds.cudaMemLocationTypeDevice
         for hint, device in ((attrs.srcLocHint, src_device), (attrs.dstLocHint, dst_device)):
-            if device is None:
-                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeHost
-                hint.id = 0
-            else:
-                hint.type = rt.cudaMemLocationType.cudaMemLocationTypeDevice
-                hint.id = device
+            hint.type, hint.id = (host, 0) if device is None else (on_device, device)
         attrs.flags = 0
         return attrs
 
@@ -213,16 +179,12 @@ class CudaRuntime:
         """Submit one ``cudaMemcpyBatchAsync``; ``dsts``/``srcs``/``sizes`` are lists of ints."""
         attrs = self.attributes(src_device, dst_device)
         result = self.rt.cudaMemcpyBatchAsync(dsts, srcs, sizes, len(dsts), [attrs], [0], 1, stream)
-        if self.binding_major == 12:  # (err, failIdx)
-            if len(result) != 2:
-                raise CopyError(f"cuda-bindings 12.x cudaMemcpyBatchAsync returned {len(result)} values, expected 2",
-                                call="cudaMemcpyBatchAsync")
-            err, fail_index = result
-            return BatchResult(int(err), None if fail_index is None else int(fail_index))
-        if len(result) != 1:  # 13.x: (err,)
-            raise CopyError(f"cuda-bindings 13.x cudaMemcpyBatchAsync returned {len(result)} values, expected 1",
-                            call="cudaMemcpyBatchAsync")
-        return BatchResult(int(result[0]), None)
+        expected = 2 if self.binding_major == 12 else 1  # 12.x: (err, failIdx); 13.x: (err,)
+        if len(result) != expected:
+            raise CopyError(f"cuda-bindings {self.binding_major}.x cudaMemcpyBatchAsync returned {len(result)} values, "
+                            f"expected {expected}", call="cudaMemcpyBatchAsync")
+        fail_index = result[1] if expected == 2 else None
+        return BatchResult(int(result[0]), None if fail_index is None else int(fail_index))
 
 
 def make_runtime(route="auto"):
@@ -269,38 +231,15 @@ def batch_copy_available(stream: int | None = None) -> bool:
     return stream is None or int(stream) not in LEGACY_STREAMS
 
 
-def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=None, src_device=None,
-              dst_device=None, addresses=None, batch=True):
-    """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` for every i, on ``stream``.
+def copy_many(dsts, srcs, sizes, stream, *, src_device=None, dst_device=None, batch=True):
+    """Copy ``sizes[i]`` bytes from ``srcs[i]`` to ``dsts[i]`` (int64 NumPy arrays of addresses and byte
+    counts) for every i, on raw stream handle ``stream``; the path taken, ``"batch"`` or ``"page"`` (also in
+    ``log``), or None for no copies.
 
-    Parameters
-    ----------
-    dsts, srcs, sizes : int64 NumPy arrays, ``[n]``
-        Addresses (device or unified host addresses) and byte counts.
-    stream : int
-        Raw stream handle.
-    src_device_ptr, dst_device_ptr : int or None
-        A device pointer on the source / destination side (its device becomes the location hint),
-        or None for host memory.
-    src_device, dst_device : int or None
-        The device ordinal of each side when the caller knows it (a prepared plan does): saves the
-        driver query of ``*_device_ptr``.
-    addresses : (int, int, int) or None
-        The data addresses of ``dsts``, ``srcs`` and ``sizes`` when they are C-contiguous int64 arrays
-        the caller keeps (saves looking them up on every call).
-    batch : bool
-        False: never the batch call (a side mixing host and GPU memory has no one location hint).
-
-    Returns
-    -------
-    str
-        ``"batch"`` or ``"page"``: the path taken (also in ``log``); nothing for ``n == 0``.
-
-    Raises
-    ------
-    CopyError
-        If the batch call fails other than not-supported (naming the failing copy when the 12.x
-        binding reports it), or a page copy fails.
+    The location hints: ``src_device``/``dst_device``, a device ordinal, or None for host memory. ``batch=False``:
+    never the batch call (a side mixing host and GPU memory has no one location hint). Raises ``CopyError`` if
+    the batch call fails other than not-supported (naming the failing copy where the runtime reports it), or a
+    page copy fails.
     """
     count = len(dsts)
     if count == 0:
@@ -308,13 +247,9 @@ def copy_many(dsts, srcs, sizes, stream, *, src_device_ptr=None, dst_device_ptr=
     rt = runtime()
     dst_list = src_list = size_list = None
     if batch and batch_copy_available(stream):
-        if src_device is None and src_device_ptr is not None:
-            src_device = rt.device_of(src_device_ptr)
-        if dst_device is None and dst_device_ptr is not None:
-            dst_device = rt.device_of(dst_device_ptr)
         cudart = getattr(rt, "cudart", None)
         if cudart is not None:
-            result = cudart(dsts, srcs, sizes, src_device, dst_device, stream, addresses)
+            result = cudart(dsts, srcs, sizes, src_device, dst_device, stream)
         else:
             dst_list, src_list, size_list = dsts.tolist(), srcs.tolist(), sizes.tolist()
             result = rt.batch(dst_list, src_list, size_list, src_device, dst_device, stream)
@@ -347,13 +282,11 @@ def _batch_error(result, dsts, srcs, sizes):
 
 
 class PreparedBatch:
-    """One plan's batch call, made once: the three arrays (destinations, sources, sizes as rows of one int64
-    array, grown when a call needs more copies), their pointers for ctypes, and the attributes' reference.
-    Per call a fill writes ``out[:, :count]`` in place and ``submit(count, stream)`` hands it to
-    ``cudaMemcpyBatchAsync`` (libcudart's, ``CudartBatch.call``); any other runtime, route or stream takes
-    ``copy_many`` with the same arrays, so the bytes and fallbacks are those of every other copy.
-
-    ``lock``: held by the caller from the fill to the submission (threads may share a plan).
+    """One plan's batch call, made once: destinations, sources and sizes as rows of one int64 array (grown
+    when a call needs more copies), their pointers for ctypes, and the attributes' reference. Per call a fill
+    writes ``out[:, :count]`` and ``submit(count, stream)`` hands it to libcudart's ``cudaMemcpyBatchAsync``;
+    any other runtime, route or stream takes ``copy_many`` with the same arrays. ``lock``: held by the caller
+    from the fill to the submission (threads may share a plan).
     """
 
     def __init__(self, src_device, dst_device, batch=True):
@@ -361,8 +294,7 @@ class PreparedBatch:
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
         self.out = np.zeros((3, 0), np.int64)
         self.pointers: tuple = ()
-        # (the runtime, its CudartBatch, byref of its attributes for this plan's devices) once that runtime was
-        # found to take the batch call: what is asked per call depends only on the runtime and the stream
+        # (the runtime, its CudartBatch, byref of this plan's attributes) once that runtime takes the batch call
         self._ready: tuple = (None, None, None)
 
     def reserve(self, count):

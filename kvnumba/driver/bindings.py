@@ -1,9 +1,5 @@
-"""cuda-python's driver and runtime bindings, and the one helper every result goes through.
-
-Every CUDA call kvnumba makes goes through ``cuda.bindings`` (or, for one batch call, libcudart through
-ctypes), and every failure through ``failure``, whose message names the call and the error
-(``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)``). The hot launch path tests its result inline;
-everything else calls ``check``.
+"""cuda-python's driver and runtime bindings, and ``failure``, the one helper every CUDA error goes through: its
+message names the call and the error (``cuLaunchKernel failed: CUDA_ERROR_INVALID_VALUE (1)``).
 """
 from ..errors import CudaError
 

@@ -1,14 +1,10 @@
 """Whether a call's stream is being captured into a CUDA graph, and the refusal of what a graph cannot hold.
 
-A captured launch replays with its recorded addresses and reads the index arrays' contents at each
-replay. Host work between a stream's operations is not recorded, so a captured call must need none:
-reading host indices, waiting for the stream (``check=True``), building a plan, or a copy-engine batch
-(whose addresses come from indices read on the host, and which CUDA refuses to capture: scripts/RESULTS.md).
-Each raises ``CaptureError`` before anything is recorded, and the capture stays valid. The check
-(``cuStreamIsCapturing``) is made only on paths that do host work anyway.
-
-On the simulator there are no graphs: ``simulated_capture`` marks a stream as capturing so that the
-refusals can be tried there.
+Host work between a stream's operations is not recorded, so a captured call must need none: reading host
+indices, waiting for the stream (``check=True``), building a plan, or a copy-engine batch (which CUDA refuses
+to capture). Each raises ``CaptureError`` before anything is recorded, and the capture stays valid. The check
+(``cuStreamIsCapturing``) is made only on paths that do host work anyway. The simulator has no graphs:
+``simulated_capture`` marks a stream as capturing so that the refusals can be tried there.
 """
 import contextlib
 import sys
@@ -30,17 +26,14 @@ def simulated_capture(handle=0):
     try:
         yield
     finally:
-        if _simulated[handle] == 1:
+        _simulated[handle] -= 1
+        if not _simulated[handle]:
             del _simulated[handle]
-        else:
-            _simulated[handle] -= 1
 
 
 if SIMULATOR:
 
     def capturing(handle):
-        """Whether stream ``handle`` (a raw handle) is being captured: on the simulator, inside
-        ``simulated_capture``."""
         return int(handle) in _simulated
 
 else:
@@ -51,9 +44,8 @@ else:
     _IMPLICIT = cu.CUresult.CUDA_ERROR_STREAM_CAPTURE_IMPLICIT
 
     def capturing(handle):
-        """Whether stream ``handle`` (a raw handle) is being captured. The legacy default stream answers
-        an error while another stream captures in global mode (using it then would break that capture):
-        that counts as capturing too."""
+        """Whether stream ``handle`` (a raw handle) is being captured. The legacy default stream answers an
+        error while another stream captures in global mode (using it would break that capture): capturing."""
         err, status = cu.cuStreamIsCapturing(stream_object(handle))
         if err == _IMPLICIT:
             return True

@@ -1,10 +1,7 @@
-"""GPUs and their contexts: which device is current, and running work on a given one.
-
-kvnumba works in each device's primary context, the one torch, CuPy and Numba share. A call runs
-on the device that owns its buffers: if another context is current on the calling thread, that
-device's context is pushed for the call and popped after it, so the caller's current device (and
-torch's) never changes. Checking costs one ``cuCtxGetCurrent``.
+"""GPUs and their primary contexts (the ones torch, CuPy and Numba share): which device is current, and running
+work on a given one without changing the caller's current device.
 """
+import functools
 import threading
 
 from .bindings import check, cu
@@ -23,21 +20,15 @@ def device_count():
     return len(cuda.gpus)
 
 
-_attributes: dict[tuple[int, str], int] = {}
-
-
+@functools.cache
 def attribute(device, name):
     """``CU_DEVICE_ATTRIBUTE_<name>`` of GPU ``device`` (memoised: a device's attributes never change)."""
-    known = _attributes.get((device, name))
-    if known is None:
-        which = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
-        known = _attributes[device, name] = int(check(cu.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute"))
-    return known
+    which = getattr(cu.CUdevice_attribute, f"CU_DEVICE_ATTRIBUTE_{name}")
+    return int(check(cu.cuDeviceGetAttribute(which, device), "cuDeviceGetAttribute"))
 
 
 def context(device):
-    """``(CUcontext, int handle)`` of ``device``'s primary context, made ready by Numba on first use
-    (Numba then loads kernels into it)."""
+    """``(CUcontext, int handle)`` of ``device``'s primary context, made ready by Numba on first use."""
     known = _contexts.get(device)
     if known is None:
         from numba import cuda
@@ -58,8 +49,7 @@ def current_context():
 
 
 def current_device():
-    """Ordinal of the device current on this thread (0 if no context is current, as the runtime
-    would pick)."""
+    """Ordinal of the device current on this thread (0 if none, as the runtime would pick)."""
     if SIMULATOR:
         return 0
     err, device = cu.cuCtxGetDevice()
@@ -67,8 +57,8 @@ def current_device():
 
 
 class on_device:
-    """``with on_device(d):`` runs the block with device ``d``'s primary context current, restoring
-    the caller's afterwards (a no-op when it is already current; always on the simulator)."""
+    """``with on_device(d):`` runs the block with device ``d``'s primary context current, restoring the caller's
+    afterwards (a no-op when it is already current, checked by one ``cuCtxGetCurrent``; always on the simulator)."""
 
     __slots__ = ("ctx", "handle", "pushed")
 

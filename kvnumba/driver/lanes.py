@@ -2,14 +2,9 @@
 
 Why: while a model computes, its kernels hold every SM, and a transfer kernel's blocks run only in the gaps
 between them. Work on a green context's stream runs only on that context's SMs, so transfers launched on
-one set keep their speed whatever runs on the other; the compute pays with fewer SMs (measured in
-scripts/RESULTS.md, "Loads under compute": measure your model's own price before you adopt them).
-
-How (the CUDA programming guide's green-context section): the device's SMs (``cuDeviceGetDevResource``)
-split into a group of at least the SMs asked for and the rest (``cuDevSmResourceSplitByCount``), a green
-context and a non-blocking stream on each. Both share the device's memory with its primary context, so
-buffers made by torch, CuPy or Numba work on both streams. On the simulator ``SmLanes`` gives two stand-in
-streams (handle 0) and says ``simulated=True``, so code written for lanes runs unchanged.
+one set keep their speed whatever runs on the other; the compute pays with fewer SMs (measure your model's
+price before you adopt them). Both contexts share the device's memory with its primary context, so buffers
+made by torch, CuPy or Numba work on both streams.
 """
 import threading
 import weakref
@@ -41,7 +36,7 @@ class LaneStream:
     device: int
 
     def __init__(self, handle: int, sms: int | None, name: str, device: int = 0) -> None:
-        # Checked here, and frozen below, so that kv.copy(stream=lane) never launches on a bad handle.
+        # checked and frozen, so that kv.copy(stream=lane) never launches on a bad handle
         handle = integer("handle", handle, minimum=0, maximum=_MOST_HANDLE)
         if sms is not None:
             sms = integer("sms", sms, minimum=1, maximum=MOST_SMS)
@@ -92,7 +87,8 @@ def sm_count(device: int = 0) -> int:
 
 
 class SmLanes:
-    """A GPU split into a transfer lane and a compute lane (green contexts: see the module docstring).
+    """A GPU split into a transfer lane and a compute lane (green contexts: see the module docstring). On the
+    simulator both lanes are stand-in streams (handle 0), so code written for lanes runs unchanged.
 
     Parameters
     ----------
@@ -172,8 +168,9 @@ _lock = threading.Lock()
 
 
 def _split(device, transfer_sms):
-    """``([green contexts], [stream handles], (transfer SMs, compute SMs))``: the device's SMs split into
-    a group of at least ``transfer_sms`` and the rest, a green context and a stream on each."""
+    """``([green contexts], [stream handles], (transfer SMs, compute SMs))``: the device's SMs
+    (``cuDeviceGetDevResource``) split into a group of at least ``transfer_sms`` and the rest
+    (``cuDevSmResourceSplitByCount``), a green context and a non-blocking stream on each."""
     from .devices import context
 
     context(device)  # the primary context, active: green contexts retain it (cheaper than a new one)

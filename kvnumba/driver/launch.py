@@ -1,18 +1,11 @@
 """Launching a compiled kernel with as little host time as possible.
 
 Why: Numba's dispatcher re-inspects every argument at each launch, which costs more host time than the
-transfers it launches take. kvnumba's kernels take only int64 scalars, so a launch here is:
-
-- ``Kernel``: compiled once for its signature, loaded on each device it runs on (the driver's handle);
-- ``ParamBlocks`` (``driver.param_blocks``): the parameters as the driver takes them, one block per thread
-  (cuda-bindings releases the GIL during the call), each a copy of a template; the caller writes the values
-  that change (``struct.pack_into`` on ``.view``) and launches;
-- ``launch_shape``: the seed's launch geometry, within ``MAX_QUOTA`` blocks of ``MAX_WARPS`` warps;
-- ``BoundKernel.launch``: ``cuLaunchKernel`` in the kernel's device context. ``launch_values`` serve a
-  caller that inlines the launch (``kvnumba.plan.per_call``; ``tests/kernels/test_launch.py`` checks both).
-
-That is the one place the grid is computed and a kernel launched. On the simulator the dispatcher is the
-launcher: ``BoundKernel`` is then ``driver.simulated_launch``'s, chosen once, at import.
+transfers it launches take. kvnumba's kernels take only int64 scalars, so a launch here is a ``Kernel``
+(compiled once, loaded on each device it runs on), its ``ParamBlocks`` (the parameters as the driver takes
+them, one block per thread, written in place per call) and ``BoundKernel.launch`` (``cuLaunchKernel``).
+``launch_values`` serve a caller that inlines the launch (``kvnumba.plan.per_call``). On the simulator
+``BoundKernel`` is ``driver.simulated_launch``'s, chosen once, at import.
 """
 import threading
 
@@ -32,12 +25,8 @@ MAX_WARPS = MAX_THREADS_PER_BLOCK // WARP_SIZE  # warps a block may have
 
 
 def launch_shape(num_items, block_quota, num_warps_per_block):
-    """The seed's launch geometry: ``(items_per_warp, blocks, threads_per_block)``.
-
-    Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)``; ``block_quota`` caps the
-    blocks (and so the SMs) a transfer takes while the model computes. ``kvnumba.plan.per_call`` inlines
-    these two lines (tests/kernels/test_launch.py holds it to them).
-    """
+    """The seed's launch geometry: ``(items_per_warp, blocks, threads_per_block)``; ``block_quota`` caps the
+    blocks (and so the SMs) a transfer takes. ``kvnumba.plan.per_call`` inlines these two lines."""
     items_per_warp = -(-num_items // (block_quota * num_warps_per_block))  # ceiling division, exact
     blocks = -(-num_items // (items_per_warp * num_warps_per_block))
     return items_per_warp, blocks, num_warps_per_block * WARP_SIZE
@@ -63,8 +52,8 @@ class Kernel:
                 if function is None:
                     self._compiled = self.dispatcher.compile(self.signature)
                     handle = int(self._compiled._codelibrary.get_cufunc().handle)
-                    # Numba loads library kernels (CUkernel); resolving one to this context's CUfunction
-                    # once saves the driver that lookup on every launch.
+                    # resolving Numba's library kernel (CUkernel) to this context's CUfunction once saves
+                    # the driver that lookup on every launch
                     err, resolved = cu.cuKernelGetFunction(cu.CUkernel(handle))
                     function = resolved if not err else cu.CUfunction(handle)
                     if self.shared_bytes > _DEFAULT_SHARED_LIMIT:  # more than 48 KB must be asked for
@@ -109,12 +98,10 @@ else:
     class BoundKernel:  # type: ignore[no-redef]  # the GPU's
         """A kernel loaded on one device and a parameter template: what a prepared transfer launches.
 
-        The launch is tried as it stands first: the driver refuses (``CUDA_ERROR_INVALID_HANDLE``,
-        ``CUDA_ERROR_INVALID_CONTEXT``) a function of one context launched while another context
-        is current on the null stream, or on a stream of another device, and never runs it
-        elsewhere; on a stream of the function's own device it runs there whatever is current. Only a
-        refused launch pays for pushing the device's context (and retrying): checking the current
-        context first would cost every call a driver call.
+        The launch is tried as it stands first: the driver refuses (never misplaces) a function of one
+        context launched on another device's stream, or on the null stream while another context is
+        current. Only a refused launch pays for pushing the device's context and retrying: checking the
+        current context first would cost every call a driver call.
         """
 
         __slots__ = ("function", "ctx", "ctx_handle", "blocks", "shared")
@@ -127,8 +114,7 @@ else:
 
         @property
         def launch_values(self):
-            """``(blocks, function, retry, shared bytes)``: what ``launch`` passes ``cuLaunchKernel`` besides the
-            grid, the threads and the stream, and what it calls after a refused launch."""
+            """``(blocks, function, retry, shared bytes)``: what ``launch`` uses besides its arguments."""
             return self.blocks, self.function, self.retry, self.shared
 
         def launch(self, grid, threads, stream, address, _launch=cu.cuLaunchKernel):

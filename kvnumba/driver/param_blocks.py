@@ -1,14 +1,13 @@
-"""A kernel's parameters as ``cuLaunchKernel`` takes them: int64 values and the pointers to them, one block
-per thread (``driver.launch``'s ``BoundKernel`` and the simulator's twin both launch from these)."""
+"""A kernel's parameters as ``cuLaunchKernel`` takes them (``driver.launch``'s ``BoundKernel`` and its twin)."""
 import threading
 
 import numpy as np
 
 
 class ParamBlocks(threading.local):
-    """One parameter block per thread, each starting as a copy of ``template`` (int64 values): the
-    values, then the pointers to them that ``cuLaunchKernel`` takes, in one NumPy buffer (cheaper to
-    make than ctypes arrays: a plan is built on every miss of the plan cache)."""
+    """One parameter block per thread (cuda-bindings releases the GIL during a launch), each starting as a copy
+    of ``template`` (int64 values): the values, then the pointers to them, in one NumPy buffer (cheaper to make
+    than ctypes arrays: a plan is built on every miss of the plan cache)."""
 
     def __init__(self, template):
         count = len(template)

@@ -1,9 +1,7 @@
-"""What the driver knows about an address: host or device memory, which device, which allocation (one
-``cuPointerGetAttributes`` call; pageable host memory comes back as memory type 0).
-
-``MEMORY_HOST`` and ``MEMORY_DEVICE`` are CUDA's memory-type codes; ``HOST`` is the device number kvnumba
-gives host memory, defined here once, in the lowest layer, for every module above.
+"""What the driver knows about an address (one ``cuPointerGetAttributes``): host or device memory, which
+device, which allocation. ``HOST`` is the device number kvnumba gives host memory, for every module above.
 """
+import functools
 from typing import NamedTuple
 
 from .bindings import check, cu
@@ -19,15 +17,11 @@ class PointerInfo(NamedTuple):
     size: int
 
 
-_ATTRIBUTES: list = []  # the CUpointer_attribute values queried, filled on first use
-
-
-def _attributes():
-    if not _ATTRIBUTES:
-        a = cu.CUpointer_attribute
-        _ATTRIBUTES.extend([a.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
-                            a.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a.CU_POINTER_ATTRIBUTE_RANGE_SIZE])
-    return _ATTRIBUTES
+@functools.cache
+def _attributes():  # the CUpointer_attribute values queried
+    a = cu.CUpointer_attribute
+    return [a.CU_POINTER_ATTRIBUTE_MEMORY_TYPE, a.CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+            a.CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, a.CU_POINTER_ATTRIBUTE_RANGE_SIZE]
 
 
 def _query(address):

@@ -9,11 +9,9 @@ import weakref
 
 from .target import SIMULATOR
 
-NULL_STREAMS = (0, 1, 2)  # the default stream, cudaStreamLegacy, cudaStreamPerThread
-
 
 def torch_current_stream(device):
-    """torch's current stream on ``device`` (raw handle); the raw C getter costs well under a us."""
+    """torch's current stream on ``device`` (raw handle), by the raw C getter: well under a microsecond."""
     torch = sys.modules["torch"]
     try:
         return torch._C._cuda_getCurrentRawStream(device)
@@ -55,9 +53,8 @@ def _object_handle(stream):
 
 
 class PerStream:
-    """``memo(stream)``: ``compute(stream)``, kept per stream object while it lives, for torch's and CuPy's
-    streams: a torch or CuPy stream object wraps one stream (and one device) for its whole life, and reading its
-    handle or device again costs a few attribute reads and a ``torch.device`` per call. Other objects (a
+    """``memo(stream)``: ``compute(stream)``, kept per stream object while it lives, for torch's and CuPy's streams,
+    which wrap one stream (and one device) for life and cost a few attribute reads per call. Other objects (a
     ``cuda.core`` stream can be closed, a Numba one is cheap to read) are asked every time."""
 
     def __init__(self, compute):

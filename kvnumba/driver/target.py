@@ -1,17 +1,13 @@
 """Which world kvnumba runs in, decided once, at ``import kvnumba``: a real GPU or Numba's CUDA simulator.
 
-Everything that differs between the two branches on ``SIMULATOR`` at import, so kernel bodies never do.
 Numba reads ``NUMBA_ENABLE_CUDASIM`` when ``numba.cuda`` is first imported, so kvnumba chooses before
 (``kvnumba/__init__.py`` imports this module first):
 
 - ``NUMBA_ENABLE_CUDASIM=1``: the simulator; ``=0``: the GPU target, driver or not (e.g. to compile PTX).
 - Unset: the GPU target when libcuda loads (found as cuda-bindings finds it, without initialising CUDA, so
-  a later ``fork`` is safe); else kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` and ``announce`` says so once, as
-  a ``UserWarning``, when the first kernel is prepared.
+  a later ``fork`` is safe); else kvnumba sets ``NUMBA_ENABLE_CUDASIM=1`` and ``announce`` says so once.
 - ``KVNUMBA_REQUIRE_GPU=1``: never the simulator; where kvnumba would fall back, ``REFUSAL`` holds the
-  ``NoGpuError`` that ``require()`` raises (at the first use of ``kvnumba.<name>``, and in every command).
-
-A machine with the driver but no usable GPU stays on the GPU target (``gpu_available()`` finds out).
+  ``NoGpuError`` that ``require()`` raises.
 """
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Choice(NamedTuple):
-    """What ``choose`` decided. ``reason`` says why, for ``kvnumba info`` and the warning; ``automatic`` is
-    True when kvnumba switched to the simulator itself; ``refusal`` is the error every use raises, if any."""
+    """What ``choose`` decided, and why (``reason``); ``automatic``: kvnumba switched to the simulator itself."""
 
     simulator: bool
     reason: str
@@ -40,8 +35,7 @@ _DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 
 
 def driver_missing() -> str | None:
-    """Why the CUDA driver library cannot be loaded, or None if it can. It is loaded as cuda-bindings
-    loads it (``cuda.pathfinder``), which opens the library without initialising CUDA."""
+    """Why the CUDA driver library cannot be loaded (as cuda-bindings loads it), or None if it can."""
     try:
         from cuda.pathfinder import DynamicLibNotFoundError, load_nvidia_dynamic_lib
     except ImportError:  # pragma: no cover - cuda-pathfinder comes with cuda-bindings
@@ -58,7 +52,6 @@ def driver_missing() -> str | None:
 
 
 def _read(reader):
-    """``(value, None)`` from a ``kvnumba.config`` reader, or ``(None, its ValueError)``."""
     try:
         return reader(), None
     except ValueError as err:
@@ -66,36 +59,27 @@ def _read(reader):
 
 
 def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
-    """The decision, from what it depends on (a pure function, for the tests):
-
-    ``setting``: ``NUMBA_ENABLE_CUDASIM`` read by ``config.simulator_setting`` (None unset, or a bool), or
-    the ``ValueError`` it raised; ``require_gpu``: ``KVNUMBA_REQUIRE_GPU`` likewise; ``numba_cuda_simulator``:
-    None when ``numba.cuda`` is not imported yet, else whether it runs on the simulator; ``missing``: a
-    callable returning why the driver library cannot be loaded, or None (called only when needed).
-    """
+    """The decision, as a pure function of ``setting`` (``NUMBA_ENABLE_CUDASIM``: None, a bool, or the
+    ``ValueError`` reading it raised), ``require_gpu`` (``KVNUMBA_REQUIRE_GPU`` likewise),
+    ``numba_cuda_simulator`` (None before ``numba.cuda`` is imported, else whether it simulates) and
+    ``missing`` (called only when needed: why the driver library cannot be loaded, or None)."""
     for value in (setting, require_gpu):
         if isinstance(value, ValueError):
             return Choice(False, f"a setting cannot be used: {value}", refusal=value)
-    if numba_cuda_simulator is not None:  # too late to choose: numba.cuda has chosen
-        if numba_cuda_simulator:
-            if require_gpu:
-                return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
-                    "KVNUMBA_REQUIRE_GPU=1, but numba.cuda runs on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1): "
-                    "unset one of them"))
-            return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
-        if setting is None:
-            why = missing()
-            if why is not None:
-                return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
-                    f"there is no CUDA driver ({why}), and numba.cuda was imported before kvnumba, on its GPU "
-                    "target, so kvnumba cannot switch to Numba's CUDA simulator: import kvnumba before numba.cuda, "
-                    "or set NUMBA_ENABLE_CUDASIM=1"))
+    late = numba_cuda_simulator is not None  # too late to choose: numba.cuda has chosen
+    if numba_cuda_simulator or (not late and setting is True):
+        asks = ("numba.cuda runs on Numba's CUDA simulator (NUMBA_ENABLE_CUDASIM=1)" if late
+                else "NUMBA_ENABLE_CUDASIM=1 asks for Numba's CUDA simulator")
+        refusal = NoGpuError(f"KVNUMBA_REQUIRE_GPU=1, but {asks}: unset one of them") if require_gpu else None
+        return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=refusal)
+    if late:
+        why = missing() if setting is None else None
+        if why is not None:
+            return Choice(False, f"no CUDA driver ({why})", refusal=NoGpuError(
+                f"there is no CUDA driver ({why}), and numba.cuda was imported before kvnumba, on its GPU "
+                "target, so kvnumba cannot switch to Numba's CUDA simulator: import kvnumba before numba.cuda, "
+                "or set NUMBA_ENABLE_CUDASIM=1"))
         return Choice(False, "a CUDA driver")
-    if setting is True:
-        if require_gpu:
-            return Choice(True, "NUMBA_ENABLE_CUDASIM=1", refusal=NoGpuError(
-                "KVNUMBA_REQUIRE_GPU=1, but NUMBA_ENABLE_CUDASIM=1 asks for Numba's CUDA simulator: unset one of them"))
-        return Choice(True, "NUMBA_ENABLE_CUDASIM=1")
     if setting is False:
         return Choice(False, "NUMBA_ENABLE_CUDASIM=0")
     why = missing()
@@ -109,7 +93,6 @@ def choose(setting, require_gpu, numba_cuda_simulator, missing) -> Choice:
 
 
 def _numba_cuda_simulator():
-    """None if ``numba.cuda`` is not imported yet, else whether it runs on the simulator."""
     numba_cuda = sys.modules.get("numba.cuda")
     if numba_cuda is None:
         return None
@@ -136,14 +119,13 @@ _announced = False
 
 
 def require():
-    """Raise ``REFUSAL`` (a fresh exception of its type and message) if kvnumba refuses to run here."""
+    """Raise (a fresh copy of) ``REFUSAL`` if kvnumba refuses to run here."""
     if REFUSAL is not None:
         raise type(REFUSAL)(str(REFUSAL))
 
 
 def announce():
-    """Warn, once per process, that kvnumba switched to the simulator by itself (nothing otherwise).
-    Called where the first kernel (or copy) is prepared; the warning points at the caller's line."""
+    """Warn, once per process, that kvnumba switched to the simulator by itself, at the caller's line."""
     global _announced
     if _announced or not CHOICE.automatic:
         return

@@ -1,22 +1,15 @@
 """Per-thread asynchronous copies from global into shared memory (``cp.async``, sm_80+), as the pipelined
-FP8 load uses them (``kernels.dequantise_pipelined``), and a thread's own 8-byte shared loads and stores.
-
-Why: a load from pinned host memory waits a PCIe round trip; bytes in flight held in registers are capped
-by a thread's registers, bytes in shared memory are not. Addresses are ints (shared ones shared-window
-addresses, ``tma.shared_address``):
+FP8 load uses them (``kernels.dequantise_pipelined``): bytes in flight are held in shared memory, not capped
+by a thread's registers. Shared addresses are shared-window addresses (``tma.shared_address``):
 
 - ``copy4(shared, address)``, ``copy8(shared, address)``: one copy (``cp.async.ca``, aligned to its size);
 - ``commit()`` closes the thread's copies since the last commit into a group; ``waiter(n)`` gives a
-  ``wait()`` until at most the ``n`` newest groups are in flight (``n`` compiled in);
-- ``landed_arrive(bar)``: the current phase of mbarrier ``bar`` does not complete before the thread's copies
-  so far have landed (``cp.async.mbarrier.arrive``; the barrier's count is unchanged);
+  ``wait()`` until at most the ``n`` newest groups are in flight;
+- ``landed_arrive(bar)``: mbarrier ``bar``'s current phase waits for the thread's copies so far;
 - ``load_shared_i64(shared)``, ``store_shared_i64(shared, value)``.
 
-A wait covers the thread's own copies only: threads that read what another copied meet first
-(``tma.sync_warp``).
-
-On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.async_copy``): a copy lands
-at once, checked for alignment as on the GPU, and waiting does nothing.
+A wait covers the thread's own copies only: threads that read what another copied meet first. On the
+simulator the names are twins (``kernels.simulator.async_copy``): a copy lands at once.
 """
 import functools
 
@@ -32,15 +25,16 @@ else:
     from numba import types
     from numba.cuda.extending import intrinsic
 
-    from .tma import _asm, _no_operands  # the inline-PTX helpers of the bulk-copy unit's intrinsics
+    from .memory import _asm
+    from .tma import _instruction, _u32
 
-    _I32, _I64 = ir.IntType(32), ir.IntType(64)
+    _I64 = ir.IntType(64)
 
     def _copy(size):
         @intrinsic
         def copy(typingctx, shared, address):
             def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]],
+                _asm(builder, ir.VoidType(), [_u32(builder, args[0]), args[1]],
                      f"cp.async.ca.shared.global [$0], [$1], {size};", "r,l,~{memory}")
                 return context.get_dummy_value()
 
@@ -50,32 +44,24 @@ else:
 
     copy4, copy8 = _copy(4), _copy(8)
 
-    commit = _no_operands("cp.async.commit_group;")
+    commit = _instruction("cp.async.commit_group;")
+    landed_arrive = _instruction("cp.async.mbarrier.arrive.shared.b64 [$0];", 1)
 
     @functools.lru_cache(maxsize=None)
     def waiter(n):
-        return _no_operands(f"cp.async.wait_group {int(n)};")
-
-    @intrinsic
-    def landed_arrive(typingctx, bar):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32)], "cp.async.mbarrier.arrive.shared.b64 [$0];",
-                 "r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64), codegen
+        return _instruction(f"cp.async.wait_group {int(n)};")
 
     @intrinsic
     def load_shared_i64(typingctx, shared):
         def codegen(context, builder, sig, args):
-            return _asm(builder, _I64, [builder.trunc(args[0], _I32)], "ld.shared.b64 $0, [$1];", "=l,r,~{memory}")
+            return _asm(builder, _I64, [_u32(builder, args[0])], "ld.shared.b64 $0, [$1];", "=l,r,~{memory}")
 
         return types.int64(types.int64), codegen
 
     @intrinsic
     def store_shared_i64(typingctx, shared, value):
         def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [builder.trunc(args[0], _I32), args[1]], "st.shared.b64 [$0], $1;",
+            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), args[1]], "st.shared.b64 [$0], $1;",
                  "r,l,~{memory}")
             return context.get_dummy_value()
 

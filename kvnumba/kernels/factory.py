@@ -4,16 +4,11 @@ kernels' part of it (``memoised``, ``codec_ops``).
 One body serves every pair of layouts (``kernels.layouts.LayoutParts``, a user's own included). It closes
 over the two layouts' address functions and the MLA flag, which Numba compiles as constants, so each
 kernel is as specialised as the seed's C++ template instances. Kernels take plain integers only: array
-arguments cost microseconds of host time per launch.
+arguments cost microseconds of host time per launch. Work split, as in the seed: warp ``w`` copies items
+``[w * items_per_warp, (w + 1) * items_per_warp)``, every layer of the call (``item_copy``).
 
-Work split, as in the seed: warp ``w`` copies items ``[w * items_per_warp, (w + 1) * items_per_warp)``,
-every layer of the call, K and V, head by head when one side is page-head; its lanes stride over 8- or
-16-byte words (``warp_copy``).
-
-A quantised copy's kernels (``kernels.scaled_copy``, the register kernel for every mode, and its fast
-variants ``quantise_wide``, ``dequantise_pipelined``, ``dequantise_staged``) are built the same way with the
-codec as a parameter: each builder closes over the layouts and the codec's device functions
-(``codec_ops``), and ``memoised`` keeps what it built, keyed by the codec object with the rest.
+The quantised copy's kernels (``kernels.scaled_copy`` and its fast variants) are built the same way, closing
+over the codec's device functions (``codec_ops``); ``memoised`` keeps every builder's kernels.
 """
 import importlib
 
@@ -27,9 +22,8 @@ from .params import SIGNATURE, KernelArgs, check_parameters
 from .ptx import ptx_of
 from .warp_copy import CopyShape
 
-# The inner loop's shape per kernel, chosen by measurement (scripts/RESULTS.md, "Tuning"). Where every
-# shape is bound by zero-copy reads over PCIe, the seed's 8-byte one-word loop is as fast as any; K and V
-# paired and 16-byte words pay off for page-head (short head chunks) and MLA items.
+# The inner loop's shape per kernel, chosen by measurement (scripts/RESULTS.md, "Tuning"): where zero-copy
+# reads over PCIe bound every shape, the seed's 8-byte loop is as fast as any.
 _SEED_LIKE = CopyShape(words=1, wide=False, paired=False)
 _WIDE = CopyShape(words=1, wide=True, paired=True)
 COPY_SHAPES = {  # by layout names (LayoutParts.name)
@@ -53,11 +47,9 @@ def copy_shape_for(src, dst, mla):
         return forced
     return COPY_SHAPES.get((src.name, dst.name, bool(mla)), DEFAULT_COPY_SHAPE)
 
-# 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers.
-MAX_REGISTERS = 64
-# A one-warp block is built to fit beside a model's GEMM, whose blocks leave about one warp of 32 registers
-# free per SM: a block that fits runs while the GEMM runs, one that does not waits for a gap between GEMMs
-# (scripts/RESULTS.md, loads under compute).
+MAX_REGISTERS = 64  # 1024 threads per block (the seed's 32 warps) must fit in one SM's 64K registers
+# A one-warp block fits beside a model's GEMM, whose blocks leave about one warp of 32 registers free per SM:
+# it runs while the GEMM runs, instead of waiting for a gap between GEMMs.
 NARROW_REGISTERS = 32
 
 
@@ -75,14 +67,9 @@ def _build_kernel(src, dst, mla, copy_shape, narrow=False):
                    dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
                    src_page_size, dst_page_size, head_num, error_flag)
 
-    check_parameters(transfer_kv, KernelArgs)  # the parameter block's order (kvnumba.kernels.params)
-    transfer_kv.__name__ = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}"
-    transfer_kv.__qualname__ = transfer_kv.__name__
-    # Compiled lazily, on first launch (or by compile_ptx). The register cap lets a block hold the
-    # seed's default 32 warps (1024 threads x 64 registers = the 64K registers of an SM); a narrow
-    # build, for one-warp blocks, fits beside a GEMM's blocks.
-    if narrow:
-        transfer_kv.__name__ = transfer_kv.__qualname__ = transfer_kv.__name__ + "_narrow"
+    check_parameters(transfer_kv, KernelArgs)
+    name = f"transfer_kv_{src.name}_{dst.name}{'_mla' if mla else ''}{'_narrow' if narrow else ''}"
+    transfer_kv.__name__ = transfer_kv.__qualname__ = name
     return kernel(transfer_kv, max_registers=NARROW_REGISTERS if narrow else MAX_REGISTERS)
 
 

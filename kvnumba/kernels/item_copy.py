@@ -1,7 +1,6 @@
 """A warp's copy of items through registers, the loop both kernels run: each item's two indices, the bounds
 guard, then every layer, K and V, head by head. The register kernel (``kernels.factory``) runs it over a
-warp's share; the staged kernel (``kernels.staged``) over the items it does not move in bulk and a
-register-marked block's share. Written once, so a fix to the guard or the arithmetic reaches both.
+warp's share; the staged kernel (``kernels.staged``) over the items it does not move in bulk.
 """
 from .jit import device_function
 from .memory import load_i64, store_u64
@@ -19,11 +18,12 @@ def in_bounds(lane, src_token, dst_token, src_token_limit, dst_token_limit, erro
     return True
 
 
-def make_item_copy(src, dst, mla, copy_shape):
-    """``copy_tokens(lane, src_token, dst_token, first_layer, num_layers, src_k, dst_k, src_v, dst_v,
-    item_size, src_layout_dim, dst_layout_dim, src_page_size, dst_page_size, head_num)``: the warp copies
-    token ``src_token`` of the source to ``dst_token`` of the destination in layers ``[first_layer,
-    first_layer + num_layers)`` (``src``/``dst``: ``LayoutParts``; ``copy_shape``: ``warp_copy.CopyShape``)."""
+def make_items_copy(src, dst, mla, copy_shape):
+    """``copy_items(lane, first, j, count, step, src_indices, dst_indices, first_layer, num_layers,
+    src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
+    src_page_size, dst_page_size, head_num, error_flag)``: the warp copies items ``first + j``, ``first + j +
+    step``, .. below ``first + count`` in layers ``[first_layer, first_layer + num_layers)``, skipping an item
+    out of bounds (``src``/``dst``: ``LayoutParts``; ``copy_shape``: ``warp_copy.CopyShape``)."""
     src_layer_base, src_token_offset, src_head_stride = src.layer_base, src.token_offset, src.head_stride
     dst_layer_base, dst_token_offset, dst_head_stride = dst.layer_base, dst.token_offset, dst.head_stride
     headed = src.head_split or dst.head_split
@@ -57,16 +57,6 @@ def make_item_copy(src, dst, mla, copy_shape):
                 else:
                     copy_item(lane, sk + s_head, dk + d_head, chunk)
                     copy_item(lane, sv + s_head, dv + d_head, chunk)
-
-    return copy_tokens
-
-
-def make_items_copy(src, dst, mla, copy_shape):
-    """``copy_items(lane, first, j, count, step, src_indices, dst_indices, first_layer, num_layers,
-    src_token_limit, dst_token_limit, src_k, dst_k, src_v, dst_v, item_size, src_layout_dim, dst_layout_dim,
-    src_page_size, dst_page_size, head_num, error_flag)``: the warp copies items ``first + j``, ``first + j +
-    step``, .. below ``first + count`` (``copy_tokens``'s layers; an item out of bounds is skipped)."""
-    copy_tokens = make_item_copy(src, dst, mla, copy_shape)
 
     @device_function
     def copy_items(lane, first, j, count, step, src_indices, dst_indices, first_layer, num_layers, src_token_limit,

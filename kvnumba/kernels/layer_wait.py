@@ -1,11 +1,9 @@
-"""A stream's wait for a resident load's layer as a kernel: one warp whose first thread polls the load's
-``layers_done`` word (``signals.acquire_u32``, a ``nanosleep`` between polls) until it reaches the count asked
-for, then exits, so that the stream's later work starts after the layer has landed.
-
-It is how ``LayerSignal.wait`` waits on a stream being captured into a CUDA graph: a kernel node, which every
-graph holds, where the uncaptured wait is a ``cuStreamWaitValue32`` (``kvnumba.plan.layer_signal``). It holds
-one warp slot of one SM while it waits, beside the loader's blocks and the model's kernels.
+"""A stream's wait for a resident load's layer as a kernel: one thread polls the load's ``layers_done`` word
+until it reaches the count asked for. ``LayerSignal.wait`` uses it on a stream being captured into a CUDA graph
+(a kernel node, which every graph holds); uncaptured, it waits with ``cuStreamWaitValue32``.
 """
+import functools
+
 from numba import cuda
 
 from .ptx import ptx_of
@@ -20,16 +18,12 @@ def _wait_layers(layers_done, count):
             backoff()
 
 
-_kernel: list = []
-
-
+@functools.cache
 def get_wait_kernel():
     """The wait kernel (built on first request)."""
-    if not _kernel:
-        from .jit import kernel
+    from .jit import kernel
 
-        _kernel.append(kernel(_wait_layers))
-    return _kernel[0]
+    return kernel(_wait_layers)
 
 
 def wait_ptx(cc=(9, 0)):

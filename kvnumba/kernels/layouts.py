@@ -7,15 +7,10 @@ A layout's address is split into three parts so kernels compute each once, where
             + head * head_stride(layout_dim, item_size, heads, page_size)
 
 ``base`` is the buffer's address, or, for a table layout, the address of a uint64 table of per-layer
-base addresses (the layer part then reads the table). ``layout_dim`` is the layout's one free stride
-in bytes, ``page_size`` its page (or block) size in tokens. A token's item may be split into
-``heads`` equal chunks, copied head by head; with ``heads == 1`` the head terms vanish, so the same
-functions serve whole-item and head-by-head copies (the seed's ``per_head_lf`` is ``LAYER_FIRST``
-here, with ``heads > 1``).
-
-The seed's four layouts follow its ``get_global_offset_*`` term for term, so addresses agree even on
-unusual arguments; the seed's entry points use them. Every other layout, a user-defined one too, declares three
-plain Python functions of the same form in its view class (``kvnumba.layouts``), which ``LayoutParts`` compiles.
+base addresses. ``layout_dim`` is the layout's one free stride in bytes, ``page_size`` its page size in
+tokens. A token's item may be copied in ``heads`` equal chunks; with ``heads == 1`` the head terms vanish.
+The seed's four layouts follow its ``get_global_offset_*`` term for term; every other layout, a user's too,
+declares three plain Python functions of this form in its view class (``kvnumba.layouts``).
 """
 import enum
 
@@ -39,18 +34,14 @@ class Layout(str, enum.Enum):
 
 
 class LayoutParts:
-    """The three address parts of one layout, compiled as device functions (plain Python on the
-    simulator), and what kind of layout it is.
+    """The three address parts of one layout, compiled as device functions, and what kind of layout it is.
 
     ``name`` keys the kernel cache and the tuned copy shapes; ``title`` names it in messages; ``table``:
-    ``base`` is a uint64 table of per-layer addresses (``layer_base`` reads it); ``head_split``: a token's
-    heads are not adjacent (a copy involving this layout goes head by head). ``token_limit``, where the
-    layout has one, is the closed form of its token bound (``kvnumba.checks.bounds``): ``token_limit(nbytes,
-    item_size, layout_dim, last_layer, page_size, heads)``, the tokens whose every byte over layers up to
-    ``last_layer`` lies in ``nbytes``; without one, the bound is searched for over the address arithmetic.
-    ``head_runs``, for a head-split layout that keeps groups of heads together (SGLang's page-unified pool:
-    its head groups), is how many runs it cuts a token's item into, a copy involving it then going by that
-    many chunks (the function ``head_runs``); None: one run per head.
+    ``base`` is a uint64 table of per-layer addresses; ``head_split``: a token's heads are not adjacent (a
+    copy goes head by head). ``token_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads)``,
+    where given, is the closed form of the token bound (``kvnumba.checks.bounds``; else it is searched for).
+    ``head_runs``: for a head-split layout that keeps groups of heads together, how many runs it cuts a
+    token's item into (None: one per head).
     """
 
     def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False,
@@ -78,8 +69,6 @@ class LayoutParts:
         return f"LayoutParts({self.name!r})"
 
 
-# --- layer parts ------------------------------------------------------------------------------------
-
 def layer_first_layer_base(base, layer, layout_dim, item_size, heads, page_size):
     return base + layer * layout_dim  # layout_dim: the bytes of one layer (0 for one layer's buffer)
 
@@ -100,8 +89,6 @@ def page_head_layer_base(base, layer, layout_dim, item_size, heads, page_size):
     return base + layer * item_size // heads  # layer within the token, in a head's block
 
 
-# --- token parts --------------------------------------------------------------------------------------
-
 def item_token_offset(token, layout_dim, item_size, heads, page_size):  # tokens back to back
     return token * item_size
 
@@ -115,8 +102,6 @@ def page_head_token_offset(token, layout_dim, item_size, heads, page_size):
             + token % page_size * layout_dim // heads)  # token within the head's block
 
 
-# --- head parts ----------------------------------------------------------------------------------------
-
 def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adjacent in the item
     return item_size // heads
 
@@ -124,8 +109,6 @@ def item_head_stride(layout_dim, item_size, heads, page_size):  # heads are adja
 def page_head_head_stride(layout_dim, item_size, heads, page_size):  # a head's block of the page
     return layout_dim // heads * page_size
 
-
-# --- token bounds in closed form (checked against a search over the arithmetic by the tests) ------------
 
 def layer_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads):
     return max((nbytes - last_layer * layout_dim) // item_size, 0)  # end(t) = last * dim + (t + 1) * item
@@ -142,8 +125,6 @@ def page_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads
     return NO_LIMIT if layout_dim == 0 else room // layout_dim + 1
 
 
-# --- the layouts -----------------------------------------------------------------------------------------
-
 LAYER_FIRST = LayoutParts("lf", layer_first_layer_base, item_token_offset, item_head_stride, title="layer-first",
                           token_limit=layer_first_limit)
 LAYER_TABLE = LayoutParts("lf_tbl", table_layer_base, item_token_offset, item_head_stride, table=True,
@@ -153,7 +134,6 @@ PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, i
 PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True,
                         title="page-head")  # not linear in the token: its bound is searched for
 
-# The seed's layouts by their enum.
 PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,
          Layout.PAGE_HEAD: PAGE_HEAD}
 

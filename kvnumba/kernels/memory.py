@@ -1,26 +1,19 @@
 """Loads and stores at raw integer addresses: the only place kvnumba touches memory in a kernel.
 
-On the GPU these are inline-PTX intrinsics with the seed's cache hints: loads are
-``ld.global.nc`` (read-only, non-coherent path: the source does not change during a copy) and
-stores are ``st.global.cg`` (cache at L2 only: the destination is not read back by this kernel).
-16-byte forms (``.v2.u64``) are used when addresses and sizes allow.
+On the GPU these are inline-PTX intrinsics with the seed's cache hints: loads are ``ld.global.nc``
+(read-only path: the source does not change during a copy), stores ``st.global.cg`` (cache at L2 only:
+the destination is not read back). On Numba's CUDA simulator the same names are Python twins
+(``kernels.simulator.memory``), chosen here once, so kernel bodies are identical in both worlds.
 
-On Numba's CUDA simulator the same names are plain Python functions reading and writing through
-ctypes (``kernels.simulator.memory``, chosen here once, at import), so the kernel bodies are identical in
-both worlds.
-
-Names:
     load_u64(addr) -> uint64            store_u64(addr, value)
     load_u128(addr) -> (lo, hi)         store_u128(addr, pair)
-    load_i64(addr) -> int64             (indices and layer-table entries)
-    load_i128(addr) -> (lo, hi)         16 bytes as two int64 (the FP8 kernels' arithmetic is on int64)
+    load_i64(addr) -> int64             load_i128(addr) -> (lo, hi) as int64 (the FP8 kernels' arithmetic)
     make_loads(qualifier) -> (load_u64, load_u128) with other ld.global qualifiers
 """
 from ..driver.target import SIMULATOR
 
 __all__ = ["load_i64", "load_i128", "load_u64", "load_u128", "make_loads", "store_u64", "store_u128"]
 
-# One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.memory import load_i64, load_i128, load_u64, load_u128, make_loads, store_u64, store_u128  # noqa: F401
 else:
@@ -29,26 +22,31 @@ else:
     from numba.cuda.extending import intrinsic
 
     _I64 = ir.IntType(64)
-    _I64_PTR = _I64.as_pointer()
     _PAIR = ir.LiteralStructType([_I64, _I64])
 
-    def _pointer(builder, address):
-        return builder.inttoptr(address, _I64_PTR)
+    def _asm(builder, ret, args, text, constraints, side_effect=True):
+        """A call of the inline PTX ``text`` on ``args`` (LLVM values), returning ``ret``: every intrinsic's."""
+        kind = ir.FunctionType(ret, [a.type for a in args])
+        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=side_effect), args)
 
-    def _pair_load(instruction, element, side_effect):
-        """An intrinsic ``load(addr) -> (lo, hi)``: 16 bytes by one ``instruction`` (``ld.global...v2...``), as two
-        ``element`` values; ``side_effect``: volatile (see below)."""
-        pair_type = types.UniTuple(element, 2)
+    def _pointer(builder, address):
+        return builder.inttoptr(address, _I64.as_pointer())
+
+    def _load(instruction, element, pair, side_effect):
+        """An intrinsic ``load(addr)``: 8 bytes by ``instruction`` as one ``element`` value, or, with ``pair``, 16
+        bytes (a ``.v2`` instruction) as two; ``side_effect``: volatile (see below)."""
+        result = types.UniTuple(element, 2) if pair else element
 
         def typer(typingctx, addr):
             def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_PAIR, [_I64_PTR]), f"{instruction} {{$0, $1}}, [$2];", "=l,=l,l",
-                                   side_effect=side_effect)
-                both = builder.call(asm, [_pointer(builder, args[0])])
-                parts = [builder.extract_value(both, 0), builder.extract_value(both, 1)]
-                return context.make_tuple(builder, pair_type, parts)
+                operands, constraints = ("{$0, $1}, [$2]", "=l,=l,l") if pair else ("$0, [$1]", "=l,l")
+                value = _asm(builder, _PAIR if pair else _I64, [_pointer(builder, args[0])],
+                             f"{instruction} {operands};", constraints, side_effect)
+                if not pair:
+                    return value
+                return context.make_tuple(builder, result, [builder.extract_value(value, i) for i in (0, 1)])
 
-            return pair_type(types.int64), codegen
+            return result(types.int64), codegen
 
         return intrinsic(typer)
 
@@ -63,34 +61,20 @@ else:
         ``"nc"`` is the seed's read-only path; prefetch-size forms such as ``"nc.L2::256B"`` ask the
         memory system for whole 256-byte sectors, which suits streaming a large item.
         """
-        if qualifier in _loads:
-            return _loads[qualifier]
-
-        @intrinsic
-        def load_u64(typingctx, addr):
-            def codegen(context, builder, sig, args):
-                asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), f"ld.global.{qualifier}.b64 $0, [$1];",
-                                   "=l,l", side_effect=True)
-                return builder.call(asm, [_pointer(builder, args[0])])
-
-            return types.uint64(types.int64), codegen
-
-        load_u128 = _pair_load(f"ld.global.{qualifier}.v2.u64", types.uint64, side_effect=True)
-        _loads[qualifier] = (load_u64, load_u128)
-        return load_u64, load_u128
+        if qualifier not in _loads:
+            _loads[qualifier] = (_load(f"ld.global.{qualifier}.b64", types.uint64, False, True),
+                                 _load(f"ld.global.{qualifier}.v2.u64", types.uint64, True, True))
+        return _loads[qualifier]
 
     load_u64, load_u128 = make_loads("nc")
+    load_i64 = _load("ld.global.nc.b64", types.int64, False, False)  # pure: indices and tables do not change
+    load_i128 = _load("ld.global.nc.v2.b64", types.int64, True, False)
 
     @intrinsic
     def store_u64(typingctx, addr, value):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(
-                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64]),
-                "st.global.cg.b64 [$0], $1;",
-                "l,l,~{memory}",
-                side_effect=True,
-            )
-            builder.call(asm, [_pointer(builder, args[0]), args[1]])
+            _asm(builder, ir.VoidType(), [_pointer(builder, args[0]), args[1]], "st.global.cg.b64 [$0], $1;",
+                 "l,l,~{memory}")
             return context.get_dummy_value()
 
         return types.void(types.int64, types.uint64), codegen
@@ -98,25 +82,9 @@ else:
     @intrinsic
     def store_u128(typingctx, addr, pair):
         def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(
-                ir.FunctionType(ir.VoidType(), [_I64_PTR, _I64, _I64]),
-                "st.global.cg.v2.u64 [$0], {$1, $2};",
-                "l,l,l,~{memory}",
-                side_effect=True,
-            )
-            lo = builder.extract_value(args[1], 0)
-            hi = builder.extract_value(args[1], 1)
-            builder.call(asm, [_pointer(builder, args[0]), lo, hi])
+            lo, hi = (builder.extract_value(args[1], i) for i in (0, 1))
+            _asm(builder, ir.VoidType(), [_pointer(builder, args[0]), lo, hi], "st.global.cg.v2.u64 [$0], {$1, $2};",
+                 "l,l,l,~{memory}")
             return context.get_dummy_value()
 
         return types.void(types.int64, types.UniTuple(types.uint64, 2)), codegen
-
-    @intrinsic
-    def load_i64(typingctx, addr):
-        def codegen(context, builder, sig, args):
-            asm = ir.InlineAsm(ir.FunctionType(_I64, [_I64_PTR]), "ld.global.nc.b64 $0, [$1];", "=l,l")
-            return builder.call(asm, [_pointer(builder, args[0])])
-
-        return types.int64(types.int64), codegen
-
-    load_i128 = _pair_load("ld.global.nc.v2.b64", types.int64, side_effect=False)  # pure, as load_i64

@@ -1,20 +1,13 @@
 """The kernels' parameter block, defined once: the names, order and packing of the int64 scalars every
-kvnumba kernel takes.
-
-- ``KernelArgs``: the register kernel's parameters (``factory``), in order. What changes per call comes
-  first, so a call rewrites one prefix of a plan's block (``pack_call``: ``PER_CALL_ARGS``, and
-  ``PER_LAYER_ARGS`` when the layer changes too);
-- ``StagedArgs``: the staged kernel's: ``KernelArgs``' values, then ``STAGED_EXTRA``;
-- ``signature(args)``: the Numba signature of a kernel taking those values.
-
-Kernels name their parameters in this order (``check_parameters``), and plans fill blocks by name.
+kvnumba kernel takes. ``KernelArgs``: the register kernel's, what changes per call first (``pack_call``
+rewrites that prefix of a plan's block); ``StagedArgs``: then ``STAGED_EXTRA``. Kernels name their
+parameters in this order (``check_parameters``), and plans fill blocks by name.
 """
 import struct
 from collections import namedtuple
 from typing import NamedTuple
 
-# "No limit" for a token bound.
-NO_LIMIT = 2**63 - 1
+NO_LIMIT = 2**63 - 1  # a token bound that bounds nothing
 
 
 class KernelArgs(NamedTuple):

@@ -1,28 +1,23 @@
 """The resident loader: one launch that copies every layer of a load on a few blocks, layer after layer,
 and publishes each layer as it lands.
 
-Each block's warps copy their share of the items (the register kernel's split: warp ``w`` takes items
-``[w * items_per_warp, (w + 1) * items_per_warp)``) for one layer with the register kernel's per-item body
-(``item_copy.make_items_copy``), then the block arrives at that layer: after a barrier, its first thread fences
-(system scope: a destination may be host memory) and adds 1 to the layer's arrival word. The block that brings
-the count to the grid's size is the last to finish the layer: it fences again and publishes ``layer + 1`` into
-the load's one ``layers_done`` word (``signals.publish_u32``, a maximum with release semantics). Then the block
-goes on to the next layer without waiting for the others.
+Each block's warps copy their share of one layer's items (the register kernel's split and per-item body,
+``item_copy.make_items_copy``); then, after a barrier, the block's first thread fences (system scope: a
+destination may be host memory) and adds 1 to the layer's arrival word. The block that brings the count to
+the grid's size fences again and publishes ``layer + 1`` into the load's one ``layers_done`` word
+(``signals.publish_u32``, a maximum with release semantics). No block waits for the others.
 
 One counter, not one per layer: a block arrives at layer ``l + 1`` only after it published or arrived at ``l``,
-so the last arrival at ``l + 1`` follows every arrival at ``l``, and the word counts layers landed in order. A
-waiter for layer ``l`` waits for ``layers_done >= l + 1`` (``kvnumba.plan.layer_signal``), and one word is all
-the host resets between loads.
+so the word counts layers landed in order, a waiter for layer ``l`` waits for ``layers_done >= l + 1``
+(``kvnumba.plan.layer_signal``), and one word is all the host resets between loads.
 
-The parameters are the register kernel's (``params.KernelArgs``) and two addresses (``RESIDENT_EXTRA``);
-one kernel per (source layout, destination layout, MLA), memoised, as ``factory``'s. This is the register build;
-the staged build (``resident_staged``) moves runs of tokens by the bulk-copy unit and publishes alike.
+This is the register build; ``resident_staged`` moves runs of tokens by the bulk-copy unit and publishes alike.
 """
 from collections import namedtuple
 
 from numba import cuda
 
-from .factory import MAX_REGISTERS, NARROW_REGISTERS, _parts, copy_shape_for
+from .factory import MAX_REGISTERS, NARROW_REGISTERS, _parts, copy_shape_for, memoised
 from .item_copy import make_items_copy
 from .jit import WARP_SIZE, kernel
 from .params import KernelArgs, check_parameters, signature
@@ -65,20 +60,13 @@ def _build_kernel(src, dst, mla, copy_shape, narrow):
     return kernel(resident_load, max_registers=NARROW_REGISTERS if narrow else MAX_REGISTERS)
 
 
-_kernels: dict[tuple, object] = {}
-
-
 def get_resident_kernel(src_layout, dst_layout, mla, narrow=False):
     """The resident loader for one layout pair (``LayoutParts`` or a seed layout name), built on first request
     and memoised; its inner loop's shape is the register kernel's for the pair (``factory.copy_shape_for``).
     ``narrow``: the build for one-warp blocks, capped at ``factory.NARROW_REGISTERS`` so that a block fits on an SM
     beside a GEMM's blocks (as the register kernel's narrow build)."""
     src, dst = _parts(src_layout), _parts(dst_layout)
-    key = (src, dst, bool(mla), copy_shape_for(src, dst, mla), bool(narrow))
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build_kernel(*key)
-    return built
+    return memoised(_build_kernel, src, dst, bool(mla), copy_shape_for(src, dst, mla), bool(narrow))
 
 
 def resident_ptx(src_layout, dst_layout, mla, cc=(9, 0), narrow=False):

@@ -1,20 +1,18 @@
 """The resident loader's staged build: every layer of a load on a few blocks, each layer moved by the staged
-kernel's ring (``kernels.staged``: runs of tokens by the bulk-copy unit through shared memory, the rest through
-registers) and published as it lands, as the register build does (``kernels.resident``).
+kernel's ring (``kernels.staged``) and published as it lands, as the register build does (``kernels.resident``).
 
-Per block and layer: the ring's barriers made (invalidated first from the second layer on, ``staged.make_reset``),
-the block's items of that layer through the ring (``staged.make_load_block``: the loader warp posts, the other
-warps write), a barrier (each warp has waited for its bulk stores' writes), then the arrival and, for the last
-block, the publication (``signals``). The ring's tensor maps picture every layer of the source (page-first and
-page-head maps hold the layer as a coordinate): one set serves the whole load.
+Per block and layer: the ring's barriers made (invalidated first from the second layer on), the block's items
+of that layer through the ring, a barrier (each warp has waited for its bulk stores' writes), then the arrival
+and, for the last block, the publication. The ring's tensor maps picture every layer of the source (page-first
+and page-head maps hold the layer as a coordinate): one set serves the whole load.
 
-Parameters: the staged kernel's (``params.StagedArgs``), then the signal's two addresses (``resident.RESIDENT_EXTRA``).
+Parameters: the staged kernel's (``params.StagedArgs``), then ``resident.RESIDENT_EXTRA``.
 """
 from collections import namedtuple
 
 from numba import cuda, int64
 
-from .factory import MAX_REGISTERS, copy_shape_for
+from .factory import MAX_REGISTERS, copy_shape_for, memoised
 from .jit import kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .params import StagedArgs, check_parameters, signature
@@ -69,20 +67,12 @@ def _build(src, dst, mla, shape, ring):
     return kernel(resident_load_staged, max_registers=MAX_REGISTERS)
 
 
-_kernels: dict[tuple, object] = {}
-
-
 def get_resident_staged_kernel(src, dst, mla, ring=None):
     """The staged resident loader from ``src`` (one of ``SOURCES``) to ``dst`` (one of ``DESTINATIONS``) with ring
     ``ring`` (default ``staged.SHAPE``), built on first request and memoised."""
     if src not in SOURCES or dst not in DESTINATIONS:
         raise ValueError(f"no staged resident loader from {src.name} to {dst.name}")
-    ring = check_ring(ring or SHAPE)
-    key = (src, dst, bool(mla), copy_shape_for(src, dst, mla), ring)
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build(*key)
-    return built
+    return memoised(_build, src, dst, bool(mla), copy_shape_for(src, dst, mla), check_ring(ring or SHAPE))
 
 
 def resident_staged_ptx(src, dst, mla, cc=(9, 0)):

@@ -1,16 +1,12 @@
-"""A kernel's signals to other streams: a block's arrival at a layer and the layer's publication, at raw
-integer addresses of uint32 words (the only atomics kvnumba's kernels use; the resident loader's, ``resident``).
+"""A kernel's signals to other streams, at raw addresses of uint32 words (the resident loader's):
 
-- ``arrive_u32(addr) -> old``: ``atom.global.add.u32`` of 1, the word's value before it (relaxed, GPU scope:
-  the caller fences first);
+- ``arrive_u32(addr) -> old``: ``atom.global.add.u32`` of 1 (relaxed: the caller fences first);
 - ``publish_u32(addr, value)``: ``atom.global.max.u32`` with release semantics at system scope. A maximum, not a
-  store: the word only ever grows within a load, whichever block publishes last, so a waiter that saw layer
-  ``l`` never sees fewer layers again;
-- ``acquire_u32(addr) -> value``: ``ld.acquire.sys.global.u32``, the word now (what a waiting kernel polls,
-  ``layer_wait``); ``backoff()``: a short ``nanosleep`` between two polls.
+  store: the word only grows within a load, whichever block publishes last;
+- ``acquire_u32(addr) -> value``: ``ld.acquire.sys.global.u32`` (what ``layer_wait`` polls); ``backoff()``: a
+  short ``nanosleep`` between two polls.
 
-On Numba's CUDA simulator the same names are Python functions over ctypes under one lock
-(``kernels.simulator.signals``), chosen here once, at import.
+On the simulator the names are twins (``kernels.simulator.signals``), chosen here once.
 """
 from ..driver.target import SIMULATOR
 

@@ -11,26 +11,24 @@ Per block (the items the register kernel's block would take), the warps have thr
   tensor-map boxes (one per buffer, ``2**r`` tokens) into one of ``stages`` shared-memory buffers;
   shorter runs are batched ``direct_batch`` items to a *direct* post, which carries only the item range.
   Posts go through a ring of ``slots`` descriptors, more than there are buffers;
-- the *store warps* write each landed piece out through the bulk unit too, lane ``t`` token ``t``, and
-  free the buffer once the unit has read it;
+- the *store warps* write each landed piece out through the bulk unit too, and free the buffer once the
+  unit has read it;
 - every warp but the loader copies direct items through registers (``kernels.item_copy``'s body).
 
 A block of few runs (random indices) would lose to the register kernel, so the loader first samples
-32 places an odd stride apart (``make_few_runs``); below ``StagedShape.fallback_runs`` runs it posts one
-*register* mark and every warp copies its register-kernel share. The choice is made per block, inside
-the kernel: no host read, no synchronisation. Every index is still bounded, as in the register kernel.
+32 places (``make_few_runs``); below ``StagedShape.fallback_runs`` runs it posts one *register* mark and
+every warp copies its register-kernel share. The choice is made per block, inside the kernel: no host
+read, no synchronisation. Every index is still bounded, as in the register kernel.
 
-The kernel takes the register kernel's parameters (``params.KernelArgs``) then three more
-(``params.STAGED_EXTRA``): the device address of the source's tensor maps (``plan.tensor_maps``: K's
-for box lengths ``1, 2, .. 2**max_run_log2``, then V's), ``max_run_log2`` and ``min_run``. The rates
-that chose the ring's shape are in scripts/RESULTS.md (the staged-kernel sections).
+Parameters: the register kernel's (``params.KernelArgs``), then ``params.STAGED_EXTRA``: the device address
+of the source's tensor maps (``plan.tensor_maps``: K's for box lengths ``1, 2, .. 2**max_run_log2``, then
+V's), ``max_run_log2`` and ``min_run``.
 """
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from numba import cuda, int64
 
-from ..driver.target import SIMULATOR
-from .factory import MAX_REGISTERS, copy_shape_for
+from .factory import MAX_REGISTERS, copy_shape_for, memoised
 from .item_copy import make_items_copy
 from .jit import WARP_SIZE, device_function, kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
@@ -43,7 +41,7 @@ from .warp_copy import warp_loop
 
 
 class StagedShape(NamedTuple):
-    """The rings in shared memory and the warps' roles (chosen on the H200: scripts/RESULTS.md)."""
+    """The rings in shared memory and the warps' roles."""
 
     stages: int = 3  # data buffers in flight: enough bytes for the PCIe round trip
     stage_bytes: int = 64 * 1024  # one piece: K and V of up to stage_bytes / (2 * item_size) tokens
@@ -51,9 +49,7 @@ class StagedShape(NamedTuple):
     min_bulk_bytes: int = 8 * 1024  # a bulk operation below this (per buffer) is slower than registers
     store_warps: int = 16  # warps writing bulk pieces out (0: every warp but the loader)
     direct_batch: int = 128  # short-run items per direct post (copied by every warp but the loader)
-    # Fewer runs than this among a block's 32 samples: it copies as the register kernel does (0: never).
-    # 10 is where the two kernels' measured rates cross.
-    fallback_runs: int = 10
+    fallback_runs: int = 10  # fewer runs among a block's 32 samples: it copies as the register kernel (0: never)
     # A bulk piece is written out by the bulk unit (one warp, a lane per token), not through the store
     # warps' registers: its buffer is free as soon as the unit has read it.
     bulk_stores: bool = True
@@ -69,13 +65,13 @@ MAX_SLOTS = 32
 _FIELDS = 5  # a post's descriptor: first item, count, kind, first warp, data buffer
 HEADER_BYTES = 8 * (3 + _FIELDS) * MAX_SLOTS  # barriers and descriptors, before the 128-byte-aligned stages
 MAX_RUN = 32  # tokens per piece, at most (a box dimension may not exceed 256)
-SHAPE = StagedShape()  # what plans use; tuning scripts set another
+SHAPE = StagedShape()
 MAP_BYTES = 128  # one CUtensorMap
 TMA_ALIGN = 128  # a tensor load's destination in shared memory (cp.async.bulk.tensor, no swizzle)
 
 SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
-SIGNATURE = signature(StagedArgs)  # the register kernel's parameters, then three more (kvnumba.kernels.params)
+SIGNATURE = signature(StagedArgs)
 
 _END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, and
 # the register mark (few runs: every warp copies its register-kernel share, and no other post follows)
@@ -84,8 +80,7 @@ LEAVE_OUT = ("", "data", "stores")
 
 def second_offset(count, item_size):
     """Where a piece's second buffer (V's items) starts in its stage: after the first's ``count`` items of
-    ``item_size`` bytes, rounded up to ``TMA_ALIGN``, as a tensor load's destination must be (so the
-    two buffers of a piece sit apart by padding unless ``count * item_size`` is a multiple of 128)."""
+    ``item_size`` bytes, rounded up to ``TMA_ALIGN``, as a tensor load's destination must be."""
     return (count * item_size + TMA_ALIGN - 1) & ~(TMA_ALIGN - 1)
 
 
@@ -118,12 +113,11 @@ def run_limits(item_size, mla, shape=None, tail=0):
 
 def make_few_runs(fallback_runs, head_major):
     """``few_runs(lane, begin, end, src_indices, src_limit, page, min_run)``, a warp's vote: whether the
-    items ``[begin, end)`` hold too few runs for the ring, i.e. fewer than ``fallback_runs`` of 32
-    samples (never, for 0). Lane ``l`` takes the ``min_run`` items from place ``l * step``, a run if
-    their source tokens run on, first to last (and, ``head_major``, stay in one page of ``page``
-    tokens): a guess for the choice only; the loader still checks every item it moves. ``step`` is odd,
-    so the places fall at every offset within power-of-two pages (an even step can put every place on a
-    page's last token, and then no block looks like runs)."""
+    items ``[begin, end)`` hold fewer than ``fallback_runs`` runs in 32 samples (never, for 0). Lane ``l``
+    takes the ``min_run`` items from place ``l * step``, a run if their source tokens run on (and,
+    ``head_major``, stay in one page): a guess only; the loader still checks every item it moves. ``step``
+    is odd, so the places fall at every offset within power-of-two pages (an even step can put every
+    place on a page's last token)."""
 
     @device_function
     def few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
@@ -157,14 +151,13 @@ def wait_phase(bar, parity):
 
 
 def make_ring(layout, mla, ring, fill_piece=None):
-    """``run_block``, what every staged kernel's block runs (this one's and ``kernels.dequantise_staged``'s): the
-    ring over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one
-    layer's), given what a kernel does with the items (``make_block``).
+    """``make_block``: the ring every staged kernel's block runs (this one's and ``kernels.dequantise_staged``'s)
+    over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one layer's).
 
     ``fill_piece(lane, stage, full, first, count, layer, args)``, where given: every lane of the loader warp
-    calls it for each bulk piece once the piece's stage and slot are free and before the piece's boxes are
-    posted, to bring more of the piece into its stage (the FP8 kernel's scales, by ``async_copy``'s copies
-    tied to barrier ``full`` with ``landed_arrive``: the piece's phase then waits for them too)."""
+    calls it for each bulk piece once the piece's stage and slot are free and before its boxes are posted,
+    to bring more of the piece into its stage (the FP8 kernel's scales, by copies tied to barrier ``full``
+    with ``async_copy.landed_arrive``)."""
     fills = fill_piece is not None
     fill = fill_piece if fills else _no_fill
     head_major = layout is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
@@ -173,11 +166,10 @@ def make_ring(layout, mla, ring, fill_piece=None):
     bulk_stores = ring.bulk_stores
     few_runs = make_few_runs(ring.fallback_runs, head_major)
     load_data = ring.leave_out != "data"
-    empty_count_per_warp = ARRIVALS_PER_WARP
     stages, stage_bytes, slots = ring.stages, ring.stage_bytes, ring.slots
     direct_batch, store_warps = ring.direct_batch, ring.store_warps
-    # Per slot: ``full`` (the post's data landed), ``empty`` (every consumer warp released it) and
-    # ``posted`` (its descriptor is written: warps that write no bulk items need not wait for data).
+    # Barriers per slot: ``full`` (its data landed), ``empty`` (every consumer released it), ``posted`` (its
+    # descriptor is written: warps that write no bulk items need not wait for data).
     full_at, empty_at, posted_at = 0, 8 * slots, 16 * slots
     descriptors = 3 * slots  # int64 index of slot 0's descriptor
 
@@ -222,7 +214,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
             tensor_load(stage + second_buffer(count, item_size), v_map, 0, c1, c2, c3, c4, full)
 
     @device_function
-    def post_plain(smem, base, k, first, count, kind, rot):
+    def post_plain(smem, base, k, first, count, kind, rot):  # a post without data: its `full` at once
         s = claim(smem, base, k, first, count, kind, rot, 0)
         arrive(base + full_at + s * 8)
 
@@ -237,12 +229,12 @@ def make_ring(layout, mla, ring, fill_piece=None):
     @device_function
     def load(lane, smem, holder, base, data, begin, end, src_indices, dst_indices, layer, src_limit, dst_limit, page,
              maps, max_run_log2, min_run, item_size, stores, consumers, args):
-        """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or,
-        for a block of few runs, only the register mark (returns True: the loader then copies its share).
+        """The loader warp: the block's items as bulk pieces and direct batches, then the end mark; or, for a
+        block of few runs, only the register mark (returns True: the loader then copies its share).
 
-        Runs are found 32 items at a time: each lane reads one item's indices, and two votes give
-        which items are in range and which continue their predecessor's run. All lanes then walk the
-        window alike; lane 0 posts the stages. ``holder``: ``MAX_STAGES`` int64 of local memory."""
+        Each lane reads one item's indices, and two votes give which of 32 items are in range and which
+        continue their predecessor's run; all lanes walk the window alike, lane 0 posts. ``holder``:
+        ``MAX_STAGES`` int64 of local memory (the post that last filled each buffer)."""
         if few_runs(lane, begin, end, src_indices, src_limit, page, min_run):
             if lane == 0:
                 post_plain(smem, base, 0, 0, 0, _REGISTER, 0)
@@ -289,8 +281,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                         log2 += 1
                     buffer = pieces % stages
                     if lane == 0:
-                        # The buffer's last piece must have been written out; if its slot came round since,
-                        # claiming that slot already waited for it.
+                        # the buffer's last piece must be written out (claiming a slot that came round waits too)
                         if pieces >= stages and k - holder[buffer] < slots:
                             wait_released(base, holder[buffer])
                         claim(smem, base, k, i + p, 1 << log2, _BULK, bulk_rot, buffer)
@@ -332,25 +323,20 @@ def make_ring(layout, mla, ring, fill_piece=None):
             consumers = (threads >> 5) - 1
             for s in range(slots):
                 barrier_init(base + full_at + s * 8, 1)
-                barrier_init(base + empty_at + s * 8, consumers * empty_count_per_warp)
+                barrier_init(base + empty_at + s * 8, consumers * ARRIVALS_PER_WARP)
                 barrier_init(base + posted_at + s * 8, 1)
             barrier_fence()
 
     def make_block(take_piece, take_direct):
-        """``(set_up, run_block)``: a block's part of a staged kernel. The kernel (as ``transfer_kv_staged``
-        below) calls ``set_up(smem, tid, threads)`` with its dynamic shared array, synchronises the block, then
-        ``run_block(smem, holder, tid, block, threads, num_items, items_per_warp, src_indices, dst_indices,
-        layer, src_limit, dst_limit, page, maps, max_run_log2, min_run, item_size, args)`` with ``holder`` a
-        local array of ``MAX_STAGES`` int64: ``cuda``'s thread values are read in the kernel's own module (Numba's
-        simulator gives them to that module only). And
+        """``(set_up, run_block)``: a block's part of a staged kernel, which calls ``set_up(smem, tid, threads)``,
+        synchronises the block, then ``run_block(...)`` (as ``transfer_kv_staged`` below: ``cuda``'s thread
+        values are read in the kernel's own module, the only one the simulator gives them to). And
 
         - ``take_piece(lane, stage, full, parity, first, j, count, n, args)``: the warp's items ``first + j``,
-          ``first + j + n``, .. below ``first + count`` of a bulk piece in shared memory at ``stage``
-          (token-major: item t at ``stage + t * item_size``, V's after K's), which it must not read before
-          barrier ``full``'s phase of ``parity`` completes (``wait_phase``). A ring of ``bulk_stores``
-          gives each piece whole (``j == 0``, ``n == 1``) to one warp;
-        - ``take_direct(lane, first, j, count, n, args)``: the same items, read from the source (also a
-          register-marked block's share, ``n == 1``);
+          ``first + j + n``, .. below ``first + count`` of a bulk piece at ``stage`` (item t at ``stage + t *
+          item_size``, V's after K's), not to be read before barrier ``full``'s phase of ``parity`` completes.
+          A ring of ``bulk_stores`` gives each piece whole (``j == 0``, ``n == 1``) to one warp;
+        - ``take_direct(lane, first, j, count, n, args)``: the same items, read from the source;
         - ``args``: the kernel's own values, a tuple handed to both."""
 
         @device_function
@@ -361,10 +347,8 @@ def make_ring(layout, mla, ring, fill_piece=None):
                 s = k % slots
                 parity = (k // slots) & 1
                 wait_phase(base + posted_at + s * 8, parity)
-                # Lane 0 alone reads the descriptor and hands it round: the slot's only reader is the
-                # lane that releases it, so the loader's next write there is ordered by the barriers
-                # alone (compute-sanitizer's racecheck flagged the other lanes' reads, which reach the
-                # release through __syncwarp).
+                # Lane 0 alone reads the descriptor and hands it round: the slot's only reader is the lane
+                # that releases it, so the loader's next write there is ordered by the barriers alone.
                 d = descriptors + _FIELDS * s
                 first = count = kind = rot = buffer = 0
                 if lane == 0:
@@ -376,8 +360,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                     return False
                 if kind == _REGISTER:
                     return True
-                # Who takes the post's items: bulk pieces go round the store warps, direct items round
-                # every consumer.
+                # bulk pieces go round the store warps, direct items round every consumer
                 n = stores if kind == _BULK else consumers
                 j = me - rot  # items go round the n warps from the post's first warp
                 if j < 0:
@@ -410,8 +393,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
                     return
             elif not consume(lane, warp - 1, smem, base, data, stores, consumers, args):
                 return
-            # The register mark: the block is a register kernel's block, each warp copying the items the
-            # register kernel's warp would (kernels.factory's split).
+            # the register mark: each warp copies the items the register kernel's warp would
             share = begin + warp * items_per_warp
             take_direct(lane, share, 0, min(share + items_per_warp, end) - share, 1, args)
 
@@ -421,9 +403,8 @@ def make_ring(layout, mla, ring, fill_piece=None):
 
 
 def make_reset(ring):
-    """``reset(smem)``: the ring's barriers (``3 * slots`` of them at the start of shared memory, as ``make_ring``
-    lays them out) invalidated, for ``set_up`` to make them again: a block that runs the ring once per layer (the
-    resident loader, ``kernels.resident_staged``). One thread calls it, with nothing in flight."""
+    """``reset(smem)``: the ring's ``3 * slots`` barriers invalidated, for ``set_up`` to make them again (a block
+    that runs the ring once per layer: ``kernels.resident_staged``). One thread calls it, with nothing in flight."""
     barriers = 3 * ring.slots
 
     @device_function
@@ -436,17 +417,15 @@ def make_reset(ring):
 
 
 def make_load_block(src, dst, mla, shape, ring):
-    """``(set_up, run_block)`` of the staged load (``make_ring``'s, with this kernel's pieces and direct items):
-    one layer's load of a block, for this kernel and the resident loader's staged build (``kernels.resident``)."""
+    """``(set_up, run_block)`` of the staged load: one layer's load of a block, for this kernel and the resident
+    loader's staged build (``kernels.resident_staged``)."""
     dst_layer_base, dst_token_offset = dst.layer_base, dst.token_offset
     copy_items = make_items_copy(src, dst, mla, shape)
     bulk_stores = ring.bulk_stores
-    # Measurement variants that leave one stage out, to time the others: "data" posts bulk pieces
-    # without loading them (the loader, the barriers and the stores alone), "stores" loads them and
-    # never writes them out (the loader and the bulk unit alone). Both copy wrong bytes.
+    # Measurement variants (scripts/tune_staged.py) that leave a stage out to time the others: "data" posts
+    # pieces without loading them, "stores" never writes them out. Both copy wrong bytes.
     write_out = ring.leave_out != "stores"
 
-    # A warp writes a piece's item from shared memory out: two 16-byte words a lane per round.
     store_chunk = warp_loop(load_shared_u128, store_u128, 16, 2)
 
     @device_function
@@ -547,13 +526,10 @@ def _build(src, dst, mla, shape, ring):
                   num_items, items_per_warp, src_indices, dst_indices, first_layer, src_token_limit, dst_token_limit,
                   src_page_size, maps, max_run_log2, min_run, item_size, args)
 
-    check_parameters(transfer_kv_staged, StagedArgs)  # the parameter block's order (kvnumba.kernels.params)
-    transfer_kv_staged.__name__ = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
-    transfer_kv_staged.__qualname__ = transfer_kv_staged.__name__
+    check_parameters(transfer_kv_staged, StagedArgs)
+    name = f"transfer_kv_staged_{src.name}_{dst.name}{'_mla' if mla else ''}"
+    transfer_kv_staged.__name__ = transfer_kv_staged.__qualname__ = name
     return kernel(transfer_kv_staged, max_registers=MAX_REGISTERS)
-
-
-_kernels: dict[tuple, Any] = {}
 
 
 def check_ring(ring):
@@ -569,18 +545,5 @@ def get_staged_kernel(src, dst, mla, ring=None):
     ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
     if src not in SOURCES or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
-    ring = check_ring(ring or SHAPE)
-    shape = copy_shape_for(src, dst, mla)  # the direct items' inner loop: part of the kernel, so of its key
-    key = (src, dst, bool(mla), shape, ring)
-    built = _kernels.get(key)
-    if built is None:
-        built = _kernels[key] = _build(src, dst, bool(mla), shape, ring)
-    return built
-
-
-def staged_ptx(src, dst, mla, cc=(9, 0)):
-    """PTX of one staged kernel (needs NVVM, not a GPU; not the simulator)."""
-    if SIMULATOR:
-        raise RuntimeError("staged_ptx needs the real CUDA target: set NUMBA_ENABLE_CUDASIM=0 (no GPU needed)")
-    ptx, _ = cuda.compile_ptx(get_staged_kernel(src, dst, mla).py_func, SIGNATURE, cc=cc)
-    return ptx
+    # the direct items' inner loop is part of the kernel, so of its key
+    return memoised(_build, src, dst, bool(mla), copy_shape_for(src, dst, mla), check_ring(ring or SHAPE))

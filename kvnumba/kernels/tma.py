@@ -1,72 +1,75 @@
 """Hopper's bulk-copy unit (TMA) and its barriers, as the staged kernels use them (``kernels.staged``).
 
-On the GPU these are inline PTX (sm_90+):
+On the GPU these are inline PTX (sm_90+); addresses are shared-window addresses (``shared_address(array)``):
 
-- ``shared_address(array)``: the shared-window address of a shared array (PTX's ``.shared`` operands);
-- ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a
-  phase, made visible to the bulk-copy unit;
-- ``barrier_inval(bar)``: the barrier is no longer one (before ``barrier_init`` makes it again: a block that runs
-  the ring once per layer, ``kernels.resident``);
-- ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also tells the
-  barrier to wait for ``nbytes`` of bulk copies before its phase completes);
-- ``expect_bytes(bar, nbytes)``: the barrier's current phase also waits for ``nbytes`` more of bulk
-  copies, with no arrival (``mbarrier.expect_tx``: a second party's boxes on the same phase);
-- ``try_wait(bar, parity)``: 1 once the phase of that parity has completed, else 0 (after the
-  hardware's own short wait);
-- ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map (the box
-  shape is in the map) copied from global memory into shared memory at ``dst``, completing
-  ``bar``'s bytes when it lands: ``cp.async.bulk.tensor.5d``;
+- ``barrier_init(bar, count)``, ``barrier_fence()``: an ``mbarrier`` expecting ``count`` arrivals a phase,
+  made visible to the bulk-copy unit; ``barrier_inval(bar)`` unmakes it (before ``barrier_init`` again);
+- ``arrive(bar)``, ``arrive_expect_bytes(bar, nbytes)``: one arrival (the second also makes the phase wait for
+  ``nbytes`` of bulk copies); ``expect_bytes(bar, nbytes)``: that wait with no arrival (``mbarrier.expect_tx``);
+- ``try_wait(bar, parity)``: 1 once the phase of that parity has completed, else 0;
+- ``tensor_load(dst, tensor_map, c0, c1, c2, c3, c4, bar)``: one 5-D box of a tensor map copied from global
+  into shared memory at ``dst``, completing ``bar``'s bytes when it lands (``cp.async.bulk.tensor.5d``);
+- ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both addresses
+  16-byte aligned) of shared memory to global memory, in the thread's bulk group; ``bulk_commit()`` closes
+  the group, ``bulk_wait_read()`` waits until its groups have read shared memory, ``bulk_wait()`` until they
+  have written global memory;
 - ``load_shared_u128(addr)``: 16 bytes of shared memory (two uint64; ``load_shared_i128``: two int64);
-  ``load_shared_u32(addr)``, ``store_shared_u32(addr, value)``: 4 bytes (zero-extended; the low 32 bits);
-- ``sync_warp()``: the warp's lanes meet (``__syncwarp``): shared memory one lane wrote, another reads;
-- ``bulk_store(dst, src, nbytes)``: the bulk-copy unit writes ``nbytes`` (a multiple of 16, both
-  addresses 16-byte aligned) of shared memory at ``src`` to global memory at ``dst``, asynchronously
-  (``cp.async.bulk``, one bulk group per thread); ``bulk_commit()`` closes the thread's group,
-  ``bulk_wait_read()`` waits until its groups have read their shared memory (it may be reused), and
-  ``bulk_wait()`` until they have written global memory;
-- ``release(bar, lane)``: a consumer warp is done with a stage: its lanes agree
-  (``__syncwarp``), then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count;
-- ``ballot(predicate)``: the 32 lanes' predicates as the bits of one int (``ballot_sync``, all lanes);
-- ``broadcast(value)``: lane 0's ``value``, in every lane (``shfl_sync``, all lanes);
-- ``count_set(mask)``: the set bits of a 32-bit mask (``popc``);
-- ``first_set(mask)``: 1 + the position of the lowest set bit of a 32-bit mask, 0 if none (``ffs``).
+  ``load_shared_u32(addr)``: 4 bytes, zero-extended;
+- ``sync_warp()`` (``__syncwarp``); ``release(bar, lane)``: a consumer warp is done with a stage (its lanes
+  meet, then lane 0 arrives; ``ARRIVALS_PER_WARP`` is what a warp adds to the count);
+- ``ballot(predicate)``, ``broadcast(value)`` (lane 0's), ``count_set(mask)`` (``popc``), ``first_set(mask)``
+  (``ffs``: 1 + the lowest set bit, 0 if none): the warp's votes and shuffles, on 32-bit masks.
 
-On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``, chosen here once,
-at import): barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of
-kvnumba's own format (``plan.tensor_maps``).
+On Numba's CUDA simulator the same names are Python twins (``kernels.simulator.tma``), chosen here once.
 """
 from ..driver.target import SIMULATOR
 
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init",
            "barrier_inval", "broadcast", "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set",
            "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
-           "shared_address", "store_shared_u32", "sync_warp", "tensor_load", "try_wait"]
+           "shared_address", "sync_warp", "tensor_load", "try_wait"]
 
-# One world, chosen once: the Python twins on the simulator, else the inline PTX below.
 if SIMULATOR:
     from .simulator.tma import (ARRIVALS_PER_WARP, arrive, arrive_expect_bytes, ballot, barrier_fence,  # noqa: F401
                                 barrier_init, barrier_inval, broadcast, bulk_commit, bulk_store, bulk_wait,
                                 bulk_wait_read, count_set, expect_bytes, first_set, load_shared_i128,
-                                load_shared_u128, load_shared_u32, release, shared_address, store_shared_u32,
-                                sync_warp, tensor_load, try_wait)
+                                load_shared_u128, load_shared_u32, release, shared_address, sync_warp,
+                                tensor_load, try_wait)
 else:
     from llvmlite import ir
     from numba import cuda, int64, types, uint32
     from numba.cuda.extending import intrinsic
 
     from .jit import device_function
+    from .memory import _PAIR, _asm
 
     ARRIVALS_PER_WARP = 1
 
     _I32, _I64 = ir.IntType(32), ir.IntType(64)
-    _PAIR = ir.LiteralStructType([_I64, _I64])
-
-    def _asm(builder, ret, args, text, constraints):
-        kind = ir.FunctionType(ret, [a.type for a in args])
-        return builder.call(ir.InlineAsm(kind, text, constraints, side_effect=True), args)
 
     def _u32(builder, value):  # shared-window addresses fit 32 bits, as PTX's "r" operands want
         return builder.trunc(value, _I32)
+
+    def _instruction(text, operands=0):
+        """An intrinsic ``op(*values)``: the PTX ``text`` alone, on ``operands`` (0 to 2) int64 values as 32-bit
+        operands (shared-window addresses, counts, bytes)."""
+        signature = types.void(*[types.int64] * operands)
+
+        def codegen(context, builder, sig, args):
+            _asm(builder, ir.VoidType(), [_u32(builder, a) for a in args], text,
+                 ",".join(["r"] * operands + ["~{memory}"]))
+            return context.get_dummy_value()
+
+        def none(typingctx):  # a typer per arity: Numba lowers no intrinsic of *args
+            return signature, codegen
+
+        def one(typingctx, a):
+            return signature, codegen
+
+        def two(typingctx, a, b):
+            return signature, codegen
+
+        return intrinsic((none, one, two)[operands])
 
     @intrinsic
     def shared_address(typingctx, array):
@@ -77,50 +80,15 @@ else:
 
         return types.int64(array), codegen
 
-    def _barrier_op(ptx):
-        """An intrinsic ``op(bar, value)``: the one mbarrier instruction ``ptx`` on barrier ``bar`` (a shared
-        address) with a 32-bit ``value`` (``barrier_init``'s count, the others' bytes)."""
-
-        @intrinsic
-        def op(typingctx, bar, value):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])], ptx, "r,r,~{memory}")
-                return context.get_dummy_value()
-
-            return types.void(types.int64, types.int64), codegen
-
-        return op
-
-    barrier_init = _barrier_op("mbarrier.init.shared::cta.b64 [$0], $1;")
-    arrive_expect_bytes = _barrier_op("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;")
-    expect_bytes = _barrier_op("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;")
-
-    @intrinsic
-    def barrier_inval(typingctx, bar):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0])], "mbarrier.inval.shared::cta.b64 [$0];",
-                 "r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64), codegen
-
-    @intrinsic
-    def barrier_fence(typingctx):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [], "fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;",
-                 "~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(), codegen
-
-    @intrinsic
-    def arrive(typingctx, bar):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0])], "mbarrier.arrive.shared::cta.b64 _, [$0];",
-                 "r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64), codegen
+    barrier_init = _instruction("mbarrier.init.shared::cta.b64 [$0], $1;", 2)
+    barrier_inval = _instruction("mbarrier.inval.shared::cta.b64 [$0];", 1)
+    barrier_fence = _instruction("fence.mbarrier_init.release.cluster;\n\tfence.proxy.async.shared::cta;")
+    arrive = _instruction("mbarrier.arrive.shared::cta.b64 _, [$0];", 1)
+    arrive_expect_bytes = _instruction("mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", 2)
+    expect_bytes = _instruction("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [$0], $1;", 2)
+    bulk_commit = _instruction("cp.async.bulk.commit_group;")
+    bulk_wait_read = _instruction("cp.async.bulk.wait_group.read 0;")
+    bulk_wait = _instruction("cp.async.bulk.wait_group 0;")
 
     @intrinsic
     def try_wait(typingctx, bar, parity):
@@ -156,21 +124,6 @@ else:
 
         return types.void(types.int64, types.int64, types.int64), codegen
 
-    def _no_operands(text):
-        @intrinsic
-        def instruction(typingctx):
-            def codegen(context, builder, sig, args):
-                _asm(builder, ir.VoidType(), [], text, "~{memory}")
-                return context.get_dummy_value()
-
-            return types.void(), codegen
-
-        return instruction
-
-    bulk_commit = _no_operands("cp.async.bulk.commit_group;")
-    bulk_wait_read = _no_operands("cp.async.bulk.wait_group.read 0;")
-    bulk_wait = _no_operands("cp.async.bulk.wait_group 0;")
-
     def _load_shared_pair(word_type):
         pair_type = types.UniTuple(word_type, 2)
 
@@ -195,15 +148,6 @@ else:
             return builder.zext(value, _I64)
 
         return types.int64(types.int64), codegen
-
-    @intrinsic
-    def store_shared_u32(typingctx, addr, value):
-        def codegen(context, builder, sig, args):
-            _asm(builder, ir.VoidType(), [_u32(builder, args[0]), _u32(builder, args[1])],
-                 "st.shared.b32 [$0], $1;", "r,r,~{memory}")
-            return context.get_dummy_value()
-
-        return types.void(types.int64, types.int64), codegen
 
     @device_function
     def sync_warp():

@@ -2,11 +2,8 @@
 
 Lane ``i`` moves the words at byte offsets ``i * word + k * 32 * word``: 16-byte words when every address
 and the size allow, else the seed's 8-byte words. Each round loads ``words`` words per lane before storing
-any, so more bytes are in flight while a zero-copy read of pinned host memory crosses PCIe; the paired form
-moves K and V together, doubling them without more loop state.
-
-Loops are ``while`` loops over byte offsets: a stepped ``range`` and Python's signed ``//`` and ``%`` cost
-registers, and a 1024-thread block's threads have 64 each.
+any, so more bytes are in flight over PCIe; the paired form moves K and V together. Loops are ``while`` loops
+over byte offsets: a stepped ``range`` and Python's signed ``//`` and ``%`` cost registers.
 """
 from typing import NamedTuple
 

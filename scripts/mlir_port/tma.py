@@ -96,11 +96,6 @@ def load_shared_u32(addr):
 
 
 @_device
-def store_shared_u32(addr, value):
-    _cx.inline_ptx("st.shared.b32 [%0], %1;", "r", addr, "r", value)
-
-
-@_device
 def sync_warp():
     _cuda.syncwarp()
 

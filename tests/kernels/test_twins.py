@@ -94,7 +94,7 @@ def test_the_twins_refuse_the_addresses_the_gpu_refuses():
     refused = [(memory.load_u128, (base + 8,)), (memory.store_u64, (base + 4, 0)), (memory.load_i64, (base + 4,)),
                (words.load_i32, (base + 2,)), (words.store_i64, (base + 4, 0)),
                (tma.load_shared_u128, (base + 8,)), (tma.load_shared_i128, (base + 8,)),
-               (tma.store_shared_u32, (base + 2, 0)), (tma.barrier_init, (base + 4, 1)),
+               (tma.load_shared_u32, (base + 2,)), (tma.barrier_init, (base + 4, 1)),
                (tma.bulk_store, (base, base + 16, 8)), (tma.bulk_store, (base + 8, base, 16)),
                (tma.tensor_load, (base + 64, base, 0, 0, 0, 0, 0, base))]
     for twin, args in refused:

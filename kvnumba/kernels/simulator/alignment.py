@@ -1,18 +1,11 @@
 """The GPU's alignment rules, as the simulator's twins check them: an access the hardware would refuse
 (``CUDA_ERROR_MISALIGNED_ADDRESS``, which poisons the context) fails here at once, naming the address.
-
-- plain loads and stores (``ld``/``st``, global or shared, ``.v2`` too): the address is a multiple of the
-  access's width (4, 8 or 16 bytes);
-- ``cp.async.bulk`` (no tensor map): both addresses 16-byte aligned, the size a multiple of 16;
-- ``cp.async.bulk.tensor`` into shared memory (tensor maps without swizzle, as kvnumba's): the
-  shared-memory destination 128-byte aligned, the tensor map 64-byte aligned;
-- ``mbarrier`` objects: 8-byte aligned.
+Plain loads and stores are aligned to their width, ``cp.async.bulk`` to 16 bytes (its size a multiple of 16),
+a tensor load's shared destination to 128 and its map to 64, ``mbarrier`` objects to 8.
 
 A fault ends the launch: the simulator raises it and flags the block's other threads (``abort``); the twins'
-own waits (barriers, votes) give up on that flag or are broken by ``on_fault``'s hooks, so no thread is left
-waiting for one that died.
+own waits give up on that flag or are broken by ``on_fault``'s hooks, so no thread waits for one that died.
 """
-
 import ctypes
 import threading
 

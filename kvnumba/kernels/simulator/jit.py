@@ -11,9 +11,7 @@ def device_function(fn):
 
 
 def kernel(fn, **gpu_options):
-    """``fn`` as a simulated CUDA kernel; ``gpu_options`` (e.g. ``max_registers``) apply on the GPU only. The
-    first one made says, if kvnumba chose the simulator by itself (no CUDA driver), that kernels run here
-    (``kvnumba.driver.target.announce``)."""
+    """``fn`` as a simulated CUDA kernel (``gpu_options`` apply on the GPU only), as ``kernels.jit.kernel``."""
     from numba import cuda
 
     announce()

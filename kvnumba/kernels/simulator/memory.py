@@ -1,9 +1,6 @@
-"""The simulator's twin of ``kernels.memory``: loads and stores at raw integer addresses, through ctypes.
-
-The same names as the GPU's inline-PTX intrinsics, as plain Python functions, so the kernel bodies are
-identical in both worlds. Cache hints mean nothing here: ``make_loads`` returns the same pair for any
-qualifier. Alignment does: each access checks its address as the GPU does (``simulator.alignment``).
-Inside ``simulator.trace.recording()`` each access is also recorded (one global test when not).
+"""The simulator's twin of ``kernels.memory``: loads and stores through ctypes, each checked for alignment as
+the GPU checks it and recorded inside ``simulator.trace.recording()``. Cache hints mean nothing here:
+``make_loads`` returns the same pair for any qualifier.
 """
 import ctypes
 

@@ -1,6 +1,5 @@
-"""The simulator's twin of ``kernels.signals``: a block's arrival and a layer's publication on uint32 words at raw
-addresses, through ctypes under one lock (the simulator runs a grid's blocks one after another, but the host
-may read the words meanwhile)."""
+"""The simulator's twin of ``kernels.signals``: the words through ctypes under one lock (the host may read them
+while a grid runs)."""
 import ctypes
 import threading
 
@@ -12,7 +11,6 @@ _lock = threading.Lock()
 
 
 def arrive_u32(addr):
-    """Add 1 to the uint32 at ``addr``; its value before."""
     with _lock:
         word = ctypes.c_uint32.from_address(check_aligned(int(addr), 4, "atom.global.add.u32"))
         old = word.value
@@ -21,14 +19,12 @@ def arrive_u32(addr):
 
 
 def publish_u32(addr, value):
-    """The uint32 at ``addr`` becomes ``max(itself, value)``."""
     with _lock:
         word = ctypes.c_uint32.from_address(check_aligned(int(addr), 4, "red.global.max.u32"))
         word.value = max(word.value, int(value) & 0xFFFFFFFF)
 
 
 def acquire_u32(addr):
-    """The uint32 at ``addr``, read now."""
     with _lock:
         return ctypes.c_uint32.from_address(check_aligned(int(addr), 4, "ld.acquire.global.u32")).value
 

@@ -1,10 +1,7 @@
-"""The simulator's twin of ``kernels.tma``: Hopper's bulk-copy unit and its barriers as Python.
-
-Barriers are condition variables keyed by address, and ``tensor_load`` walks a tensor map of kvnumba's
-own format (``plan.tensor_maps``) row by row. A simulated warp's threads are independent Python threads
-with no ``__syncwarp``, so every thread of a consumer warp arrives (``ARRIVALS_PER_WARP = 32``) and a
-stage is released only once all have read it. ``ballot`` and ``broadcast`` meet the warp's threads through
-``simulator.warp``. Every address is checked as the hardware checks it (``simulator.alignment``).
+"""The simulator's twin of ``kernels.tma``: barriers are condition variables keyed by address, and
+``tensor_load`` walks a tensor map of kvnumba's own format (``plan.tensor_maps``) row by row; bulk copies land
+at once. A simulated warp's threads have no ``__syncwarp``, so every thread of a consumer warp arrives
+(``ARRIVALS_PER_WARP = 32``): a stage is released only once all have read it.
 """
 import ctypes
 import threading
@@ -16,7 +13,7 @@ from .warp import exchange
 __all__ = ["ARRIVALS_PER_WARP", "arrive", "arrive_expect_bytes", "ballot", "barrier_fence", "barrier_init",
            "barrier_inval", "broadcast", "bulk_commit", "bulk_store", "bulk_wait", "bulk_wait_read", "count_set",
            "expect_bytes", "first_set", "load_shared_i128", "load_shared_u128", "load_shared_u32", "release",
-           "shared_address", "store_shared_u32", "sync_warp", "tensor_load", "try_wait"]
+           "shared_address", "sync_warp", "tensor_load", "try_wait"]
 
 ARRIVALS_PER_WARP = 32
 _MAP_WORDS = 16  # the simulator's tensor map: base, 5 sizes, 4 byte strides, 5 box sizes
@@ -57,10 +54,6 @@ def barrier_inval(bar):
     check_aligned(bar, 8, "mbarrier.inval")
     with _barriers_lock:
         del _barriers[bar]
-
-
-def barrier_fence():
-    pass
 
 
 def arrive(bar):
@@ -128,16 +121,11 @@ def bulk_store(dst, src, nbytes):
                    check_aligned(src, 16, "cp.async.bulk's source"), int(nbytes))
 
 
-def bulk_commit():
-    pass
+def _landed():
+    """A fence or a wait for bulk copies: they have landed already."""
 
 
-def bulk_wait_read():
-    pass
-
-
-def bulk_wait():
-    pass
+barrier_fence = bulk_commit = bulk_wait_read = bulk_wait = _landed
 
 
 def load_shared_u128(addr):
@@ -152,10 +140,6 @@ def load_shared_i128(addr):
 
 def load_shared_u32(addr):
     return ctypes.c_uint32.from_address(check_aligned(addr, 4, "ld.shared.u32")).value
-
-
-def store_shared_u32(addr, value):
-    ctypes.c_uint32.from_address(check_aligned(addr, 4, "st.shared.u32")).value = int(value) & 0xFFFFFFFF
 
 
 def ballot(predicate):

@@ -1,10 +1,8 @@
 """Which simulated lane touched which bytes: an opt-in record of the simulator's loads and stores.
 
-Off by default, and then free but for one test of a module global (``ACCESSES is None``) in each access of
-``simulator.memory``. Inside ``with recording() as accesses:`` every 8- and 16-byte load and store a
-simulated kernel makes is appended to ``accesses`` as an ``Access`` (block, thread, "ld" or "st", address,
-bytes), in each thread's program order (threads interleave). notebooks/00_the_copy_kernel.ipynb draws a
-warp's lanes from it. The simulator only: on a GPU the loads are inline PTX, and nothing is recorded.
+Inside ``with recording() as accesses:`` every 8- and 16-byte load and store a simulated kernel makes is
+appended to ``accesses`` as an ``Access``, in each thread's program order (threads interleave); outside, it
+costs one test of a module global per access. notebooks/00_the_copy_kernel.ipynb draws a warp's lanes from it.
 """
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The simulator's warps: Numba's CUDA simulator runs a Python thread per CUDA thread and has no warp
-shuffles or votes, so the twins of those (``simulator.words``'s shuffles, ``simulator.tma``'s ballot)
-meet the 32 threads of a warp here. ``exchange(value)`` gives every lane the 32 values, by lane.
-
-A meeting point lives on the simulator's block manager (one per block and launch, so no launch meets
-another's), and gives up, instead of waiting, once a thread of the block has failed: the simulator's
-``abort`` flag (any error), or a fault (``simulator.alignment``'s hooks).
+"""The simulator's warps: Numba's CUDA simulator runs a Python thread per CUDA thread and has no warp shuffles
+or votes, so their twins meet the 32 threads of a warp here: ``exchange(value)`` gives every lane the 32 values.
+A meeting point lives on the simulator's block manager (one per block and launch), and gives up once a thread
+of the block has failed (the simulator's ``abort`` flag, or ``simulator.alignment``'s hooks).
 """
 import threading
 from typing import Any
