@@ -208,3 +208,35 @@ def test_a_load_writes_only_its_rows(count):
         assert (got[:guard_rows] == POISON).all() and (got[guard_rows + T:] == POISON).all(), \
             f"layer buffer {layer}: written outside its rows"
         np.testing.assert_array_equal(got[guard_rows:guard_rows + T], expected, err_msg=f"layer buffer {layer}")
+
+
+def test_a_signal_collected_during_a_capture_leaves_it_valid():
+    """A ``LayerSignal`` that used its event and is garbage-collected while another stream is being captured
+    (as the cycle collector may do at any allocation: a failed test's traceback holds its signal): the capture
+    ends cleanly and its graph replays."""
+    import gc
+
+    src_np, src, dst_np, dst, si, di = _setup(seed=6)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    old = kv.LayerSignal(L)
+    kv.load_resident(src, dst, si_t, di_t, signal=old).synchronize()  # its event recorded
+    signal = kv.LayerSignal(L)
+    kv.load_resident(src, dst, si_t, di_t, signal=signal).synchronize()
+    for layer in dst.k + dst.v:
+        layer.fill_(POISON)
+    want = _want(src_np, dst_np, si, di)
+    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
+    with torch.cuda.graph(graph):
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        try:
+            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
+            del old
+            gc.collect()
+            done.wait(L - 1, main)
+        finally:
+            main.wait_stream(side)
+    graph.replay()
+    torch.cuda.synchronize()
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
