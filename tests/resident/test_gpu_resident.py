@@ -4,6 +4,8 @@ stream and the waiting stream are busy (the load's stream held shut by a gate th
 everything is enqueued: no test here leans on the host being quick); CUDA graph capture of the loader, and of the loader with the waits (the
 wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
 staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
+import contextlib
+
 import numpy as np
 import pytest
 
@@ -145,6 +147,21 @@ def test_host_indices():
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
 
 
+@contextlib.contextmanager
+def captured(graph):
+    """Capture ``graph`` on torch's capture stream (``main``) with a side stream forked from it (``side``) and
+    joined back at the end, even when the block raises: the capture then ends cleanly and the error is the
+    block's."""
+    side = torch.cuda.Stream()
+    with torch.cuda.graph(graph):
+        main = torch.cuda.current_stream()
+        side.wait_stream(main)
+        try:
+            yield main, side
+        finally:
+            main.wait_stream(side)
+
+
 @pytest.mark.parametrize("count", COUNTS)
 @pytest.mark.parametrize("waits", [False, True], ids=["loader", "loader-and-waits"])
 def test_graph_capture(waits, count):
@@ -155,18 +172,13 @@ def test_graph_capture(waits, count):
     signal = kv.LayerSignal(L)
     snapshots = [torch.empty_like(k) for k in dst.k]
     kv.load_resident(src, dst, si_t, di_t, signal=signal).synchronize()  # the plan is built before the capture
-    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.graph(graph):
-        main = torch.cuda.current_stream()
-        side.wait_stream(main)
-        try:
-            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
-            if waits:
-                for layer in range(L):
-                    done.wait(layer, main)
-                    snapshots[layer].copy_(dst.k[layer])
-        finally:  # joined even when a call raises: the capture then ends cleanly and the error is the call's
-            main.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with captured(graph) as (main, side):
+        done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
+        if waits:
+            for layer in range(L):
+                done.wait(layer, main)
+                snapshots[layer].copy_(dst.k[layer])
     rng = np.random.default_rng(5)
     for replay in range(2):
         si, di = _pages(rng, len(si)), rng.choice(T, len(di), replace=False)
@@ -225,17 +237,12 @@ def test_a_signal_collected_during_a_capture_leaves_it_valid():
     for layer in dst.k + dst.v:
         layer.fill_(POISON)
     want = _want(src_np, dst_np, si, di)
-    graph, side = torch.cuda.CUDAGraph(), torch.cuda.Stream()
-    with torch.cuda.graph(graph):
-        main = torch.cuda.current_stream()
-        side.wait_stream(main)
-        try:
-            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
-            del old
-            gc.collect()
-            done.wait(L - 1, main)
-        finally:
-            main.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with captured(graph) as (main, side):
+        done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=side)
+        del old
+        gc.collect()
+        done.wait(L - 1, main)
     graph.replay()
     torch.cuda.synchronize()
     for layer in range(L):
