@@ -1,7 +1,5 @@
 """Argument checks shared by every entry point. Each error names the argument, the rule and what
 was given; nothing is launched or written before all checks pass."""
-from typing import Any
-
 import numpy as np
 
 from ..arrays import array_info
