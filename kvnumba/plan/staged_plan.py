@@ -3,7 +3,8 @@
 ``KVNUMBA_LOAD_PATH`` (``config.load_path``) decides: ``auto`` (default) stages the per-layer loads it
 speeds up (pinned host -> GPU on sm_90+, at least ``AUTO_MIN_ITEMS`` items, page-head sources only if a
 page holds a bulk piece); ``staged`` stages wherever the layouts allow (any memory, the simulator too:
-tests and benchmarks); ``register`` never.
+tests and benchmarks); ``register`` never. The resident loader's staged build follows the same setting
+(``plan.resident_plan``).
 
 Either way a plan is staged only if tensor maps can describe its source (``plan.tensor_maps``), its
 buffers are 16-byte aligned and its destination is one layer's buffer; calls with one-warp blocks take
@@ -23,7 +24,7 @@ from ..memo import BoundedMemo
 from .cache import remembered
 
 # In auto mode, calls with fewer items take the register kernel: a short load staged pays the ring's set-up
-# and one round trip (scripts/RESULTS.md). The crossover was not measured; 512 items is a conservative guess.
+# and one round trip. The crossover was not measured; 512 items is a conservative guess.
 AUTO_MIN_ITEMS = 512
 
 
@@ -75,22 +76,34 @@ def ring_in_force():
     return config.tuning("staged_shape") or staged.SHAPE
 
 
+def auto_declines(memory, device, ring):
+    """Whether ``auto`` keeps a load on registers whatever its layouts: unless its source is in pinned host memory
+    and its destination on the GPU (``memory``: ``(source on host, destination on host)``), on a GPU of compute
+    capability 9.0 or newer whose blocks hold ``ring`` (not sm_120's), off the simulator."""
+    src_host, dst_host = memory
+    return (SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(device) < (9, 0)
+            or tensor_maps.shared_limit(device) < ring.shared_bytes)
+
+
+def short_pages(path, src_parts, run_limits, page_size):
+    """``auto`` keeps page-head pages shorter than a bulk piece on registers (every item would go through them)."""
+    return (path == "auto" and src_parts is PAGE_HEAD
+            and page_size < tensor_maps.piece_limits(run_limits, True, page_size)[1])
+
+
+def unaligned_destination(template):
+    """Pieces leave shared memory in 16-byte stores: the destination's buffers must be 16-byte aligned."""
+    return any(p % 16 for p in (template.dst_k, template.dst_v) if p)
+
+
 def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page, memory):
     if (path == "register" or plan.window != 1 or src_bytes is None or src_parts not in staged.SOURCES
-            or dst_parts not in staged.DESTINATIONS):
+            or dst_parts not in staged.DESTINATIONS or (path == "auto" and auto_declines(memory, plan.device, ring))):
         return None
-    if path == "auto":
-        src_host, dst_host = memory
-        if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
-            return None
-        if tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # the ring does not fit a block (sm_120)
-            return None
     picture = tensor_maps.geometry(src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num)
     run_limits = staged.run_limits(plan.item_size, mla, ring)
-    if picture is None or run_limits is None:  # None: a stage cannot hold one token's K and V
-        return None
-    if path == "auto" and src_parts is PAGE_HEAD and src_page < tensor_maps.piece_limits(run_limits, True, src_page)[1]:
-        return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
+    if picture is None or run_limits is None or short_pages(path, src_parts, run_limits, src_page):
+        return None  # run_limits None: a stage cannot hold one token's K and V
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
     fewest = AUTO_MIN_ITEMS if path == "auto" else 1
     return Recipe(kernel, src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
@@ -106,10 +119,9 @@ def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geomet
     in host memory)``; ``template``: the register kernel's parameter values (``kernels.params.KernelArgs``: the
     staged kernel's start with them)."""
     found = recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory)
-    if found is None or any(p % 16 for p in (template.dst_k, template.dst_v) if p):  # 16-byte stores from shared
+    if found is None or unaligned_destination(template):
         return None
     bound = found.bind(plan.device, template, src_ptrs)
     if bound is None:
         return None
     return (*bound, found.fewest)
-
