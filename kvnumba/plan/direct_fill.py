@@ -1,16 +1,13 @@
 """The copy-engine routes' per-call pass: check the host indices, find the runs or pages, and write every copy's
-destination, source and size into a prepared batch (``kvnumba.driver.batch_copy.PreparedBatch``), in one
-compiled loop over the indices.
+destination, source and size into a prepared batch, in one compiled loop over the indices.
 
-Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and about a
-microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
-in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
-a second per function) and cached on disk (``kvnumba.checks.compiled``), so later processes load it in
-milliseconds (past Numba's one-time start-up for CPU code, which the first call of a process pays).
+Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and fixed
+cost, which is the whole call at 64 to 512 tokens; a ``numba.njit`` function touches each index once. It is
+compiled on first use and cached on disk (``kvnumba.checks.compiled``).
 
-Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
-the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
-nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
+Each function returns the number of copies written, or ``BAD`` when an index is out of range; the caller then
+runs the plain checks (``kvnumba.checks.bounds``), which raise the usual error, and submits nothing. Arrays are
+int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
 import numpy as np
 from numba import njit
@@ -23,10 +20,8 @@ BAD = -1  # an index out of range: nothing to submit
 
 def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
     """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens``, by a loop
-    compiled for the host on first use of ``function`` (a few tenths of a second in each process: a loop made for
-    one function is not cached on disk), where NumPy's whole-array arithmetic makes a temporary per operation;
-    None for tokens other than int64, or where Numba cannot compile ``function`` (a layout of one's own in plain
-    Python): the caller evaluates it with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    compiled for the host on first use of ``function`` (not cached on disk); None for tokens other than int64, or
+    where Numba cannot compile ``function``: the caller evaluates it with NumPy (``plan.sides.elementwise``)."""
     if tokens.dtype != _INT64:  # Numba's integer promotions are NumPy's for int64 alone (uint64 * int64: float)
         return None
     loop = _loops.get(function, _UNSEEN)

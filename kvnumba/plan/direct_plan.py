@@ -1,17 +1,15 @@
 """A copy-engine entry point's plan (validated once) and its per-call path: no kernels, copies.
 
-- ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination
-  both advance by one are merged, one copy per run per layer, all submitted as one
-  ``cudaMemcpyBatchAsync`` where the stream allows it (else one ``cudaMemcpyAsync`` each).
-- ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between
-  layer-first buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``;
-  one copy per (page, layer, K/V), all submitted as one ``cudaMemcpyBatchAsync`` where the driver,
-  binding and stream allow it, else page by page (``kvnumba.driver.batch_copy``).
+- ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination both
+  advance by one are merged, one copy per run per layer;
+- ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between layer-first
+  buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``; one copy per (page,
+  layer, K/V).
 
-Indices may live on the host or the device; like the seed, they are brought to the host first (a
-synchronous device-to-host copy for device indices). Checking them and writing every copy's addresses and
-size is one compiled pass (``kvnumba.plan.direct_fill``) into the batch arrays the plan keeps
-(``kvnumba.driver.batch_copy.PreparedBatch``): per call, only the work that depends on the indices.
+Every call's copies go as one ``cudaMemcpyBatchAsync`` where the driver, binding and stream allow it, else one
+by one (``kvnumba.driver.batch_copy``). Indices are brought to the host first, as the seed does (a synchronous
+copy for device indices); checking them and writing every copy is one compiled pass (``plan.direct_fill``)
+into the batch arrays the plan keeps: per call, only the work that depends on the indices.
 """
 import sys
 
@@ -30,8 +28,6 @@ from .spec import PAGE_FIRST_DIRECT
 
 
 class DirectPlan:
-    """The validated part of one copy-engine call: buffer lists, their addresses, the device."""
-
     raw_tables = False
     tables = False
 
@@ -47,8 +43,6 @@ class DirectPlan:
                                   ((self.src_name, src), (self.dst_name, dst)) for i, info in enumerate(infos)])
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
-
-    # --- transfer_kv_direct ----------------------------------------------------------------------
 
     def _init_runs(self, geometry):
         self.src_name, self.dst_name = "src_layers", "dst_layers"
@@ -79,7 +73,7 @@ class DirectPlan:
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        """One copy per run and layer (runs outer, as in the seed), checked and written in one pass."""
+        """One copy per run and layer (runs outer, as in the seed)."""
         batch = self.batch
         with batch.lock:
             out = batch.reserve(len(s_idx) * len(self.rows))
@@ -89,8 +83,6 @@ class DirectPlan:
                 bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
                 raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
             batch.submit(count, handle)
-
-    # --- the page-first-direct pair --------------------------------------------------------------
 
     def _init_pages(self, geometry):
         self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
@@ -142,8 +134,8 @@ class DirectPlan:
         return (lf, pf) if self.lf_to_pf else (pf, lf)
 
     def _run_pages(self, lf_idx, pf_idx, handle):
-        """One copy per (page, layer, K/V), pages outer (the seed's order), checked and written in one pass
-        into the plan's batch arrays, under their lock: threads may share a plan."""
+        """One copy per (page, layer, K/V), pages outer (the seed's order), under the batch's lock: threads may
+        share a plan."""
         page_size, batch = self.page_size, self.batch
         with batch.lock:
             out = batch.reserve(len(lf_idx) // page_size * self.copies_per_page)
@@ -153,7 +145,6 @@ class DirectPlan:
             batch.submit(count, handle)
 
     def _page_error(self, lf_idx, pf_idx):
-        """The error for a page whose first index is out of range (``fill_pages`` found one)."""
         page_size = self.page_size
         lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
         first = np.arange(0, len(lf_idx), page_size)
@@ -163,8 +154,6 @@ class DirectPlan:
         bounds.check_indices(pf_idx_name, pf_idx[::page_size], self.pages_total * page_size,
                              f"the {self.pages_total} pages of {self.pf_name}", positions=first)
         raise AssertionError("fill_pages refused indices the bounds check accepts")  # pragma: no cover
-
-    # --- the per-call path -------------------------------------------------------------------------
 
     def run(self, src_indices, dst_indices, stream, check):
         """Check the indices, bring them to the host, copy; ``check``: wait for the copies."""
@@ -203,10 +192,9 @@ _TORCH: list = []  # [torch.Tensor, torch.int64] once a torch tensor has been se
 
 def _index(obj, name, device):
     """An index array as ``(values, length, is_torch)``: ``values`` its host NumPy int64 values where they are
-    on the host already (NumPy, CPU tensors: no copy), else the tensor (a checked torch tensor on the device) or its
-    ``ArrayInfo``, brought to the host by the caller (``_on_host``) after the stream is checked. NumPy arrays and
-    torch tensors of int64 take a few attribute reads; anything else goes through ``validate.index_info``, which
-    gives every error message."""
+    on the host already, else the device tensor or its ``ArrayInfo``, brought to the host by the caller
+    (``_on_host``) after the stream is checked. Anything but int64 NumPy arrays and torch tensors goes through
+    ``validate.index_info``, which gives every error message."""
     kind = type(obj)
     if kind is np.ndarray:
         if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
@@ -232,16 +220,15 @@ def _index(obj, name, device):
 
 
 def _on_host(values):
-    """``_index``'s device indices as host NumPy values: one synchronous device-to-host copy (int64 tensors
-    never require grad: no ``detach``)."""
+    """``_index``'s device indices as host NumPy values (int64 tensors never require grad: no ``detach``)."""
     if _TORCH and type(values) is _TORCH[0]:
         return values.cpu().numpy()
     return bounds.host_indices(values)
 
 
 def refuse_in_capture(name, handle):
-    """``CaptureError`` if stream ``handle`` is being captured: a copy-engine entry point reads its indices on the
-    host and submits copies with their addresses, which a graph cannot replay with new indices."""
+    """``CaptureError`` if stream ``handle`` is being captured: a graph cannot replay copies made from host
+    reads of the indices with new indices."""
     if capture.capturing(handle):  # the message is made only then
         capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
                        "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
@@ -273,8 +260,8 @@ def _page_first(name, obj):
 
 
 def _side_device(infos):
-    """The batch call's location hint for a list of layers: their device, or None for host memory;
-    ``MIXED`` for a list that mixes kinds of memory (one hint serves every copy of a side)."""
+    """The batch call's location hint for a list of layers: their device, None for host memory, ``MIXED`` for
+    both (one hint serves every copy of a side)."""
     places = {info.device for info in infos}
     if len(places) > 1:
         return MIXED
@@ -285,5 +272,4 @@ MIXED = "mixed"  # a side of host and GPU layers: its copies go one by one (cuda
 
 
 def _device(info):
-    """The batch call's location hint for one side: its device ordinal, or None for host memory."""
     return None if info.device == HOST else info.device
