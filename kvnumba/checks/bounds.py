@@ -7,16 +7,36 @@ would not. It follows ``kernels.layouts``' address arithmetic exactly (``item_en
 functions): a layout's closed form where it declares one (``LayoutParts.token_limit``; the tests check it
 against ``item_end``), else a binary search over the monotonic ``end(t)``. Offsets are never negative for
 ``t >= 0``, so the lower bound is 0.
+
+The index checks' pass is compiled for the CPU (``compiled``: ``numba.njit``, cached on disk where Numba finds a
+directory it may write): one loop where NumPy's ``min`` and ``max`` make two, each with its own fixed cost.
 """
 import functools
 
 import numpy as np
+from numba import njit
 
 from ..driver.pointers import HOST
-from . import compiled
 from ..errors import IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
+
+
+def compiled(function):
+    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
+        return njit(nogil=True)(function)
+
+
+@compiled
+def _first_outside(values, low, high):
+    for i in range(values.shape[0]):
+        if values[i] < low or values[i] >= high:
+            return i
+    return -1
+
 
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
@@ -83,11 +103,11 @@ def host_indices(info):
 
 
 def first_outside(values, low, high):
-    """Position of the first value outside ``[low, high)``, or None. int64 values: one compiled pass
-    (``kvnumba.checks.compiled.first_outside``); anything else vectorised, min/max first."""
+    """Position of the first value outside ``[low, high)``, or None. int64 values: one compiled pass; anything
+    else vectorised, min/max first."""
     if (type(values) is np.ndarray and values.dtype == _INT64 and type(low) is int and type(high) is int
             and _INT64_MIN <= low and high <= _INT64_MAX):
-        where = compiled.first_outside(values, low, high)
+        where = _first_outside(values, low, high)
         return None if where < 0 else where
     if len(values) == 0:
         return None

@@ -1,12 +1,17 @@
-"""A layout of the user's, checked before any kernel runs it: its three address functions evaluated at
-every layer and every token (vectorised over NumPy arrays), with the first and last heads of a copy that
-goes by ``heads``: every byte the kernel can touch must lie in its buffer, K and V each against its own
-bytes, on 8-byte boundaries.
+"""The bytes a view's address arithmetic reaches, checked before any kernel runs it.
 
-``check_user_layout(view, heads)`` is what ``kv.CacheView`` runs when a view is made and ``kv.copy``'s plan
-(``kvnumba.plan.copy_plan``) for the heads a copy goes by; kvnumba's own views (their arithmetic follows
-their shapes) and raw tables (their layers' bytes bound them) pass at once. A view is checked once per
-``heads`` (remembered weakly).
+A layout of the user's (``check_user_layout``, run when ``kv.CacheView`` makes a view and by ``kv.copy``'s plan
+for the heads a copy goes by): its three address functions evaluated at every layer and every token
+(vectorised over NumPy arrays), with the first and last heads of the copy: every byte the kernel can touch must
+lie in its buffer, K and V each against its own bytes, on 8-byte boundaries. kvnumba's own views (their
+arithmetic follows their shapes) and raw tables (their layers' bytes bound them) pass at once.
+
+Every view, on every plan and export (``kind_offset``): a plan adds ``view.kind_offset(which)`` to a buffer's
+address and lets the kernel (or the copy engine) reach ``layer part + token part + head part`` beyond it, so the
+offset must be a non-negative integer and ``offset + hull`` lie within the buffer, the hull being the span of
+the arithmetic over every layer, token and head: from its corners for kvnumba's own view classes, whose parts
+grow with each; from the evaluation at every layer and token for any other. What is found is remembered per view
+(weakly); the offset is checked on every plan, since the pointers get it.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import array_info, shape_of
+from ..kernels import layouts
 
 _checked: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()  # view -> heads checked
 
@@ -122,7 +128,7 @@ def _bases(buffer: Any) -> list[int]:
 
 
 # view -> {(part, heads, base): what _over found}: the parts' extremes, shared by the check at construction and
-# the extent every plan checks (checks.extents), so that a plan does not evaluate them again
+# the hull every plan checks (hull), so that a plan does not evaluate them again
 _spans: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int], Any]] = weakref.WeakKeyDictionary()
 
 
@@ -212,3 +218,74 @@ def check_arithmetic(view: Any, heads: int) -> None:
                                  f"(layer offsets mod 8: {sorted(l_res)}, token offsets mod 8: {sorted(t_res)}, "
                                  f"head stride {stride}): the kernels move 8-byte words"
                                  + (f"; its kind_offset({which!r}) is {offset}" if offset else ""))
+
+
+# view -> (heads, lo, hi): bytes [lo, hi) from a buffer's address (a table layout: from each layer's own)
+_hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
+
+
+def copy_heads_of(view: Any) -> int:
+    """The runs a copy of ``view`` cuts a token's item into, as far as its own bytes go (``layouts.head_runs``):
+    its heads or head groups where it splits them, else one (a copy by more runs of a layout that keeps a
+    token's heads together touches the same bytes)."""
+    return layouts.head_runs(view.parts, view.geometry.heads)
+
+
+def hull(view: Any) -> tuple[int, int]:
+    """``[lo, hi)``: the bytes a copy of ``view`` can touch, from its buffer's address (for a per-layer view,
+    from each layer's own address), before ``kind_offset``."""
+    heads = copy_heads_of(view)
+    known = _hulls.get(view)
+    if known is not None and known[0] == heads:
+        return known[1], known[2]
+    lo, hi = (_corners if type(view).built_in else _everywhere)(view, heads)
+    _hulls[view] = (heads, lo, hi)
+    return lo, hi
+
+
+def _corners(view: Any, heads: int) -> tuple[int, int]:
+    g = view.geometry
+    layer_base, token_offset, head_stride = view.parts.py
+    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
+    stride = int(head_stride(dim, item, heads, page))
+    first = int(token_offset(0, dim, item, heads, page))
+    last = int(token_offset(g.tokens - 1, dim, item, heads, page)) + (heads - 1) * stride + item // heads
+    if not view.parts.table:
+        first += int(layer_base(0, 0, dim, item, heads, page))
+        last += int(layer_base(0, g.layers - 1, dim, item, heads, page))
+    return first, last
+
+
+def _everywhere(view: Any, heads: int) -> tuple[int, int]:
+    """The parts' extremes as the check at construction found them (every layer and token), summed."""
+    stride = head_stride_of(view, heads)
+    t_lo, _, t_hi, _, _ = token_span(view, heads)
+    chunk = view.geometry.item_bytes // heads
+    lo, hi = t_lo + min(0, (heads - 1) * stride), t_hi + max(0, (heads - 1) * stride) + chunk
+    if not view.parts.table:
+        l_lo, _, l_hi, _, _ = layer_span(view, heads, _bases(view.k)[0])
+        lo, hi = lo + l_lo, hi + l_hi
+    return lo, hi
+
+
+def kind_offset(view: Any, which: str, nbytes: list[int], label: str) -> int:
+    """``view.kind_offset(which)``, checked: an integer >= 0 that keeps every byte a copy can touch inside
+    each of the kind's buffers (``nbytes``: their sizes, one per layer for a per-layer view). ``TypeError`` /
+    ``ValueError`` naming the view (``label``) otherwise."""
+    name = type(view).__name__
+    offset = view.kind_offset(which)
+    if isinstance(offset, bool) or not hasattr(offset, "__index__"):
+        raise TypeError(f"{label}: {name}.kind_offset({which!r}) gave {offset!r} ({type(offset).__name__}); it must "
+                        "be an integer number of bytes")
+    offset = int(offset.__index__())
+    if offset < 0 or offset % 8:
+        raise ValueError(f"{label}: {name}.kind_offset({which!r}) gave {offset}; it must be a non-negative multiple "
+                         "of 8 bytes")
+    lo, hi = hull(view)
+    for i, size in enumerate(nbytes):
+        if offset + lo < 0 or offset + hi > size:
+            where = f"{which}[{i}]" if len(nbytes) > 1 else which
+            raise ValueError(f"{label}: {name} with kind_offset({which!r}) = {offset} reaches bytes "
+                             f"[{offset + lo}, {offset + hi}) of {where}, which holds {size} bytes: a copy would "
+                             "touch memory outside the buffer")
+    return offset

@@ -12,8 +12,7 @@ import numpy as np
 
 from ..arrays import ArrayInfo, array_info
 from ..checks import validate
-from ..checks.extents import kind_offset as checked_kind_offset
-from ..checks.user_layouts import check_user_layout
+from ..checks.user_layouts import check_user_layout, kind_offset as checked_kind_offset
 from ..kernels import layouts
 from . import routes
 from .device_tables import device_table

@@ -3,7 +3,7 @@ destination, source and size into a prepared batch, in one compiled loop over th
 
 Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and fixed
 cost, which is the whole call at 64 to 512 tokens; a ``numba.njit`` function touches each index once. It is
-compiled on first use and cached on disk (``kvnumba.checks.compiled``).
+compiled on first use and cached on disk (``kvnumba.checks.bounds.compiled``).
 
 Each function returns the number of copies written, or ``BAD`` when an index is out of range; the caller then
 runs the plain checks (``kvnumba.checks.bounds``), which raise the usual error, and submits nothing. Arrays are
@@ -13,7 +13,7 @@ import numpy as np
 from numba import njit
 from numba.core.errors import NumbaError
 
-from ..checks.compiled import compiled as _compiled
+from ..checks.bounds import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
 
