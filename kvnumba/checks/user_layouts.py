@@ -30,9 +30,8 @@ _checked: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()
 
 
 def check_user_layout(view: Any, heads: int | None = None) -> None:
-    """Refuse a view of the user's (its own arithmetic, or its own ``shape``) if the kernel could touch a
-    byte outside a buffer in a copy by ``heads`` heads (None: the heads a copy of this view can go by: whole
-    items unless it splits its heads, and its own heads)."""
+    """Refuse a view of the user's if the kernel could touch a byte outside a buffer in a copy by ``heads``
+    heads (None: every count of heads a copy of this view can go by)."""
     if view.built_in or view.raw_tables:
         return
     if view.per_layer and not view.parts.table:
@@ -59,7 +58,6 @@ def _integer(value: Any, what: str, view: str) -> int:
 
 
 def _scalar(function: Callable[[Any], Any], x: int, what: str, view: str) -> int:
-    """``function(x)`` as an int; ``TypeError`` naming ``what`` if it raises or gives something else."""
     try:
         value = function(x)
     except Exception as error:  # noqa: BLE001 - a user's function: say which one failed, and why
@@ -69,10 +67,9 @@ def _scalar(function: Callable[[Any], Any], x: int, what: str, view: str) -> int
 
 
 def _over(view: str, what: str, function: Callable[[Any], Any], count: int) -> tuple[int, int, int, int, set[int]]:
-    """``function(x)`` for every ``x`` in ``range(count)`` (``count >= 1``): ``(lowest, its x, highest,
-    its x, residues mod 8)``. Vectorised over NumPy int64 arrays where ``function`` allows it (checked
-    against plain integers at the ends and a few points between); else one value at a time, up to
-    SCALAR_TOKENS values."""
+    """``function(x)`` for every ``x`` in ``range(count)``: ``(lowest, its x, highest, its x, residues mod 8)``.
+    Vectorised over NumPy int64 arrays where ``function`` allows it (checked against plain integers at a few
+    points); else one value at a time, up to SCALAR_TOKENS values."""
     probes = sorted({0, count - 1, count // 2, count // 3, (2 * count) // 3, max(count - 2, 0)})
     exact = {x: _scalar(function, x, what, view) for x in probes}
     lo = hi = exact[0]
@@ -119,8 +116,8 @@ def _layer_offset(layer_base: Callable[..., Any], base: int, dim: int, item: int
 
 
 def _bases(buffer: Any) -> list[int]:
-    """Where to evaluate ``layer_base``: the buffer's own address, which the kernel will be given (it is
-    re-checked on every call); for an array without one (a shape only), two others, which must agree."""
+    """Where to evaluate ``layer_base``: the buffer's own address; for an array without one, two others, which
+    must agree."""
     try:
         return [array_info(buffer, "buffer").ptr]
     except (TypeError, ValueError):
@@ -133,7 +130,6 @@ _spans: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int], Any]] = weakre
 
 
 def head_stride_of(view: Any, heads: int) -> int:
-    """The view's ``head_stride`` for a copy by ``heads`` heads, as an int (``TypeError`` naming it otherwise)."""
     g = view.geometry
     head_stride = view.parts.py[2]
     return _scalar(lambda _: head_stride(g.layout_dim, g.item_bytes, heads, g.page_size), 0, "head_stride",
@@ -141,7 +137,6 @@ def head_stride_of(view: Any, heads: int) -> int:
 
 
 def token_span(view: Any, heads: int) -> tuple[int, int, int, int, set[int]]:
-    """``_over`` of the view's token part at every token (remembered per view and heads)."""
     memo = _spans.setdefault(view, {})
     found = memo.get(("token", heads, 0))
     if found is None:
@@ -154,7 +149,6 @@ def token_span(view: Any, heads: int) -> tuple[int, int, int, int, set[int]]:
 
 
 def layer_span(view: Any, heads: int, base: int) -> tuple[int, int, int, int, set[int]]:
-    """``_over`` of the view's layer part, less ``base``, at every layer (remembered per view, heads and base)."""
     memo = _spans.setdefault(view, {})
     found = memo.get(("layer", heads, base))
     if found is None:
@@ -167,12 +161,10 @@ def layer_span(view: Any, heads: int, base: int) -> tuple[int, int, int, int, se
 
 
 def check_arithmetic(view: Any, heads: int) -> None:
-    """Refuse ``view`` (``ValueError``) if its address arithmetic, in a copy that goes by ``heads`` heads,
-    puts any byte of any item of any layer, token and head outside its buffer (K and V each against
-    its own bytes) or any 8-byte word off an 8-byte boundary; ``TypeError`` for an arithmetic that
-    does not give integers or cannot be evaluated. Exact: the kernel's address is a layer part plus a
-    token part plus ``head * head_stride``, so its extremes are the sums of the parts' extremes, and
-    the parts are evaluated at every layer and every token."""
+    """Refuse ``view`` (``ValueError``) if its arithmetic, in a copy by ``heads`` heads, puts any byte outside its
+    buffer or any word off an 8-byte boundary; ``TypeError`` for one that does not give integers. Exact: an
+    address is a layer part plus a token part plus ``head * head_stride``, so its extremes are the sums of the
+    parts' extremes, evaluated at every layer and every token."""
     assert view.parts is not None  # CacheView.__init__ checked it
     g = view.geometry
     if g.tokens <= 0 or g.layers <= 0:
@@ -225,15 +217,13 @@ _hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDi
 
 
 def copy_heads_of(view: Any) -> int:
-    """The runs a copy of ``view`` cuts a token's item into, as far as its own bytes go (``layouts.head_runs``):
-    its heads or head groups where it splits them, else one (a copy by more runs of a layout that keeps a
-    token's heads together touches the same bytes)."""
+    """The runs a copy of ``view`` cuts a token's item into (``layouts.head_runs``): a copy by more runs of a
+    layout that keeps a token's heads together touches the same bytes."""
     return layouts.head_runs(view.parts, view.geometry.heads)
 
 
 def hull(view: Any) -> tuple[int, int]:
-    """``[lo, hi)``: the bytes a copy of ``view`` can touch, from its buffer's address (for a per-layer view,
-    from each layer's own address), before ``kind_offset``."""
+    """``[lo, hi)``: the bytes a copy of ``view`` can touch, from its buffer's (or layer's) address."""
     heads = copy_heads_of(view)
     known = _hulls.get(view)
     if known is not None and known[0] == heads:
@@ -269,9 +259,8 @@ def _everywhere(view: Any, heads: int) -> tuple[int, int]:
 
 
 def kind_offset(view: Any, which: str, nbytes: list[int], label: str) -> int:
-    """``view.kind_offset(which)``, checked: an integer >= 0 that keeps every byte a copy can touch inside
-    each of the kind's buffers (``nbytes``: their sizes, one per layer for a per-layer view). ``TypeError`` /
-    ``ValueError`` naming the view (``label``) otherwise."""
+    """``view.kind_offset(which)``, checked: an integer >= 0 that keeps every byte a copy can touch inside each of
+    the kind's buffers (``nbytes``: one per layer for a per-layer view); else an error naming ``label``."""
     name = type(view).__name__
     offset = view.kind_offset(which)
     if isinstance(offset, bool) or not hasattr(offset, "__index__"):
