@@ -221,12 +221,7 @@ def _cai_key(obj):
     return (*cai["data"], tuple(cai["shape"]), cai["typestr"], None if strides is None else tuple(strides))
 
 
-def _list_key(items):
-    torch = sys.modules.get("torch")
-    if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
-        # SGLang's lists of layers: C-level loops, _torch_key's values but the size (shape and dtype give it)
-        return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
-                *map(_DTYPE, items))
+def _list_key(items):  # SGLang's lists of torch layers have make_keyer's torch_list_keys
     return tuple(map(_layer_key, items))
 
 

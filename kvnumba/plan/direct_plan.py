@@ -126,7 +126,7 @@ class DirectPlan:
         self.page_bytes = layers_total * layer_bytes
         self.params = np.array([page_size, max(self.lf_tokens - page_size + 1, 0), pages_total * page_size, row,
                                 self.page_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
-        self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
+        self.lf_device, self.pf_device = _side_device(lf[:1]), _side_device(pf[:1])
         src_device, dst_device = ((self.lf_device, self.pf_device) if self.lf_to_pf
                                   else (self.pf_device, self.lf_device))
         self.batch = batch_copy.PreparedBatch(src_device, dst_device)
@@ -269,7 +269,3 @@ def _side_device(infos):
 
 
 MIXED = "mixed"  # a side of host and GPU layers: its copies go one by one (cudaMemcpyDefault finds each kind)
-
-
-def _device(info):
-    return None if info.device == HOST else info.device

@@ -64,7 +64,7 @@ class KernelPlan:
         else:
             seed = seed_sides(spec, geometry, strict)
             sizes = seed.sizes
-            self.first_layer, self.window, self.num_layers = 0, sizes.window, sizes.num_layers
+            self.first_layer, self.window, self.num_layers = 0, sizes.num_layers, sizes.num_layers
             self.item_size, self.head_num, self.heads, self.page_size = (sizes.item_size, sizes.head_num,
                                                                          sizes.heads, sizes.page_size)
             self.shape_key, self.memory = seed.shape_key, seed.memory
