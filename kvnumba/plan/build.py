@@ -25,15 +25,6 @@ _shapes = remembered(BoundedMemo(1024))  # geometry key -> a plan of that geomet
 CODEC_PLANS = {"fp8": Fp8Plan, "nvfp4": Nvfp4Plan}  # a quantised view's codec family -> its copy's plan
 
 
-def codec_plan(src, dst):
-    """The plan class of a ``kv.copy`` between ``src`` and ``dst``: their codec's (either side's), or None."""
-    for view in (src, dst):
-        family = getattr(getattr(view, "codec", None), "family", None)
-        if family is not None:
-            return CODEC_PLANS[family]
-    return None
-
-
 def geometry_names(spec):
     """The geometry arguments of ``spec``, in order (buffers first, then sizes)."""
     return tuple(n for n in spec.params if spec.role(n) == "geometry")
@@ -59,9 +50,11 @@ def build(spec, geometry, strict, stream=None):
     capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
                    "layer tables read again with checks on: it allocates and copies)",
                    "make one call with the same buffers before the capture, or kv.prepare it there")
-    quantised = codec_plan(geometry["src_view"], geometry["dst_view"]) if spec.name == "copy" else None
-    if quantised is not None:
-        return quantised(geometry["src_view"], geometry["dst_view"], geometry.get("layers"))
+    if spec.name == "copy":  # a quantised view on either side: its codec's plan
+        src, dst = geometry["src_view"], geometry["dst_view"]
+        for family in (getattr(getattr(view, "codec", None), "family", None) for view in (src, dst)):
+            if family is not None:
+                return CODEC_PLANS[family](src, dst, geometry.get("layers"))
     if spec.kind == "kernel":
         return _kernel_plan(spec, geometry, strict)
     return DirectPlan(spec, geometry, strict)
