@@ -39,13 +39,12 @@ class DirectPlan:
             src, dst = self._init_runs(geometry)
         else:
             src, dst = self._init_pages(geometry)
-        self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in
-                                  ((self.src_name, src), (self.dst_name, dst)) for i, info in enumerate(infos)])
+        self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in zip(spec.buffers, (src, dst))
+                                  for i, info in enumerate(infos)])
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
 
     def _init_runs(self, geometry):
-        self.src_name, self.dst_name = "src_layers", "dst_layers"
         src = validate.buffer_list("src_layers", geometry["src_layers"], minimum=0)
         dst = validate.buffer_list("dst_layers", geometry["dst_layers"], minimum=0)
         if len(src) != len(dst):
@@ -59,17 +58,12 @@ class DirectPlan:
             validate.writable(f"dst_layers[{j}]", d)
         self.page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
         self.rows = np.array([validate.row_bytes(i) for i in src], dtype=np.int64)
-        self.src_base = np.array([i.ptr for i in src], dtype=np.int64)
-        self.dst_base = np.array([i.ptr for i in dst], dtype=np.int64)
-        self.src_tokens = min((i.shape[0] for i in src), default=0)
-        self.dst_tokens = min((i.shape[0] for i in dst), default=0)
+        self.limits = np.array([min((i.shape[0] for i in infos), default=0) for infos in (src, dst)], np.int64)
+        self.bases = np.array([self.rows, [i.ptr for i in src], [i.ptr for i in dst]], np.int64)
         # The batch call's location hints: one per side, so a side's layers must share a kind of memory.
-        self.src_device, self.dst_device = _side_device(src), _side_device(dst)
-        mixed = MIXED in (self.src_device, self.dst_device)
-        self.batch = batch_copy.PreparedBatch(None if mixed else self.src_device,
-                                              None if mixed else self.dst_device, batch=not mixed)
-        self.limits = np.array([self.src_tokens, self.dst_tokens], np.int64)
-        self.bases = np.stack([self.rows, self.src_base, self.dst_base]) if src else np.zeros((3, 0), np.int64)
+        hints = _side_device(src), _side_device(dst)
+        mixed = MIXED in hints
+        self.batch = batch_copy.PreparedBatch(*((None, None) if mixed else hints), batch=not mixed)
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
@@ -79,8 +73,8 @@ class DirectPlan:
             out = batch.reserve(len(s_idx) * len(self.rows))
             count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
             if count == direct_fill.BAD:
-                bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
-                bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
+                bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
+                bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
                 raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
             batch.submit(count, handle)
 
@@ -89,9 +83,9 @@ class DirectPlan:
         lf_name, pf_name = ("src_ptrs", "dst_ptrs") if self.lf_to_pf else ("dst_ptrs", "src_ptrs")
         self.lf_name, self.pf_name = lf_name, pf_name
         pf = _page_first(pf_name, geometry[pf_name])
-        is_mla = len(pf) == 1
-        lf, row = _layer_first(lf_name, geometry[lf_name], is_mla)
-        num_layers = len(lf) if is_mla else len(lf) // 2
+        kinds = len(pf)  # K and V, or MLA's one
+        lf, row = _layer_first(lf_name, geometry[lf_name], kinds == 1)
+        num_layers = len(lf) // kinds
         validate.same_dtype([(f"{pf_name}[{i}]", info) for i, info in enumerate(pf)]
                             + [(f"{lf_name}[{i}]", info) for i, info in enumerate(lf)])
         page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
@@ -111,27 +105,19 @@ class DirectPlan:
             raise ValueError(f"{what}{num_layers} layers in {lf_name} exceed the {layers_total} layers of {pf_name}")
         for i, info in enumerate(pf if self.lf_to_pf else lf):
             validate.writable(f"dst_ptrs[{i}]", info)
-        self.page_size, self.row, self.layer_bytes = page_size, row, layer_bytes
-        self.pages_total, self.layers_total = pages_total, layers_total
-        self.lf_tokens = min(i.shape[0] for i in lf)
-        kinds = len(pf)  # K and V, or MLA's one
-        self.lf_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers)
-        self.pf_base = np.array([info.ptr for info in pf], dtype=np.int64)
+        self.page_size = page_size
+        lf_tokens = min(i.shape[0] for i in lf)
         layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
         # What a copy adds to its token offset (layer-first) and page offset (page-first), shaped (layer, K/V).
-        lf_layer_base = self.lf_base.T
-        pf_layer_base = self.pf_base[None, :] + (layers * layer_bytes)[:, None]
+        lf_layer_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers).T
+        pf_layer_base = np.array([info.ptr for info in pf], dtype=np.int64)[None, :] + (layers * layer_bytes)[:, None]
         self.bases = np.ascontiguousarray(np.stack([lf_layer_base, pf_layer_base]))
         self.copies_per_page = num_layers * kinds
-        self.page_bytes = layers_total * layer_bytes
-        self.params = np.array([page_size, max(self.lf_tokens - page_size + 1, 0), pages_total * page_size, row,
-                                self.page_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
-        self.lf_device, self.pf_device = _side_device(lf[:1]), _side_device(pf[:1])
-        src_device, dst_device = ((self.lf_device, self.pf_device) if self.lf_to_pf
-                                  else (self.pf_device, self.lf_device))
-        self.batch = batch_copy.PreparedBatch(src_device, dst_device)
-        self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
-        return (lf, pf) if self.lf_to_pf else (pf, lf)
+        self.params = np.array([page_size, max(lf_tokens - page_size + 1, 0), pages_total * page_size, row,
+                                layers_total * layer_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
+        sides = (lf, pf) if self.lf_to_pf else (pf, lf)
+        self.batch = batch_copy.PreparedBatch(*(_side_device(infos[:1]) for infos in sides))
+        return sides
 
     def _run_pages(self, lf_idx, pf_idx, handle):
         """One copy per (page, layer, K/V), pages outer (the seed's order), under the batch's lock: threads may
@@ -149,10 +135,11 @@ class DirectPlan:
         lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
         first = np.arange(0, len(lf_idx), page_size)
         # the layer-first side first, as SGLang's kernel reads them
-        bounds.check_indices(lf_idx_name, lf_idx[::page_size], max(self.lf_tokens - page_size + 1, 0),
+        lf_limit, pf_limit = int(self.params[1]), int(self.params[2])
+        bounds.check_indices(lf_idx_name, lf_idx[::page_size], lf_limit,
                              f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
-        bounds.check_indices(pf_idx_name, pf_idx[::page_size], self.pages_total * page_size,
-                             f"the {self.pages_total} pages of {self.pf_name}", positions=first)
+        bounds.check_indices(pf_idx_name, pf_idx[::page_size], pf_limit,
+                             f"the {pf_limit // page_size} pages of {self.pf_name}", positions=first)
         raise AssertionError("fill_pages refused indices the bounds check accepts")  # pragma: no cover
 
     def run(self, src_indices, dst_indices, stream, check):

@@ -79,7 +79,7 @@ def shape_key(key: tuple, infos: Any) -> tuple:
 # --- sizes, validated once per set of values -----------------------------------------------------
 
 _SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "page_size", "head_num")
-sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes: checks depend on values only
+sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes
 
 
 def sizes_key(spec: Any, geometry: dict[str, Any]) -> tuple | None:

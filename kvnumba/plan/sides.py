@@ -38,8 +38,8 @@ class Side:
     template's addresses.
     """
 
-    __slots__ = ("name", "label", "parts", "kernel_parts", "mla", "layout_dim", "page_size", "tokens", "geometry", "ptrs",
-                 "bases", "nbytes", "extents", "devices", "buffers", "buffer_of", "origin")
+    __slots__ = ("name", "label", "parts", "kernel_parts", "mla", "layout_dim", "page_size", "tokens", "geometry",
+                 "ptrs", "bases", "nbytes", "extents", "devices", "buffers", "buffer_of", "origin")
 
     def __init__(self, *, name: str, parts: LayoutParts, mla: bool, layout_dim: int, page_size: int,
                  ptrs: tuple[int, int] = (0, 0), label: str | None = None, tokens: int | None = None,
