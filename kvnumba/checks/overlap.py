@@ -46,7 +46,8 @@ class Clearance:
     def __init__(self, destinations):
         self.destinations = destinations
         self.starts, self.ends = merged(destinations)
-        self.low, self.high = (self.starts[0], self.ends[-1]) if self.starts else (0, 0)
+        self.low = self.starts[0] if self.starts else 0  # the runs' hull
+        self.high = self.ends[-1] if self.ends else 0
 
     def check(self, name, start, end):
         if start < self.high and end > self.low and overlaps_any(self.starts, self.ends, start, end):

@@ -61,9 +61,9 @@ class DirectPlan:
         self.limits = np.array([min((i.shape[0] for i in infos), default=0) for infos in (src, dst)], np.int64)
         self.bases = np.array([self.rows, [i.ptr for i in src], [i.ptr for i in dst]], np.int64)
         # The batch call's location hints: one per side, so a side's layers must share a kind of memory.
-        hints = _side_device(src), _side_device(dst)
-        mixed = MIXED in hints
-        self.batch = batch_copy.PreparedBatch(*((None, None) if mixed else hints), batch=not mixed)
+        src_hint, dst_hint = _side_device(src), _side_device(dst)
+        mixed = MIXED in (src_hint, dst_hint)
+        self.batch = batch_copy.PreparedBatch(None if mixed else src_hint, None if mixed else dst_hint, batch=not mixed)
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
