@@ -89,30 +89,24 @@ def table_layers(name, info, num_layers, strict):
                                pointers, False)
     if addresses is None:
         addresses = read_addresses(info, num_layers)
-    extents, writable, devices = [], [], []
+    found = []  # per layer: (extent, writable, device)
     for layer, address in enumerate(addresses):
         if address % 8:
             raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not 8-byte aligned")
         record = lookup(address)
         array = None if record is None else record.ref()
-        if record is not None and array is not None:
-            extents.append(record.nbytes)
-            writable.append(array_info(array, f"{name}[{layer}]").writable)  # as it is now (flags change)
-            devices.append(record.device)
+        if record is not None and array is not None:  # writable as it is now (flags change)
+            found.append((record.nbytes, array_info(array, f"{name}[{layer}]").writable, record.device))
         elif not SIMULATOR:
-            extent, device = _driver_extent(f"{name}[{layer}]", address)
-            extents.append(extent)
-            writable.append(True)
-            devices.append(device)
+            found.append(_driver_extent(f"{name}[{layer}]", address))
         elif strict:
             raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not in any layer kvnumba knows: on the "
                                   "simulator, raw tables may point only into arrays given to kv.layer_table "
                                   "(checks are on: unknown addresses are refused)")
         else:
-            extents.append(None)
-            writable.append(None)
-            devices.append(None)
-    return TableLayers(tuple(extents), tuple(writable), tuple(devices), tuple(addresses), True)
+            found.append((None, None, None))
+    extents, writable, devices = tuple(zip(*found)) or ((), (), ())
+    return TableLayers(extents, writable, devices, tuple(addresses), True)
 
 
 def read_addresses(info, num_layers):
@@ -131,4 +125,4 @@ def _driver_extent(name, address):
                               "pinned host memory)")
     start, size, device = found
     kind = pointer_info(address).memory_type
-    return start + size - address, device if kind == MEMORY_DEVICE else HOST
+    return start + size - address, True, device if kind == MEMORY_DEVICE else HOST

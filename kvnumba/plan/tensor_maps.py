@@ -144,12 +144,6 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     return sizes, strides, rows, False
 
 
-def _box(sizes, head_major, run):
-    if head_major:
-        return (sizes[0], 1, sizes[2], run, 1)
-    return (sizes[0], sizes[1], 1, run, 1)
-
-
 def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, heads, mla, run_limits,
                 stage_bytes):
     """``SourceMaps`` for a staged load from ``layout`` buffers at ``k_ptr``/``v_ptr`` (``nbytes`` each, at
@@ -171,8 +165,8 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     promotion = config.tuning("l2_promotion") or L2_PROMOTION
     for b, base in enumerate(buffers):
         for r in range(min_log2, max_run_log2 + 1):
-            write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
-                  _box(sizes, head_major, 1 << r), promotion)
+            box = (sizes[0], 1, sizes[2], 1 << r, 1) if head_major else (sizes[0], sizes[1], 1, 1 << r, 1)
+            write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides, box, promotion)
     return SourceMaps(block, (address, max_run_log2, min_run), store)
 
 
