@@ -60,7 +60,8 @@ class LayerSignal:
                 flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
                 self._event = check(cu.cuEventCreate(flags), "cuEventCreate")
             self._cu_address = cu.CUdeviceptr(self.address)
-        self._waiter = _wait_kernel(device, self.address)  # built now: nothing is compiled under a capture
+        # The wait kernel bound to the count, built now: nothing is compiled under a capture.
+        self._waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (self.address, 0))
 
     @property
     def layers_done_address(self) -> int:
@@ -128,10 +129,6 @@ class LayerSignal:
         event = getattr(self, "_event", None)
         if event is not None and cu is not None:
             cu.cuEventDestroy(event)
-
-
-def _wait_kernel(device: int, address: int) -> Any:
-    return BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (address, 0))
 
 
 _GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0

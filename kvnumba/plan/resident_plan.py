@@ -31,14 +31,20 @@ _pack_signal = struct.Struct("2q").pack_into
 def resident_kernel(plan, narrow=False):
     """The resident loader bound to ``plan``'s parameter values (made on first use, and again for a plan whose
     template changed, a rebound one's); ``narrow``: its build for one-warp blocks (``kernels.resident``)."""
-    key = "_resident_narrow" if narrow else "_resident"
-    bound = plan.__dict__.get(key)
-    if bound is None or bound[0] is not plan.template:
-        src, dst, mla = plan.kernel_key
-        kernel = launchable(get_resident_kernel(src, dst, mla, narrow), RESIDENT_SIGNATURE)
+    def bind():
+        kernel = launchable(get_resident_kernel(*plan.kernel_key, narrow), RESIDENT_SIGNATURE)
         template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
-        bound = plan.__dict__[key] = (plan.template, BoundKernel(kernel, plan.device, template))
-    return bound[1]
+        return BoundKernel(kernel, plan.device, template)
+
+    return _per_template(plan, "_resident_narrow" if narrow else "_resident", bind)
+
+
+def _per_template(plan, key, make):
+    """``make()``, kept on ``plan`` under ``key`` while its parameter template stays (a rebound plan's differs)."""
+    found = plan.__dict__.get(key)
+    if found is None or found[0] is not plan.template:
+        found = plan.__dict__[key] = (plan.template, make())
+    return found[1]
 
 
 class StagedResident(NamedTuple):
@@ -52,11 +58,7 @@ class StagedResident(NamedTuple):
 def staged_resident(plan):
     """``plan``'s staged resident loader (``StagedResident``), or None when its loads stay on registers; made on
     first use (the setting and the ring read then)."""
-    found = plan.__dict__.get("_resident_staged")
-    if found is None or found[0] is not plan.template:
-        found = plan.__dict__["_resident_staged"] = (plan.template, _bind_staged(plan, config.load_path(),
-                                                                                 ring_in_force()))
-    return found[1]
+    return _per_template(plan, "_resident_staged", lambda: _bind_staged(plan, config.load_path(), ring_in_force()))
 
 
 def _bind_staged(plan, path, ring):
