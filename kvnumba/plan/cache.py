@@ -251,24 +251,6 @@ def make_witness(objects, identity=frozenset()):
     """The function a hit must pass (True: the entry's plan holds for ``objects``), or None; ``TypeError`` when
     an object that needs one cannot be referenced weakly."""
     checks = []  # (position, element or None, test, reference)
-    torch = sys.modules.get("torch")
-    if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
-        if SIMULATOR:
-            return None
-        # The hot case: host tensors only need their owner to be the same (alive) tensor.
-        owners = [(i, weakref.ref(_torch_owner(o))) for i, o in enumerate(objects) if not o.is_cuda]
-        if not owners:
-            return None
-
-        def same_owners(objs):  # _same_torch_owner, unrolled: this runs on every hit
-            for i, reference in owners:
-                t = objs[i]
-                base = t._base
-                if (t if base is None else base) is not reference():
-                    return False
-            return True
-
-        return same_owners
     for i, obj in enumerate(objects):
         if i in identity or not _is_memory(obj):
             checks.append((i, None, _same, weakref.ref(obj)))
@@ -280,10 +262,22 @@ def make_witness(objects, identity=frozenset()):
                 checks.append((i, j if type(obj) in (list, tuple) else None, *test))
     if not checks:
         return None
-    if all(test is _same_torch_owner for _, _, test, _ in checks):
+    if all(test is _same_torch_owner for _, _, test, _ in checks):  # torch host tensors: unrolled, on every hit
+        if all(j is None for _, j, _, _ in checks):  # the hot case: host tensors, no lists
+            owners = [(i, reference) for i, _, _, reference in checks]
+
+            def same_owners(objs):
+                for i, reference in owners:
+                    t = objs[i]
+                    base = t._base
+                    if (t if base is None else base) is not reference():
+                        return False
+                return True
+
+            return same_owners
         torch_owners = [(i, j, reference) for i, j, _, reference in checks]
 
-        def same_list_owners(objs):  # the witness below for torch host tensors only, unrolled: on every hit
+        def same_list_owners(objs):
             for i, j, reference in torch_owners:
                 t = objs[i] if j is None else objs[i][j]
                 base = t._base
