@@ -117,8 +117,6 @@ class PlanCache:
             self.entries.clear()
 
 
-# --- keys ---------------------------------------------------------------------------------------
-
 def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
     """The keyer of arguments of these very types: ``keyer(objects, scalars)`` gives one flat tuple: the keyer
     itself (it stands for the argument types), the objects' value keys, the scalars and their types."""
@@ -244,8 +242,6 @@ def _element_key(x):
         function = _key_functions[type(x)] = _value_key_function(x)
     return function(x)
 
-
-# --- witnesses ----------------------------------------------------------------------------------
 
 def make_witness(objects, identity=frozenset()):
     """The function a hit must pass (True: the entry's plan holds for ``objects``), or None; ``TypeError`` when

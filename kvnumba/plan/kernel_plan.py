@@ -177,8 +177,6 @@ class KernelPlan:
         return window
 
 
-# --- watching plans being made -------------------------------------------------------------------
-
 _watchers: list = []
 
 

@@ -33,7 +33,6 @@ from ..kernels.params import NO_LIMIT, pack_call
 from . import routes
 
 
-# --- the general path ------------------------------------------------------------------------------
 def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_per_block=32, stream=None,
         check=False, route="kernel"):
     """One transfer: ``checked``, then launch (``check``: wait and raise if the kernel skipped items), or for
@@ -216,8 +215,6 @@ def wait_and_check(plan, handle, src_indices, dst_indices, window):
 
 
 
-# --- index arrays, per call ----------------------------------------------------------------------
-
 class Index(NamedTuple):
 
     address: int
@@ -265,8 +262,6 @@ def _slow_index(obj, name, device):
         raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
     return Index(info.ptr, info.shape[0], None, False, info.is_torch)
 
-
-# --- the fast call: the hot case, inlined -----------------------------------------------------------
 
 
 def _dead():

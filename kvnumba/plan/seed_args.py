@@ -76,8 +76,6 @@ def shape_key(key: tuple, infos: Any) -> tuple:
     return (key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos])
 
 
-# --- sizes, validated once per set of values -----------------------------------------------------
-
 _SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "page_size", "head_num")
 sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes
 
