@@ -59,13 +59,11 @@ def _token_loop(function):
 
 @_compiled
 def fill_pages(lf_idx, pf_idx, params, bases, out):
-    """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer.
-
-    ``params``: page size P, the layer-first limit (a page's first token ``< lf_tokens - P + 1``), the
-    page-first limit (``pages * P``), bytes per token, bytes per page of every layer, bytes per copy, and 1
-    for layer-first -> page-first (else 0). ``bases``: ``(2, layers, kinds)``, what a copy adds to its token
-    offset on the layer-first side (``[0]``) and to its page offset on the page-first side (``[1]``).
-    Only each page's first index is read (as SGLang's kernel does)."""
+    """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer; only each
+    page's first index is read (as SGLang's kernel does). ``params``: page size P, the layer-first limit (a page's
+    first token ``< lf_tokens - P + 1``), the page-first limit (``pages * P``), bytes per token, bytes per page of
+    every layer, bytes per copy, 1 for layer-first -> page-first. ``bases``: ``(2, layers, kinds)``, what a copy
+    adds to its token offset (layer-first, ``[0]``) and to its page offset (page-first, ``[1]``)."""
     page, lf_limit, pf_limit, row, page_bytes, size, lf_to_pf = (params[0], params[1], params[2], params[3],
                                                                 params[4], params[5], params[6])
     layers, kinds = bases.shape[1], bases.shape[2]

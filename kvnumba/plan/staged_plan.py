@@ -111,13 +111,9 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src
 
 
 def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, template, memory):
-    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
-    None when its loads stay on registers.
-
-    ``src_ptrs``, ``src_bytes``, ``src_geometry``: the source's K and V addresses, bytes (None: not staged) and
-    ``(layout_dim, page_size)`` as its tensor maps picture it; ``memory``: ``(source in host memory, destination
-    in host memory)``; ``template``: the register kernel's parameter values (``kernels.params.KernelArgs``: the
-    staged kernel's start with them)."""
+    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or None when
+    its loads stay on registers. ``src_ptrs``, ``src_bytes`` (None: not staged), ``src_geometry`` (``(layout_dim,
+    page_size)``): the source as its tensor maps picture it; ``template``: the register kernel's parameters."""
     found = recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory)
     if found is None or unaligned_destination(template):
         return None
