@@ -99,15 +99,9 @@ def _over(view: str, what: str, function: Callable[[Any], Any], count: int) -> t
             raise TypeError(f"{view}: its {what} cannot be evaluated over NumPy arrays ({error}), and {count} values "
                             f"are too many to check one by one (at most {SCALAR_TOKENS}): write it as integer "
                             "arithmetic (+, -, *, //, %) so that kvnumba can check every address") from None
-    lo, lo_at, hi, hi_at, residues = exact[0], 0, exact[0], 0, set()
-    for x in range(count):
-        value = _scalar(function, x, what, view)
-        if value < lo:
-            lo, lo_at = value, x
-        if value > hi:
-            hi, hi_at = value, x
-        residues.add(value % 8)
-    return lo, lo_at, hi, hi_at, residues
+    found = [_scalar(function, x, what, view) for x in range(count)]
+    lo, hi = min(found), max(found)
+    return lo, found.index(lo), hi, found.index(hi), {value % 8 for value in found}
 
 
 def _layer_offset(layer_base: Callable[..., Any], base: int, dim: int, item: int, heads: int, page: int,
