@@ -32,7 +32,8 @@ def resident_kernel(plan, narrow=False):
     """The resident loader bound to ``plan``'s parameter values (made on first use, and again for a plan whose
     template changed, a rebound one's); ``narrow``: its build for one-warp blocks (``kernels.resident``)."""
     def bind():
-        kernel = launchable(get_resident_kernel(*plan.kernel_key, narrow), RESIDENT_SIGNATURE)
+        src, dst, mla = plan.kernel_key
+        kernel = launchable(get_resident_kernel(src, dst, mla, narrow), RESIDENT_SIGNATURE)
         template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
         return BoundKernel(kernel, plan.device, template)
 
