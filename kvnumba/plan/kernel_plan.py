@@ -105,10 +105,7 @@ class KernelPlan:
         where it applies (``staged_plan``)."""
         self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
         self.narrow_kernel = None  # one-warp blocks' build, bound on first use (kernel_for)
-        src_parts, dst_parts, mla = self.kernel_key
-        src_ptrs, src_bytes = self._staged_source()
-        staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_bytes,
-                             (self.src.layout_dim, self.src.page_size), self.template, self.memory)
+        staged = bind_staged(self, *self._staged_source())
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         self.source_maps = None
         if staged is not None:

@@ -56,21 +56,6 @@ class Recipe(NamedTuple):
 _recipes = remembered(BoundedMemo(1024))  # geometry -> its Recipe, or None: its loads stay on registers
 
 
-def recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory):
-    """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
-    path = config.load_path()
-    ring = ring_in_force()
-    src_dim, src_page = src_geometry
-    key = (path, src_parts, dst_parts, mla, plan.window, src_bytes, plan.item_size, src_dim, src_page,
-           plan.head_num, memory, plan.device, ring)
-    try:
-        return _recipes[key]
-    except KeyError:
-        pass
-    return _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page,
-                                          memory))
-
-
 def ring_in_force():
     """The staged kernel's ring: ``staged.SHAPE`` (tuned on the H200), or ``config.override(staged_shape=...)``'s."""
     return config.tuning("staged_shape") or staged.SHAPE
@@ -110,14 +95,21 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src
                   run_limits, ring.stage_bytes, fewest)
 
 
-def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, template, memory):
+def bind_staged(plan, src_ptrs, src_bytes):
     """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or None when
-    its loads stay on registers. ``src_ptrs``, ``src_bytes`` (None: not staged), ``src_geometry`` (``(layout_dim,
-    page_size)``): the source as its tensor maps picture it; ``template``: the register kernel's parameters."""
-    found = recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory)
-    if found is None or unaligned_destination(template):
+    its loads stay on registers. ``src_ptrs``, ``src_bytes`` (None: not staged): the source as its tensor maps
+    picture it. What depends on sizes only is memoised (``Recipe``)."""
+    src_parts, dst_parts, mla = plan.kernel_key
+    src_dim, src_page = plan.src.layout_dim, plan.src.page_size
+    path, ring = config.load_path(), ring_in_force()
+    key = (path, src_parts, dst_parts, mla, plan.window, src_bytes, plan.item_size, src_dim, src_page,
+           plan.head_num, plan.memory, plan.device, ring)
+    try:
+        found = _recipes[key]
+    except KeyError:
+        found = _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim,
+                                               src_page, plan.memory))
+    if found is None or unaligned_destination(plan.template):
         return None
-    bound = found.bind(plan.device, template, src_ptrs)
-    if bound is None:
-        return None
-    return (*bound, found.fewest)
+    bound = found.bind(plan.device, plan.template, src_ptrs)
+    return None if bound is None else (*bound, found.fewest)
