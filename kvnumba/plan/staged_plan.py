@@ -11,6 +11,7 @@ buffers are 16-byte aligned and its destination is one layer's buffer; calls wit
 the register kernel. What depends on sizes only is a memoised ``Recipe``; binding it to a plan's addresses
 encodes that plan's tensor maps.
 """
+import functools
 from typing import Any, NamedTuple
 
 from .. import config
@@ -29,28 +30,11 @@ AUTO_MIN_ITEMS = 512
 
 
 class Recipe(NamedTuple):
-    """A staged load for one geometry: the kernel and how to describe the source."""
+    """A staged load for one geometry: the kernel, and how to describe a source at its K and V addresses."""
 
     kernel: Any  # driver.launch.Kernel
-    layout: Any
-    nbytes: int
-    item_size: int
-    layout_dim: int
-    page_size: int
-    head_num: int
-    mla: bool
-    run_limits: tuple[int, int]
-    stage_bytes: int
+    maps: Any  # (k_ptr, v_ptr) -> tensor_maps.SourceMaps, or None where the addresses do not suit the bulk unit
     fewest: int  # calls with fewer items take the register kernel
-
-    def bind(self, device, template, src_ptrs):
-        """``(BoundKernel, SourceMaps)`` at these addresses, or None if they do not suit the bulk unit."""
-        maps = tensor_maps.source_maps(self.layout, src_ptrs[0], src_ptrs[1], self.nbytes, self.item_size,
-                                       self.layout_dim, self.page_size, self.head_num, self.mla, self.run_limits,
-                                       self.stage_bytes)
-        if maps is None:
-            return None
-        return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
 _recipes = remembered(BoundedMemo(1024))  # geometry -> its Recipe, or None: its loads stay on registers
@@ -90,9 +74,10 @@ def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src
     if picture is None or run_limits is None or short_pages(path, src_parts, run_limits, src_page):
         return None  # run_limits None: a stage cannot hold one token's K and V
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
-    fewest = AUTO_MIN_ITEMS if path == "auto" else 1
-    return Recipe(kernel, src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
-                  run_limits, ring.stage_bytes, fewest)
+    maps = functools.partial(tensor_maps.source_maps, src_parts, nbytes=src_bytes, item_size=plan.item_size,
+                             layout_dim=src_dim, page_size=src_page, heads=plan.head_num, mla=mla,
+                             run_limits=run_limits, stage_bytes=ring.stage_bytes)
+    return Recipe(kernel, maps, AUTO_MIN_ITEMS if path == "auto" else 1)
 
 
 def bind_staged(plan, src_ptrs, src_bytes):
@@ -111,5 +96,7 @@ def bind_staged(plan, src_ptrs, src_bytes):
                                                src_page, plan.memory))
     if found is None or unaligned_destination(plan.template):
         return None
-    bound = found.bind(plan.device, plan.template, src_ptrs)
-    return None if bound is None else (*bound, found.fewest)
+    maps = found.maps(*src_ptrs)
+    if maps is None:
+        return None
+    return BoundKernel(found.kernel, plan.device, StagedArgs(*plan.template, *maps.args)), maps, found.fewest
