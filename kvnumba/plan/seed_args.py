@@ -54,14 +54,11 @@ def seed_sides(spec: Any, geometry: dict[str, Any], strict: bool) -> SeedSides:
 
     def side(layout: Layout, k: str, v: str | None, layout_dim: int) -> Side:
         label = k if v is None else f"{k}/{v}"
-        ptrs = (infos[k].ptr, infos[v].ptr if v else 0)
-        if layout is TBL:
-            extents = smaller(tables[k].extents, tables[v].extents if v else None)
-            return Side(name=label, parts=PARTS[layout], mla=v is None, layout_dim=layout_dim,
-                        page_size=sizes.page_size, ptrs=ptrs, extents=extents)
-        nbytes = infos[k].nbytes if v is None else min(infos[k].nbytes, infos[v].nbytes)
+        table = layout is TBL  # a table's layers bound it (extents), a buffer its bytes
+        extents = smaller(tables[k].extents, tables[v].extents if v else None) if table else None
+        nbytes = None if table else min(infos[n].nbytes for n in (k, v) if n)
         return Side(name=label, parts=PARTS[layout], mla=v is None, layout_dim=layout_dim, page_size=sizes.page_size,
-                    ptrs=ptrs, nbytes=nbytes)
+                    ptrs=(infos[k].ptr, infos[v].ptr if v else 0), nbytes=nbytes, extents=extents)
 
     src = side(spec.src_layout, names[0], names[2], sizes.src_dim)
     dst = side(spec.dst_layout, names[1], names[3], sizes.dst_dim)
