@@ -1,22 +1,38 @@
-"""Token limits: how many token slots of a buffer a transfer may address without leaving it.
+"""Token limits: how many token slots of a buffer a transfer may address without leaving it, and the host's
+check of indices against them.
 
-For one side of a transfer (a layout, a buffer of ``nbytes`` bytes, the call's ``item_size``,
-``layout_dim``, layers, ``page_size`` and heads), ``token_limit`` is the exclusive bound ``T`` such that
-every byte the kernel touches for any token ``0 <= t < T`` lies in ``[0, nbytes)``, and token ``T``'s
-would not. It follows ``kernels.layouts``' address arithmetic exactly (``item_end`` evaluates those very
-functions): a layout's closed form where it declares one (``LayoutParts.token_limit``; the tests check it
-against ``item_end``), else a binary search over the monotonic ``end(t)``. Offsets are never negative for
-``t >= 0``, so the lower bound is 0.
+``token_limit`` is the exclusive bound ``T`` such that every byte the kernel touches for any token ``0 <= t < T``
+lies in the buffer, by ``kernels.layouts``' own arithmetic: a layout's closed form where it declares one
+(``LayoutParts.token_limit``; the tests check it against ``item_end``), else a binary search over the monotonic
+``item_end``. The index check is compiled for the CPU (``compiled``): one loop where NumPy's ``min`` and ``max``
+make two, each with its own fixed cost.
 """
 import functools
 
 import numpy as np
+from numba import njit
 
 from ..driver.pointers import HOST
-from . import compiled
 from ..errors import IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
+
+
+def compiled(function):
+    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
+        return njit(nogil=True)(function)
+
+
+@compiled
+def _first_outside(values, low, high):
+    for i in range(values.shape[0]):
+        if values[i] < low or values[i] >= high:
+            return i
+    return -1
+
 
 def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, page_size, heads):
     """One past the last byte (from the buffer's base; a layer's base for tables) that token ``token``
@@ -34,9 +50,8 @@ def item_end(layout, token, *, item_size, layout_dim, first_layer, num_layers, p
 
 
 def token_limit(layout, nbytes, item_size, layout_dim=0, first_layer=0, num_layers=1, page_size=1, heads=1):
-    """Exclusive token bound for one side of a transfer (see the module docstring); ``NO_LIMIT`` when
-    every token maps to the same bytes (``layout_dim == 0`` on a page-first side) and they fit. ``layout``:
-    a ``LayoutParts`` (or a seed layout's name): its closed form where it declares one, else a search."""
+    """Exclusive token bound for one side of a transfer; ``NO_LIMIT`` when every token maps to the same bytes
+    (``layout_dim == 0`` on a page-first side) and they fit. ``layout``: a ``LayoutParts`` or a seed layout's name."""
     parts = layout if isinstance(layout, LayoutParts) else PARTS[Layout(layout)]
     if parts.token_limit is not None:
         return parts.token_limit(nbytes, item_size, layout_dim, first_layer + num_layers - 1, page_size, heads)
@@ -45,7 +60,6 @@ def token_limit(layout, nbytes, item_size, layout_dim=0, first_layer=0, num_laye
 
 @functools.lru_cache(maxsize=4096)
 def _searched_limit(parts, nbytes, item_size, layout_dim, first_layer, num_layers, page_size, heads):
-    """Binary search on the monotonic ``item_end`` (memoised: a call repeats its arguments)."""
     def end(t):
         return item_end(parts, t, item_size=item_size, layout_dim=layout_dim, first_layer=first_layer,
                         num_layers=num_layers, page_size=page_size, heads=heads)
@@ -66,8 +80,7 @@ def _searched_limit(parts, nbytes, item_size, layout_dim, first_layer, num_layer
 
 
 def host_indices(info):
-    """Indices as a host NumPy int64 array (torch ``.cpu()``, CuPy ``.get()``, Numba ``copy_to_host``);
-    a device-to-host copy (synchronous) for indices in GPU memory."""
+    """Indices as a host NumPy array; a synchronous device-to-host copy for indices in GPU memory."""
     obj = info.obj
     if info.is_torch:
         if info.device == HOST and not obj.requires_grad:
@@ -83,11 +96,11 @@ def host_indices(info):
 
 
 def first_outside(values, low, high):
-    """Position of the first value outside ``[low, high)``, or None. int64 values: one compiled pass
-    (``kvnumba.checks.compiled.first_outside``); anything else vectorised, min/max first."""
+    """Position of the first value outside ``[low, high)``, or None. int64 values: one compiled pass; anything
+    else vectorised, min/max first."""
     if (type(values) is np.ndarray and values.dtype == _INT64 and type(low) is int and type(high) is int
             and _INT64_MIN <= low and high <= _INT64_MAX):
-        where = compiled.first_outside(values, low, high)
+        where = _first_outside(values, low, high)
         return None if where < 0 else where
     if len(values) == 0:
         return None

@@ -10,8 +10,8 @@ from ..errors import DeviceMismatchError
 
 def one_device(placed, what="kvnumba copies within one GPU (and pinned host memory); move the buffers to "
                             "one device"):
-    """The one GPU of ``placed`` (``(name, device)`` pairs; pinned host memory goes with any), or
-    the current device when everything is host memory. ``DeviceMismatchError`` names two others."""
+    """The one GPU of ``placed`` (``(name, device)`` pairs; host memory goes with any), or the current device
+    when everything is host memory; else ``DeviceMismatchError`` naming two."""
     seen: dict[int, str] = {}  # device -> the first name placed on it
     for name, device in placed:
         if device != HOST:
@@ -49,8 +49,7 @@ _devices = PerStream(_stream_object_device)  # a torch or CuPy stream's device, 
 
 
 def same_device_stream(stream, device):
-    """``DeviceMismatchError`` if ``stream`` says it is on another GPU than the call's buffers (``device``):
-    a launch or copy there would run in the wrong context, or fail after some copies were queued."""
+    """``DeviceMismatchError`` if ``stream`` says it is on another GPU than the call's buffers (``device``)."""
     on = stream_device(stream)
     if on is not None and on != device:
         raise DeviceMismatchError(f"stream is on cuda:{on} but the buffers are on cuda:{device}: pass a stream "

@@ -10,8 +10,6 @@ raises ``IndexOutOfRangeError``; otherwise at the start of the next kvnumba call
 ``kvnumba.check_errors()``. It is cleared when raised, and shared by every stream and thread, so a
 deferred report says that *an* earlier call skipped items, not which one.
 
-Checks also re-read raw layer tables on every call, and refuse addresses nobody knows on the simulator
-(``checks.tables``).
 """
 import threading
 
@@ -21,8 +19,7 @@ from .. import config
 from ..driver.target import SIMULATOR
 from ..errors import IndexOutOfRangeError
 
-# KVNUMBA_CHECK=1: every call behaves as if given check=True (read at import and again when
-# kvnumba.config.override changes it; the hot paths read this module attribute).
+# KVNUMBA_CHECK=1: every call behaves as if given check=True (the hot paths read this module attribute).
 ALWAYS_CHECK = config.always_check()
 
 
@@ -40,7 +37,7 @@ _address = 0  # where kernels write it
 
 
 def flag_address():
-    """Address of the error flag for a kernel argument (allocated on first use)."""
+    """Address of the error flag, allocated on first use."""
     global _flag, _view, _address
     if _flag is None:
         with _lock:
@@ -54,7 +51,6 @@ def flag_address():
                     # writes it at its host address, the host reads it as a plain NumPy array.
                     flag = cuda.pinned_array(1, np.int64)
                     flag[0] = 0
-                # (numpy's stubs make an ndarray a buffer for Python 3.12+ only)
                 _view = memoryview(flag)  # type: ignore[arg-type, unused-ignore]
                 _address = flag.ctypes.data
                 _flag = flag
@@ -62,13 +58,12 @@ def flag_address():
 
 
 def flag_view():
-    """The flag as a memoryview (``view[0] != 0``: a kernel skipped items); allocates it."""
+    """The flag as a memoryview (``view[0] != 0``: a kernel skipped items)."""
     flag_address()
     return _view
 
 
 def flag_set():
-    """True if a kernel has flagged a skipped item since the flag was last cleared (no synchronisation)."""
     return _view is not None and _view[0] != 0
 
 
@@ -81,18 +76,14 @@ def raise_pending():
     """At the start of every entry point: report what an earlier asynchronous launch flagged."""
     if _view is not None and _view[0]:
         _view[0] = 0
-        raise pending_error()
-
-
-def pending_error():
-    return IndexOutOfRangeError(
+        raise IndexOutOfRangeError(
         "an earlier kvnumba transfer skipped items whose token indices (in GPU memory) were out of range "
         "for their buffers; the other items were copied. This call did nothing. Pass check=True (or set "
         "KVNUMBA_CHECK=1) to raise at the call that does it.")
 
 
 def synchronize(handle):
-    """Wait for stream ``handle`` (0: the default stream). Nothing to wait for on the simulator."""
+    """Wait for stream ``handle`` (0: the default stream); nothing to wait for on the simulator."""
     if SIMULATOR:
         return
     from ..driver.bindings import check, cu

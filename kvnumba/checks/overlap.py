@@ -17,8 +17,7 @@ def check_disjoint(destinations, guides):
 
 
 def merged(ranges):
-    """``(starts, ends)``: the byte ranges of ``(name, start, end)`` triples merged into sorted,
-    disjoint runs, for ``overlaps_any``."""
+    """``(starts, ends)``: ``(name, start, end)`` ranges merged into sorted, disjoint runs."""
     runs: list[list[int]] = []
     for _, start, end in sorted(ranges, key=lambda r: r[1]):
         if end <= start:
@@ -31,32 +30,24 @@ def merged(ranges):
 
 
 def overlaps_any(starts, ends, start, end):
-    """Whether ``[start, end)`` overlaps one of the merged runs ``starts``/``ends`` (a binary search:
-    an all-layer call has one destination range per layer)."""
+    """Whether ``[start, end)`` overlaps one of the merged runs (a binary search: an all-layer call has one
+    destination range per layer)."""
     i = bisect_right(starts, start) - 1
     if i >= 0 and ends[i] > start:
         return True
     return i + 1 < len(starts) and starts[i + 1] < end
 
 
-def hull(ranges):
-    """``(lowest start, highest end)`` of ``(name, start, end)`` ranges; ``(0, 0)`` for none."""
-    ranges = [r for r in ranges if r[2] > r[1]]
-    if not ranges:
-        return 0, 0
-    return min(r[1] for r in ranges), max(r[2] for r in ranges)
-
-
 class Clearance:
     """A plan's destination ranges (``(name, start, end)``), for the test of every call's index arrays:
     ``check(name, start, end)`` raises as ``check_disjoint(destinations, [(name, start, end)])`` does, in a
-    binary search's time (a one-layer load into per-layer arrays has a destination per layer).
-    ``KernelPlan`` and the FP8 ``Fp8Plan`` keep one; ``plan.per_call``'s fast path reads its runs directly."""
+    binary search's time. ``plan.per_call``'s fast path reads its runs directly."""
 
     def __init__(self, destinations):
         self.destinations = destinations
-        self.low, self.high = hull(destinations)
         self.starts, self.ends = merged(destinations)
+        self.low = self.starts[0] if self.starts else 0  # the runs' hull
+        self.high = self.ends[-1] if self.ends else 0
 
     def check(self, name, start, end):
         if start < self.high and end > self.low and overlaps_any(self.starts, self.ends, start, end):

@@ -1,22 +1,15 @@
-"""Layer tables, and what is known about the layers they point to.
+"""Layer tables, and what is known about the layers they point to: each layer's size (to bound token indices)
+and writability. In order of preference:
 
-An all-layer kernel reads each layer's base address from a uint64 table. To bound token indices
-(``checks.bounds``) and refuse read-only destination layers, kvnumba needs each layer's size and
-writability. In order of preference:
+1. ``kv.layer_table`` records them on the table (``.layer_nbytes``, ``.layers``);
+2. and every layer it saw in a process-wide registry (weakly), by address, so a table copied, sliced, moved or
+   built by hand from those layers still finds them;
+3. on a GPU, an unknown address is asked of the driver (for a torch tensor: the caching allocator's segment,
+   which stops faults but not a write into a neighbour); one the driver does not know raises;
+4. on the simulator an unknown address raises with checks on, and is left unbounded with them off.
 
-1. ``kv.layer_table`` records them on the table (``.layer_nbytes``, ``.layers``).
-2. It also records every layer it saw in a process-wide registry (weakly), by address, so a table that
-   was copied, sliced, moved or built by hand from those layers still finds them (one small copy of the
-   table to the host when kvnumba first sees it).
-3. On a GPU, an unknown address is asked of the driver (``cuPointerGetAttributes``): for a torch tensor
-   that is the caching allocator's segment, which stops faults but not a write into a neighbour.
-   An address the driver does not know raises ``BadAddressError``.
-4. On the simulator an unknown address raises ``BadAddressError`` with checks on, and is left
-   unbounded (only tokens >= 0) with them off.
-
-A table's contents are read when kvnumba first sees the table object, and with checks on at every call
-(where they no longer match the layers recorded, each address is resolved as in 2. to 4.). So write new
-addresses into a new table (``kv.layer_table``), not into one kvnumba has seen.
+A table's contents are read when kvnumba first sees the table object, and with checks on at every call. So
+write new addresses into a new table (``kv.layer_table``), not into one kvnumba has seen.
 """
 import threading
 import weakref
@@ -44,7 +37,7 @@ _registry: dict[int, LayerRecord] = {}  # address -> LayerRecord
 
 
 def register_layers(infos):
-    """Remember ``infos`` (``ArrayInfo`` of layers given to ``kv.layer_table``) by address."""
+    """Remember ``infos`` (``ArrayInfo`` of the layers given to ``kv.layer_table``) by address."""
     for info in infos:
         try:
             ref = weakref.ref(info.obj, _forget(info.ptr))
@@ -64,7 +57,6 @@ def _forget(address):
 
 
 def lookup(address):
-    """The live ``LayerRecord`` at ``address``, or None."""
     record = _registry.get(address)
     if record is not None and record.ref() is not None:
         return record
@@ -82,10 +74,8 @@ class TableLayers(NamedTuple):
 
 
 def table_layers(name, info, num_layers, strict):
-    """``TableLayers`` for a validated table (``ArrayInfo``) of ``num_layers`` addresses.
-
-    ``strict``: checks are on (an address nobody knows raises instead of being left unbounded).
-    """
+    """``TableLayers`` for a validated table (``ArrayInfo``) of ``num_layers`` addresses; ``strict``: checks
+    are on (the contents are read again; an address nobody knows raises instead of being left unbounded)."""
     recorded = getattr(info.obj, "layer_nbytes", None)
     layers = getattr(info.obj, "layers", None)
     addresses = None
@@ -99,34 +89,27 @@ def table_layers(name, info, num_layers, strict):
                                pointers, False)
     if addresses is None:
         addresses = read_addresses(info, num_layers)
-    extents, writable, devices = [], [], []
+    found = []  # per layer: (extent, writable, device)
     for layer, address in enumerate(addresses):
         if address % 8:
             raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not 8-byte aligned")
         record = lookup(address)
         array = None if record is None else record.ref()
-        if record is not None and array is not None:
-            extents.append(record.nbytes)
-            writable.append(array_info(array, f"{name}[{layer}]").writable)  # as it is now (flags change)
-            devices.append(record.device)
+        if record is not None and array is not None:  # writable as it is now (flags change)
+            found.append((record.nbytes, array_info(array, f"{name}[{layer}]").writable, record.device))
         elif not SIMULATOR:
-            extent, device = _driver_extent(f"{name}[{layer}]", address)
-            extents.append(extent)
-            writable.append(True)
-            devices.append(device)
+            found.append(_driver_extent(f"{name}[{layer}]", address))
         elif strict:
             raise BadAddressError(f"{name}[{layer}] = 0x{address:x} is not in any layer kvnumba knows: on the "
                                   "simulator, raw tables may point only into arrays given to kv.layer_table "
                                   "(checks are on: unknown addresses are refused)")
         else:
-            extents.append(None)
-            writable.append(None)
-            devices.append(None)
-    return TableLayers(tuple(extents), tuple(writable), tuple(devices), tuple(addresses), True)
+            found.append((None, None, None))
+    extents, writable, devices = tuple(zip(*found)) or ((), (), ())
+    return TableLayers(extents, writable, devices, tuple(addresses), True)
 
 
 def read_addresses(info, num_layers):
-    """The table's first ``num_layers`` addresses as Python ints (a device table is copied to the host)."""
     from .bounds import host_indices
 
     values = np.ascontiguousarray(host_indices(info)).view(np.uint64)
@@ -142,4 +125,4 @@ def _driver_extent(name, address):
                               "pinned host memory)")
     start, size, device = found
     kind = pointer_info(address).memory_type
-    return start + size - address, device if kind == MEMORY_DEVICE else HOST
+    return start + size - address, True, device if kind == MEMORY_DEVICE else HOST

@@ -1,12 +1,17 @@
-"""A layout of the user's, checked before any kernel runs it: its three address functions evaluated at
-every layer and every token (vectorised over NumPy arrays), with the first and last heads of a copy that
-goes by ``heads``: every byte the kernel can touch must lie in its buffer, K and V each against its own
-bytes, on 8-byte boundaries.
+"""The bytes a view's address arithmetic reaches, checked before any kernel runs it.
 
-``check_user_layout(view, heads)`` is what ``kv.CacheView`` runs when a view is made and ``kv.copy``'s plan
-(``kvnumba.plan.copy_plan``) for the heads a copy goes by; kvnumba's own views (their arithmetic follows
-their shapes) and raw tables (their layers' bytes bound them) pass at once. A view is checked once per
-``heads`` (remembered weakly).
+A layout of the user's (``check_user_layout``, run when ``kv.CacheView`` makes a view and by ``kv.copy``'s plan
+for the heads a copy goes by): its three address functions evaluated at every layer and every token
+(vectorised over NumPy arrays), with the first and last heads of the copy: every byte the kernel can touch must
+lie in its buffer, K and V each against its own bytes, on 8-byte boundaries. kvnumba's own views (their
+arithmetic follows their shapes) and raw tables (their layers' bytes bound them) pass at once.
+
+Every view, on every plan and export (``kind_offset``): a plan adds ``view.kind_offset(which)`` to a buffer's
+address and lets the kernel (or the copy engine) reach ``layer part + token part + head part`` beyond it, so the
+offset must be a non-negative integer and ``offset + hull`` lie within the buffer, the hull being the span of
+the arithmetic over every layer, token and head: from its corners for kvnumba's own view classes, whose parts
+grow with each; from the evaluation at every layer and token for any other. What is found is remembered per view
+(weakly); the offset is checked on every plan, since the pointers get it.
 """
 from __future__ import annotations
 
@@ -19,14 +24,14 @@ from typing import Any
 import numpy as np
 
 from ..arrays import array_info, shape_of
+from ..kernels import layouts
 
 _checked: weakref.WeakKeyDictionary[Any, set[int]] = weakref.WeakKeyDictionary()  # view -> heads checked
 
 
 def check_user_layout(view: Any, heads: int | None = None) -> None:
-    """Refuse a view of the user's (its own arithmetic, or its own ``shape``) if the kernel could touch a
-    byte outside a buffer in a copy by ``heads`` heads (None: the heads a copy of this view can go by: whole
-    items unless it splits its heads, and its own heads)."""
+    """Refuse a view of the user's if the kernel could touch a byte outside a buffer in a copy by ``heads``
+    heads (None: every count of heads a copy of this view can go by)."""
     if view.built_in or view.raw_tables:
         return
     if view.per_layer and not view.parts.table:
@@ -53,7 +58,6 @@ def _integer(value: Any, what: str, view: str) -> int:
 
 
 def _scalar(function: Callable[[Any], Any], x: int, what: str, view: str) -> int:
-    """``function(x)`` as an int; ``TypeError`` naming ``what`` if it raises or gives something else."""
     try:
         value = function(x)
     except Exception as error:  # noqa: BLE001 - a user's function: say which one failed, and why
@@ -63,10 +67,9 @@ def _scalar(function: Callable[[Any], Any], x: int, what: str, view: str) -> int
 
 
 def _over(view: str, what: str, function: Callable[[Any], Any], count: int) -> tuple[int, int, int, int, set[int]]:
-    """``function(x)`` for every ``x`` in ``range(count)`` (``count >= 1``): ``(lowest, its x, highest,
-    its x, residues mod 8)``. Vectorised over NumPy int64 arrays where ``function`` allows it (checked
-    against plain integers at the ends and a few points between); else one value at a time, up to
-    SCALAR_TOKENS values."""
+    """``function(x)`` for every ``x`` in ``range(count)``: ``(lowest, its x, highest, its x, residues mod 8)``.
+    Vectorised over NumPy int64 arrays where ``function`` allows it (checked against plain integers at a few
+    points); else one value at a time, up to SCALAR_TOKENS values."""
     probes = sorted({0, count - 1, count // 2, count // 3, (2 * count) // 3, max(count - 2, 0)})
     exact = {x: _scalar(function, x, what, view) for x in probes}
     lo = hi = exact[0]
@@ -96,15 +99,9 @@ def _over(view: str, what: str, function: Callable[[Any], Any], count: int) -> t
             raise TypeError(f"{view}: its {what} cannot be evaluated over NumPy arrays ({error}), and {count} values "
                             f"are too many to check one by one (at most {SCALAR_TOKENS}): write it as integer "
                             "arithmetic (+, -, *, //, %) so that kvnumba can check every address") from None
-    lo, lo_at, hi, hi_at, residues = exact[0], 0, exact[0], 0, set()
-    for x in range(count):
-        value = _scalar(function, x, what, view)
-        if value < lo:
-            lo, lo_at = value, x
-        if value > hi:
-            hi, hi_at = value, x
-        residues.add(value % 8)
-    return lo, lo_at, hi, hi_at, residues
+    found = [_scalar(function, x, what, view) for x in range(count)]
+    lo, hi = min(found), max(found)
+    return lo, found.index(lo), hi, found.index(hi), {value % 8 for value in found}
 
 
 def _layer_offset(layer_base: Callable[..., Any], base: int, dim: int, item: int, heads: int, page: int,
@@ -113,8 +110,8 @@ def _layer_offset(layer_base: Callable[..., Any], base: int, dim: int, item: int
 
 
 def _bases(buffer: Any) -> list[int]:
-    """Where to evaluate ``layer_base``: the buffer's own address, which the kernel will be given (it is
-    re-checked on every call); for an array without one (a shape only), two others, which must agree."""
+    """Where to evaluate ``layer_base``: the buffer's own address; for an array without one, two others, which
+    must agree."""
     try:
         return [array_info(buffer, "buffer").ptr]
     except (TypeError, ValueError):
@@ -122,12 +119,11 @@ def _bases(buffer: Any) -> list[int]:
 
 
 # view -> {(part, heads, base): what _over found}: the parts' extremes, shared by the check at construction and
-# the extent every plan checks (checks.extents), so that a plan does not evaluate them again
+# the hull every plan checks (hull), so that a plan does not evaluate them again
 _spans: weakref.WeakKeyDictionary[Any, dict[tuple[str, int, int], Any]] = weakref.WeakKeyDictionary()
 
 
 def head_stride_of(view: Any, heads: int) -> int:
-    """The view's ``head_stride`` for a copy by ``heads`` heads, as an int (``TypeError`` naming it otherwise)."""
     g = view.geometry
     head_stride = view.parts.py[2]
     return _scalar(lambda _: head_stride(g.layout_dim, g.item_bytes, heads, g.page_size), 0, "head_stride",
@@ -135,7 +131,6 @@ def head_stride_of(view: Any, heads: int) -> int:
 
 
 def token_span(view: Any, heads: int) -> tuple[int, int, int, int, set[int]]:
-    """``_over`` of the view's token part at every token (remembered per view and heads)."""
     memo = _spans.setdefault(view, {})
     found = memo.get(("token", heads, 0))
     if found is None:
@@ -148,7 +143,6 @@ def token_span(view: Any, heads: int) -> tuple[int, int, int, int, set[int]]:
 
 
 def layer_span(view: Any, heads: int, base: int) -> tuple[int, int, int, int, set[int]]:
-    """``_over`` of the view's layer part, less ``base``, at every layer (remembered per view, heads and base)."""
     memo = _spans.setdefault(view, {})
     found = memo.get(("layer", heads, base))
     if found is None:
@@ -161,12 +155,10 @@ def layer_span(view: Any, heads: int, base: int) -> tuple[int, int, int, int, se
 
 
 def check_arithmetic(view: Any, heads: int) -> None:
-    """Refuse ``view`` (``ValueError``) if its address arithmetic, in a copy that goes by ``heads`` heads,
-    puts any byte of any item of any layer, token and head outside its buffer (K and V each against
-    its own bytes) or any 8-byte word off an 8-byte boundary; ``TypeError`` for an arithmetic that
-    does not give integers or cannot be evaluated. Exact: the kernel's address is a layer part plus a
-    token part plus ``head * head_stride``, so its extremes are the sums of the parts' extremes, and
-    the parts are evaluated at every layer and every token."""
+    """Refuse ``view`` (``ValueError``) if its arithmetic, in a copy by ``heads`` heads, puts any byte outside its
+    buffer or any word off an 8-byte boundary; ``TypeError`` for one that does not give integers. Exact: an
+    address is a layer part plus a token part plus ``head * head_stride``, so its extremes are the sums of the
+    parts' extremes, evaluated at every layer and every token."""
     assert view.parts is not None  # CacheView.__init__ checked it
     g = view.geometry
     if g.tokens <= 0 or g.layers <= 0:
@@ -212,3 +204,71 @@ def check_arithmetic(view: Any, heads: int) -> None:
                                  f"(layer offsets mod 8: {sorted(l_res)}, token offsets mod 8: {sorted(t_res)}, "
                                  f"head stride {stride}): the kernels move 8-byte words"
                                  + (f"; its kind_offset({which!r}) is {offset}" if offset else ""))
+
+
+# view -> (heads, lo, hi): bytes [lo, hi) from a buffer's address (a table layout: from each layer's own)
+_hulls: weakref.WeakKeyDictionary[Any, tuple[int, int, int]] = weakref.WeakKeyDictionary()
+
+
+def copy_heads_of(view: Any) -> int:
+    """The runs a copy of ``view`` cuts a token's item into (``layouts.head_runs``): a copy by more runs of a
+    layout that keeps a token's heads together touches the same bytes."""
+    return layouts.head_runs(view.parts, view.geometry.heads)
+
+
+def hull(view: Any) -> tuple[int, int]:
+    """``[lo, hi)``: the bytes a copy of ``view`` can touch, from its buffer's (or layer's) address."""
+    heads = copy_heads_of(view)
+    known = _hulls.get(view)
+    if known is not None and known[0] == heads:
+        return known[1], known[2]
+    lo, hi = (_corners if type(view).built_in else _everywhere)(view, heads)
+    _hulls[view] = (heads, lo, hi)
+    return lo, hi
+
+
+def _corners(view: Any, heads: int) -> tuple[int, int]:
+    g = view.geometry
+    layer_base, token_offset, head_stride = view.parts.py
+    dim, item, page = g.layout_dim, g.item_bytes, g.page_size
+    stride = int(head_stride(dim, item, heads, page))
+    first = int(token_offset(0, dim, item, heads, page))
+    last = int(token_offset(g.tokens - 1, dim, item, heads, page)) + (heads - 1) * stride + item // heads
+    if not view.parts.table:
+        first += int(layer_base(0, 0, dim, item, heads, page))
+        last += int(layer_base(0, g.layers - 1, dim, item, heads, page))
+    return first, last
+
+
+def _everywhere(view: Any, heads: int) -> tuple[int, int]:
+    """The parts' extremes as the check at construction found them (every layer and token), summed."""
+    stride = head_stride_of(view, heads)
+    t_lo, _, t_hi, _, _ = token_span(view, heads)
+    chunk = view.geometry.item_bytes // heads
+    lo, hi = t_lo + min(0, (heads - 1) * stride), t_hi + max(0, (heads - 1) * stride) + chunk
+    if not view.parts.table:
+        l_lo, _, l_hi, _, _ = layer_span(view, heads, _bases(view.k)[0])
+        lo, hi = lo + l_lo, hi + l_hi
+    return lo, hi
+
+
+def kind_offset(view: Any, which: str, nbytes: list[int], label: str) -> int:
+    """``view.kind_offset(which)``, checked: an integer >= 0 that keeps every byte a copy can touch inside each of
+    the kind's buffers (``nbytes``: one per layer for a per-layer view); else an error naming ``label``."""
+    name = type(view).__name__
+    offset = view.kind_offset(which)
+    if isinstance(offset, bool) or not hasattr(offset, "__index__"):
+        raise TypeError(f"{label}: {name}.kind_offset({which!r}) gave {offset!r} ({type(offset).__name__}); it must "
+                        "be an integer number of bytes")
+    offset = int(offset.__index__())
+    if offset < 0 or offset % 8:
+        raise ValueError(f"{label}: {name}.kind_offset({which!r}) gave {offset}; it must be a non-negative multiple "
+                         "of 8 bytes")
+    lo, hi = hull(view)
+    for i, size in enumerate(nbytes):
+        if offset + lo < 0 or offset + hi > size:
+            where = f"{which}[{i}]" if len(nbytes) > 1 else which
+            raise ValueError(f"{label}: {name} with kind_offset({which!r}) = {offset} reaches bytes "
+                             f"[{offset + lo}, {offset + hi}) of {where}, which holds {size} bytes: a copy would "
+                             "touch memory outside the buffer")
+    return offset

@@ -1,15 +1,12 @@
 """Argument checks shared by every entry point. Each error names the argument, the rule and what
 was given; nothing is launched or written before all checks pass."""
-from typing import Any
-
 import numpy as np
 
 from ..arrays import array_info
 from ..integers import integer  # noqa: F401 - every check's integer rule (below the driver: lanes use it too)
 from ..driver.launch import MAX_QUOTA, MAX_WARPS
 
-# Sizes, layer ids and page sizes stay far below 2**63 so the kernels' int64 address arithmetic
-# cannot overflow (offsets are bounded by buffer sizes, but every factor is bounded too).
+# Every size stays far below 2**63, so the kernels' int64 address arithmetic cannot overflow.
 MAX_SIZE = 2**48
 _TABLE_DTYPES = ("uint64", "int64")
 
@@ -33,8 +30,7 @@ def launch_config(block_quota, num_warps_per_block):
 
 
 def index_info(name, obj):
-    """One index array: int64 in native byte order, one-dimensional, 8-byte aligned (kernels load
-    indices 8 bytes at a time)."""
+    """One index array: int64 in native byte order, one-dimensional, 8-byte aligned."""
     info = array_info(obj, name)
     if info.dtype != "int64":
         order = " (non-native byte order: convert with .astype(numpy.int64))" if info.dtype.endswith("int64") else ""
@@ -86,12 +82,10 @@ def buffer_list(name, obj, minimum=1):
 
 
 def row_bytes(info):
-    """Bytes per row of dim 0 (one token of a layer-first buffer)."""
     return info.nbytes // info.shape[0]
 
 
 def same_dtype(named_infos):
-    """All (name, info) pairs share one dtype (copies move raw bytes; no conversion as torch's copy_ would)."""
     first_name, first = named_infos[0]
     for name, info in named_infos[1:]:
         if info.dtype != first.dtype:
@@ -108,9 +102,8 @@ def page_size(value, count):
 
 
 def layout_dim(name, value, item_size, layers_needed, head_num=1, layer_id=None):
-    """A page-first or page-head ``*_layout_dim``: a multiple of 8 bytes (of ``8 * head_num`` for
-    page-head, so every head's block stays 8-byte aligned), and large enough for the layers the call
-    touches: ``>= layers_needed * item_size`` (``layer_id + 1`` layers for a per-layer call)."""
+    """A page-first or page-head ``*_layout_dim``: a multiple of ``8 * head_num`` bytes, and at least
+    ``layers_needed * item_size`` (``layer_id + 1`` layers for a per-layer call)."""
     value = integer(name, value, minimum=0, maximum=MAX_SIZE)
     unit = 8 * head_num
     if value % unit:
@@ -128,16 +121,14 @@ def layout_dim(name, value, item_size, layers_needed, head_num=1, layer_id=None)
 
 
 def aligned(name, info):
-    """Kernels move 8-byte words: a buffer (or table) must start on an 8-byte boundary."""
     if info.ptr % 8:
         raise ValueError(f"{name} must start at an 8-byte aligned address, got 0x{info.ptr:x} "
                          f"(a view at an offset of {info.ptr % 8} bytes? copy it with .contiguous()/.copy())")
 
 
 def writable(name, info):
-    """A destination must be writable: a read-only array's memory may not be ours to change (a
-    read-only memory map faults when written; ``np.frombuffer(bytes)`` would change an immutable
-    ``bytes``)."""
+    """A destination must be writable: a read-only array's memory may not be ours to change (a read-only memory
+    map faults when written)."""
     if info is not None and not info.writable:
         kind = "NumPy array" if isinstance(info.obj, np.ndarray) else f"{type(info.obj).__name__} array"
         raise ValueError(f"{name} is a read-only {kind}; a destination must be writable")

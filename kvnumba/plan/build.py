@@ -1,18 +1,12 @@
-"""Where a call's plan comes from: its entry point's plan cache (``plan.cache``, by the value of its buffers),
-a plan of the same geometry rebound to new buffers, or a new one: a kernel plan (``kernel_plan``), a
-copy-engine plan (``direct_plan``) or, for ``kv.copy`` with a quantised view on a side, its codec's plan (``fp8_plan``,
-``nvfp4_plan``: found by the view's ``codec.family``). A miss calls down from here, never back up.
+"""Where a call's plan comes from: its entry point's plan cache (``plan.cache``), a plan of the same geometry
+rebound to new buffers, or a new one: a kernel plan, a copy-engine plan (``direct_plan``) or, for ``kv.copy``
+with a quantised view on a side, its codec's plan (by the view's ``codec.family``). A miss calls down from
+here, never back up. ``caller`` and ``direct_caller`` make a plain entry point's per-call function.
 
-``caller`` makes a plain kernel entry point's per-call function: the cached plan's fast call
-(``plan.per_call``) on a hit, else the plan found or built here, with every argument checked; ``direct_caller``
-a plain copy-engine entry point's: the cached plan's ``run``.
-
-A miss on new buffers of a known geometry is a rebind. SGLang's per-layer calls pass a fresh ``pool[layer_id]``
-view per call: new tensors, often new addresses of a geometry seen before. For a seed entry point without
-layer tables whose sizes and buffers' geometry (bytes, device, kind of memory, writability, 16-byte alignment:
-``seed_args.shape_key``) were seen before, the plan is the earlier one rebound to these addresses
-(``KernelPlan.rebind``): the checks that depend on the geometry are not repeated; those that depend on
-addresses are. Anything else is built from scratch.
+A miss on new buffers of a known geometry is a rebind: SGLang's per-layer calls pass a fresh ``pool[layer_id]``
+view per call, often at new addresses of a geometry seen before. For a seed entry point without layer tables
+whose sizes and buffers' geometry (``seed_args.shape_key``) were seen before, the plan is the earlier one
+rebound to these addresses (``KernelPlan.rebind``): only the checks that depend on addresses are repeated.
 """
 from ..arrays import array_info
 from ..checks import guard, validate
@@ -31,17 +25,8 @@ _shapes = remembered(BoundedMemo(1024))  # geometry key -> a plan of that geomet
 CODEC_PLANS = {"fp8": Fp8Plan, "nvfp4": Nvfp4Plan}  # a quantised view's codec family -> its copy's plan
 
 
-def codec_plan(src, dst):
-    """The plan class of a ``kv.copy`` between ``src`` and ``dst``: their codec's (either side's), or None."""
-    for view in (src, dst):
-        family = getattr(getattr(view, "codec", None), "family", None)
-        if family is not None:
-            return CODEC_PLANS[family]
-    return None
-
-
 def geometry_names(spec):
-    """The geometry arguments of ``spec`` (buffers first, then sizes: the arguments' order)."""
+    """The geometry arguments of ``spec``, in order (buffers first, then sizes)."""
     return tuple(n for n in spec.params if spec.role(n) == "geometry")
 
 
@@ -51,8 +36,7 @@ def destinations(spec):
 
 
 def plan_cache(spec):
-    """An empty plan cache for ``spec``'s geometry: layer tables found by identity (their contents were
-    read), every other buffer by value; the destinations' writable flags in the key."""
+    """An empty plan cache for ``spec``'s geometry: layer tables found by identity, other buffers by value."""
     written = destinations(spec)
     return PlanCache(identity=[i for i, n in enumerate(spec.buffers) if spec.kind == "kernel"
                                and spec.layout_of(n) is TBL],
@@ -66,9 +50,11 @@ def build(spec, geometry, strict, stream=None):
     capture.refuse(capture.current_handle(stream), "building a plan (a first call with these buffers, or raw "
                    "layer tables read again with checks on: it allocates and copies)",
                    "make one call with the same buffers before the capture, or kv.prepare it there")
-    quantised = codec_plan(geometry["src_view"], geometry["dst_view"]) if spec.name == "copy" else None
-    if quantised is not None:
-        return quantised(geometry["src_view"], geometry["dst_view"], geometry.get("layers"))
+    if spec.name == "copy":  # a quantised view on either side: its codec's plan
+        src, dst = geometry["src_view"], geometry["dst_view"]
+        for family in (getattr(getattr(view, "codec", None), "family", None) for view in (src, dst)):
+            if family is not None:
+                return CODEC_PLANS[family](src, dst, geometry.get("layers"))
     if spec.kind == "kernel":
         return _kernel_plan(spec, geometry, strict)
     return DirectPlan(spec, geometry, strict)
@@ -87,9 +73,8 @@ def find(spec, cache, values, strict, stream=None):
 def caller(spec, cache):
     """The per-call function of plain kernel entry point ``spec``: ``call(objects, scalars, src_indices,
     dst_indices, layer_id, block_quota, warps, stream, check, route="auto")``, ``objects`` its buffers and
-    tables, ``scalars`` its sizes, in argument order: the plan ``cache`` holds for them (found by value, on
-    every call), else built and stored (every argument checked); with checks on, ``find``'s. Then the plan's
-    fast call (``plan.per_call``)."""
+    ``scalars`` its sizes, in argument order: the plan ``cache`` holds for them, else built and stored (with
+    checks on, ``find``'s); then the plan's fast call."""
     lookup, add, names = cache.find, cache.add, geometry_names(spec)
 
     def call(objects, scalars, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route="auto"):
@@ -107,10 +92,8 @@ def caller(spec, cache):
 
 
 def direct_caller(spec, cache):
-    """The per-call function of plain copy-engine entry point ``spec``: ``call(objects, scalars, src_indices,
-    dst_indices, stream, check)``, ``objects`` its buffer lists, ``scalars`` its sizes, in argument order: the
-    plan ``cache`` holds for them (one look-up by value), else built and stored (every argument checked); then
-    its ``run``. A copy-engine plan reads no layer tables, so checks on need no other plan."""
+    """``caller``'s twin for plain copy-engine entry point ``spec``: ``call(objects, scalars, src_indices,
+    dst_indices, stream, check)``, then the plan's ``run`` (it reads no layer tables: checks need no other plan)."""
     names = geometry_names(spec)
 
     def call(objects, scalars, src_indices, dst_indices, stream, check):
@@ -123,12 +106,11 @@ def direct_caller(spec, cache):
 
 
 def _named(spec, values):
-    """Geometry ``values`` by argument name."""
     return dict(zip(geometry_names(spec), values))
 
 
 def _kernel_plan(spec, geometry, strict):
-    """A kernel plan for an entry point's geometry arguments: rebound where it can be (module docstring)."""
+    """A kernel plan for an entry point's geometry arguments: rebound where it can be."""
     if spec.name == "copy" or Layout.LAYER_TABLE in (spec.src_layout, spec.dst_layout):
         return KernelPlan(spec, geometry, strict)
     key = sizes_key(spec, geometry)

@@ -1,49 +1,20 @@
-"""A cache of validated plans, found by *value*: by what the kernel sees, not by which Python
-object carried it.
+"""A cache of validated plans, found by *value*: by what the kernel sees, not by which Python object carried it.
 
-SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every call; a cache keyed
-on object identity would validate every call again. Here a plan is keyed on, per buffer:
+SGLang passes a fresh view (``pool[layer_id]``) and fresh index tensors on every call; a cache keyed on identity
+would validate every call again. A key holds, per buffer, what its checks depend on: an array's pointer, size,
+contiguity and (NumPy) writability; a ``__cuda_array_interface__`` array's pointer, flags, shape, type and
+strides; a list of arrays' elements with their shapes and dtypes; a layer table or cache view by identity (held
+weakly: a table's contents are read when its plan is built), with a table's pointer and size, and for a
+destination whether the NumPy arrays behind it are writable; plus the sizes and their types (``True`` is not
+``1``). Two calls with the same key touch the same bytes in the same way, so every check holds for both.
 
-- a torch tensor: its data pointer, size in bytes and whether it is contiguous;
-- a NumPy array: its data pointer, size in bytes, whether it is C-contiguous and writable;
-- a ``__cuda_array_interface__`` array: its pointer, read-only flag, shape, type and strides;
-- a list of arrays (a copy-engine entry point's layers): the same, element by element, and each element's shape
-  and dtype, which its plan reads rows and pages from (lists of torch tensors, keyed flat, leave the size out:
-  shape and dtype give it);
-- a layer table or a cache view: the object itself (identity, held weakly), plus the pointer and
-  size of a table: a table's *contents* (addresses) are read when its plan is built, so another table
-  at the same address is not the same table; and, for a destination, whether the NumPy arrays behind
-  it (a view's buffers, a ``kv.layer_table`` table's layers: ``flagged``) are all writable, so that one
-  made read-only is another key;
+What a key cannot see is whether *host* memory is still pinned, so an entry with host buffers keeps a *witness*
+per host buffer, checked on every hit: a torch tensor's owner (``t._base`` or ``t``, weakly: while it lives its
+memory stays pinned), a Numba pinned or mapped allocation (weakly), and for any other NumPy host array (memory
+registered with ``cuda.pinned(arr)``) the driver, asked again. A witness that fails is a miss.
 
-plus the types of the arguments and the entry point's sizes (with their types: ``True`` is not ``1``).
-Two calls with the same key touch the same bytes in the same way, so every check that depends on them
-holds for both: bounds come from the extent actually passed, a read-only array is another key, a
-resized array is another key, and so is a reshaped one in a list (a kernel entry point addresses bytes: its
-geometry comes from its sizes, not its buffers' shapes).
-
-What the key cannot see is whether *host* memory is still pinned: a pinned buffer freed and replaced
-by pageable memory at the same address has the same key. So an entry with host buffers keeps a
-*witness* per host buffer, checked on every hit:
-
-- a torch tensor: the tensor that owns the memory (``t._base``, or ``t`` itself), weakly: while it is
-  alive its memory is (and stays pinned); a fresh view of the same pool has the same owner;
-- a NumPy array over memory Numba allocated pinned (``cuda.pinned_array``, ``cuda.mapped_array``):
-  that allocation, weakly;
-- any other NumPy host array (memory registered with ``cuda.pinned(arr)``, for the ``with`` block only):
-  asked of the driver again on every call (``kvnumba.checks.pinned``).
-
-A witness that fails is a miss: the plan is built again, with every check. Memory unregistered by hand
-(``cudaHostUnregister``) while its torch tensor lives is not noticed.
-
-A key is made by one function, the *keyer* of the arguments' types (``make_keyer``), and looked up by one:
-``PlanCache.find``, on every call (``plan.build.caller``); on a miss, ``add`` builds the plan and stores it
-(``get``: the two).
-
-Every memo that plans are found in or built from is in one registry: each ``PlanCache``, and the memos
-registered with ``remembered`` (``plan.build``'s geometries, ``plan.seed_args``' sizes, ``plan.staged_plan``'s
-recipes). ``forget_plans`` clears them all: ``kv.clear_plan_caches()``, and every setting changed through
-``kvnumba.config.override`` (settings are read when a plan is built).
+Every memo that plans are found in or built from registers with ``remembered``; ``forget_plans`` clears them
+all (``kv.clear_plan_caches()``, and every setting changed through ``kvnumba.config.override``).
 """
 import itertools
 import operator
@@ -88,32 +59,18 @@ class Entry:
 
 
 class PlanCache:
-    """``get(objects, scalars, build)``: the plan for these buffers and sizes, built by ``build()`` on
-    a miss. ``objects``: the arrays, tables, views or lists of arrays, in argument order;
-    ``identity``: the positions of ``objects`` that are layer tables (keyed by identity); ``destinations``:
-    the positions of the buffers written (their views' and tables' writable flags are in the key)."""
+    """``get(objects, scalars, build)``: the plan for these buffers (in argument order) and sizes, built by
+    ``build()`` on a miss. ``identity``: the positions of layer tables (keyed by identity); ``destinations``:
+    the positions of the buffers written."""
 
-    def __init__(self, identity=(), max_entries=MAX_ENTRIES, destinations=()):
+    def __init__(self, identity=(), destinations=()):
         self.identity = frozenset(identity)
         self.destinations = frozenset(destinations)
-        self.max_entries = max_entries
         self.entries: dict[tuple, Entry] = {}
         self.keyers: dict[tuple, Any] = {}  # argument types -> keyer
         self.misses = 0
         self._lock = threading.Lock()
         remembered(self)
-
-    def keyer(self, objects):
-        """The key function for arguments of these types (made on first sight)."""
-        kinds = tuple(map(type, objects))
-        keyer = self.keyers.get(kinds)
-        if keyer is None:
-            keyer = self.keyers[kinds] = make_keyer(objects, self.identity, self.destinations)
-        return keyer
-
-    def key(self, objects, scalars):
-        """The key of ``objects`` and ``scalars`` (``TypeError`` if a scalar is unhashable)."""
-        return self.keyer(objects)(objects, scalars)
 
     def find(self, objects, scalars):
         """The cached plan for these buffers and sizes, or None (not cached, or its witness failed)."""
@@ -138,36 +95,31 @@ class PlanCache:
         unhashable, or an object cannot be referenced weakly)."""
         self.misses += 1
         plan = build()
+        kinds = tuple(map(type, objects))
+        keyer = self.keyers.get(kinds)
+        if keyer is None:
+            keyer = self.keyers[kinds] = make_keyer(objects, self.identity, self.destinations)
         try:
-            key = self.key(objects, scalars)
+            key = keyer(objects, scalars)
             hash(key)
-        except TypeError:  # an unhashable scalar
-            return plan
-        self._store(key, objects, plan)
-        return plan
-
-    def _store(self, key, objects, plan):
-        try:
             witness = make_witness(objects, self.identity)
-        except TypeError:  # an object without weak references: not cached
-            return
+        except TypeError:  # an unhashable scalar, or an object without weak references: not cached
+            return plan
         with self._lock:
-            if len(self.entries) >= self.max_entries:
-                for old in list(self.entries)[: self.max_entries // 4]:
+            if len(self.entries) >= MAX_ENTRIES:
+                for old in list(self.entries)[: MAX_ENTRIES // 4]:
                     del self.entries[old]
             self.entries[key] = Entry(plan, witness)
+        return plan
 
     def clear(self):
         with self._lock:
             self.entries.clear()
 
 
-# --- keys ---------------------------------------------------------------------------------------
-
 def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
-    """The keyer of arguments of these very types: ``keyer(objects, scalars)`` gives the plan cache's key,
-    one flat tuple: the keyer itself (it stands for the argument types), the objects' value keys, then the
-    scalars and their types (``True`` is not ``1``)."""
+    """The keyer of arguments of these very types: ``keyer(objects, scalars)`` gives one flat tuple: the keyer
+    itself (it stands for the argument types), the objects' value keys, the scalars and their types."""
     torch = sys.modules.get("torch")
     if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
         # The hot case (SGLang): C-level loops over the tensors.
@@ -180,9 +132,7 @@ def make_keyer(objects, identity=frozenset(), destinations=frozenset()):
         return torch_keys
     generic = _generic_keyer(objects, identity, destinations)
     if torch is not None and not identity and objects and all(type(o) in (list, tuple) for o in objects):
-        # The copy-engine entry points' lists of layers (SGLang's: torch tensors, a fresh pool[layer] view in
-        # one of them on every call): each list's length, then its tensors' values as in _list_key, flat, by
-        # C-level loops (four reads a tensor). A list holding anything but tensors has the generic key.
+        # The copy-engine entry points' lists of torch layers: _list_key's values, flat, by C-level loops.
         data_ptr, contiguous, chain = torch.Tensor.data_ptr, torch.Tensor.is_contiguous, itertools.chain.from_iterable
 
         def torch_list_keys(objs, scalars):
@@ -213,8 +163,7 @@ _call = getattr(operator, "call", lambda function, obj: function(obj))  # operat
 
 
 def _identity_key_function(obj, destination=False):
-    """A table's key: its identity, and its pointer and size too, so that an in-place resize is another key;
-    for a destination, whether its layers (those ``kv.layer_table`` recorded) are all writable."""
+    """A table's key: its identity, pointer and size; for a destination, whether its layers are all writable."""
     if hasattr(obj, "__cuda_array_interface__") or _is_array(obj):
         value = _value_key_function(obj)
         if destination:
@@ -228,7 +177,6 @@ def _is_view(obj):
 
 
 def _view_key(view):
-    """A cache view's key: its identity, and whether its NumPy buffers (if it has any) are all writable."""
     arrays = view.flagged
     return (id(view), all(map(WRITEABLE, arrays))) if arrays else id(view)
 
@@ -238,7 +186,6 @@ def _is_array(obj):
 
 
 def _value_key_function(obj):
-    """The function giving one argument's value key (see the module docstring)."""
     kind = type(obj)
     if kind in (list, tuple):
         return _list_key
@@ -272,19 +219,11 @@ def _cai_key(obj):
     return (*cai["data"], tuple(cai["shape"]), cai["typestr"], None if strides is None else tuple(strides))
 
 
-def _list_key(items):
-    torch = sys.modules.get("torch")
-    if torch is not None and items and set(map(type, items)) == {torch.Tensor}:
-        # SGLang's lists of layers (transfer_kv_all_layer_direct_lf_pf takes 2L of them): C-level loops, each
-        # element's values as in _torch_key but its size (its shape and dtype give it), flat (a tuple of ints never
-        # equals one of tuples)
-        return (*map(torch.Tensor.data_ptr, items), *map(torch.Tensor.is_contiguous, items), *map(_SHAPE, items),
-                *map(_DTYPE, items))
+def _list_key(items):  # SGLang's lists of torch layers have make_keyer's torch_list_keys
     return tuple(map(_layer_key, items))
 
 
 def _layer_key(x):
-    """One layer of a list: its value key, shape and dtype (a NumPy array's size left out: they give it)."""
     if type(x) is np.ndarray:
         flags = x.flags
         return x.__array_interface__["data"][0], flags.c_contiguous, flags.writeable, x.shape, x.dtype
@@ -304,31 +243,10 @@ def _element_key(x):
     return function(x)
 
 
-# --- witnesses ----------------------------------------------------------------------------------
-
 def make_witness(objects, identity=frozenset()):
-    """The function a hit must pass (True: the entry's plan holds for ``objects``), or None.
-
-    Raises ``TypeError`` when an object that needs one cannot be referenced weakly (then no caching)."""
+    """The function a hit must pass (True: the entry's plan holds for ``objects``), or None; ``TypeError`` when
+    an object that needs one cannot be referenced weakly."""
     checks = []  # (position, element or None, test, reference)
-    torch = sys.modules.get("torch")
-    if torch is not None and not identity and all(type(o) is torch.Tensor for o in objects):
-        if SIMULATOR:
-            return None
-        # The hot case: host tensors only need their owner to be the same (alive) tensor.
-        owners = [(i, weakref.ref(_torch_owner(o))) for i, o in enumerate(objects) if not o.is_cuda]
-        if not owners:
-            return None
-
-        def same_owners(objs):  # _same_torch_owner, unrolled: this runs on every hit
-            for i, reference in owners:
-                t = objs[i]
-                base = t._base
-                if (t if base is None else base) is not reference():
-                    return False
-            return True
-
-        return same_owners
     for i, obj in enumerate(objects):
         if i in identity or not _is_memory(obj):
             checks.append((i, None, _same, weakref.ref(obj)))
@@ -340,10 +258,22 @@ def make_witness(objects, identity=frozenset()):
                 checks.append((i, j if type(obj) in (list, tuple) else None, *test))
     if not checks:
         return None
-    if all(test is _same_torch_owner for _, _, test, _ in checks):
+    if all(test is _same_torch_owner for _, _, test, _ in checks):  # torch host tensors: unrolled, on every hit
+        if all(j is None for _, j, _, _ in checks):  # the hot case: host tensors, no lists
+            owners = [(i, reference) for i, _, _, reference in checks]
+
+            def same_owners(objs):
+                for i, reference in owners:
+                    t = objs[i]
+                    base = t._base
+                    if (t if base is None else base) is not reference():
+                        return False
+                return True
+
+            return same_owners
         torch_owners = [(i, j, reference) for i, j, _, reference in checks]
 
-        def same_list_owners(objs):  # the witness below for torch host tensors only, unrolled: on every hit
+        def same_list_owners(objs):
             for i, j, reference in torch_owners:
                 t = objs[i] if j is None else objs[i][j]
                 base = t._base
@@ -373,8 +303,7 @@ def _same(obj, reference):
 
 
 def _host_witness(obj):
-    """``(test, reference)`` for one host-memory array, or None for device memory (which cannot turn
-    into pageable memory) and on the simulator (no host memory there)."""
+    """``(test, reference)`` for one host-memory array; None for device memory and on the simulator."""
     if SIMULATOR:
         return None
     if is_torch(obj):
@@ -390,7 +319,6 @@ def _host_witness(obj):
 
 
 def _torch_owner(t):
-    """The tensor that owns a torch tensor's memory: its ``_base``, or itself."""
     base = t._base
     return t if base is None else base
 
@@ -400,8 +328,7 @@ def _same_torch_owner(t, reference):
 
 
 def numpy_owner(a):
-    """The object that owns a NumPy array's memory: the first base that is not an array, or the array
-    that owns its data."""
+    """The object that owns a NumPy array's memory: its first base that is not an array, or the array itself."""
     while isinstance(a, np.ndarray) and a.base is not None:
         a = a.base
     return a

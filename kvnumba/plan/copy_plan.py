@@ -1,10 +1,7 @@
-"""``kv.copy``'s plan: two cache views read as the two sides of one transfer.
+"""``kv.copy``'s two cache views read as the two sides of one transfer (``copy_sides``), for ``KernelPlan``.
 
-``copy_sides`` checks that the views fit one copy and resolves each into a ``plan.sides.Side`` (its buffers
-and tables through the checks every side goes through); ``KernelPlan`` (``kernel_plan``) builds the plan
-from the two sides, and ``plan.routes`` the copy-engine form. The views are read through their public
-protocol (``geometry``, ``parts``, ``mla``, ``head_split``, ``per_layer``, ``raw_tables``, ``buffers``,
-``kind_offset``; ``kvnumba.layouts.CacheView``), so this module does not import the view classes.
+The views are read through their public protocol (``kvnumba.layouts.CacheView``: ``geometry``, ``parts``,
+``mla``, ``per_layer``, ``raw_tables``, ``buffers``, ``kind_offset``), so this module does not import them.
 """
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ import numpy as np
 
 from ..arrays import ArrayInfo, array_info
 from ..checks import validate
-from ..checks.extents import kind_offset as checked_kind_offset
-from ..checks.user_layouts import check_user_layout
+from ..checks.user_layouts import check_user_layout, kind_offset as checked_kind_offset
 from ..kernels import layouts
 from . import routes
 from .device_tables import device_table
@@ -38,34 +34,30 @@ class CopySides(NamedTuple):
     no_engine: str  # why there is none ("" when there is one)
 
 
-def _window(layers: SupportsIndex | range | None, num_layers: int, where: str = "layers") -> tuple[int, int]:
-    """``(first_layer, count)`` of ``layers``: None (all), an int, or a range with step 1."""
+def copy_window(src: Any, dst: Any, layers: SupportsIndex | range | None,
+                names: tuple[str, str] = ("src_view", "dst_view")) -> tuple[int, int]:
+    """``(first_layer, count)`` that ``kv.copy(src, dst, ..., layers)`` copies: every layer for None (the views
+    must have as many), else the layers named (an int, or a range with step 1). ``src``/``dst``: anything with a
+    view's ``geometry``."""
+    ls, ld = src.geometry.layers, dst.geometry.layers
+    num_layers = min(ls, ld)
     if layers is None:
+        if ls != ld:
+            raise ValueError(f"the views' layer counts differ: {names[0]} has {ls}, {names[1]} {ld}; pass layers= "
+                             f"to say which to copy (e.g. layers=range({num_layers}))")
         return 0, num_layers
     if isinstance(layers, range):
         if layers.step != 1 or len(layers) == 0:
-            raise ValueError(f"{where} must be a non-empty range with step 1, got {layers!r}")
+            raise ValueError(f"layers must be a non-empty range with step 1, got {layers!r}")
         first, count = layers.start, len(layers)
     else:
         try:
-            first, count = validate.integer(where, layers, minimum=0, maximum=validate.MAX_SIZE), 1
+            first, count = validate.integer("layers", layers, minimum=0, maximum=validate.MAX_SIZE), 1
         except TypeError:
-            raise TypeError(f"{where} must be None, an int or a range, got {type(layers).__name__}") from None
+            raise TypeError(f"layers must be None, an int or a range, got {type(layers).__name__}") from None
     if first < 0 or first + count > num_layers:
-        raise ValueError(f"{where}={layers!r} is out of range for views of {num_layers} layers")
+        raise ValueError(f"layers={layers!r} is out of range for views of {num_layers} layers")
     return first, count
-
-
-def copy_window(src: Any, dst: Any, layers: SupportsIndex | range | None,
-                names: tuple[str, str] = ("src_view", "dst_view")) -> tuple[int, int]:
-    """``(first_layer, count)`` that ``kv.copy(src, dst, ..., layers)`` copies: every layer for None, which
-    the views must then have the same number of; else the layers named, which both views must have.
-    ``src``/``dst``: anything with a view's ``geometry`` (kvnumba.remote's sides too); ``names`` name them."""
-    ls, ld = src.geometry.layers, dst.geometry.layers
-    if layers is None and ls != ld:
-        raise ValueError(f"the views' layer counts differ: {names[0]} has {ls}, {names[1]} {ld}; pass layers= to "
-                         f"say which to copy (e.g. layers=range({min(ls, ld)}))")
-    return _window(layers, min(ls, ld))
 
 
 def is_view(obj: Any) -> bool:
@@ -75,8 +67,8 @@ def is_view(obj: Any) -> bool:
 
 
 def copy_sides(geometry: dict[str, Any], strict: bool) -> CopySides:
-    """``kv.copy(src_view, dst_view, ..., layers)`` resolved: the views checked against each other, their
-    buffers and tables resolved into two sides (``strict``: raw tables' contents read again)."""
+    """``kv.copy(src_view, dst_view, ..., layers)`` resolved into two sides (``strict``: raw tables' contents
+    read again)."""
     src, dst = geometry["src_view"], geometry["dst_view"]
     for name, view in (("src_view", src), ("dst_view", dst)):
         if not is_view(view):
@@ -95,7 +87,6 @@ def copy_sides(geometry: dict[str, Any], strict: bool) -> CopySides:
 
 
 def _engine(src: Any, dst: Any, src_side: Side, dst_side: Side, heads: int) -> tuple[routes.EnginePlan | None, str]:
-    """The copy-engine form of the copy (``plan.routes``), or None and why not."""
     for view, side in ((src, src_side), (dst, dst_side)):
         if view.user_layout:
             return None, f"{type(view).__name__} is a layout of your own (its arithmetic runs on the GPU only)"
@@ -108,7 +99,7 @@ def _engine(src: Any, dst: Any, src_side: Side, dst_side: Side, heads: int) -> t
 
 def _parts(view: Any, window: int) -> layouts.LayoutParts:
     """The view's layout, or for a one-layer copy of a per-layer view its table-free twin (the layer's
-    address is a kernel argument): the per-item table read costs a per-layer load ~8% on an H200."""
+    address is a kernel argument: no table read per item)."""
     if view.per_layer and window == 1:
         return view.parts.one_layer()
     return view.parts
@@ -117,8 +108,7 @@ def _parts(view: Any, window: int) -> layouts.LayoutParts:
 def check_fit(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
     """The two sides fit one copy (kv.copy's rules, also kvnumba.remote's): both MLA or neither, the same
     item bytes and dtype (or one of them uint8), whole 8-byte words per head. Returns the heads the copy
-    goes by (``copy_heads``). ``src``/``dst``: anything with a view's ``geometry``, ``mla`` and
-    ``head_split``; ``names`` name them in the errors."""
+    goes by (``copy_heads``); ``names`` name the sides in the errors."""
     gs, gd = src.geometry, dst.geometry
     s, d = names
     if src.mla != dst.mla:
@@ -137,9 +127,8 @@ def check_fit(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_vie
 
 
 def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_view")) -> int:
-    """The heads a copy goes by: the views' items must have the same heads (a flat item ``(D,)`` has one);
-    a copy moves whole items, or head by head where a side splits its heads, or group by group where it
-    keeps groups of heads together (``layouts.head_runs``)."""
+    """The heads a copy goes by: whole items, or head by head (or group by group) where a side splits its
+    heads (``layouts.head_runs``); the views' items must have the same heads."""
     hs, hd = src.geometry.heads, dst.geometry.heads
     if hs != hd:
         tables = getattr(src, "raw_tables", False) or getattr(dst, "raw_tables", False)
@@ -156,10 +145,8 @@ def copy_heads(src: Any, dst: Any, names: tuple[str, str] = ("src_view", "dst_vi
 def view_side(place: Placement, name: str, view: Any, destination: bool, first_layer: int, window: int,
               strict: bool, align: int = 8, one_layer: bool = True) -> Side:
     """A view as one side of a copy of layers ``[first_layer, first_layer + window)``: its buffers (or raw
-    tables) resolved (``align``: their alignment), the kernel's K and V addresses (buffers, tables of layer
-    addresses, or, ``one_layer``, for one layer of a per-layer view that layer's own), each layer's own
-    address where known. The side does not hold the view: a cached plan must not keep a view's buffers alive
-    (the cache finds it by the view's identity, held weakly)."""
+    tables) resolved (``align``: their alignment); ``one_layer``: one layer of a per-layer view goes by that
+    layer's own address. The side does not hold the view: a cached plan must not keep its buffers alive."""
     g = view.geometry
     kinds = ("k",) if view.mla else ("k", "v")
     ptrs: list[int] = []
@@ -206,7 +193,6 @@ def view_side(place: Placement, name: str, view: Any, destination: bool, first_l
 
 
 def _layer_bases(view: Any, bases: list[list[int]]) -> np.ndarray:
-    """``[kinds, layers]`` of each layer's own address (table layouts), or the buffer's (the others)."""
     layers = view.geometry.layers
     return np.array([b if len(b) == layers else b * layers for b in bases], dtype=np.int64)
 
@@ -216,8 +202,6 @@ _address_tables: weakref.WeakKeyDictionary[Any, dict[tuple[int, ...], Any]] = we
 
 
 def _address_table(view: Any, addresses: list[int], infos: list[ArrayInfo]) -> Any:
-    """A uint64 table of ``addresses`` where the kernel reads it (on the layers' device), kept alive by
-    ``view`` (one per view and address list)."""
     tables = _address_tables.setdefault(view, {})
     key = tuple(addresses)
     table = tables.get(key)

@@ -17,17 +17,15 @@ from ..driver.target import SIMULATOR
 
 
 class HostLayerTable(np.ndarray):
-    """A NumPy uint64 table that keeps the layers it points into alive (``.layers``) and records
-    their sizes (``.layer_nbytes``)."""
+    """A NumPy uint64 table that keeps its layers alive (``.layers``) and records their sizes (``.layer_nbytes``)."""
 
     layers = ()
     layer_nbytes = None
 
 
 def device_table(addresses: np.ndarray, infos: Sequence[ArrayInfo], device: int | None = None) -> Any:
-    """A uint64 array of ``addresses`` where kernels read it: on the device of the arrays ``infos``
-    describe, as a torch tensor (torch arrays), a CuPy array (CuPy) or a Numba device array (else);
-    on the simulator a NumPy array (``HostLayerTable``)."""
+    """A uint64 array of ``addresses`` on the device of the arrays ``infos`` describe, of their kind (torch, CuPy,
+    else Numba); on the simulator a ``HostLayerTable``."""
     if device is None:
         device = one_device([(f"layers[{i}]", info.device) for i, info in enumerate(infos)])
     if SIMULATOR:

@@ -1,32 +1,27 @@
 """The copy-engine routes' per-call pass: check the host indices, find the runs or pages, and write every copy's
-destination, source and size into a prepared batch (``kvnumba.driver.batch_copy.PreparedBatch``), in one
-compiled loop over the indices.
+destination, source and size into a prepared batch, in one compiled loop over the indices.
 
-Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and about a
-microsecond of fixed cost, which is the whole call at 64 to 512 tokens. A ``numba.njit`` function is entered
-in well under a microsecond and touches each index once. It is compiled for the CPU on first use (about half
-a second per function) and cached on disk (``kvnumba.checks.compiled``), so later processes load it in
-milliseconds (past Numba's one-time start-up for CPU code, which the first call of a process pays).
+Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and fixed
+cost, which is the whole call at 64 to 512 tokens; a ``numba.njit`` function touches each index once. It is
+compiled on first use and cached on disk (``kvnumba.checks.bounds.compiled``).
 
-Each function returns the number of copies written, or -1 when an index is out of range; the caller then runs
-the plain checks (``kvnumba.checks.bounds``), which raise the usual error naming the index, and submits
-nothing. Arrays are int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
+Each function returns the number of copies written, or ``BAD`` when an index is out of range; the caller then
+runs the plain checks (``kvnumba.checks.bounds``), which raise the usual error, and submits nothing. Arrays are
+int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
 """
 import numpy as np
 from numba import njit
 from numba.core.errors import NumbaError
 
-from ..checks.compiled import compiled as _compiled
+from ..checks.bounds import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
 
 
 def token_parts(function, tokens, layout_dim, item_size, heads, page_size):
     """``function(token, layout_dim, item_size, heads, page_size)`` for every token of ``tokens``, by a loop
-    compiled for the host on first use of ``function`` (a few tenths of a second in each process: a loop made for
-    one function is not cached on disk), where NumPy's whole-array arithmetic makes a temporary per operation;
-    None for tokens other than int64, or where Numba cannot compile ``function`` (a layout of one's own in plain
-    Python): the caller evaluates it with NumPy (``kvnumba.plan.sides.elementwise``)."""
+    compiled for the host on first use of ``function`` (not cached on disk); None for tokens other than int64, or
+    where Numba cannot compile ``function``: the caller evaluates it with NumPy (``plan.sides.elementwise``)."""
     if tokens.dtype != _INT64:  # Numba's integer promotions are NumPy's for int64 alone (uint64 * int64: float)
         return None
     loop = _loops.get(function, _UNSEEN)
@@ -64,13 +59,11 @@ def _token_loop(function):
 
 @_compiled
 def fill_pages(lf_idx, pf_idx, params, bases, out):
-    """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer.
-
-    ``params``: page size P, the layer-first limit (a page's first token ``< lf_tokens - P + 1``), the
-    page-first limit (``pages * P``), bytes per token, bytes per page of every layer, bytes per copy, and 1
-    for layer-first -> page-first (else 0). ``bases``: ``(2, layers, kinds)``, what a copy adds to its token
-    offset on the layer-first side (``[0]``) and to its page offset on the page-first side (``[1]``).
-    Only each page's first index is read (as SGLang's kernel does)."""
+    """Between layer-first and page-first-direct buffers: one copy per (page, layer, K/V), pages outer; only each
+    page's first index is read (as SGLang's kernel does). ``params``: page size P, the layer-first limit (a page's
+    first token ``< lf_tokens - P + 1``), the page-first limit (``pages * P``), bytes per token, bytes per page of
+    every layer, bytes per copy, 1 for layer-first -> page-first. ``bases``: ``(2, layers, kinds)``, what a copy
+    adds to its token offset (layer-first, ``[0]``) and to its page offset (page-first, ``[1]``)."""
     page, lf_limit, pf_limit, row, page_bytes, size, lf_to_pf = (params[0], params[1], params[2], params[3],
                                                                 params[4], params[5], params[6])
     layers, kinds = bases.shape[1], bases.shape[2]

@@ -1,17 +1,15 @@
 """A copy-engine entry point's plan (validated once) and its per-call path: no kernels, copies.
 
-- ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination
-  both advance by one are merged, one copy per run per layer, all submitted as one
-  ``cudaMemcpyBatchAsync`` where the stream allows it (else one ``cudaMemcpyAsync`` each).
-- ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between
-  layer-first buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``;
-  one copy per (page, layer, K/V), all submitted as one ``cudaMemcpyBatchAsync`` where the driver,
-  binding and stream allow it, else page by page (``kvnumba.driver.batch_copy``).
+- ``transfer_kv_direct``: layer-first to layer-first; runs of indices where source and destination both
+  advance by one are merged, one copy per run per layer;
+- ``transfer_kv_per_layer_direct_pf_lf`` / ``transfer_kv_all_layer_direct_lf_pf``: between layer-first
+  buffers and page-first-direct buffers ``[num_pages, num_layers, page_size, ...]``; one copy per (page,
+  layer, K/V).
 
-Indices may live on the host or the device; like the seed, they are brought to the host first (a
-synchronous device-to-host copy for device indices). Checking them and writing every copy's addresses and
-size is one compiled pass (``kvnumba.plan.direct_fill``) into the batch arrays the plan keeps
-(``kvnumba.driver.batch_copy.PreparedBatch``): per call, only the work that depends on the indices.
+Every call's copies go as one ``cudaMemcpyBatchAsync`` where the driver, binding and stream allow it, else one
+by one (``kvnumba.driver.batch_copy``). Indices are brought to the host first, as the seed does (a synchronous
+copy for device indices); checking them and writing every copy is one compiled pass (``plan.direct_fill``)
+into the batch arrays the plan keeps: per call, only the work that depends on the indices.
 """
 import sys
 
@@ -30,8 +28,6 @@ from .spec import PAGE_FIRST_DIRECT
 
 
 class DirectPlan:
-    """The validated part of one copy-engine call: buffer lists, their addresses, the device."""
-
     raw_tables = False
     tables = False
 
@@ -43,15 +39,12 @@ class DirectPlan:
             src, dst = self._init_runs(geometry)
         else:
             src, dst = self._init_pages(geometry)
-        self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in
-                                  ((self.src_name, src), (self.dst_name, dst)) for i, info in enumerate(infos)])
+        self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in zip(spec.buffers, (src, dst))
+                                  for i, info in enumerate(infos)])
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
 
-    # --- transfer_kv_direct ----------------------------------------------------------------------
-
     def _init_runs(self, geometry):
-        self.src_name, self.dst_name = "src_layers", "dst_layers"
         src = validate.buffer_list("src_layers", geometry["src_layers"], minimum=0)
         dst = validate.buffer_list("dst_layers", geometry["dst_layers"], minimum=0)
         if len(src) != len(dst):
@@ -65,41 +58,34 @@ class DirectPlan:
             validate.writable(f"dst_layers[{j}]", d)
         self.page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
         self.rows = np.array([validate.row_bytes(i) for i in src], dtype=np.int64)
-        self.src_base = np.array([i.ptr for i in src], dtype=np.int64)
-        self.dst_base = np.array([i.ptr for i in dst], dtype=np.int64)
-        self.src_tokens = min((i.shape[0] for i in src), default=0)
-        self.dst_tokens = min((i.shape[0] for i in dst), default=0)
+        self.limits = np.array([min((i.shape[0] for i in infos), default=0) for infos in (src, dst)], np.int64)
+        self.bases = np.array([self.rows, [i.ptr for i in src], [i.ptr for i in dst]], np.int64)
         # The batch call's location hints: one per side, so a side's layers must share a kind of memory.
-        self.src_device, self.dst_device = _side_device(src), _side_device(dst)
-        mixed = MIXED in (self.src_device, self.dst_device)
-        self.batch = batch_copy.PreparedBatch(None if mixed else self.src_device,
-                                              None if mixed else self.dst_device, batch=not mixed)
-        self.limits = np.array([self.src_tokens, self.dst_tokens], np.int64)
-        self.bases = np.stack([self.rows, self.src_base, self.dst_base]) if src else np.zeros((3, 0), np.int64)
+        src_hint, dst_hint = _side_device(src), _side_device(dst)
+        mixed = MIXED in (src_hint, dst_hint)
+        self.batch = batch_copy.PreparedBatch(None if mixed else src_hint, None if mixed else dst_hint, batch=not mixed)
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        """One copy per run and layer (runs outer, as in the seed), checked and written in one pass."""
+        """One copy per run and layer (runs outer, as in the seed)."""
         batch = self.batch
         with batch.lock:
             out = batch.reserve(len(s_idx) * len(self.rows))
             count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
             if count == direct_fill.BAD:
-                bounds.check_indices("src_indices", s_idx, self.src_tokens, "the rows of src_layers")
-                bounds.check_indices("dst_indices", d_idx, self.dst_tokens, "the rows of dst_layers")
+                bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
+                bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
                 raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
             batch.submit(count, handle)
-
-    # --- the page-first-direct pair --------------------------------------------------------------
 
     def _init_pages(self, geometry):
         self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
         lf_name, pf_name = ("src_ptrs", "dst_ptrs") if self.lf_to_pf else ("dst_ptrs", "src_ptrs")
         self.lf_name, self.pf_name = lf_name, pf_name
         pf = _page_first(pf_name, geometry[pf_name])
-        is_mla = len(pf) == 1
-        lf, row = _layer_first(lf_name, geometry[lf_name], is_mla)
-        num_layers = len(lf) if is_mla else len(lf) // 2
+        kinds = len(pf)  # K and V, or MLA's one
+        lf, row = _layer_first(lf_name, geometry[lf_name], kinds == 1)
+        num_layers = len(lf) // kinds
         validate.same_dtype([(f"{pf_name}[{i}]", info) for i, info in enumerate(pf)]
                             + [(f"{lf_name}[{i}]", info) for i, info in enumerate(lf)])
         page_size = validate.integer("page_size", geometry["page_size"], minimum=1, maximum=validate.MAX_SIZE)
@@ -119,31 +105,23 @@ class DirectPlan:
             raise ValueError(f"{what}{num_layers} layers in {lf_name} exceed the {layers_total} layers of {pf_name}")
         for i, info in enumerate(pf if self.lf_to_pf else lf):
             validate.writable(f"dst_ptrs[{i}]", info)
-        self.page_size, self.row, self.layer_bytes = page_size, row, layer_bytes
-        self.pages_total, self.layers_total = pages_total, layers_total
-        self.lf_tokens = min(i.shape[0] for i in lf)
-        kinds = len(pf)  # K and V, or MLA's one
-        self.lf_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers)
-        self.pf_base = np.array([info.ptr for info in pf], dtype=np.int64)
+        self.page_size = page_size
+        lf_tokens = min(i.shape[0] for i in lf)
         layers = np.arange(first_layer, first_layer + num_layers, dtype=np.int64)
         # What a copy adds to its token offset (layer-first) and page offset (page-first), shaped (layer, K/V).
-        lf_layer_base = self.lf_base.T
-        pf_layer_base = self.pf_base[None, :] + (layers * layer_bytes)[:, None]
+        lf_layer_base = np.array([info.ptr for info in lf], dtype=np.int64).reshape(kinds, num_layers).T
+        pf_layer_base = np.array([info.ptr for info in pf], dtype=np.int64)[None, :] + (layers * layer_bytes)[:, None]
         self.bases = np.ascontiguousarray(np.stack([lf_layer_base, pf_layer_base]))
         self.copies_per_page = num_layers * kinds
-        self.page_bytes = layers_total * layer_bytes
-        self.params = np.array([page_size, max(self.lf_tokens - page_size + 1, 0), pages_total * page_size, row,
-                                self.page_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
-        self.lf_device, self.pf_device = _device(lf[0]), _device(pf[0])
-        src_device, dst_device = ((self.lf_device, self.pf_device) if self.lf_to_pf
-                                  else (self.pf_device, self.lf_device))
-        self.batch = batch_copy.PreparedBatch(src_device, dst_device)
-        self.src_name, self.dst_name = ("src_ptrs", "dst_ptrs")
-        return (lf, pf) if self.lf_to_pf else (pf, lf)
+        self.params = np.array([page_size, max(lf_tokens - page_size + 1, 0), pages_total * page_size, row,
+                                layers_total * layer_bytes, page_size * row, int(self.lf_to_pf)], np.int64)
+        sides = (lf, pf) if self.lf_to_pf else (pf, lf)
+        self.batch = batch_copy.PreparedBatch(*(_side_device(infos[:1]) for infos in sides))
+        return sides
 
     def _run_pages(self, lf_idx, pf_idx, handle):
-        """One copy per (page, layer, K/V), pages outer (the seed's order), checked and written in one pass
-        into the plan's batch arrays, under their lock: threads may share a plan."""
+        """One copy per (page, layer, K/V), pages outer (the seed's order), under the batch's lock: threads may
+        share a plan."""
         page_size, batch = self.page_size, self.batch
         with batch.lock:
             out = batch.reserve(len(lf_idx) // page_size * self.copies_per_page)
@@ -153,18 +131,16 @@ class DirectPlan:
             batch.submit(count, handle)
 
     def _page_error(self, lf_idx, pf_idx):
-        """The error for a page whose first index is out of range (``fill_pages`` found one)."""
         page_size = self.page_size
         lf_idx_name, pf_idx_name = ("src_indices", "dst_indices") if self.lf_to_pf else ("dst_indices", "src_indices")
         first = np.arange(0, len(lf_idx), page_size)
         # the layer-first side first, as SGLang's kernel reads them
-        bounds.check_indices(lf_idx_name, lf_idx[::page_size], max(self.lf_tokens - page_size + 1, 0),
+        lf_limit, pf_limit = int(self.params[1]), int(self.params[2])
+        bounds.check_indices(lf_idx_name, lf_idx[::page_size], lf_limit,
                              f"the first token of a page of {page_size} tokens in {self.lf_name}", positions=first)
-        bounds.check_indices(pf_idx_name, pf_idx[::page_size], self.pages_total * page_size,
-                             f"the {self.pages_total} pages of {self.pf_name}", positions=first)
+        bounds.check_indices(pf_idx_name, pf_idx[::page_size], pf_limit,
+                             f"the {pf_limit // page_size} pages of {self.pf_name}", positions=first)
         raise AssertionError("fill_pages refused indices the bounds check accepts")  # pragma: no cover
-
-    # --- the per-call path -------------------------------------------------------------------------
 
     def run(self, src_indices, dst_indices, stream, check):
         """Check the indices, bring them to the host, copy; ``check``: wait for the copies."""
@@ -203,10 +179,9 @@ _TORCH: list = []  # [torch.Tensor, torch.int64] once a torch tensor has been se
 
 def _index(obj, name, device):
     """An index array as ``(values, length, is_torch)``: ``values`` its host NumPy int64 values where they are
-    on the host already (NumPy, CPU tensors: no copy), else the tensor (a checked torch tensor on the device) or its
-    ``ArrayInfo``, brought to the host by the caller (``_on_host``) after the stream is checked. NumPy arrays and
-    torch tensors of int64 take a few attribute reads; anything else goes through ``validate.index_info``, which
-    gives every error message."""
+    on the host already, else the device tensor or its ``ArrayInfo``, brought to the host by the caller
+    (``_on_host``) after the stream is checked. Anything but int64 NumPy arrays and torch tensors goes through
+    ``validate.index_info``, which gives every error message."""
     kind = type(obj)
     if kind is np.ndarray:
         if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
@@ -232,16 +207,15 @@ def _index(obj, name, device):
 
 
 def _on_host(values):
-    """``_index``'s device indices as host NumPy values: one synchronous device-to-host copy (int64 tensors
-    never require grad: no ``detach``)."""
+    """``_index``'s device indices as host NumPy values (int64 tensors never require grad: no ``detach``)."""
     if _TORCH and type(values) is _TORCH[0]:
         return values.cpu().numpy()
     return bounds.host_indices(values)
 
 
 def refuse_in_capture(name, handle):
-    """``CaptureError`` if stream ``handle`` is being captured: a copy-engine entry point reads its indices on the
-    host and submits copies with their addresses, which a graph cannot replay with new indices."""
+    """``CaptureError`` if stream ``handle`` is being captured: a graph cannot replay copies made from host
+    reads of the indices with new indices."""
     if capture.capturing(handle):  # the message is made only then
         capture.refuse(handle, f"{name} (a copy-engine entry point: it reads the indices on the host)",
                        "use a kernel entry point, or kv.copy(..., route='kernel'), with GPU index arrays")
@@ -273,8 +247,8 @@ def _page_first(name, obj):
 
 
 def _side_device(infos):
-    """The batch call's location hint for a list of layers: their device, or None for host memory;
-    ``MIXED`` for a list that mixes kinds of memory (one hint serves every copy of a side)."""
+    """The batch call's location hint for a list of layers: their device, None for host memory, ``MIXED`` for
+    both (one hint serves every copy of a side)."""
     places = {info.device for info in infos}
     if len(places) > 1:
         return MIXED
@@ -282,8 +256,3 @@ def _side_device(infos):
 
 
 MIXED = "mixed"  # a side of host and GPU layers: its copies go one by one (cudaMemcpyDefault finds each kind)
-
-
-def _device(info):
-    """The batch call's location hint for one side: its device ordinal, or None for host memory."""
-    return None if info.device == HOST else info.device

@@ -1,9 +1,6 @@
 """A kernel transfer's plan: everything about a call that does not change from call to call, validated once,
-built from its two sides (``seed_args`` for an entry point, ``copy_plan`` for ``kv.copy``; both through
-``plan.sides``' checks). Building it refuses destinations over the tables the kernel reads, chooses the
-kernel (and the staged one, ``staged_plan``), loads it and fills a parameter block with every value that
-stays the same. Each call is ``plan.per_call``'s; ``plan.build`` ``rebind``s a plan of a known geometry
-to new buffers instead of building one again.
+built from its two sides (``seed_args`` for an entry point, ``copy_plan`` for ``kv.copy``), with its kernels
+bound to a parameter block of every value that stays the same. Each call is ``plan.per_call``'s.
 """
 import contextlib
 from collections.abc import Callable
@@ -27,7 +24,7 @@ PF, PH = Layout.PAGE_FIRST, Layout.PAGE_HEAD
 
 
 class LayerWindow:
-    """Token limits of one layer window (per-layer calls: one per layer_id, memoised)."""
+    """Token limits of one layer window (per-layer calls: one per layer_id)."""
 
     __slots__ = ("first_layer", "src_limit", "dst_limit", "src_bytes", "dst_bytes", "params")
 
@@ -38,17 +35,16 @@ class LayerWindow:
         self.params = (first_layer, self.src_limit, self.dst_limit)  # the kernel parameters a window sets
 
     def what(self, plan, side):
-        """Words for an index error on ``side`` (``"src"`` or ``"dst"``)."""
         if side == "src":
             return plan.src.describe(plan.item_size, self.src_bytes, self.first_layer, plan.window)
         return plan.dst.describe(plan.item_size, self.dst_bytes, self.first_layer, plan.window)
 
 
 class KernelPlan:
-    """The validated, launch-ready part of one kernel transfer (see the module docstring)."""
+    """The validated, launch-ready part of one kernel transfer."""
 
     fast: Callable[..., Any]  # the per-call path for the common case (plan.per_call), made with the plan
-    run = per_call.run  # every call's path, every check and error (plan.per_call)
+    run = per_call.run
 
     rebound = False  # made by rebind (the checks of an earlier plan of its geometry reused)
     engine = None  # kv.copy's copy-engine form (plan.routes.EnginePlan); None: kernels only
@@ -68,7 +64,7 @@ class KernelPlan:
         else:
             seed = seed_sides(spec, geometry, strict)
             sizes = seed.sizes
-            self.first_layer, self.window, self.num_layers = 0, sizes.window, sizes.num_layers
+            self.first_layer, self.window, self.num_layers = 0, sizes.num_layers, sizes.num_layers
             self.item_size, self.head_num, self.heads, self.page_size = (sizes.item_size, sizes.head_num,
                                                                          sizes.heads, sizes.page_size)
             self.shape_key, self.memory = seed.shape_key, seed.memory
@@ -80,8 +76,7 @@ class KernelPlan:
         self._finish(src, dst)
 
     def _finish(self, src: Side, dst: Side):
-        """What every plan does once its sides are known: refuse destinations over the tables, choose
-        and load the kernel, fill the parameter values that never change."""
+        """Refuse destinations over the tables, fill the parameter values that never change, load the kernels."""
         check_disjoint(self.destinations, self.guides)
         self.clearance = Clearance(self.destinations)  # every call's index arrays against them (per_call)
         self.windows = {}
@@ -106,15 +101,11 @@ class KernelPlan:
         self._bind()
 
     def _bind(self):
-        """The kernels with this plan's parameter values: the register kernel, and for one-layer loads
-        from pinned host memory (an entry point's or ``kv.copy``'s) the staged (bulk-copy) kernel, where it
-        applies."""
+        """The kernels with this plan's parameter values: the register kernel, and the staged (bulk-copy) one
+        where it applies (``staged_plan``)."""
         self.kernel = self.register_kernel = BoundKernel(self.register, self.device, self.template)
         self.narrow_kernel = None  # one-warp blocks' build, bound on first use (kernel_for)
-        src_parts, dst_parts, mla = self.kernel_key
-        src_ptrs, src_bytes = self._staged_source()
-        staged = bind_staged(self, src_parts, dst_parts, mla, src_ptrs, src_bytes,
-                             (self.src.layout_dim, self.src.page_size), self.template, self.memory)
+        staged = bind_staged(self, *self._staged_source())
         self.staged_from = NO_LIMIT  # calls with at least this many items (and two warps) take self.kernel
         self.source_maps = None
         if staged is not None:
@@ -125,8 +116,7 @@ class KernelPlan:
 
     def _staged_source(self):
         """``(K and V addresses, bytes)`` of the source as the staged kernel's tensor maps picture it: an entry
-        point's buffers as given; a view's ``tokens`` token slots, of a layer-first view the copied layer's
-        (``tensor_maps.layer_part``). A rebound plan shares its sides: its addresses are its template's."""
+        point's buffers as given; a view's ``tokens`` token slots (``tensor_maps.layer_part``)."""
         ptrs, src = (self.template.src_k, self.template.src_v), self.src
         if self.spec.name != "copy":
             return ptrs, src.nbytes
@@ -136,9 +126,8 @@ class KernelPlan:
 
     def kernel_for(self, count, warps):
         """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches: the staged kernel
-        for calls of two warps or more and at least ``staged_from`` items, else the register kernel; for
-        one-warp blocks its narrow build (``kernels.factory.NARROW_REGISTERS``: such a block runs beside a
-        GEMM's blocks), compiled and bound on first use. The fast call (``plan.per_call``) inlines this."""
+        for two warps or more and at least ``staged_from`` items, else the register kernel; for one-warp blocks
+        its narrow build (such a block runs beside a GEMM's), bound on first use. The fast call inlines this."""
         if warps > 1:
             return self.kernel if count >= self.staged_from else self.register_kernel
         narrow = self.narrow_kernel
@@ -148,19 +137,14 @@ class KernelPlan:
         return narrow
 
     def fast_call(self, snapshot=None, again=None):
-        """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
-        check=False)``: ``run`` for the common case in as few Python operations as it can (``plan.per_call``);
-        ``snapshot``: a prepared transfer's bound buffers, checked first on every call; ``again``: the plan
-        built again for calls with checks on. ``self.fast`` is the plan's own, with neither."""
+        """``per_call.make_fast_call`` for this plan (``self.fast`` is the plan's own, with neither argument)."""
         return per_call.make_fast_call(self, snapshot, again)
 
     def rebind(self, infos, names):
-        """A plan of this one's geometry for other buffers (``infos``: their ``ArrayInfo`` by argument
-        name, the same sizes, devices, kinds of memory and alignment as this plan's): every check that
-        depends on geometry holds for it; what depends on addresses is done again. No layer tables."""
+        """A plan of this one's geometry for other buffers (``infos``: their ``ArrayInfo`` by argument name): the
+        checks that depend on geometry hold for it; those that depend on addresses are done again."""
         plan = object.__new__(KernelPlan)
-        plan.__dict__.update(self.__dict__)  # sizes, sides and token limits (shared: the same geometry; the
-        # addresses a rebound plan launches with are its template's, not its sides' ptrs)
+        plan.__dict__.update(self.__dict__)  # sizes, sides and token limits: the same geometry
         plan.rebound = True
         for name in names:
             if name is not None and infos[name].device == HOST:
@@ -190,16 +174,13 @@ class KernelPlan:
         return window
 
 
-# --- watching plans being made -------------------------------------------------------------------
-
 _watchers: list = []
 
 
 @contextlib.contextmanager
 def watching(callback):
-    """``with watching(callback):`` calls ``callback(plan)`` for every kernel plan made in the block, built
-    or rebound (``plan.rebound``), once its kernels are bound: for tests and tools that ask what plans
-    chose (e.g. ``plan.source_maps is not None``: the staged kernel)."""
+    """``with watching(callback):`` calls ``callback(plan)`` for every kernel plan made (or rebound) in the
+    block, once its kernels are bound: for tests and tools that ask what plans chose."""
     _watchers.append(callback)
     try:
         yield

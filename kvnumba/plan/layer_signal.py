@@ -13,17 +13,12 @@ before the reset) and then ``cuStreamWaitValue32(layers_done, l + 1, CU_STREAM_W
 the stream's later work until the count reaches ``l + 1``, with no host involvement.
 
 On a stream being captured into a CUDA graph the second step is a kernel instead (``kernels.layer_wait``: one
-warp polls the word), so that the graph holds the wait as a kernel node, whatever the driver makes of a captured
-stream memory operation; the event wait becomes the graph's edge from the reset. Capture the load and its waits
-in one graph (the load on a stream forked from the capturing one, joined back before the capture ends), with a
-``LayerSignal`` made before the capture (it builds the wait kernel). Nothing here blocks the host: the reset, the
-event and both waits are stream operations.
+warp polls the word), so that the graph holds the wait as a kernel node; capture the load and its waits in one
+graph, with a ``LayerSignal`` made before the capture (it builds the wait kernel). Nothing here blocks the host.
 
-One load at a time per signal: a new load resets the words, so start it only once every wait of the previous load
-has been enqueued and has passed (SGLang keeps a ring of such counters for the same reason).
-
-On Numba's CUDA simulator there are no streams: a load has finished when its call returns, the words are a
-NumPy array, and a wait checks the count on the host (a load that did not land its layer is a bug, raised).
+One load at a time per signal: a new load resets the words, so start it only once every wait of the previous
+load has passed (SGLang keeps a ring of such counters for the same reason). On the simulator a load has finished
+when its call returns, and a wait checks the count on the host.
 """
 from __future__ import annotations
 
@@ -65,7 +60,8 @@ class LayerSignal:
                 flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
                 self._event = check(cu.cuEventCreate(flags), "cuEventCreate")
             self._cu_address = cu.CUdeviceptr(self.address)
-        self._waiter = _wait_kernel(device, self.address)  # built now: nothing is compiled under a capture
+        # The wait kernel bound to the count, built now: nothing is compiled under a capture.
+        self._waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (self.address, 0))
 
     @property
     def layers_done_address(self) -> int:
@@ -133,12 +129,6 @@ class LayerSignal:
         event = getattr(self, "_event", None)
         if event is not None and cu is not None:
             cu.cuEventDestroy(event)
-
-
-def _wait_kernel(device: int, address: int) -> Any:
-    """The wait kernel (``kernels.layer_wait``) bound to the word at ``address`` on ``device``, compiled and
-    loaded now."""
-    return BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (address, 0))
 
 
 _GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0

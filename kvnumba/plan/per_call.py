@@ -1,23 +1,15 @@
-"""What every call of a kernel plan does: ``run``, the general path, and ``make_fast_call``, the one form
-of it inlined for the hot case. A plain entry point's calls come through its plan cache
-(``plan.build.caller``), a prepared transfer's straight (``kvnumba.api.transfer``).
+"""What every call of a kernel plan does: ``run``, the general path (every check, every error), and
+``make_fast_call``, the one form of it inlined for the hot case.
 
-``run`` checks the indices (type, length, no overlap with a destination, host indices against the token
-limits), the layer and the launch shape, then launches (``check``: wait and raise if the kernel skipped
-items), or for ``kv.copy`` copies by copy engine (``route``, ``plan.routes``).
-
-Why a fast call: SGLang calls a per-layer load once per layer of every forward pass, and each call's host
-time is on the scheduler's critical path. The fast call recognises only the common case (torch index
-tensors on the plan's GPU, int launch sizes, a known layer) and does ``run``'s work for it in as few Python
-operations as it can: one ``struct.pack_into``, one ``cuLaunchKernel``, with the driver layer's
-``launch_shape`` and ``BoundKernel.launch`` inlined (``tests/kernels/test_launch.py`` checks the two launch
-alike). Anything else it hands to ``run``, which checks everything and gives the errors; for the same plan
+Why a fast call: SGLang calls a per-layer load once per layer of every forward pass, on the scheduler's
+critical path. The fast call recognises only the common case (torch index tensors on the plan's GPU, int
+launch sizes, a known layer) and does ``run``'s work in as few Python operations as it can, with the driver
+layer's ``launch_shape`` and ``BoundKernel.launch`` inlined; anything else goes to ``run``. For the same plan
 and arguments the two accept and refuse the same calls and write the same bytes (``tests/test_fast_call.py``).
 
 SGLang loads every layer of a batch with the same two index tensors, so the last pair that passed every
-check is remembered (weakly, process-wide): the same objects with the same data pointers and lengths skip
-the dtype, stride and device reads. Those cannot change without the pointer or the length changing, short
-of ``tensor.data = ...`` tricks, and the kernel bounds every index in any case.
+check is remembered (weakly): the same objects with the same data pointers and lengths skip the dtype, stride
+and device reads, which cannot change without the pointer or the length changing.
 """
 import sys
 import weakref
@@ -41,12 +33,10 @@ from ..kernels.params import NO_LIMIT, pack_call
 from . import routes
 
 
-# --- the general path ------------------------------------------------------------------------------
 def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_per_block=32, stream=None,
         check=False, route="kernel"):
-    """One transfer: check the indices, layer and launch shape, then launch (``check``: wait and
-    raise if the kernel skipped items), or for ``kv.copy`` by copy engine (``route``: see
-    ``plan.routes``). Nothing is written when a check fails."""
+    """One transfer: ``checked``, then launch (``check``: wait and raise if the kernel skipped items), or for
+    ``kv.copy`` by copy engine (``plan.routes``). Nothing is written when a check fails."""
     if route != "kernel":
         route = routes.check_route(route)
     call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
@@ -62,10 +52,11 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     if plan.spec.name == "copy":
         routes.log.record("kernel")
     if host_side and not SIMULATOR:
-        return _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check)
-    blocks = kernel.blocks
-    pack_call(blocks.view, 0, src.address, dst.address, count, items_per_warp, *window.params)
-    kernel.launch(grid, threads, handle, blocks.address)
+        _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle)
+    else:
+        blocks = kernel.blocks
+        pack_call(blocks.view, 0, src.address, dst.address, count, items_per_warp, *window.params)
+        kernel.launch(grid, threads, handle, blocks.address)
     if check:
         wait_and_check(plan, handle, src_indices, dst_indices, window)
     return handle
@@ -87,10 +78,9 @@ class Checked(NamedTuple):
 
 
 def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
-    """Every check of a call of ``plan`` before anything is launched (``run``'s, and the resident loader's,
-    ``plan.resident_plan``): a pending error flag, the layer, the launch shape, the index arrays (type, length,
-    clear of the destinations, host indices within the token limits), the stream; for a call with items, what a
-    stream being captured cannot hold. Raises; writes nothing."""
+    """Every check of a call of ``plan`` before anything is launched (``run``'s and the resident loader's):
+    a pending error flag, the layer, the launch shape, the index arrays, the stream, and what a stream being
+    captured cannot hold. Raises; writes nothing."""
     if plan.flag[0]:
         guard.raise_pending()
     if not plan.spec.per_layer:
@@ -127,9 +117,8 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
 
 
 def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, values):
-    """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way (``route="auto"``
-    decides by where the indices are, the stream and the runs they make), False for the kernel. ``values``: the
-    source's and destination's host values ``checked`` read (None for either it did not)."""
+    """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way, False for the kernel.
+    ``values``: the host values ``checked`` read and checked (None for either it did not)."""
     engine = plan.engine
     if engine is None:
         if route == "copy_engine":
@@ -140,12 +129,13 @@ def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, han
     if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)
         capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
     with on_device(plan.device):
-        s_idx, d_idx = (np.ascontiguousarray(_host_values(*i), dtype=np.int64) for i in (
-            (src, values[0], src_indices, "src_indices"), (dst, values[1], dst_indices, "dst_indices")))
-        for index, host, name, limit, side in ((src, s_idx, "src_indices", window.src_limit, "src"),
-                                               (dst, d_idx, "dst_indices", window.dst_limit, "dst")):
-            if not (index.on_host and plan.host_index_checks):  # not checked by checked(): no kernel guard here
-                bounds.check_indices(name, host, limit, lambda side=side: window.what(plan, side))
+        host = []
+        for index, known, obj, side in ((src, values[0], src_indices, "src"), (dst, values[1], dst_indices, "dst")):
+            if known is None:  # not checked by checked(): no kernel guard here
+                known = index.values() if index.on_host else bounds.host_indices(array_info(obj, side + "_indices"))
+                _check_values(plan, window, side, known)
+            host.append(np.ascontiguousarray(known, dtype=np.int64))
+        s_idx, d_idx = host
         batch = engine.batch
         with batch.lock:  # from the fill to the submission: threads may share a plan
             found = engine.fill(s_idx, d_idx, window.first_layer, plan.window)
@@ -164,76 +154,68 @@ def _clear_of_destinations(plan, src, dst):
         plan.clearance.check(name, index.address, index.address + 8 * index.length)
 
 
-def _host_values(index, known, obj, name):
-    """An index's values on the host: ``known`` (those ``checked`` read), else read (a device-to-host copy for GPU
-    memory)."""
-    if known is not None:
-        return known
-    return index.values() if index.on_host else bounds.host_indices(array_info(obj, name))
+def _check_values(plan, window, side, values):
+    """Host index values of ``side`` (``"src"`` or ``"dst"``) against the window's token limit."""
+    bounds.check_indices(side + "_indices", values, window.src_limit if side == "src" else window.dst_limit,
+                         lambda: window.what(plan, side))
 
 
 def _check_host_indices(plan, src, dst, window):
     """Check the indices in host memory against the window's limits; their values (None for device indices)."""
-    read = []
-    for index, name, limit, side in ((src, "src_indices", window.src_limit, "src"),
-                                     (dst, "dst_indices", window.dst_limit, "dst")):
-        values = index.values() if index.on_host else None
+    read = tuple(index.values() if index.on_host else None for index in (src, dst))
+    for values, side in zip(read, ("src", "dst")):
         if values is not None:
-            bounds.check_indices(name, values, limit, lambda side=side: window.what(plan, side))
-        read.append(values)
-    return tuple(read)
+            _check_values(plan, window, side, values)
+    return read
 
 
-def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle, check):
-    """Indices in host memory: copied to the device on the call's stream, then waited for (the
-    copies are freed when the call returns)."""
+def stage_indices(indices, handle):
+    """``(copies, addresses)``: the call's ``Index``es where a kernel reads them; on a GPU, host indices are
+    copied on stream ``handle`` (not waited for; keep ``copies`` until the kernel is done)."""
+    if SIMULATOR or not any(index.on_host for index in indices):
+        return (), [index.address for index in indices]
     from numba import cuda
 
+    stream = cuda.external_stream(handle) if handle else cuda.default_stream()
+    copies = [cuda.to_device(np.ascontiguousarray(index.values()), stream=stream) if index.on_host else None
+              for index in indices]
+    return copies, [index.address if copy is None else copy.device_ctypes_pointer.value
+                    for index, copy in zip(indices, copies)]
+
+
+def _run_host_indices(plan, kernel, src, dst, count, items_per_warp, grid, threads, window, handle):
+    """Indices in host memory: copied to the device on the call's stream, then waited for (the
+    copies are freed when the call returns)."""
     with on_device(plan.device):
-        stream = cuda.external_stream(handle) if handle else cuda.default_stream()
-        staged = [cuda.to_device(np.ascontiguousarray(index.values()), stream=stream) if index.on_host else None
-                  for index in (src, dst)]
-        pointers = [index.address if copy is None else copy.device_ctypes_pointer.value
-                    for index, copy in zip((src, dst), staged)]
+        _copies, pointers = stage_indices((src, dst), handle)
         blocks = kernel.blocks
         pack_call(blocks.view, 0, pointers[0], pointers[1], count, items_per_warp, *window.params)
         kernel.launch(grid, threads, handle, blocks.address)
-        stream.synchronize()
-    if check and guard.flag_set():
-        guard.clear()
-        raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by "
-                                   "another call in flight?); the other items were copied")
-    return handle
+        guard.synchronize(handle)
 
 
 def wait_and_check(plan, handle, src_indices, dst_indices, window):
+    """``check=True``: wait for the stream; if the kernel skipped items, raise naming the first offending index."""
     with on_device(plan.device):
         guard.synchronize(handle)
-    if guard.flag_set():
-        guard.clear()
-        raise _skipped_error(plan, src_indices, dst_indices, window)
-
-
-def _skipped_error(plan, src_indices, dst_indices, window):
-    """The error for ``check=True`` after the kernel skipped items: the first offending index."""
+    if not guard.flag_set():
+        return
+    guard.clear()
     for name, obj, limit, side in (("src_indices", src_indices, window.src_limit, "src"),
                                    ("dst_indices", dst_indices, window.dst_limit, "dst")):
         values = bounds.host_indices(array_info(obj, name))
         where = bounds.first_outside(values, 0, limit)
         if where is not None:
             bound = "any token >= 0" if limit >= NO_LIMIT else f"[0, {limit})"
-            return IndexOutOfRangeError(
+            raise IndexOutOfRangeError(
                 f"{name}[{where}] = {int(values[where])} is out of range for {window.what(plan, side)}: "
                 f"valid tokens are {bound}; the kernel skipped the out-of-range items and copied the others")
-    return IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
-                                "call in flight?); the other items were copied")
+    raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (flagged by another "
+                               "call in flight?); the other items were copied")
 
 
-
-# --- index arrays, per call ----------------------------------------------------------------------
 
 class Index(NamedTuple):
-    """One index array of a call, as ``run`` reads it."""
 
     address: int
     length: int
@@ -281,8 +263,6 @@ def _slow_index(obj, name, device):
     return Index(info.ptr, info.shape[0], None, False, info.is_torch)
 
 
-# --- the fast call: the hot case, inlined -----------------------------------------------------------
-
 
 def _dead():
     return None
@@ -294,14 +274,11 @@ _LAST_INDICES = [(_dead, _dead, 0, 0, 0, -2)]
 
 def make_fast_call(plan, snapshot=None, again=None, *, torch=None, launch=None):
     """``call(src_indices, dst_indices, layer_id, block_quota=2, num_warps_per_block=32, *, stream=None,
-    check=False, route="auto")`` for ``plan`` (``route``: ``kv.copy``'s, ``plan.routes``; torch indices on the GPU
-    always take the kernel) (``layer_id`` is ignored by all-layer plans). ``snapshot``: a prepared
-    transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call. ``again(stream)``: the
-    plan built again with its layer tables read again (``plan.build.build``), which calls with checks on
-    (``check=True``, ``KVNUMBA_CHECK``) run instead: a prepared transfer's tables may have been rewritten.
-
-    ``torch`` (default: the imported torch module) and ``launch`` (default: ``cuLaunchKernel``) are for
-    tests: with a stand-in for each, the inlined launch runs on the simulator too (tests/kernels/test_launch.py)."""
+    check=False, route="auto")`` for ``plan`` (torch indices on the GPU always take the kernel). ``snapshot``: a
+    prepared transfer's bound buffers (``kvnumba.api.snapshot``), checked first on every call. ``again(stream)``:
+    the plan built again with its layer tables read again, which calls with checks on run instead (a prepared
+    transfer's tables may have been rewritten). ``torch`` and ``launch`` (``cuLaunchKernel``): stand-ins for
+    tests, so that the inlined launch runs on the simulator too (tests/kernels/test_launch.py)."""
     run = plan.run
     if again is not None:
         plan_run = run

@@ -5,38 +5,83 @@ first.
 
 The loader is bound to a plan on first use, with the plan's parameter values (``KernelPlan.template``) and
 the signal's two addresses, which each load writes into its block with its indices. Its staged build
-(``kernels.resident_staged``) takes the loads ``resident_staged_plan`` gives it, the register build the others.
+(``kernels.resident_staged``) takes the loads the staged kernel's setting gives it (``plan.staged_plan``,
+``KVNUMBA_LOAD_PATH``), for a load of every layer; the register build the others. The source's tensor maps
+picture every layer: one set serves every load of the plan.
 """
 import struct
+from typing import Any, NamedTuple
 
-import numpy as np
-
+from .. import config
 from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, launch_shape, launchable
-from ..driver.target import SIMULATOR
+from ..kernels import resident_staged, staged
+from ..kernels.layouts import LAYER_FIRST
 from ..kernels.params import pack_call
 from ..kernels.resident import RESIDENT_SIGNATURE, ResidentArgs, get_resident_kernel
-from ..kernels.resident_staged import ResidentStagedArgs
-from . import per_call
-from .resident_staged_plan import staged_resident
+from . import per_call, tensor_maps
+from .staged_plan import AUTO_MIN_ITEMS, auto_declines, ring_in_force, short_pages, unaligned_destination
 
 # The signal's addresses in a parameter block: the last two values of either build's.
 _SIGNAL_AT = 8 * ResidentArgs._fields.index("layers_done")
-_STAGED_SIGNAL_AT = 8 * ResidentStagedArgs._fields.index("layers_done")
+_STAGED_SIGNAL_AT = 8 * resident_staged.ResidentStagedArgs._fields.index("layers_done")
 _pack_signal = struct.Struct("2q").pack_into
 
 
 def resident_kernel(plan, narrow=False):
     """The resident loader bound to ``plan``'s parameter values (made on first use, and again for a plan whose
     template changed, a rebound one's); ``narrow``: its build for one-warp blocks (``kernels.resident``)."""
-    key = "_resident_narrow" if narrow else "_resident"
-    bound = plan.__dict__.get(key)
-    if bound is None or bound[0] is not plan.template:
+    def bind():
         src, dst, mla = plan.kernel_key
         kernel = launchable(get_resident_kernel(src, dst, mla, narrow), RESIDENT_SIGNATURE)
         template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
-        bound = plan.__dict__[key] = (plan.template, BoundKernel(kernel, plan.device, template))
-    return bound[1]
+        return BoundKernel(kernel, plan.device, template)
+
+    return _per_template(plan, "_resident_narrow" if narrow else "_resident", bind)
+
+
+def _per_template(plan, key, make):
+    """``make()``, kept on ``plan`` under ``key`` while its parameter template stays (a rebound plan's differs)."""
+    found = plan.__dict__.get(key)
+    if found is None or found[0] is not plan.template:
+        found = plan.__dict__[key] = (plan.template, make())
+    return found[1]
+
+
+class StagedResident(NamedTuple):
+    """The staged resident loader bound to one plan: launch it for calls of at least ``fewest`` items."""
+
+    kernel: Any  # driver.launch.BoundKernel
+    maps: Any  # plan.tensor_maps.SourceMaps: kept while the plan is
+    fewest: int
+
+
+def staged_resident(plan):
+    """``plan``'s staged resident loader (``StagedResident``), or None when its loads stay on registers; made on
+    first use (the setting and the ring read then)."""
+    return _per_template(plan, "_resident_staged", lambda: _bind_staged(plan, config.load_path(), ring_in_force()))
+
+
+def _bind_staged(plan, path, ring):
+    src_parts, dst_parts, mla = plan.kernel_key
+    template, src = plan.template, plan.src
+    if (path == "register" or src_parts not in resident_staged.SOURCES
+            or dst_parts not in resident_staged.DESTINATIONS
+            or (dst_parts is LAYER_FIRST and unaligned_destination(template))
+            or (path == "auto" and auto_declines(plan.memory, plan.device, ring))):
+        return None
+    run_limits = staged.run_limits(plan.item_size, mla, ring)
+    if run_limits is None or src.tokens is None or short_pages(path, src_parts, run_limits, src.page_size):
+        return None
+    maps = tensor_maps.source_maps(src_parts, template.src_k, template.src_v, src.tokens * src.layout_dim,
+                                   plan.item_size, src.layout_dim, src.page_size, plan.head_num, mla, run_limits,
+                                   ring.stage_bytes)
+    if maps is None:
+        return None
+    kernel = launchable(resident_staged.get_resident_staged_kernel(src_parts, dst_parts, mla, ring),
+                        resident_staged.RESIDENT_STAGED_SIGNATURE, ring.shared_bytes)
+    args = resident_staged.ResidentStagedArgs._make((*template, *maps.args, 0, 0))  # the signal's: per load
+    return StagedResident(BoundKernel(kernel, plan.device, args), maps, AUTO_MIN_ITEMS if path == "auto" else 1)
 
 
 def launch_resident(plan, call, signal):
@@ -57,27 +102,12 @@ def launch_resident(plan, call, signal):
     else:  # one-warp blocks: the build that fits beside a GEMM
         kernel, signal_at = resident_kernel(plan, narrow=call.warps == 1), _SIGNAL_AT
     with on_device(plan.device):
-        copies, pointers = _device_indices(call, handle)
+        copies, pointers = per_call.stage_indices((call.src, call.dst), handle)
         blocks = kernel.blocks
         pack_call(blocks.view, 0, pointers[0], pointers[1], call.items, items_per_warp, *window.params)
         _pack_signal(blocks.view, signal_at, signal.layers_done_address, signal.arrivals_address)
         kernel.launch(grid, threads, handle, blocks.address)
     return copies, staged
-
-
-def _device_indices(call, handle):
-    """``(copies, addresses)``: the call's index arrays where the kernel reads them; host indices on a GPU are
-    copied on the load's stream (not waited for: the load runs on)."""
-    indices = (call.src, call.dst)
-    if SIMULATOR or not call.host_side:
-        return (), [index.address for index in indices]
-    from numba import cuda
-
-    stream = cuda.external_stream(handle) if handle else cuda.default_stream()
-    staged = [cuda.to_device(np.ascontiguousarray(index.values()), stream=stream) if index.on_host else None
-              for index in indices]
-    return staged, [index.address if copy is None else copy.device_ctypes_pointer.value
-                    for index, copy in zip(indices, staged)]
 
 
 def checked_call(plan, src_indices, dst_indices, block_quota, warps, stream, check):

@@ -1,26 +1,17 @@
 """``kv.copy``'s two routes: a kernel, or the GPU's copy engines.
 
-A kernel moves tokens with the SMs: any indices, any layouts, indices read on the GPU, but it needs SMs,
-and while a model computes the SMs are the model's (a GEMM holds every SM's registers and shared memory;
-a transfer block runs in the gaps between GEMMs). The copy engines need no SM and keep their speed under
-compute, but each copy has a fixed cost (~0.6 us of host time to submit, about as much on the engine), so
-they pay only for long *runs*: tokens whose bytes follow each other in both the source and the destination,
-e.g. a page of a layer-first or page-first-direct pool, or a vLLM block.
+A kernel moves tokens with the SMs: any indices, any layouts, indices read on the GPU; but while a model
+computes, the SMs are the model's. The copy engines need no SM and keep their speed under compute, but each
+copy has a fixed cost, so they pay only for long *runs*: tokens whose bytes follow each other in both the
+source and the destination (a page of a layer-first or page-first-direct pool, a vLLM block).
 
-``route="copy_engine"`` finds the runs of the call's indices on the host and writes one copy per run per
-layer, K/V and head into batch arrays the plan keeps, in one compiled pass (``kvnumba.plan.direct_fill``), then
-submits them as one ``cudaMemcpyBatchAsync`` (``kvnumba.driver.batch_copy``; page by page where the batch call is
-unavailable). Indices in GPU memory are brought to the host first (a synchronous copy, as SGLang's copy-engine
-entry points do). ``route="kernel"`` always launches the kernel. ``route="auto"`` (the default) takes the copy
-engine when the indices are on the host, the batch call is available on the stream (not the legacy default
-stream), the copies average at least ``COPY_ENGINE_MIN_BYTES``, and the copy engine's call would cost the host no
-more than the kernel's whole load (``HOST_COST``: a host-cost model per copy count); the kernel otherwise
-(indices on the GPU never cost a synchronisation).
-
-Only kvnumba's own layouts have their address arithmetic evaluated on the host (a layout of your own
-goes by kernel). A subclass of one of kvnumba's views takes either route: the copy engine's addresses are
-the same arithmetic the kernel runs, over the same checked offsets and geometry (``checks.extents``).
-``last_route()`` says which route the last ``kv.copy`` took.
+``route="copy_engine"`` finds the runs of the call's indices on the host (GPU indices are copied there first)
+and writes one copy per run per layer, K/V and head in one compiled pass (``plan.direct_fill``), submitted as
+one batch (``kvnumba.driver.batch_copy``). ``route="kernel"`` always launches the kernel. ``route="auto"`` takes
+the copy engine when the indices are on the host, the batch call is available on the stream, the copies average
+at least ``COPY_ENGINE_MIN_BYTES`` and the engine's call costs the host no more than the kernel's whole load
+(``HOST_COST``); the kernel otherwise. Only kvnumba's own layouts are evaluated on the host (a layout of your
+own goes by kernel).
 """
 from typing import Any, NamedTuple
 
@@ -68,7 +59,6 @@ def last_route() -> str | None:
 
 
 def check_route(route: Any) -> str:
-    """``route`` validated: one of ``ROUTES``, else ``ValueError`` (``TypeError`` for a non-string)."""
     if type(route) is str and route in ROUTES:
         return route
     if not isinstance(route, str):
@@ -77,9 +67,7 @@ def check_route(route: Any) -> str:
 
 
 def engine_pays(found: "EngineFill", cost: "HostCost | None" = None) -> bool:
-    """``auto``'s choice for a call of host indices whose copies are ``found``: the copy engine when
-    its copies average at least ``COPY_ENGINE_MIN_BYTES`` (its speed) and its call costs the host no more than
-    the kernel's whole load (``HOST_COST``); else the kernel."""
+    """``auto``'s choice for a call of host indices whose copies are ``found`` (module docstring)."""
     if found.runs == 0 or found.nbytes / found.copies < COPY_ENGINE_MIN_BYTES:
         return False
     return (cost or HOST_COST).engine_pays(found.copies, found.nbytes)
@@ -97,18 +85,12 @@ class HostCost(NamedTuple):
     kernel_bytes_per_us: float
 
     def engine_pays(self, copies: int, nbytes: int) -> bool:
-        """Whether the copy engine's call costs the host no more than the kernel's whole load."""
         return (self.engine_fixed_us + self.engine_per_copy_us * copies
                 <= self.kernel_fixed_us + nbytes / self.kernel_bytes_per_us)
 
 
-# The constants, in one place: the line scripts/route_costs.py prints on a GPU, pasted here (its figures, card and
-# date go to scripts/RESULTS.md). It times kv.copy of one layer of a 32-layer pool (item 2048 B, pages of 64) from
-# layer-first and page-first-direct pinned host views into a GPU view, host indices of random whole pages, on a side
-# stream, at 64 to 8192 tokens: the copy engine's host us a call back to back against the copies it submitted,
-# and the kernel's us until its stream is done (index staging, launch, the load) against the bytes it moved; each
-# a least-squares line (fixed part and slope). The kernel's fixed part is large because host indices go to the GPU
-# first, synchronously.
+# The line scripts/route_costs.py prints on a GPU (least-squares fits of both routes' host time; the kernel's fixed
+# part is large because host indices go to the GPU first, synchronously).
 HOST_COST = HostCost(engine_fixed_us=42.7, engine_per_copy_us=0.577, kernel_fixed_us=392.9, kernel_bytes_per_us=49500.0)
 
 
@@ -136,7 +118,7 @@ class EnginePlan:
 
     def parts(self, first_layer: int, window: int) -> np.ndarray:
         """``(2, kinds * window * heads)``: what each copy of a run adds to the run's token offset, source then
-        destination, in (K/V, layer, head) order; made once per layer window."""
+        destination, in (K/V, layer, head) order (once per layer window)."""
         found = self._parts.get((first_layer, window))
         if found is None:
             layers, heads = slice(first_layer, first_layer + window), np.arange(self.heads, dtype=np.int64)
@@ -148,8 +130,7 @@ class EnginePlan:
 
     def fill(self, s_idx: np.ndarray, d_idx: np.ndarray, first_layer: int, window: int) -> EngineFill:
         """Write the call's copies into ``batch.out`` (the caller holds ``batch.lock`` until it submits them):
-        one per run, K/V, layer of ``[first_layer, first_layer + window)`` and head, runs inner. A run goes on
-        while both the source's and the destination's bytes follow its previous item's."""
+        one per run, K/V, layer of the window and head, runs inner."""
         s_off = self.src.token_offsets(s_idx, self.item_size, self.heads)
         d_off = self.dst.token_offsets(d_idx, self.item_size, self.heads)
         parts = self.parts(first_layer, window)

@@ -13,7 +13,7 @@ from .cache import remembered
 from .sides import Placement, Side, resolve_array, resolve_table, smaller
 from .spec import buffer_names
 
-TBL, PF, PH = Layout.LAYER_TABLE, Layout.PAGE_FIRST, Layout.PAGE_HEAD
+TBL, PH = Layout.LAYER_TABLE, Layout.PAGE_HEAD
 
 
 class Sizes(NamedTuple):
@@ -21,8 +21,7 @@ class Sizes(NamedTuple):
     page_size: int
     heads: int  # heads a copy goes by: head_num for page-head entry points, else 1
     item_size: int
-    num_layers: int
-    window: int  # layers one call moves
+    num_layers: int  # layers one call moves
     src_dim: int  # src_layout_dim (0 if the entry point has none)
     dst_dim: int
 
@@ -55,14 +54,11 @@ def seed_sides(spec: Any, geometry: dict[str, Any], strict: bool) -> SeedSides:
 
     def side(layout: Layout, k: str, v: str | None, layout_dim: int) -> Side:
         label = k if v is None else f"{k}/{v}"
-        ptrs = (infos[k].ptr, infos[v].ptr if v else 0)
-        if layout is TBL:
-            extents = smaller(tables[k].extents, tables[v].extents if v else None)
-            return Side(name=label, parts=PARTS[layout], mla=v is None, layout_dim=layout_dim,
-                        page_size=sizes.page_size, ptrs=ptrs, extents=extents)
-        nbytes = infos[k].nbytes if v is None else min(infos[k].nbytes, infos[v].nbytes)
+        table = layout is TBL  # a table's layers bound it (extents), a buffer its bytes
+        extents = smaller(tables[k].extents, tables[v].extents if v else None) if table else None
+        nbytes = None if table else min(infos[n].nbytes for n in (k, v) if n)
         return Side(name=label, parts=PARTS[layout], mla=v is None, layout_dim=layout_dim, page_size=sizes.page_size,
-                    ptrs=ptrs, nbytes=nbytes)
+                    ptrs=(infos[k].ptr, infos[v].ptr if v else 0), nbytes=nbytes, extents=extents)
 
     src = side(spec.src_layout, names[0], names[2], sizes.src_dim)
     dst = side(spec.dst_layout, names[1], names[3], sizes.dst_dim)
@@ -77,10 +73,8 @@ def shape_key(key: tuple, infos: Any) -> tuple:
     return (key, *[(i.nbytes, i.device, i.writable, i.is_torch, not i.ptr % 16) for i in infos])
 
 
-# --- sizes, validated once per set of values -----------------------------------------------------
-
 _SIZE_NAMES = ("item_size", "src_layout_dim", "dst_layout_dim", "num_layers", "page_size", "head_num")
-sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes: checks depend on values only
+sizes_seen = remembered(BoundedMemo(4096))  # (entry point, sizes and their types) -> Sizes
 
 
 def sizes_key(spec: Any, geometry: dict[str, Any]) -> tuple | None:
@@ -107,26 +101,14 @@ def validated_sizes(spec: Any, geometry: dict[str, Any]) -> Sizes:
 
 
 def _validate_sizes(spec: Any, geometry: dict[str, Any]) -> Sizes:
-    headed = PH in (spec.src_layout, spec.dst_layout)
-    g = geometry.get
-    head_num = validate.integer("head_num", g("head_num"), minimum=1, maximum=validate.MAX_SIZE) \
-        if "head_num" in geometry else 1
-    page_size = validate.integer("page_size", g("page_size"), minimum=1, maximum=validate.MAX_SIZE) \
-        if "page_size" in geometry else 1
-    heads = head_num if headed else 1
-    item_size = validate.item_size(g("item_size"), heads)
-    tables = TBL in (spec.src_layout, spec.dst_layout)
-    num_layers = validate.integer("num_layers", g("num_layers"), minimum=1, maximum=validate.MAX_SIZE) \
-        if tables else 1
-    dims = [_layout_dim(name, g(name), spec, item_size, num_layers, heads) if name in geometry else 0
+    def size(name: str) -> int:  # a positive size, 1 where the entry point takes none
+        return validate.integer(name, geometry[name], minimum=1, maximum=validate.MAX_SIZE) if name in geometry else 1
+
+    head_num, page_size = size("head_num"), size("page_size")
+    heads = head_num if PH in (spec.src_layout, spec.dst_layout) else 1
+    item_size = validate.item_size(geometry.get("item_size"), heads)
+    num_layers = size("num_layers") if TBL in (spec.src_layout, spec.dst_layout) else 1
+    needed = 0 if spec.per_layer else num_layers  # per layer, the lower bound depends on layer_id (window_for)
+    dims = [validate.layout_dim(name, geometry[name], item_size, needed, heads) if name in geometry else 0
             for name in ("src_layout_dim", "dst_layout_dim")]
-    return Sizes(head_num, page_size, heads, item_size, num_layers, num_layers, *dims)
-
-
-def _layout_dim(name: str, value: Any, spec: Any, item_size: int, num_layers: int, heads: int) -> int:
-    if spec.per_layer:  # its lower bound depends on layer_id: checked per layer (KernelPlan.window_for)
-        value = validate.integer(name, value, minimum=0, maximum=validate.MAX_SIZE)
-        if value % (8 * heads):
-            return validate.layout_dim(name, value, item_size, 0, heads)
-        return value
-    return validate.layout_dim(name, value, item_size, num_layers, heads)
+    return Sizes(head_num, page_size, heads, item_size, num_layers, *dims)

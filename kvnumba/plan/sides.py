@@ -1,13 +1,9 @@
 """One end of a copy, as plain numbers: the one ``Side`` every plan uses, and the checks that make one.
 
-A ``Side`` holds its layout's address arithmetic (``parts``), the geometry it takes, the kernel's
-addresses (``ptrs``), each layer's address (``bases``), what bounds its tokens, and words for errors. It
-is made from an entry point's arguments (``plan.seed_args``), a cache view (``plan.copy_plan``) or an
-export (``remote.sides``), and planned by the same code: the kernel plan reads ``limit`` and ``describe``;
-the copy-engine route and ``kvnumba.remote`` read ``items`` (every chunk's address, on the host).
-
-Every buffer and table of a plan goes through ``resolve_array`` or ``resolve_table`` (type, alignment,
-pinned host memory, writable destinations, devices, the ranges a call writes and the tables it reads).
+A ``Side`` is made from an entry point's arguments (``plan.seed_args``), a cache view (``plan.copy_plan``) or
+an export (``remote.sides``), and planned by the same code: the kernel plan reads ``limit`` and ``describe``;
+the copy-engine route and ``kvnumba.remote`` read ``items`` (every chunk's address, on the host). Every buffer
+and table of a plan goes through ``resolve_array`` or ``resolve_table``.
 """
 from __future__ import annotations
 
@@ -16,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import HOST, ArrayInfo, array_info
+from ..arrays import ArrayInfo, array_info
 from ..checks import bounds, pinned, validate
 from ..checks.devices import one_device
 from ..checks.tables import TableLayers, table_layers
@@ -28,23 +24,22 @@ KINDS = ("k", "v")
 
 
 class Side:
-    """One end of a copy (see the module docstring).
+    """One end of a copy.
 
     ``ptrs``: the kernel's K and V addresses (a buffer, a table of layer addresses, or one layer's own).
     ``bases``: int64 ``[kinds, layers]``, each layer's own address for a table layout, the buffer's for
     the others (None where some are unknown: raw tables). ``nbytes``: the smaller of K's and V's bytes;
     ``extents``: the same per layer, for table sides (None entries: unknown). ``tokens``: its token slots
-    where its shapes say (views), None where only its bytes do (the seed's arguments). ``devices``: the
-    device (or ``HOST``) of each of its buffers, None where unknown. ``buffers``/``buffer_of``: each
-    distinct buffer's ``(address, bytes)`` and, per (kind, layer), which one holds it (``kvnumba.remote``).
-    ``origin``: what an export says of the view it came from (class, options, NIXL memory type).
-    A plan rebound to other buffers of its geometry shares its sides: the addresses it launches with are its
-    parameter template's. ``kernel_parts``: the layout the kernel is built for, where it differs from ``parts`` (one layer of a
-    per-layer view: its address is a kernel argument, ``LayoutParts.one_layer``).
+    where its shapes say (views), else None. ``devices``: the device (or ``HOST``) of each of its buffers,
+    None where unknown. ``buffers``/``buffer_of``: each distinct buffer's ``(address, bytes)`` and, per (kind,
+    layer), which one holds it; ``origin``: what an export says of its view (``kvnumba.remote``).
+    ``kernel_parts``: the layout the kernel is built for, where it differs from ``parts`` (one layer of a
+    per-layer view, ``LayoutParts.one_layer``). A rebound plan shares its sides: it launches with its
+    template's addresses.
     """
 
-    __slots__ = ("name", "label", "parts", "kernel_parts", "mla", "layout_dim", "page_size", "tokens", "geometry", "ptrs",
-                 "bases", "nbytes", "extents", "devices", "buffers", "buffer_of", "origin")
+    __slots__ = ("name", "label", "parts", "kernel_parts", "mla", "layout_dim", "page_size", "tokens", "geometry",
+                 "ptrs", "bases", "nbytes", "extents", "devices", "buffers", "buffer_of", "origin")
 
     def __init__(self, *, name: str, parts: LayoutParts, mla: bool, layout_dim: int, page_size: int,
                  ptrs: tuple[int, int] = (0, 0), label: str | None = None, tokens: int | None = None,
@@ -80,13 +75,9 @@ class Side:
         places = set(self.devices or ())
         return places.pop() if len(places) == 1 else None
 
-    # --- bounds --------------------------------------------------------------------------------------
-
     def limit(self, item_size: int, heads: int, first_layer: int, num_layers: int) -> tuple[int, int | None]:
-        """Exclusive token limit for layers ``[first_layer, first_layer + num_layers)``, and the bytes it
-        was computed from (None where they are unknown). One rule for every side: its bytes bound its
-        tokens by its layout's arithmetic (``checks.bounds.token_limit``), and a side whose shapes give its
-        token count is bounded by that too."""
+        """Exclusive token limit for layers ``[first_layer, first_layer + num_layers)`` (its bytes by its
+        layout's arithmetic, and its token count where known), and the bytes it came from (None: unknown)."""
         if self.extents is not None:
             window = self.extents[first_layer:first_layer + num_layers]
             nbytes = None if any(e is None for e in window) else min(window)  # type: ignore[type-var]
@@ -99,7 +90,6 @@ class Side:
         return limit, nbytes
 
     def describe(self, item_size: int, nbytes: int | None, first_layer: int, num_layers: int) -> str:
-        """Words for an index error: which buffers, and what bounds them."""
         if self.label is not None:
             return f"{self.name} ({self.label})"
         if nbytes is None:
@@ -110,8 +100,6 @@ class Side:
         if self.parts.name in ("pf", "ph"):  # the layouts whose layout_dim a call passes
             extra = f", layout_dim={self.layout_dim}" + (f", layer {first_layer}" if num_layers == 1 else "")
         return f"{self.name} ({self.parts.title}, {nbytes} bytes, item_size={item_size}{extra})"
-
-    # --- addresses on the host --------------------------------------------------------------------------
 
     def layer_parts(self, layers: np.ndarray, item_size: int, heads: int) -> np.ndarray:
         """The layer part of every (kind, layer) of ``layers``, shaped ``(kinds, len(layers))``."""
@@ -126,8 +114,8 @@ class Side:
                          for k in range(self.kinds)])
 
     def token_offsets(self, tokens: np.ndarray, item_size: int, heads: int) -> np.ndarray:
-        """Every token's token part (int64, like ``tokens``): the layout's function compiled for the host where
-        Numba can compile it (``direct_fill.token_parts``), else evaluated with NumPy."""
+        """Every token's token part (int64, like ``tokens``): compiled for the host where Numba can
+        (``direct_fill.token_parts``), else with NumPy."""
         function = self.parts.py[1]
         found = direct_fill.token_parts(function, tokens, self.layout_dim, item_size, heads, self.page_size)
         if found is None:
@@ -158,8 +146,8 @@ class Side:
 
 
 def elementwise(function: Any, tokens: np.ndarray, *args: int) -> np.ndarray:
-    """``function(token, *args)`` for every token: at once where its arithmetic takes arrays (every
-    built-in layout's does), else token by token (a layout of your own written for one integer)."""
+    """``function(token, *args)`` for every token: at once where its arithmetic takes arrays, else token by
+    token (a layout of your own written for one integer)."""
     try:
         out = np.asarray(function(tokens, *args), dtype=np.int64)
         if out.shape == tokens.shape:
@@ -169,12 +157,9 @@ def elementwise(function: Any, tokens: np.ndarray, *args: int) -> np.ndarray:
     return np.array([function(int(t), *args) for t in tokens], dtype=np.int64)
 
 
-# --- the checks: every buffer and table of a plan goes through these two ----------------------------------
-
 class Placement:
     """What resolving a plan's buffers found: where each lies, the byte ranges a call may write
-    (``destinations``), the tables the kernel reads (``guides``), and whether any is a raw table or
-    torch's."""
+    (``destinations``), the tables the kernel reads (``guides``), and whether any is a raw table or torch's."""
 
     def __init__(self) -> None:
         self.placed: list[tuple[str, int]] = []
@@ -185,7 +170,6 @@ class Placement:
         self.torch = False
 
     def device(self) -> int:
-        """The one device of every buffer (``DeviceMismatchError`` otherwise)."""
         return one_device(self.placed)
 
 
@@ -208,9 +192,8 @@ def resolve_array(place: Placement, label: str, obj: Any, destination: bool, ali
 
 def resolve_table(place: Placement, label: str, obj: Any, num_layers: int, destination: bool,
                   strict: bool) -> tuple[ArrayInfo, TableLayers]:
-    """A uint64 table of ``num_layers`` layer addresses: checked, its layers looked up
-    (``checks.tables``: ``strict`` reads its contents again), each writable if it is a destination;
-    recorded in ``place``."""
+    """A uint64 table of ``num_layers`` layer addresses: checked, its layers looked up (``checks.tables``:
+    ``strict`` reads its contents again), each writable if it is a destination; recorded in ``place``."""
     info = validate.layer_table(label, obj, num_layers)
     pinned.require(label, info)
     layers = table_layers(label, info, num_layers, strict)
@@ -235,5 +218,3 @@ def smaller(a: tuple[int | None, ...], b: tuple[int | None, ...] | None) -> tupl
         return a
     return tuple(None if x is None or y is None else min(x, y) for x, y in zip(a, b))
 
-
-__all__ = ["HOST", "KINDS", "Placement", "Side", "elementwise", "resolve_array", "resolve_table", "smaller"]

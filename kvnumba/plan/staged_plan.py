@@ -3,13 +3,15 @@
 ``KVNUMBA_LOAD_PATH`` (``config.load_path``) decides: ``auto`` (default) stages the per-layer loads it
 speeds up (pinned host -> GPU on sm_90+, at least ``AUTO_MIN_ITEMS`` items, page-head sources only if a
 page holds a bulk piece); ``staged`` stages wherever the layouts allow (any memory, the simulator too:
-tests and benchmarks); ``register`` never.
+tests and benchmarks); ``register`` never. The resident loader's staged build follows the same setting
+(``plan.resident_plan``).
 
 Either way a plan is staged only if tensor maps can describe its source (``plan.tensor_maps``), its
 buffers are 16-byte aligned and its destination is one layer's buffer; calls with one-warp blocks take
 the register kernel. What depends on sizes only is a memoised ``Recipe``; binding it to a plan's addresses
 encodes that plan's tensor maps.
 """
+import functools
 from typing import Any, NamedTuple
 
 from .. import config
@@ -23,51 +25,19 @@ from ..memo import BoundedMemo
 from .cache import remembered
 
 # In auto mode, calls with fewer items take the register kernel: a short load staged pays the ring's set-up
-# and one round trip (scripts/RESULTS.md). The crossover was not measured; 512 items is a conservative guess.
+# and one round trip. The crossover was not measured; 512 items is a conservative guess.
 AUTO_MIN_ITEMS = 512
 
 
 class Recipe(NamedTuple):
-    """A staged load for one geometry: the kernel and how to describe the source."""
+    """A staged load for one geometry: the kernel, and how to describe a source at its K and V addresses."""
 
     kernel: Any  # driver.launch.Kernel
-    layout: Any
-    nbytes: int
-    item_size: int
-    layout_dim: int
-    page_size: int
-    head_num: int
-    mla: bool
-    run_limits: tuple[int, int]
-    stage_bytes: int
+    maps: Any  # (k_ptr, v_ptr) -> tensor_maps.SourceMaps, or None where the addresses do not suit the bulk unit
     fewest: int  # calls with fewer items take the register kernel
-
-    def bind(self, device, template, src_ptrs):
-        """``(BoundKernel, SourceMaps)`` at these addresses, or None if they do not suit the bulk unit."""
-        maps = tensor_maps.source_maps(self.layout, src_ptrs[0], src_ptrs[1], self.nbytes, self.item_size,
-                                       self.layout_dim, self.page_size, self.head_num, self.mla, self.run_limits,
-                                       self.stage_bytes)
-        if maps is None:
-            return None
-        return BoundKernel(self.kernel, device, StagedArgs(*template, *maps.args)), maps
 
 
 _recipes = remembered(BoundedMemo(1024))  # geometry -> its Recipe, or None: its loads stay on registers
-
-
-def recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory):
-    """The staged recipe for ``plan``'s geometry, or None when its loads stay on registers."""
-    path = config.load_path()
-    ring = ring_in_force()
-    src_dim, src_page = src_geometry
-    key = (path, src_parts, dst_parts, mla, plan.window, src_bytes, plan.item_size, src_dim, src_page,
-           plan.head_num, memory, plan.device, ring)
-    try:
-        return _recipes[key]
-    except KeyError:
-        pass
-    return _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page,
-                                          memory))
 
 
 def ring_in_force():
@@ -75,41 +45,58 @@ def ring_in_force():
     return config.tuning("staged_shape") or staged.SHAPE
 
 
+def auto_declines(memory, device, ring):
+    """Whether ``auto`` keeps a load on registers whatever its layouts: unless its source is in pinned host memory
+    and its destination on the GPU (``memory``: ``(source on host, destination on host)``), on a GPU of compute
+    capability 9.0 or newer whose blocks hold ``ring`` (not sm_120's), off the simulator."""
+    src_host, dst_host = memory
+    return (SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(device) < (9, 0)
+            or tensor_maps.shared_limit(device) < ring.shared_bytes)
+
+
+def short_pages(path, src_parts, run_limits, page_size):
+    """``auto`` keeps page-head pages shorter than a bulk piece on registers (every item would go through them)."""
+    return (path == "auto" and src_parts is PAGE_HEAD
+            and page_size < tensor_maps.piece_limits(run_limits, True, page_size)[1])
+
+
+def unaligned_destination(template):
+    """Pieces leave shared memory in 16-byte stores: the destination's buffers must be 16-byte aligned."""
+    return any(p % 16 for p in (template.dst_k, template.dst_v) if p)
+
+
 def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page, memory):
     if (path == "register" or plan.window != 1 or src_bytes is None or src_parts not in staged.SOURCES
-            or dst_parts not in staged.DESTINATIONS):
+            or dst_parts not in staged.DESTINATIONS or (path == "auto" and auto_declines(memory, plan.device, ring))):
         return None
-    if path == "auto":
-        src_host, dst_host = memory
-        if SIMULATOR or not src_host or dst_host or tensor_maps.compute_capability(plan.device) < (9, 0):
-            return None
-        if tensor_maps.shared_limit(plan.device) < ring.shared_bytes:  # the ring does not fit a block (sm_120)
-            return None
     picture = tensor_maps.geometry(src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num)
     run_limits = staged.run_limits(plan.item_size, mla, ring)
-    if picture is None or run_limits is None:  # None: a stage cannot hold one token's K and V
-        return None
-    if path == "auto" and src_parts is PAGE_HEAD and src_page < tensor_maps.piece_limits(run_limits, True, src_page)[1]:
-        return None  # pages shorter than a bulk piece: every item would go through registers, more slowly
+    if picture is None or run_limits is None or short_pages(path, src_parts, run_limits, src_page):
+        return None  # run_limits None: a stage cannot hold one token's K and V
     kernel = launchable(staged.get_staged_kernel(src_parts, dst_parts, mla, ring), staged.SIGNATURE, ring.shared_bytes)
-    fewest = AUTO_MIN_ITEMS if path == "auto" else 1
-    return Recipe(kernel, src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num, mla,
-                  run_limits, ring.stage_bytes, fewest)
+    maps = functools.partial(tensor_maps.source_maps, src_parts, nbytes=src_bytes, item_size=plan.item_size,
+                             layout_dim=src_dim, page_size=src_page, heads=plan.head_num, mla=mla,
+                             run_limits=run_limits, stage_bytes=ring.stage_bytes)
+    return Recipe(kernel, maps, AUTO_MIN_ITEMS if path == "auto" else 1)
 
 
-def bind_staged(plan, src_parts, dst_parts, mla, src_ptrs, src_bytes, src_geometry, template, memory):
-    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or
-    None when its loads stay on registers.
-
-    ``src_ptrs``, ``src_bytes``, ``src_geometry``: the source's K and V addresses, bytes (None: not staged) and
-    ``(layout_dim, page_size)`` as its tensor maps picture it; ``memory``: ``(source in host memory, destination
-    in host memory)``; ``template``: the register kernel's parameter values (``kernels.params.KernelArgs``: the
-    staged kernel's start with them)."""
-    found = recipe(plan, src_parts, dst_parts, mla, src_bytes, src_geometry, memory)
-    if found is None or any(p % 16 for p in (template.dst_k, template.dst_v) if p):  # 16-byte stores from shared
+def bind_staged(plan, src_ptrs, src_bytes):
+    """``(BoundKernel, SourceMaps, fewest items)`` of the staged kernel for ``plan`` (keep the maps), or None when
+    its loads stay on registers. ``src_ptrs``, ``src_bytes`` (None: not staged): the source as its tensor maps
+    picture it. What depends on sizes only is memoised (``Recipe``)."""
+    src_parts, dst_parts, mla = plan.kernel_key
+    src_dim, src_page = plan.src.layout_dim, plan.src.page_size
+    path, ring = config.load_path(), ring_in_force()
+    key = (path, src_parts, dst_parts, mla, plan.window, src_bytes, plan.item_size, src_dim, src_page,
+           plan.head_num, plan.memory, plan.device, ring)
+    try:
+        found = _recipes[key]
+    except KeyError:
+        found = _recipes.remember(key, _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim,
+                                               src_page, plan.memory))
+    if found is None or unaligned_destination(plan.template):
         return None
-    bound = found.bind(plan.device, template, src_ptrs)
-    if bound is None:
+    maps = found.maps(*src_ptrs)
+    if maps is None:
         return None
-    return (*bound, found.fewest)
-
+    return BoundKernel(found.kernel, plan.device, StagedArgs(*plan.template, *maps.args)), maps, found.fewest

@@ -9,12 +9,10 @@ row of at most 2 KB (a box is at most 256 elements wide):
 - page-head: ``[head words, layers, tokens of a page, heads, pages]``; a box is every head of ``2**r``
   consecutive tokens of one page and layer.
 
-One map per box length the kernel uses (``min_log2 <= r <= max_log2``), for K then V. The maps live in
-pinned host memory (``MapStore``), which the bulk-copy unit reads as fast as device memory
-(scripts/RESULTS.md), so a new plan's maps cost no device allocation or copy: each is encoded by the
-driver (``cuTensorMapEncodeTiled``) into a block of the store. On the simulator they are kvnumba's own
-16-word form that ``kernels.tma.tensor_load`` reads. ``source_maps`` returns None for what cannot be
-described (the register kernel then loads).
+One map per box length the kernel uses, for K then V. The maps live in pinned host memory (``MapStore``),
+which the bulk-copy unit reads as fast as device memory, so a new plan's maps cost no device allocation or
+copy. On the simulator they are kvnumba's own 16-word form that ``kernels.tma.tensor_load`` reads.
+``source_maps`` returns None for what cannot be described (the register kernel then loads).
 """
 import ctypes
 import threading
@@ -35,12 +33,10 @@ MAP_BYTES = 128  # one CUtensorMap (the simulator's form is 16 int64 words: the 
 
 
 class SourceMaps:
-    """The maps of one source (K and V) and the staged kernel's last three parameters.
-
-    ``args``: ``(address, max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's
-    map of box length ``2**r`` and V's follow ``(max_run_log2 + 1) * MAP_BYTES`` later (the kernel's
-    indexing); only the maps of the box lengths in use are stored, so ``address`` may point before the
-    block. The block goes back to its store when this object is gone."""
+    """The maps of one source (K and V) and the staged kernel's last three parameters, ``args``: ``(address,
+    max_run_log2, min_run)``, where ``address + r * MAP_BYTES`` is K's map of box length ``2**r`` and V's follow
+    ``(max_run_log2 + 1) * MAP_BYTES`` later (``address`` may point before the block: only the lengths in use
+    are stored). The block goes back to its store when this object is gone."""
 
     def __init__(self, block, args, store):
         self.block = block
@@ -51,10 +47,9 @@ class SourceMaps:
 class MapStore:
     """Blocks of ``BLOCK_MAPS`` maps in pinned host memory (the GPU reads them in place).
 
-    A block freed by its maps is reused only after every device kvnumba launched on has been
-    synchronised (a kernel launched before its plan went away may still read it): when the free
-    blocks run out and at least ``RECYCLE_AT`` blocks are retired, one ``synchronize_all`` makes them
-    free again (once per that many plans); otherwise a new slab is allocated."""
+    A retired block is reused only after every device has been synchronised (a kernel launched before its
+    plan went away may still read it): when the free blocks run out and at least ``RECYCLE_AT`` are retired,
+    one ``synchronize_all`` frees them; otherwise a new slab is allocated."""
 
     BLOCK_MAPS = 16  # 2 * (max_run_log2 + 1) <= 12 for every ring kvnumba builds
     SLAB_BLOCKS = 256  # 512 KiB of pinned memory a slab
@@ -69,7 +64,6 @@ class MapStore:
         self._retired = []
 
     def take(self):
-        """The address of a free block (64-byte aligned, as tensor maps must be)."""
         with self._lock:
             if not self._free:
                 self._refill()
@@ -106,9 +100,8 @@ STORE = MapStore()  # where maps go (config's map_store: another, e.g. a small o
 
 def layer_part(layout, ptrs, nbytes, layer, layout_dim, tokens, item_size):
     """``(ptrs, nbytes)`` of the part of a source that a staged kernel's maps picture for a load of layer
-    ``layer``: of a layer-first buffer ([L, T, ...], ``layout_dim`` bytes a layer), that layer's ``tokens`` items
-    (the kernel's layer is no coordinate of a layer-first map); of any other layout, its buffers whole
-    (``ptrs``, ``nbytes``). An address of 0 (no V) stays 0."""
+    ``layer``: of a layer-first buffer, that layer's ``tokens`` items (a layer is no coordinate of its map);
+    of any other layout, its buffers whole. An address of 0 (no V) stays 0."""
     if layout is not LAYER_FIRST:
         return ptrs, nbytes
     return [p + layer * layout_dim if p else 0 for p in ptrs], tokens * item_size
@@ -151,19 +144,11 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     return sizes, strides, rows, False
 
 
-def _box(sizes, head_major, run):
-    """The box of a piece of ``run`` tokens in a map of ``sizes`` (``geometry``'s)."""
-    if head_major:
-        return (sizes[0], 1, sizes[2], run, 1)
-    return (sizes[0], sizes[1], 1, run, 1)
-
-
 def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, heads, mla, run_limits,
                 stage_bytes):
-    """``SourceMaps`` for a staged load from ``layout`` buffers at ``k_ptr``/``v_ptr`` (``nbytes`` each,
-    at least), with pieces of ``2**min_log2 .. 2**max_log2`` tokens (``run_limits``: ``(max_log2,
-    min_run)``) in stages of ``stage_bytes``, or None when the layout, sizes or addresses do not suit the
-    bulk-copy unit."""
+    """``SourceMaps`` for a staged load from ``layout`` buffers at ``k_ptr``/``v_ptr`` (``nbytes`` each, at
+    least), with pieces within ``run_limits`` (``(max_log2, min_run)``) in stages of ``stage_bytes``, or None
+    when the layout, sizes or addresses do not suit the bulk-copy unit."""
     picture = geometry(layout, nbytes, item_size, layout_dim, page_size, heads)
     buffers = (k_ptr,) if mla else (k_ptr, v_ptr)
     if picture is None or any(p % 16 for p in buffers) or item_size * len(buffers) > stage_bytes:
@@ -180,8 +165,8 @@ def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, 
     promotion = config.tuning("l2_promotion") or L2_PROMOTION
     for b, base in enumerate(buffers):
         for r in range(min_log2, max_run_log2 + 1):
-            write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides,
-                  _box(sizes, head_major, 1 << r), promotion)
+            box = (sizes[0], 1, sizes[2], 1 << r, 1) if head_major else (sizes[0], sizes[1], 1, 1 << r, 1)
+            write(address + (b * (max_run_log2 + 1) + r) * MAP_BYTES, base, sizes, strides, box, promotion)
     return SourceMaps(block, (address, max_run_log2, min_run), store)
 
 
@@ -223,11 +208,9 @@ def _write_encoded(at, base, sizes, strides, box, promotion):
 
 
 def compute_capability(device):
-    """``(major, minor)`` of GPU ``device``."""
     return attribute(device, "COMPUTE_CAPABILITY_MAJOR"), attribute(device, "COMPUTE_CAPABILITY_MINOR")
 
 
 def shared_limit(device):
-    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes: 227 KiB on an H100
-    or H200, 99 KiB on sm_120 GPUs. A kernel whose block asks for more cannot be launched there."""
+    """The most dynamic shared memory one block of GPU ``device`` may ask for, in bytes (99 KiB on sm_120)."""
     return attribute(device, "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN")

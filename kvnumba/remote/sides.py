@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from ..arrays import array_info
 from ..checks import validate
-from ..checks.extents import kind_offset as checked_kind_offset
+from ..checks.user_layouts import kind_offset as checked_kind_offset
 from ..driver.target import SIMULATOR
 from ..kernels import layouts
 from ..layouts.base import CacheView, Geometry, declared

@@ -1,6 +1,6 @@
 """Nothing a view class says moves a pointer out of its buffer: ``kind_offset`` (where V starts in an array K
 and V share) is checked against the buffer's extent once per plan, for kvnumba's classes and subclasses alike
-(``kvnumba.checks.extents``).
+(``kvnumba.checks.user_layouts``).
 
 - A subclass whose ``kind_offset`` lies (past the end, far past, negative, not a multiple of 8, a float) is
   refused when it is built, naming ``kind_offset``.
@@ -16,7 +16,7 @@ import pytest
 
 import kvnumba as kv
 from kvnumba import reference
-from kvnumba.checks import extents
+from kvnumba.checks import user_layouts as extents
 from tests.helpers.guarded import all_intact, guarded_view
 from tests.helpers.placement import synchronize
 from tests.helpers.view_cases import LAYOUTS
