@@ -54,6 +54,7 @@ class LayerSignal:
         else:
             from numba import cuda
 
+            _release_retired()  # making a signal is never captured (it allocates): a safe point to free old ones
             with on_device(device):
                 self._words = cuda.to_device(np.zeros(words, np.uint32))  # zero: nothing landed before a load
                 self.address = self._words.device_ctypes_pointer.value
@@ -126,9 +127,21 @@ class LayerSignal:
         return int(out[0])
 
     def __del__(self) -> None:
+        # Collected signals keep their event and words until the next signal is made: the cycle collector may
+        # run this in the middle of a CUDA graph capture, where cuEventDestroy and a cuMemFree of the words
+        # (Numba frees in batches) would invalidate the capture.
         event = getattr(self, "_event", None)
-        if event is not None and cu is not None:
-            cu.cuEventDestroy(event)
+        if event is not None and _retired is not None:
+            _retired.append((event, self._words))
+
+
+_retired: list[tuple[Any, Any]] = []  # (event, words) of collected signals, released by the next LayerSignal
+
+
+def _release_retired() -> None:
+    while _retired:
+        event, _words = _retired.pop()
+        cu.cuEventDestroy(event)
 
 
 _GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0
