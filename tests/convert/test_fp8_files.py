@@ -163,6 +163,6 @@ def test_dtype_is_for_files():
 
 def test_the_format_is_in_the_module_docstring():
     doc = importlib.import_module("kvnumba.convert.quantised").__doc__
-    for words in ("F8_E4M3", "F8_E5M2", "X_scales", "F32", '"kvnumba.fp8"', "kvnumba.quant_reference"):
+    for words in ("F8_E4M3", "F8_E5M2", "X_scales", "F32", '"kvnumba.fp8"', "kvnumba.quant.fp8"):
         assert words in doc
     assert quantised.SCALES_SUFFIX == "_scales" and quantised.FORMAT_KEY == "kvnumba.fp8"
