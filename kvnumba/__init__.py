@@ -73,6 +73,7 @@ __all__ = [
     "PageFirst",
     "PageFirstDirect",
     "PageHead",
+    "PageUnified",
     "SmLanes",
     "VllmFlashAttn",
     "VllmFlashInfer",
