@@ -113,7 +113,6 @@ else:
     mov.b64 $0, {{lo, hi}};""", 2)
 
 
-
 def make_narrow(exponent_bits, mantissa_bits, bias, max_magnitude, overflow_magnitude):
     """``narrow(u) -> code``: finite float32 bits ``u`` rounded to nearest even into the format (sign
     kept); magnitudes above ``max_magnitude`` become ``overflow_magnitude``."""

@@ -214,8 +214,8 @@ def wait_and_check(plan, handle, src_indices, dst_indices, window):
                                "call in flight?); the other items were copied")
 
 
-
 class Index(NamedTuple):
+    """One index array of a call, as ``checked`` reads it."""
 
     address: int
     length: int
@@ -261,7 +261,6 @@ def _slow_index(obj, name, device):
     if info.device != device:
         raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
     return Index(info.ptr, info.shape[0], None, False, info.is_torch)
-
 
 
 def _dead():
