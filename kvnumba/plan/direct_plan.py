@@ -19,8 +19,10 @@ from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
 from ..checks.devices import one_device, same_device_stream
 from ..driver import batch_copy, capture
+from ..driver import bindings
 from ..driver.devices import on_device
-from ..driver.streams import stream_handle
+from ..driver.launch import stream_object
+from ..driver.streams import stream_handle, torch_current_stream
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 from . import direct_fill
@@ -43,6 +45,7 @@ class DirectPlan:
                                   for i, info in enumerate(infos)])
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
+        self.staging = IndexStaging()
 
     def _init_runs(self, geometry):
         src = validate.buffer_list("src_layers", geometry["src_layers"], minimum=0)
@@ -67,16 +70,15 @@ class DirectPlan:
         return src, dst
 
     def _run_merged(self, s_idx, d_idx, handle):
-        """One copy per run and layer (runs outer, as in the seed)."""
+        """One copy per run and layer (runs outer, as in the seed); under the batch's lock."""
         batch = self.batch
-        with batch.lock:
-            out = batch.reserve(len(s_idx) * len(self.rows))
-            count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
-            if count == direct_fill.BAD:
-                bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
-                bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
-                raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
-            batch.submit(count, handle)
+        out = batch.reserve(len(s_idx) * len(self.rows))
+        count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
+        if count == direct_fill.BAD:
+            bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
+            bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
+            raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
+        batch.submit(count, handle)
 
     def _init_pages(self, geometry):
         self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
@@ -120,15 +122,13 @@ class DirectPlan:
         return sides
 
     def _run_pages(self, lf_idx, pf_idx, handle):
-        """One copy per (page, layer, K/V), pages outer (the seed's order), under the batch's lock: threads may
-        share a plan."""
+        """One copy per (page, layer, K/V), pages outer (the seed's order); under the batch's lock."""
         page_size, batch = self.page_size, self.batch
-        with batch.lock:
-            out = batch.reserve(len(lf_idx) // page_size * self.copies_per_page)
-            count = direct_fill.fill_pages(lf_idx, pf_idx, self.params, self.bases, out)
-            if count == direct_fill.BAD:
-                self._page_error(lf_idx, pf_idx)
-            batch.submit(count, handle)
+        out = batch.reserve(len(lf_idx) // page_size * self.copies_per_page)
+        count = direct_fill.fill_pages(lf_idx, pf_idx, self.params, self.bases, out)
+        if count == direct_fill.BAD:
+            self._page_error(lf_idx, pf_idx)
+        batch.submit(count, handle)
 
     def _page_error(self, lf_idx, pf_idx):
         page_size = self.page_size
@@ -160,15 +160,17 @@ class DirectPlan:
         if count == 0 or self.empty:
             return
         with on_device(device):
-            # indices on the GPU: one device-to-host copy each, as SGLang's entry points make
-            s_idx = src if type(src) is np.ndarray else _on_host(src)
-            d_idx = dst if type(dst) is np.ndarray else _on_host(dst)
-            if self.runs:
-                self._run_merged(s_idx, d_idx, handle)
-            elif self.lf_to_pf:
-                self._run_pages(s_idx, d_idx, handle)
-            else:
-                self._run_pages(d_idx, s_idx, handle)
+            with self.batch.lock:  # from the indices' host copies to the submission: threads may share a plan
+                if type(src) is np.ndarray and type(dst) is np.ndarray:
+                    s_idx, d_idx = src, dst
+                else:  # indices on the GPU: copied to the host, as SGLang's entry points copy them
+                    s_idx, d_idx = self.staging.fetch(src, dst, count, device)
+                if self.runs:
+                    self._run_merged(s_idx, d_idx, handle)
+                elif self.lf_to_pf:
+                    self._run_pages(s_idx, d_idx, handle)
+                else:
+                    self._run_pages(d_idx, s_idx, handle)
             if check or guard.ALWAYS_CHECK:
                 guard.synchronize(handle)
 
@@ -204,6 +206,33 @@ def _index(obj, name, device):
     if info.device == HOST and isinstance(obj, np.ndarray):
         return obj, info.shape[0], False
     return info, info.shape[0], info.is_torch
+
+
+class IndexStaging:
+    """Where a plan's index arrays in GPU memory come to the host: pinned memory the plan keeps (grown when a call
+    needs more), filled by one asynchronous copy per array on torch's current stream and one wait for both, where
+    ``.cpu()`` twice would wait twice. The caller holds the plan's lock while it reads them. Anything but torch
+    tensors (and the simulator) is copied by ``bounds.host_indices``."""
+
+    def __init__(self):
+        self.host = np.zeros(0, np.int64)
+
+    def fetch(self, src, dst, count, device):
+        """``(src values, dst values)`` as host int64 arrays; ``src``/``dst`` as ``_index`` gave them."""
+        if SIMULATOR or not (_TORCH and type(src) is _TORCH[0] and type(dst) is _TORCH[0]
+                             and src.is_contiguous() and dst.is_contiguous()):
+            return tuple(values if type(values) is np.ndarray else _on_host(values) for values in (src, dst))
+        if self.host.shape[0] < 2 * count:
+            from numba import cuda
+
+            self.host = cuda.pinned_array(max(2 * count, 1024), np.int64)
+        host, stream = self.host, stream_object(torch_current_stream(device))  # where .cpu() would copy
+        nbytes = 8 * count
+        for values, at in ((src, 0), (dst, nbytes)):
+            bindings.check(bindings.cu.cuMemcpyDtoHAsync(host.ctypes.data + at, values.data_ptr(), nbytes, stream),
+                           "cuMemcpyDtoHAsync")
+        bindings.check(bindings.cu.cuStreamSynchronize(stream), "cuStreamSynchronize")
+        return host[:count], host[count:2 * count]
 
 
 def _on_host(values):
