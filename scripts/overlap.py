@@ -18,7 +18,8 @@ GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute s
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
 ``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
 with one head group and with two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
-held for the whole load, each layer signalled as it lands), ``kv.copy all layers`` rows in one ``kv.copy`` over
+held for the whole load, each layer signalled as it lands; ``resident load auto`` rows with host indices, where
+``auto`` takes the copy engine for long runs: ``auto_took``), ``kv.copy all layers`` rows in one ``kv.copy`` over
 every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
 whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: the compute split into 32 layers, each
 waiting on the GPU for its layer of a resident load queued first (GB/s: the load's bytes over the time from its
@@ -165,6 +166,13 @@ def routes(b, sms, reference):
                                                                                  signal=signal)), model)
         add(f"{layout} kv.copy all layers bq=2", whole_load(
             lambda src=src, dst=dst: kv.copy(src, dst, si, di, route="kernel")), model)
+    # A resident load with host indices: auto takes the copy engine where a page of a layer is one run (layer-first,
+    # page-unified of one head group), a batch per layer, each layer's count written after its copies.
+    for layout in ("layer-first", "page-unified", "page-first"):
+        src, dst, model = one_launch[layout]
+        signal = kv.LayerSignal(L)
+        add(f"{layout} resident load auto (host indices)", whole_load(
+            lambda src=src, dst=dst, signal=signal: kv.load_resident(src, dst, si_cpu, di_cpu, signal=signal)), model)
     # The loader's footprint: 8-warp blocks, and one-warp blocks of the narrow build on every SM (as the register
     # kernel's "beside compute" rows), page-first.
     src, dst, _ = one_launch["page-first"]
@@ -423,8 +431,12 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                            bytes=b.bytes_per_load(model) * LAYERS)
                 if "kv.copy auto" in name:  # which route auto took for these loads
                     row["auto_took"] = kv.last_route()
-                if isinstance(getattr(load, "last", None), kv.ResidentLoad):  # which build of the loader ran
-                    row["resident_build"] = "staged" if load.last.staged else "register"
+                if isinstance(getattr(load, "last", None), kv.ResidentLoad):  # which route (and build) ran
+                    last = load.last
+                    row["resident_build"] = last.route if last.route != "kernel" else (
+                        "staged" if last.staged else "register")
+                    if "resident load auto" in name:
+                        row["auto_took"] = last.route
                 records.append(row)
                 yield row
             if not words or any(w in ("resident", "waits") for w in words):

@@ -3,8 +3,9 @@ the handle another stream waits on (``ResidentLoad.wait``). HiCache's ``load_to_
 (its ``layer_done_counter``), with the waiting done by the GPU.
 
 A load is ``kv.copy``'s: the same views, the same plan (``kvnumba.plan.build``, from ``kv.copy``'s plan cache),
-the same checks and errors, nothing written on an error. Only the launch differs: the resident loader
-(``kvnumba.kernels.resident``) instead of the register or staged kernel.
+the same checks and errors, nothing written on an error, and the same routes (``kvnumba.plan.routes``). Only the
+launch differs: the resident loader (``kvnumba.kernels.resident``) instead of the register or staged kernel, or by
+copy engine one batch per layer, each followed on the stream by the layer's count.
 """
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from ..layouts import CacheView
 from ..checks import guard, validate
 from ..driver import capture
 from ..driver.devices import on_device
+from ..plan import routes
 from ..plan.layer_signal import LayerSignal
 from ..plan.kernel_plan import KernelPlan
+from ..plan.per_call import by_copy_engine
 from ..plan.resident_plan import checked_call, launch_resident
 from ..types import ArrayLike, StreamLike
 from .fp8_views import Fp8View
@@ -28,10 +31,12 @@ class ResidentLoad:
     """One resident load in flight: which layers it moves, on which stream, and where they are signalled. It
     keeps the load's signal (and index arrays copied from the host) alive until ``synchronize``."""
 
-    def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False) -> None:
+    def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False,
+                 route: str = "kernel") -> None:
         self.layers = layers  # the view layers the load copies, in the order they land
         self.signal = signal
         self.stream = handle  # the raw handle of the stream the load runs on
+        self.route = route  # "kernel" (the resident loader) or "copy_engine" (a batch per layer)
         self.staged = staged  # the loader's staged build ran (bulk copies through shared memory), not its register one
         self._keep = keep
 
@@ -64,14 +69,14 @@ class ResidentLoad:
         return self.signal.landed()
 
     def __repr__(self) -> str:
-        build = "staged" if self.staged else "register"
-        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {build}>"
+        how = self.route if self.route != "kernel" else "staged" if self.staged else "register"
+        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {how}>"
 
 
 def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
                   layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
                   num_warps_per_block: SupportsIndex = 32, signal: LayerSignal | None = None,
-                  stream: StreamLike | None = None, check: bool = False) -> ResidentLoad:
+                  stream: StreamLike | None = None, check: bool = False, route: str = "auto") -> ResidentLoad:
     """Copy tokens between two cache views as ``kv.copy`` does, every layer in one launch of at most
     ``block_quota`` blocks that stay for the whole load, layer after layer; return a ``ResidentLoad`` whose
     ``wait(layer, stream)`` holds another stream until that layer has landed.
@@ -90,6 +95,12 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
         Keyword only: where the layers are signalled, ``kv.LayerSignal(max_layers, device)``, reused load after
         load (one load at a time: start the next once the last one's waits have passed). Default: a new one
         per load (it allocates: pass one made beforehand under CUDA graph capture).
+    route : str
+        Keyword only, as ``kv.copy``'s: ``"kernel"`` (the resident loader), ``"copy_engine"`` (one batch of
+        copies per layer, in layer order, each layer's count written on the stream after its copies: no SM taken)
+        or ``"auto"`` (default): the copy engine for indices in host memory whose runs are long (a layer-first
+        pool's pages, SGLang's page-unified pool of one head group), the resident loader otherwise.
+        ``ResidentLoad.route`` says which ran.
 
     Returns
     -------
@@ -121,10 +132,15 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     plan = plain("copy")._plan_for_geometry((src_view, dst_view, layers), strict, stream)
     if not isinstance(plan, KernelPlan):
         raise ValueError("load_resident does not move FP8 views (kv.Fp8View); use kv.copy for them")
+    route = routes.check_route(route)
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
-    keep, staged = launch_resident(plan, call, signal)
-    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, call.handle, keep, staged)
+    layers = range(plan.first_layer, plan.first_layer + plan.window)
+    if route != "kernel" and call.items and by_copy_engine(plan, route, call, src_indices, dst_indices, signal):
+        load = ResidentLoad(layers, signal, call.handle, route="copy_engine")
+    else:
+        keep, staged = launch_resident(plan, call, signal)
+        load = ResidentLoad(layers, signal, call.handle, keep, staged)
     if call.check:
         load.synchronize()
     return load

@@ -2,7 +2,8 @@
 
 A ``LayerSignal`` is ``1 + max_layers`` uint32 words of device memory on one GPU: word 0 counts the layers of the
 current load that have landed (the resident loader publishes ``l + 1`` when layer ``l`` of the load is
-complete, ``kvnumba.kernels.resident``), the others count the blocks done with each layer. Before each load,
+complete, ``kvnumba.kernels.resident``; a load by copy engine writes it on its stream after each layer's copies,
+``publish``), the others count the blocks done with each layer. Before each load,
 on the load's stream:
 
 - ``cuMemsetD32Async`` clears every word (the load starts from nothing; a stale count cannot release a waiter);
@@ -91,6 +92,16 @@ class LayerSignal:
             return
         with on_device(self.device):
             check(cu.cuMemsetD32Async(self._cu_address, layers, 1, stream_object(handle)), "cuMemsetD32Async")
+
+    def publish(self, handle: int, layers: int) -> None:
+        """On stream ``handle``, once its earlier work is done: the count becomes ``layers``
+        (``cuStreamWriteValue32``, which fences the stream's earlier writes first: a resident load by copy
+        engine publishes each layer so)."""
+        if SIMULATOR:
+            self._words[0] = layers
+            return
+        with on_device(self.device):
+            check(cu.cuStreamWriteValue32(stream_object(handle), self._cu_address, layers, 0), "cuStreamWriteValue32")
 
     def wait(self, handle: int, layers: int) -> None:
         """Stream ``handle`` waits (on the GPU) until ``layers`` layers have landed; nothing waits on the host. On

@@ -43,8 +43,7 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     src, dst, count, warps, window, handle, host_side, check, block_quota, values = call  # count: call.items
     if count == 0:
         return handle
-    if route != "kernel" and _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check,
-                                             values):
+    if route != "kernel" and by_copy_engine(plan, route, call, src_indices, dst_indices):
         return handle
     items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
     # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
@@ -116,36 +115,53 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
     return Checked(src, dst, count, warps, window, handle, host_side, check, block_quota, values)
 
 
-def _by_copy_engine(plan, route, src, dst, src_indices, dst_indices, window, handle, check, values):
-    """``kv.copy`` by copy engine (``plan.routes``): True if the call went that way, False for the kernel.
-    ``values``: the host values ``checked`` read and checked (None for either it did not)."""
-    engine = plan.engine
+def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
+    """A call of ``plan`` by copy engine (``plan.routes``; ``call``: what ``checked`` gave): True if it went that
+    way, False for the kernel. ``signal`` (a resident load's ``LayerSignal``): layer after layer, each layer's
+    copies followed on the stream by its count in ``signal``; else one batch for every layer (``kv.copy``)."""
+    engine, src, dst, window, handle = plan.engine, call.src, call.dst, call.window, call.handle
     if engine is None:
         if route == "copy_engine":
             raise ValueError(f"route='copy_engine' cannot copy these views: {plan.no_engine}; use route='kernel'")
         return False
-    if route == "auto" and (not (src.on_host and dst.on_host) or not routes.engine_available(handle)):
-        return False  # indices on the GPU (no synchronisation for a route), or no batch call on this stream
+    if route == "auto" and (not (src.on_host and dst.on_host) or not plan.host_index_checks
+                            or not routes.engine_available(handle) or capture.capturing(handle)):
+        return False  # indices on the GPU (or taken as such), no batch call on this stream, or a graph to record
     if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)
         capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
     with on_device(plan.device):
-        host = []
-        for index, known, obj, side in ((src, values[0], src_indices, "src"), (dst, values[1], dst_indices, "dst")):
-            if known is None:  # not checked by checked(): no kernel guard here
-                known = index.values() if index.on_host else bounds.host_indices(array_info(obj, side + "_indices"))
-                _check_values(plan, window, side, known)
-            host.append(np.ascontiguousarray(known, dtype=np.int64))
-        s_idx, d_idx = host
+        s_idx, d_idx = engine_indices(plan, window, (src, dst), (src_indices, dst_indices), call.values)
         batch = engine.batch
         with batch.lock:  # from the fill to the submission: threads may share a plan
-            found = engine.fill(s_idx, d_idx, window.first_layer, plan.window)
+            s_off, d_off = engine.offsets(s_idx, d_idx)
+            found = engine.fill_offsets(s_off, d_off, window.first_layer, plan.window if signal is None else 1)
             if route == "auto" and not routes.engine_pays(found):
                 return False
-            batch.submit(found.copies, handle)
-        routes.log.record("copy_engine")
-        if check:
+            if signal is None:
+                batch.submit(found.copies, handle)
+                routes.log.record("copy_engine")
+            else:
+                signal.reset(handle)
+                for layer in range(plan.window):
+                    if layer:
+                        found = engine.fill_offsets(s_off, d_off, window.first_layer + layer, 1)
+                    batch.submit(found.copies, handle)
+                    signal.publish(handle, layer + 1)
+        if call.check:
             guard.synchronize(handle)
     return True
+
+
+def engine_indices(plan, window, indices, objects, values):
+    """The call's indices (``Index``es ``indices`` of arrays ``objects``) as host int64 arrays for the copy engine,
+    each checked against ``window``'s limits unless ``checked`` read and checked it already (``values``)."""
+    host = []
+    for index, known, obj, side in zip(indices, values, objects, ("src", "dst")):
+        if known is None:  # not checked by checked(): no kernel guard here
+            known = index.values() if index.on_host else bounds.host_indices(array_info(obj, side + "_indices"))
+            _check_values(plan, window, side, known)
+        host.append(np.ascontiguousarray(known, dtype=np.int64))
+    return host
 
 
 def _clear_of_destinations(plan, src, dst):

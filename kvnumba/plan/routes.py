@@ -131,8 +131,15 @@ class EnginePlan:
     def fill(self, s_idx: np.ndarray, d_idx: np.ndarray, first_layer: int, window: int) -> EngineFill:
         """Write the call's copies into ``batch.out`` (the caller holds ``batch.lock`` until it submits them):
         one per run, K/V, layer of the window and head, runs inner."""
-        s_off = self.src.token_offsets(s_idx, self.item_size, self.heads)
-        d_off = self.dst.token_offsets(d_idx, self.item_size, self.heads)
+        return self.fill_offsets(*self.offsets(s_idx, d_idx), first_layer, window)
+
+    def offsets(self, s_idx: np.ndarray, d_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The indices' token offsets in the source and the destination (what ``fill_offsets`` takes)."""
+        return (self.src.token_offsets(s_idx, self.item_size, self.heads),
+                self.dst.token_offsets(d_idx, self.item_size, self.heads))
+
+    def fill_offsets(self, s_off: np.ndarray, d_off: np.ndarray, first_layer: int, window: int) -> EngineFill:
+        """``fill`` from ``offsets``: a resident load by copy engine fills layer after layer from one reading."""
         parts = self.parts(first_layer, window)
         out = self.batch.reserve(len(s_off) * parts.shape[1])
         count = direct_fill.fill_engine(s_off, d_off, self.chunk, parts, out)

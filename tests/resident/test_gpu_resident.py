@@ -247,3 +247,60 @@ def test_a_signal_collected_during_a_capture_leaves_it_valid():
     torch.cuda.synchronize()
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
+
+
+def _layer_first_setup(seed, item, count):
+    """A layer-first pool in pinned memory (``[L, T, H, item / H]``), per-layer GPU caches, NumPy twins and whole
+    pages of host indices: a page of a layer's K (or V) is one run of ``P * item`` bytes."""
+    rng = np.random.default_rng(seed)
+    k, v = (rng.integers(0, 256, (L, T, H, item // H), dtype=np.uint8) for _ in range(2))
+    src_np, src = kv.LayerFirst(k, v), kv.LayerFirst(*(torch.from_numpy(a).pin_memory() for a in (k, v)))
+    dk, dv = ([np.full((T, H, item // H), POISON, np.uint8) for _ in range(L)] for _ in range(2))
+    dst = kv.LayerFirst([torch.from_numpy(a).cuda() for a in dk], [torch.from_numpy(a).cuda() for a in dv])
+    return src_np, src, kv.LayerFirst(dk, dv), dst, _pages(rng, count), _pages(rng, count)
+
+
+@pytest.mark.parametrize("route,item", [("copy_engine", ITEM), ("auto", 4096)])
+def test_a_load_by_copy_engine_is_waited_for_layer_by_layer(route, item):
+    """One batch per layer on the load's stream, each followed by its count: a stream that waits for a layer sees
+    it, one that does not wait sees nothing, and neither call waits on the host. ``auto`` takes the copy engine
+    for runs of 64 KiB (16 tokens of 4 KiB) with host indices."""
+    src_np, src, dst_np, dst, si, di = _layer_first_setup(5, item, 256)
+    want = _want(src_np, dst_np, si, di)
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    early = torch.empty_like(dst.k[-1])
+    signal = kv.LayerSignal(L)
+    kv.load_resident(src, dst, si, di, signal=signal, route=route).synchronize()  # the plan built, then poisoned
+    for layer in dst.k + dst.v:
+        layer.fill_(POISON)
+    torch.cuda.synchronize()
+    gate = Gate(loads)
+    done = kv.load_resident(src, dst, si, di, signal=signal, stream=loads, route=route)
+    assert done.route == "copy_engine"
+    assert not loads.query(), "kv.load_resident returned only once its stream had finished"
+    read_early = torch.cuda.Event()
+    with torch.cuda.stream(model):
+        early.copy_(dst.k[-1])
+        read_early.record(model)
+        for layer in range(L):
+            done.wait(layer, model)
+            snapshots[layer].copy_(dst.k[layer])
+    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
+    gate.open(after=read_early)
+    torch.cuda.synchronize()
+    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
+    assert done.landed() == L
+    done.synchronize()
+
+
+def test_auto_takes_the_resident_loader_for_gpu_indices():
+    src_np, src, dst_np, dst, si, di = _layer_first_setup(6, 4096, 256)
+    want = _want(src_np, dst_np, si, di)
+    done = kv.load_resident(src, dst, torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda())
+    done.synchronize()
+    assert done.route == "kernel"
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
