@@ -16,11 +16,11 @@ L, T, P, H, D = 3, 16, 4, 2, 8  # items of 2 heads x 8 uint16 = 32 bytes: short 
 SOURCES = ["PageFirst", "PageHead", "LayerFirst", "PageUnified", "PageFirstDirect"]
 
 
-def load(src_name, dst_name, geometry=(L, T, P, H, D), *, route, layers=None, pages=None, seed=0):
+def load(src_name, dst_name, geometry=(L, T, P, H, D), *, route, layers=None, pages=None, seed=0, mla=False):
     """A resident load of host indices on placed views, checked against reference.copy; the ``ResidentLoad``."""
     rng = np.random.default_rng(seed)
-    src_np, src = make_view(src_name, *geometry, rng, poison=False, mla=False, place=("host", "numba"))
-    dst_np, dst = make_view(dst_name, *geometry, rng, poison=True, mla=False, place=("device", "numba"))
+    src_np, src = make_view(src_name, *geometry, rng, poison=False, mla=mla, place=("host", "numba"))
+    dst_np, dst = make_view(dst_name, *geometry, rng, poison=True, mla=mla, place=("device", "numba"))
     tokens, page = geometry[1], geometry[2]
     if pages is None:
         si, di = (rng.choice(tokens, 6, replace=False).astype(np.int64) for _ in range(2))
@@ -44,6 +44,11 @@ def test_every_source_layout_by_copy_engine(src_name):
     assert "copy_engine" in repr(done)
 
 
+@pytest.mark.parametrize("src_name", ["PageFirst", "LayerFirst", "PageUnified"])
+def test_mla_by_copy_engine(src_name):
+    assert load(src_name, "LayerFirst", route="copy_engine", mla=True).route == "copy_engine"
+
+
 def test_some_layers_by_copy_engine():
     done = load("LayerFirst", "LayerFirst", route="copy_engine", layers=range(1, 3))
     assert done.layers == range(1, 3)
@@ -53,7 +58,7 @@ def test_some_layers_by_copy_engine():
 LONG_RUNS = (2, 16, 4, 8, 1024)
 
 
-@pytest.mark.parametrize("src_name", ["LayerFirst", "PageFirstDirect"])
+@pytest.mark.parametrize("src_name", ["LayerFirst", "PageFirstDirect", "PageUnified"])
 def test_auto_takes_the_copy_engine_for_long_runs(src_name):
     assert load(src_name, "LayerFirst", LONG_RUNS, route="auto", pages=2).route == "copy_engine"
 
