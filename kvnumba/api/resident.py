@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from typing import Any, SupportsIndex
 
+from ..arrays import is_torch
+from ..checks.devices import same_device_stream
+from ..driver.streams import stream_handle
 from ..layouts import CacheView
 from ..checks import guard, validate
 from ..driver import capture
@@ -85,7 +88,9 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ----------
     src_view, dst_view, src_indices, dst_indices, layers, num_warps_per_block, stream, check
         As for ``kv.copy`` (the kernel route). Any pair of views: page-first, page-head, layer-first,
-        MLA, page-unified, vLLM's, a layout of your own. Not FP8 views.
+        MLA, page-unified, vLLM's, a layout of your own; and FP8 or NVFP4 views (``kv.Fp8View``,
+        ``kv.Nvfp4View``), dequantised (or quantised) by ``kv.copy``'s kernel launched layer by layer, each
+        launch followed by its layer's count: not one resident launch.
     block_quota : int
         Keyword only: the blocks (SMs) the load holds from start to end; 2 by default. Page-first and page-head
         sources in pinned memory take the loader's staged build on sm_90 and newer (runs of tokens by the
@@ -111,7 +116,7 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ------
     TypeError, ValueError
         As ``kv.copy``, naming the argument; nothing is written. A ``signal`` too small for the layers or on
-        another device; FP8 views.
+        another device; ``route="copy_engine"`` with an FP8 or NVFP4 view.
     CaptureError
         As ``kv.copy``, and for a load without ``signal`` while the stream is being captured.
 
@@ -129,10 +134,14 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     if not isinstance(check, bool):
         raise TypeError(f"check must be True or False, got {type(check).__name__}")
     strict = check or guard.ALWAYS_CHECK
-    plan = plain("copy")._plan_for_geometry((src_view, dst_view, layers), strict, stream)
-    if not isinstance(plan, KernelPlan):
-        raise ValueError("load_resident does not move FP8 views (kv.Fp8View); use kv.copy for them")
+    copies = plain("copy")
+    plan = copies._plan_for_geometry((src_view, dst_view, layers), strict, stream)
     route = routes.check_route(route)
+    if not isinstance(plan, KernelPlan):  # FP8 or NVFP4 on a side: its codec's kernel, launched layer by layer
+        layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream)
+                       for layer in range(plan.first_layer, plan.first_layer + plan.window)]
+        return _codec_load(plan, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block, signal,
+                           stream, check or guard.ALWAYS_CHECK, route)
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
     layers = range(plan.first_layer, plan.first_layer + plan.window)
@@ -146,7 +155,31 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     return load
 
 
-def _signal_for(plan: KernelPlan, signal: LayerSignal | None, handle: int) -> LayerSignal:
+def _codec_load(plan: Any, layer_plans: list, src_indices: ArrayLike, dst_indices: ArrayLike, block_quota: Any,
+                warps: Any, signal: LayerSignal | None, stream: StreamLike | None, check: bool,
+                route: str) -> ResidentLoad:
+    """A resident load with a quantised view on a side: the codec's kernel (``kv.copy``'s, one layer a launch, the
+    staged FP8 load where it applies) layer after layer on the stream, each launch followed by the layer's count.
+    Layer 0's call checks the indices before anything is written; with host indices each launch waits for its
+    index copies (GPU indices keep the host free)."""
+    if route == "copy_engine":
+        raise ValueError("route='copy_engine' cannot quantise or dequantise: load FP8 and NVFP4 views with "
+                         "route='kernel' (or 'auto')")
+    uses_torch = plan.uses_torch or is_torch(src_indices) or is_torch(dst_indices)
+    same_device_stream(stream, plan.device)
+    handle = stream_handle(stream, plan.device if uses_torch else None)
+    signal = _signal_for(plan, signal, handle)
+    signal.reset(handle)
+    for landed, layer_plan in enumerate(layer_plans, 1):
+        layer_plan.fast(src_indices, dst_indices, None, block_quota, warps, stream=handle, route="kernel")
+        signal.publish(handle, landed)
+    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, handle, route="kernel")
+    if check:
+        load.synchronize()
+    return load
+
+
+def _signal_for(plan: Any, signal: LayerSignal | None, handle: int) -> LayerSignal:
     """The load's signal: ``signal`` checked against the plan, or a new one (refused under capture)."""
     if signal is None:
         capture.refuse(handle, "load_resident without signal= (it allocates one)",

@@ -304,3 +304,39 @@ def test_auto_takes_the_resident_loader_for_gpu_indices():
     assert done.route == "kernel"
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
+
+
+def test_an_fp8_load_is_waited_for_layer_by_layer():
+    """An FP8 page-first pool in pinned memory, dequantised into bfloat16 GPU caches by kv.copy's FP8 kernel, one
+    launch per layer behind a gate: a stream that waits for a layer sees what kv.copy makes of it."""
+    rng = np.random.default_rng(7)
+    bits = [rng.integers(-2**15, 2**15, (T, L, H, ITEM // (2 * H)), dtype=np.int16) for _ in range(2)]
+    plain = kv.PageFirst(*(torch.from_numpy(b).view(torch.bfloat16).pin_memory() for b in bits))
+    fp8 = kv.fp8_like(plain)
+    idx = torch.arange(T, device="cuda")
+    kv.copy(plain, fp8, idx, idx)  # quantised once: the pool the loads read
+    caches = [[torch.full((T, H, ITEM // (2 * H)), 1.5, dtype=torch.bfloat16, device="cuda") for _ in range(L)]
+              for _ in range(4)]
+    want, dst = kv.LayerFirst(caches[0], caches[1]), kv.LayerFirst(caches[2], caches[3])
+    si, di = (torch.from_numpy(_pages(rng, 64)).cuda() for _ in range(2))
+    kv.copy(fp8, want, si, di)
+    signal = kv.LayerSignal(L)
+    kv.load_resident(fp8, dst, si, di, signal=signal).synchronize()  # plans built
+    for layer in dst.k:
+        layer.fill_(1.5)
+    torch.cuda.synchronize()
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    gate = Gate(loads)
+    done = kv.load_resident(fp8, dst, si, di, signal=signal, stream=loads)
+    with torch.cuda.stream(model):
+        for layer in range(L):
+            done.wait(layer, model)
+            snapshots[layer].copy_(dst.k[layer])
+    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
+    gate.open()
+    torch.cuda.synchronize()
+    for layer in range(L):
+        assert torch.equal(snapshots[layer].view(torch.int16), want.k[layer].view(torch.int16)), f"layer {layer}"
+    assert done.landed() == L
+    done.synchronize()

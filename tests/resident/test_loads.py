@@ -1,6 +1,7 @@
 """kv.load_resident on the simulator and a GPU: every source layout (and MLA) byte for byte against
 kvnumba.reference.copy, destinations poisoned; the layer count the load publishes; kv.copy's errors, with
-nothing written; the kernel's guard; what a capture refuses. The GPU's own waits: test_gpu_resident.py."""
+nothing written; the kernel's guard; what a capture refuses. The GPU's own waits: test_gpu_resident.py; FP8
+views: test_codec_loads.py."""
 import numpy as np
 import pytest
 
@@ -135,14 +136,6 @@ def test_bad_input_writes_nothing(change, error, message):
     synchronize()
     for got, want in zip(view_bytes(dst), before):
         np.testing.assert_array_equal(got, want)
-
-
-def test_fp8_views_are_refused():
-    _, _, src, _, dst = _views("PageFirst", "LayerFirst", places=("device", "device"))
-    codes = kv.fp8_like(dst, dtype="bfloat16")
-    idx = PLACE["device"](np.arange(2, dtype=np.int64))
-    with pytest.raises(ValueError, match="does not move FP8 views"):
-        kv.load_resident(src, codes, idx, idx)
 
 
 def test_a_bad_layer_range_is_kv_copys_error():
