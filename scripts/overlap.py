@@ -172,7 +172,8 @@ def routes(b, sms, reference):
         src, dst, model = one_launch[layout]
         signal = kv.LayerSignal(L)
         add(f"{layout} resident load auto (host indices)", whole_load(
-            lambda src=src, dst=dst, signal=signal: kv.load_resident(src, dst, si_cpu, di_cpu, signal=signal)), model)
+            lambda src=src, dst=dst, signal=signal: kv.load_resident(src, dst, si_cpu, di_cpu, signal=signal,
+                                                                           route="auto")), model)
     # The loader's footprint: 8-warp blocks, and one-warp blocks of the narrow build on every SM (as the register
     # kernel's "beside compute" rows), page-first.
     src, dst, _ = one_launch["page-first"]

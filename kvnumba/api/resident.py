@@ -79,7 +79,7 @@ class ResidentLoad:
 def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
                   layers: SupportsIndex | range | None = None, *, block_quota: SupportsIndex = 2,
                   num_warps_per_block: SupportsIndex = 32, signal: LayerSignal | None = None,
-                  stream: StreamLike | None = None, check: bool = False, route: str = "auto") -> ResidentLoad:
+                  stream: StreamLike | None = None, check: bool = False, route: str = "kernel") -> ResidentLoad:
     """Copy tokens between two cache views as ``kv.copy`` does, every layer in one launch of at most
     ``block_quota`` blocks that stay for the whole load, layer after layer; return a ``ResidentLoad`` whose
     ``wait(layer, stream)`` holds another stream until that layer has landed.
@@ -101,11 +101,12 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
         load (one load at a time: start the next once the last one's waits have passed). Default: a new one
         per load (it allocates: pass one made beforehand under CUDA graph capture).
     route : str
-        Keyword only, as ``kv.copy``'s: ``"kernel"`` (the resident loader), ``"copy_engine"`` (one batch of
-        copies per layer, in layer order, each layer's count written on the stream after its copies: no SM taken)
-        or ``"auto"`` (default): the copy engine for indices in host memory whose runs are long (a layer-first
-        pool's pages, SGLang's page-unified pool of one head group), the resident loader otherwise.
-        ``ResidentLoad.route`` says which ran.
+        Keyword only: ``"kernel"`` (default: the resident loader, whose call returns at once), ``"copy_engine"``
+        (one batch of copies per layer, in layer order, each layer's count written on the stream after its
+        copies: no SM taken, and long runs keep the link's speed beside GEMMs, but the host submits every copy,
+        and a large load holds the call for about the load's time) or ``"auto"``, as ``kv.copy``'s: the copy
+        engine for indices in host memory whose runs are long (a layer-first pool's pages, SGLang's page-unified
+        pool of one head group), the resident loader otherwise. ``ResidentLoad.route`` says which ran.
 
     Returns
     -------

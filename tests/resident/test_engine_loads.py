@@ -4,6 +4,7 @@ layout byte for byte against kvnumba.reference.copy with the destinations poison
 the layer count; errors with nothing written. On a GPU the waits are real (``test_gpu_resident.py``)."""
 import numpy as np
 import pytest
+from numba import cuda
 
 import kvnumba as kv
 from kvnumba import reference
@@ -27,7 +28,8 @@ def load(src_name, dst_name, geometry=(L, T, P, H, D), *, route, layers=None, pa
     else:  # whole pages: one run per page and layer where the layouts keep a page's tokens together
         si, di = ((rng.choice(tokens // page, pages, replace=False)[:, None] * page + np.arange(page)).reshape(-1)
                   for _ in range(2))
-    done = kv.load_resident(src, dst, PLACE["host"](si), PLACE["host"](di), layers, route=route)
+    # a stream of its own: the legacy default stream has no batch call, where auto takes the kernel
+    done = kv.load_resident(src, dst, PLACE["host"](si), PLACE["host"](di), layers, route=route, stream=cuda.stream())
     for layer in done.layers:
         done.wait(layer)
     done.synchronize()
