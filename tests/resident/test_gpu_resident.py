@@ -299,7 +299,8 @@ def test_a_load_by_copy_engine_is_waited_for_layer_by_layer(route, item):
 def test_auto_takes_the_resident_loader_for_gpu_indices():
     src_np, src, dst_np, dst, si, di = _layer_first_setup(6, 4096, 256)
     want = _want(src_np, dst_np, si, di)
-    done = kv.load_resident(src, dst, torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda())
+    done = kv.load_resident(src, dst, torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda(), route="auto",
+                            stream=torch.cuda.Stream())
     done.synchronize()
     assert done.route == "kernel"
     for layer in range(L):
