@@ -430,14 +430,7 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
                                          torch.cuda.ExternalStream(lanes.transfer.handle))
                 row.update(case=f"overlap {name} {tokens}tok", route=name, impl=impl, model=model, tokens=tokens,
                            bytes=b.bytes_per_load(model) * LAYERS)
-                if "kv.copy auto" in name:  # which route auto took for these loads
-                    row["auto_took"] = kv.last_route()
-                if isinstance(getattr(load, "last", None), kv.ResidentLoad):  # which route (and build) ran
-                    last = load.last
-                    row["resident_build"] = last.route if last.route != "kernel" else (
-                        "staged" if last.staged else "register")
-                    if "resident load auto" in name:
-                        row["auto_took"] = last.route
+                row.update(route_taken(name, load))
                 records.append(row)
                 yield row
             if not words or any(w in ("resident", "waits") for w in words):
@@ -471,4 +464,19 @@ def _run_quick():
         if torch is not None:
             torch.cuda.synchronize()
         yield {"case": f"overlap {name} {b.tokens}tok", "route": name, "impl": impl, "model": model, "tokens": b.tokens,
-               "bytes": b.bytes_per_load(model) * b.layers, "idle_seconds": time.perf_counter() - start}
+               "bytes": b.bytes_per_load(model) * b.layers, "idle_seconds": time.perf_counter() - start,
+               **route_taken(name, load)}
+
+
+def route_taken(name, load):
+    """What a row's last load says of its route: ``auto_took`` for ``kv.copy auto`` and ``resident load auto`` rows,
+    ``resident_build`` (``staged``, ``register`` or ``copy_engine``) for resident loads."""
+    facts = {}
+    if "kv.copy auto" in name:
+        facts["auto_took"] = kv.last_route()
+    last = getattr(load, "last", None)
+    if isinstance(last, kv.ResidentLoad):
+        facts["resident_build"] = last.route if last.route != "kernel" else "staged" if last.staged else "register"
+        if "resident load auto" in name:
+            facts["auto_took"] = last.route
+    return facts
