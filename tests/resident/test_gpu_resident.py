@@ -77,6 +77,26 @@ class Gate:
             self.word.fill_(1)
 
 
+def _reads_behind(gate, done, dst, model):
+    """On stream ``model``: a read of the last K layer without a wait, then each layer's read after its wait; the
+    gate opens once the first read is done. ``(snapshots, held)``: the reads after a wait, and whether ``model``
+    was still held when the host had enqueued them. The read without a wait must have seen the poison."""
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    early = torch.empty_like(dst.k[-1])
+    read_early = torch.cuda.Event()
+    with torch.cuda.stream(model):
+        early.copy_(dst.k[-1])  # no wait: before the load
+        read_early.record(model)
+        for layer in range(L):
+            done.wait(layer, model)
+            snapshots[layer].copy_(dst.k[layer])
+    held = not model.query()
+    gate.open(after=read_early)
+    torch.cuda.synchronize()
+    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
+    return snapshots, held
+
+
 def _warm(src, dst, si, di, signal):
     """One load of the same plan before the test's own, then the destination poisoned again: the test's own load
     finds its plan built and its loader compiled."""
@@ -92,22 +112,11 @@ def test_a_stream_that_waits_for_a_layer_sees_it(count):
     want = _want(src_np, dst_np, si, di)
     si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
-    snapshots = [torch.empty_like(k) for k in dst.k]
-    early = torch.empty_like(dst.k[-1])
     signal = kv.LayerSignal(L)
     _warm(src, dst, si_t, di_t, signal)
     gate = Gate(loads)  # the load waits for the gate; the gate opens once the read without a wait is done
     done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
-    read_early = torch.cuda.Event()
-    with torch.cuda.stream(model):
-        early.copy_(dst.k[-1])  # no wait: before the load
-        read_early.record(model)
-        for layer in range(L):
-            done.wait(layer, model)
-            snapshots[layer].copy_(dst.k[layer])
-    gate.open(after=read_early)
-    torch.cuda.synchronize()
-    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
+    snapshots, _ = _reads_behind(gate, done, dst, model)
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
     assert done.landed() == L
@@ -268,8 +277,6 @@ def test_a_load_by_copy_engine_is_waited_for_layer_by_layer(route, item):
     src_np, src, dst_np, dst, si, di = _layer_first_setup(5, item, 256)
     want = _want(src_np, dst_np, si, di)
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
-    snapshots = [torch.empty_like(k) for k in dst.k]
-    early = torch.empty_like(dst.k[-1])
     signal = kv.LayerSignal(L)
     kv.load_resident(src, dst, si, di, signal=signal, route=route).synchronize()  # the plan built, then poisoned
     for layer in dst.k + dst.v:
@@ -279,17 +286,8 @@ def test_a_load_by_copy_engine_is_waited_for_layer_by_layer(route, item):
     done = kv.load_resident(src, dst, si, di, signal=signal, stream=loads, route=route)
     assert done.route == "copy_engine"
     assert not loads.query(), "kv.load_resident returned only once its stream had finished"
-    read_early = torch.cuda.Event()
-    with torch.cuda.stream(model):
-        early.copy_(dst.k[-1])
-        read_early.record(model)
-        for layer in range(L):
-            done.wait(layer, model)
-            snapshots[layer].copy_(dst.k[layer])
-    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
-    gate.open(after=read_early)
-    torch.cuda.synchronize()
-    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
+    snapshots, held = _reads_behind(gate, done, dst, model)
+    assert held, "ResidentLoad.wait returned only once the layer had landed"
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
     assert done.landed() == L
