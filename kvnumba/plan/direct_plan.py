@@ -186,11 +186,12 @@ def _index(obj, name, device):
     ``validate.index_info``, which gives every error message."""
     kind = type(obj)
     if kind is np.ndarray:
-        if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
+        flags = obj.flags
+        if obj.dtype is _INT64 and obj.ndim == 1 and flags.aligned and flags.c_contiguous:
             return obj, obj.shape[0], False
     elif _TORCH and kind is _TORCH[0]:  # int64 tensors never require grad: numpy() takes them as they are
         shape = obj.shape
-        if obj.dtype is _TORCH[1] and len(shape) == 1 and not obj.data_ptr() & 7:
+        if obj.dtype is _TORCH[1] and len(shape) == 1 and not obj.data_ptr() & 7 and obj.is_contiguous():
             on = obj.get_device()
             if on < 0:
                 return obj.numpy(), shape[0], True
@@ -219,8 +220,7 @@ class IndexStaging:
 
     def fetch(self, src, dst, count, device):
         """``(src values, dst values)`` as host int64 arrays; ``src``/``dst`` as ``_index`` gave them."""
-        if SIMULATOR or not (_TORCH and type(src) is _TORCH[0] and type(dst) is _TORCH[0]
-                             and src.is_contiguous() and dst.is_contiguous()):
+        if SIMULATOR or not (_TORCH and type(src) is _TORCH[0] and type(dst) is _TORCH[0]):  # _index: contiguous
             return tuple(values if type(values) is np.ndarray else _on_host(values) for values in (src, dst))
         if self.host.shape[0] < 2 * count:
             from numba import cuda

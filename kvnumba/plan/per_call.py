@@ -249,8 +249,9 @@ _INT64 = np.dtype(np.int64)
 
 def _index(obj, name, device):
     kind = type(obj)
-    if kind is np.ndarray:  # host memory: int64, one axis, aligned (anything else: _slow_index's errors)
-        if obj.dtype is _INT64 and obj.ndim == 1 and obj.flags.aligned:
+    if kind is np.ndarray:  # host memory: int64, one axis, aligned, contiguous (else _slow_index's errors)
+        flags = obj.flags
+        if obj.dtype is _INT64 and obj.ndim == 1 and flags.aligned and flags.c_contiguous:
             return Index(obj.__array_interface__["data"][0], obj.shape[0], obj.view, True, False)
     elif kind in _torch_types:
         ptr = obj.data_ptr()

@@ -86,6 +86,9 @@ def _rows(op):
          r"src_indices must hold int64 token indices, got dtype >int64 \(non-native byte order"),
         ("indices_misaligned", lambda c: dict(dst_indices=_misaligned_indices(n)), ValueError,
          r"dst_indices must start at an 8-byte aligned address"),
+        # A strided view: checked by its values, it would be read by the kernel as the memory behind it.
+        ("indices_strided", lambda c: dict(src_indices=np.arange(2 * n, dtype=np.int64)[::2]), ValueError,
+         r"src_indices must be C-contiguous"),
         ("indices_float", lambda c: dict(dst_indices=np.arange(n, dtype=np.float64)), TypeError,
          r"dst_indices must hold int64 token indices, got dtype float64"),
     ]
@@ -385,6 +388,8 @@ DIRECT_ROWS = [
         ("indices_big_endian", dict(src_indices=np.arange(8, dtype=">i8")), TypeError, r"non-native byte order"),
         ("indices_misaligned", dict(src_indices=_misaligned_indices(8)), ValueError,
          r"src_indices must start at an 8-byte aligned address"),
+        ("indices_strided", dict(src_indices=np.arange(16, dtype=np.int64)[::2]), ValueError,
+         r"src_indices must be C-contiguous"),
     ]
 ] + [
     ("transfer_kv_direct", "lists_differ", lambda: dict(src_layers=[device(np.ones((16, 8), np.uint8))]), ValueError,
