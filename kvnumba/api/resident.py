@@ -35,10 +35,11 @@ class ResidentLoad:
     keeps the load's signal (and index arrays copied from the host) alive until ``synchronize``."""
 
     def __init__(self, layers: range, signal: LayerSignal, handle: int, keep: Any = (), staged: bool = False,
-                 route: str = "kernel") -> None:
+                 route: str = "kernel", stream: Any = None) -> None:
         self.layers = layers  # the view layers the load copies, in the order they land
         self.signal = signal
         self.stream = handle  # the raw handle of the stream the load runs on
+        self._stream = stream  # the stream object passed, kept alive: its handle may not be destroyed under us
         self.route = route  # "kernel" (the resident loader) or "copy_engine" (a batch per layer)
         self.staged = staged  # the loader's staged build ran (bulk copies through shared memory), not its register one
         self._keep = keep
@@ -147,10 +148,10 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     signal = _signal_for(plan, signal, call.handle)
     layers = range(plan.first_layer, plan.first_layer + plan.window)
     if route != "kernel" and call.items and by_copy_engine(plan, route, call, src_indices, dst_indices, signal):
-        load = ResidentLoad(layers, signal, call.handle, route="copy_engine")
+        load = ResidentLoad(layers, signal, call.handle, route="copy_engine", stream=stream)
     else:
         keep, staged = launch_resident(plan, call, signal)
-        load = ResidentLoad(layers, signal, call.handle, keep, staged)
+        load = ResidentLoad(layers, signal, call.handle, keep, staged, stream=stream)
     if call.check:
         load.synchronize()
     return load
@@ -174,7 +175,7 @@ def _codec_load(plan: Any, layer_plans: list, src_indices: ArrayLike, dst_indice
     for landed, layer_plan in enumerate(layer_plans, 1):
         layer_plan.fast(src_indices, dst_indices, None, block_quota, warps, stream=handle, route="kernel")
         signal.publish(handle, landed)
-    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, handle, route="kernel")
+    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, handle, stream=stream)
     if check:
         load.synchronize()
     return load

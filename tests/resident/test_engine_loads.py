@@ -2,6 +2,8 @@
 copies per layer, in layer order, each layer's count published on the stream after its copies. Every source
 layout byte for byte against kvnumba.reference.copy with the destinations poisoned; the route ``auto`` takes;
 the layer count; errors with nothing written. On a GPU the waits are real (``test_gpu_resident.py``)."""
+import gc
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -28,8 +30,10 @@ def load(src_name, dst_name, geometry=(L, T, P, H, D), *, route, layers=None, pa
     else:  # whole pages: one run per page and layer where the layouts keep a page's tokens together
         si, di = ((rng.choice(tokens // page, pages, replace=False)[:, None] * page + np.arange(page)).reshape(-1)
                   for _ in range(2))
-    # a stream of its own: the legacy default stream has no batch call, where auto takes the kernel
+    # a stream of its own (the legacy default stream has no batch call, where auto takes the kernel), made for the
+    # call alone: the load keeps it alive until it is waited for
     done = kv.load_resident(src, dst, PLACE["host"](si), PLACE["host"](di), layers, route=route, stream=cuda.stream())
+    gc.collect()
     for layer in done.layers:
         done.wait(layer)
     done.synchronize()
