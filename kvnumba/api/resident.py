@@ -20,6 +20,7 @@ from ..driver import capture
 from ..driver.devices import on_device
 from ..plan import routes
 from ..plan.layer_signal import LayerSignal
+from ..plan.fp8_plan import Fp8Plan
 from ..plan.kernel_plan import KernelPlan
 from ..plan.per_call import by_copy_engine
 from ..plan.resident_plan import checked_call, launch_resident
@@ -139,11 +140,13 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     copies = plain("copy")
     plan = copies._plan_for_geometry((src_view, dst_view, layers), strict, stream)
     route = routes.check_route(route)
-    if not isinstance(plan, KernelPlan):  # FP8 or NVFP4 on a side: its codec's kernel, launched layer by layer
+    if isinstance(plan, Fp8Plan):  # FP8 or NVFP4 on a side (Nvfp4Plan is one): its codec's kernel, layer by layer
         layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream)
                        for layer in range(plan.first_layer, plan.first_layer + plan.window)]
         return _codec_load(plan, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block, signal,
                            stream, check or guard.ALWAYS_CHECK, route)
+    if not isinstance(plan, KernelPlan):  # kv.copy's plans are kernel or codec plans
+        raise TypeError(f"kv.load_resident cannot load through a {type(plan).__name__}")
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
     layers = range(plan.first_layer, plan.first_layer + plan.window)
