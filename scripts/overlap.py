@@ -361,7 +361,7 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
     name = f"page-first resident loader bq={block_quota}, compute waits per layer"
     row = {"case": f"waits {name} {b.tokens}tok", "route": name, "impl": "kvnumba", "model": "mha",
            "tokens": b.tokens, "bytes": nbytes, "wait_host_us": statistics.median(host),
-           "resident_build": "staged" if done.staged else "register"}
+           "resident_build": done.moved_by}
     for kind, (fn, n) in compute.kinds.items():
         per_layer = max(1, n // LAYERS)
 
@@ -476,7 +476,7 @@ def route_taken(name, load):
         facts["auto_took"] = kv.last_route()
     last = getattr(load, "last", None)
     if isinstance(last, kv.ResidentLoad):
-        facts["resident_build"] = last.route if last.route != "kernel" else "staged" if last.staged else "register"
+        facts["resident_build"] = last.moved_by
         if "resident load auto" in name:
             facts["auto_took"] = last.route
     return facts

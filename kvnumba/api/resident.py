@@ -73,9 +73,14 @@ class ResidentLoad:
         """How many of the load's layers have landed, read now (on a GPU a synchronous one-word copy)."""
         return self.signal.landed()
 
+    @property
+    def moved_by(self) -> str:
+        """What moved the load: ``"staged"`` (the resident loader's staged build), ``"register"`` (its register
+        build, and a quantised view's kernel) or ``"copy_engine"``."""
+        return self.route if self.route != "kernel" else "staged" if self.staged else "register"
+
     def __repr__(self) -> str:
-        how = self.route if self.route != "kernel" else "staged" if self.staged else "register"
-        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {how}>"
+        return f"<ResidentLoad layers={self.layers} stream={self.stream:#x} {self.moved_by}>"
 
 
 def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLike, dst_indices: ArrayLike,
@@ -140,16 +145,15 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     copies = plain("copy")
     plan = copies._plan_for_geometry((src_view, dst_view, layers), strict, stream)
     route = routes.check_route(route)
-    if isinstance(plan, Fp8Plan):  # FP8 or NVFP4 on a side (Nvfp4Plan is one): its codec's kernel, layer by layer
-        layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream)
-                       for layer in range(plan.first_layer, plan.first_layer + plan.window)]
-        return _codec_load(plan, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block, signal,
-                           stream, check or guard.ALWAYS_CHECK, route)
-    if not isinstance(plan, KernelPlan):  # kv.copy's plans are kernel or codec plans
+    if not isinstance(plan, (KernelPlan, Fp8Plan)):  # kv.copy's plans are kernel or codec plans
         raise TypeError(f"kv.load_resident cannot load through a {type(plan).__name__}")
+    layers = range(plan.first_layer, plan.first_layer + plan.window)  # the view layers the load copies
+    if isinstance(plan, Fp8Plan):  # FP8 or NVFP4 on a side (Nvfp4Plan is one): its codec's kernel, layer by layer
+        layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream) for layer in layers]
+        return _codec_load(plan, layers, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block,
+                           signal, stream, check or guard.ALWAYS_CHECK, route)
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
-    layers = range(plan.first_layer, plan.first_layer + plan.window)
     if route != "kernel" and call.items and by_copy_engine(plan, route, call, src_indices, dst_indices, signal):
         load = ResidentLoad(layers, signal, call.handle, route="copy_engine", stream=stream)
     else:
@@ -160,8 +164,8 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     return load
 
 
-def _codec_load(plan: Any, layer_plans: list, src_indices: ArrayLike, dst_indices: ArrayLike, block_quota: Any,
-                warps: Any, signal: LayerSignal | None, stream: StreamLike | None, check: bool,
+def _codec_load(plan: Any, layers: range, layer_plans: list, src_indices: ArrayLike, dst_indices: ArrayLike,
+                block_quota: Any, warps: Any, signal: LayerSignal | None, stream: StreamLike | None, check: bool,
                 route: str) -> ResidentLoad:
     """A resident load with a quantised view on a side: the codec's kernel (``kv.copy``'s, one layer a launch, the
     staged FP8 load where it applies) layer after layer on the stream, each launch followed by the layer's count.
@@ -178,7 +182,7 @@ def _codec_load(plan: Any, layer_plans: list, src_indices: ArrayLike, dst_indice
     for landed, layer_plan in enumerate(layer_plans, 1):
         layer_plan.fast(src_indices, dst_indices, None, block_quota, warps, stream=handle, route="kernel")
         signal.publish(handle, landed)
-    load = ResidentLoad(range(plan.first_layer, plan.first_layer + plan.window), signal, handle, stream=stream)
+    load = ResidentLoad(layers, signal, handle, stream=stream)
     if check:
         load.synchronize()
     return load

@@ -40,7 +40,7 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     if route != "kernel":
         route = routes.check_route(route)
     call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
-    src, dst, count, warps, window, handle, host_side, check, block_quota, values = call  # count: call.items
+    src, dst, count, warps, window, handle, host_side, check, block_quota, _ = call  # count: call.items
     if count == 0:
         return handle
     if route != "kernel" and by_copy_engine(plan, route, call, src_indices, dst_indices):

@@ -46,7 +46,7 @@ def load(src_name, dst_name, geometry=(L, T, P, H, D), *, route, layers=None, pa
 @pytest.mark.parametrize("src_name", SOURCES)
 def test_every_source_layout_by_copy_engine(src_name):
     done = load(src_name, "LayerFirstList", route="copy_engine")
-    assert done.route == "copy_engine" and not done.staged
+    assert done.route == "copy_engine" and not done.staged and done.moved_by == "copy_engine"
     assert "copy_engine" in repr(done)
 
 
