@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any, SupportsIndex
 
 from ..arrays import is_torch
-from ..checks.devices import same_device_stream
-from ..driver.streams import stream_handle
+from ..checks.devices import call_stream
 from ..layouts import CacheView
 from ..checks import guard, validate
 from ..driver import capture
@@ -174,9 +173,7 @@ def _codec_load(plan: Any, layers: range, layer_plans: list, src_indices: ArrayL
     if route == "copy_engine":
         raise ValueError("route='copy_engine' cannot quantise or dequantise: load FP8 and NVFP4 views with "
                          "route='kernel' (or 'auto')")
-    uses_torch = plan.uses_torch or is_torch(src_indices) or is_torch(dst_indices)
-    same_device_stream(stream, plan.device)
-    handle = stream_handle(stream, plan.device if uses_torch else None)
+    handle = call_stream(stream, plan.device, plan.uses_torch or is_torch(src_indices) or is_torch(dst_indices))
     signal = _signal_for(plan, signal, handle)
     signal.reset(handle)
     for landed, layer_plan in enumerate(layer_plans, 1):

@@ -3,7 +3,7 @@ that says it belongs to another GPU, refused."""
 from ..driver.pointers import HOST
 from ..driver.devices import current_device
 from ..driver.lanes import LaneStream
-from ..driver.streams import PerStream
+from ..driver.streams import PerStream, stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 
@@ -46,6 +46,13 @@ def _stream_object_device(stream):
 
 
 _devices = PerStream(_stream_object_device)  # a torch or CuPy stream's device, read once per stream object
+
+
+def call_stream(stream, device, uses_torch):
+    """The handle a call on ``device`` runs on: ``stream``'s (refused if it says it is on another GPU), or for
+    ``None`` torch's current stream where the call has torch tensors (``uses_torch``), else the default stream."""
+    same_device_stream(stream, device)
+    return stream_handle(stream, device if uses_torch else None)
 
 
 def same_device_stream(stream, device):

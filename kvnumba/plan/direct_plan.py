@@ -17,12 +17,12 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
-from ..checks.devices import one_device, same_device_stream
+from ..checks.devices import call_stream, one_device
 from ..driver import batch_copy, capture
 from ..driver import bindings
 from ..driver.devices import on_device
 from ..driver.launch import stream_object
-from ..driver.streams import stream_handle, torch_current_stream
+from ..driver.streams import torch_current_stream
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 from . import direct_fill
@@ -153,9 +153,7 @@ class DirectPlan:
         page_size = self.page_size
         if count % page_size:
             validate.page_size(page_size, count)
-        uses_torch = self.uses_torch or src_torch or dst_torch
-        same_device_stream(stream, device)
-        handle = stream_handle(stream, device if uses_torch else None)
+        handle = call_stream(stream, device, self.uses_torch or src_torch or dst_torch)
         refuse_in_capture(self.spec.name, handle)
         if count == 0 or self.empty:
             return

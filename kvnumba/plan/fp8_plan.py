@@ -20,12 +20,11 @@ import numpy as np
 from .. import config
 from ..arrays import HOST
 from ..checks import bounds, guard, validate
-from ..checks.devices import same_device_stream
+from ..checks.devices import call_stream
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver import capture
 from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, launch_shape, launchable
-from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import dequantise_pipelined, quantise_wide
@@ -235,9 +234,7 @@ class Fp8Plan:
             if on_host and count and self.host_index_checks:
                 bounds.check_indices(name, values, tokens, label)
             host.append((info.ptr, values if on_host and not SIMULATOR else None))
-        same_device_stream(stream, self.device)
-        handle = stream_handle(stream, self.device if self.uses_torch or src_info.is_torch or dst_info.is_torch
-                               else None)
+        handle = call_stream(stream, self.device, self.uses_torch or src_info.is_torch or dst_info.is_torch)
         if count == 0:
             return handle
         if check:

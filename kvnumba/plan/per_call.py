@@ -19,14 +19,13 @@ import numpy as np
 
 from ..arrays import HOST, array_info
 from ..checks import bounds, guard, validate
-from ..checks.devices import same_device_stream
+from ..checks.devices import call_stream
 from ..checks.overlap import overlaps_any
 from ..driver import capture
 from ..driver.bindings import cu
 from ..driver.devices import on_device
 from ..driver.lanes import LaneStream
 from ..driver.launch import MAX_QUOTA, MAX_WARPS, STREAM_OBJECTS, WARP_SIZE, launch_shape, stream_object
-from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT, pack_call
@@ -102,9 +101,7 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
     values = (None, None)  # the host values checked here, read once: the copy engine takes them too
     if host_side and count and plan.host_index_checks:
         values = _check_host_indices(plan, src, dst, window)
-    uses_torch = plan.uses_torch or src.torch or dst.torch
-    same_device_stream(stream, plan.device)
-    handle = stream_handle(stream, plan.device if uses_torch else None)
+    handle = call_stream(stream, plan.device, plan.uses_torch or src.torch or dst.torch)
     if count:
         if host_side and not SIMULATOR:
             capture.refuse(handle, "a call with indices in host memory",
