@@ -305,18 +305,28 @@ def test_auto_takes_the_resident_loader_for_gpu_indices():
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer])
 
 
-def test_an_fp8_load_is_waited_for_layer_by_layer():
-    """An FP8 page-first pool in pinned memory, dequantised into bfloat16 GPU caches by kv.copy's FP8 kernel, one
-    launch per layer behind a gate: a stream that waits for a layer sees what kv.copy makes of it."""
-    rng = np.random.default_rng(7)
+def _fp8_setup(rng):
+    """An FP8 page-first pool in pinned memory (quantised once from random bfloat16 bits) and bfloat16 GPU caches
+    of 1.5: ``(fp8, dst, caches_like)``; ``caches_like()`` makes another such view (for what kv.copy gives)."""
     bits = [rng.integers(-2**15, 2**15, (T, L, H, ITEM // (2 * H)), dtype=np.int16) for _ in range(2)]
     plain = kv.PageFirst(*(torch.from_numpy(b).view(torch.bfloat16).pin_memory() for b in bits))
     fp8 = kv.fp8_like(plain)
     idx = torch.arange(T, device="cuda")
-    kv.copy(plain, fp8, idx, idx)  # quantised once: the pool the loads read
-    caches = [[torch.full((T, H, ITEM // (2 * H)), 1.5, dtype=torch.bfloat16, device="cuda") for _ in range(L)]
-              for _ in range(4)]
-    want, dst = kv.LayerFirst(caches[0], caches[1]), kv.LayerFirst(caches[2], caches[3])
+    kv.copy(plain, fp8, idx, idx)
+
+    def caches_like():
+        return kv.LayerFirst(*([torch.full((T, H, ITEM // (2 * H)), 1.5, dtype=torch.bfloat16, device="cuda")
+                                for _ in range(L)] for _ in range(2)))
+
+    return fp8, caches_like(), caches_like
+
+
+def test_an_fp8_load_is_waited_for_layer_by_layer():
+    """An FP8 page-first pool in pinned memory, dequantised into bfloat16 GPU caches by kv.copy's FP8 kernel, one
+    launch per layer behind a gate: a stream that waits for a layer sees what kv.copy makes of it."""
+    rng = np.random.default_rng(7)
+    fp8, dst, caches_like = _fp8_setup(rng)
+    want = caches_like()
     si, di = (torch.from_numpy(_pages(rng, 64)).cuda() for _ in range(2))
     kv.copy(fp8, want, si, di)
     signal = kv.LayerSignal(L)
@@ -339,3 +349,33 @@ def test_an_fp8_load_is_waited_for_layer_by_layer():
         assert torch.equal(snapshots[layer].view(torch.int16), want.k[layer].view(torch.int16)), f"layer {layer}"
     assert done.landed() == L
     done.synchronize()
+
+
+def test_an_fp8_load_and_its_waits_are_captured():
+    """The FP8 resident load (a launch and a count written on the stream per layer) and the main stream's waits
+    and reads of every layer, captured in one graph and replayed twice with new indices written in place."""
+    rng = np.random.default_rng(8)
+    fp8, dst, caches_like = _fp8_setup(rng)
+    si, di = (torch.from_numpy(_pages(rng, 64)).cuda() for _ in range(2))
+    signal = kv.LayerSignal(L)
+    kv.load_resident(fp8, dst, si, di, signal=signal).synchronize()  # plans built before the capture
+    snapshots = [torch.empty_like(k) for k in dst.k]
+    graph = torch.cuda.CUDAGraph()
+    with captured(graph) as (main, side):
+        done = kv.load_resident(fp8, dst, si, di, signal=signal, stream=side)
+        for layer in range(L):
+            done.wait(layer, main)
+            snapshots[layer].copy_(dst.k[layer])
+    for replay in range(2):
+        si.copy_(torch.from_numpy(_pages(rng, 64)))
+        di.copy_(torch.from_numpy(_pages(rng, 64)))
+        want = caches_like()
+        kv.copy(fp8, want, si, di)
+        for layer in dst.k + dst.v:
+            layer.fill_(1.5)
+        graph.replay()
+        torch.cuda.synchronize()
+        assert signal.landed() == L
+        for layer in range(L):
+            assert torch.equal(dst.v[layer].view(torch.int16), want.v[layer].view(torch.int16)), f"replay {replay}"
+            assert torch.equal(snapshots[layer].view(torch.int16), want.k[layer].view(torch.int16)), f"replay {replay}"
