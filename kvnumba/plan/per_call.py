@@ -131,7 +131,7 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
         batch = engine.batch
         with batch.lock:  # from the fill to the submission: threads may share a plan
             s_off, d_off = engine.offsets(s_idx, d_idx)
-            found = engine.fill_offsets(s_off, d_off, window.first_layer, plan.window if signal is None else 1)
+            found = engine.fill(s_off, d_off, window.first_layer, plan.window if signal is None else 1)
             if route == "auto" and not routes.engine_pays(found):
                 return False
             if signal is None:
@@ -141,7 +141,7 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
                 signal.reset(handle)
                 for layer in range(plan.window):
                     if layer:
-                        found = engine.fill_offsets(s_off, d_off, window.first_layer + layer, 1)
+                        found = engine.fill(s_off, d_off, window.first_layer + layer, 1)
                     batch.submit(found.copies, handle)
                     signal.publish(handle, layer + 1)
         if call.check:

@@ -128,18 +128,15 @@ class EnginePlan:
             self._parts[(first_layer, window)] = found
         return found
 
-    def fill(self, s_idx: np.ndarray, d_idx: np.ndarray, first_layer: int, window: int) -> EngineFill:
-        """Write the call's copies into ``batch.out`` (the caller holds ``batch.lock`` until it submits them):
-        one per run, K/V, layer of the window and head, runs inner."""
-        return self.fill_offsets(*self.offsets(s_idx, d_idx), first_layer, window)
-
     def offsets(self, s_idx: np.ndarray, d_idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The indices' token offsets in the source and the destination (what ``fill_offsets`` takes)."""
+        """The indices' token offsets in the source and the destination (what ``fill`` takes)."""
         return (self.src.token_offsets(s_idx, self.item_size, self.heads),
                 self.dst.token_offsets(d_idx, self.item_size, self.heads))
 
-    def fill_offsets(self, s_off: np.ndarray, d_off: np.ndarray, first_layer: int, window: int) -> EngineFill:
-        """``fill`` from ``offsets``: a resident load by copy engine fills layer after layer from one reading."""
+    def fill(self, s_off: np.ndarray, d_off: np.ndarray, first_layer: int, window: int) -> EngineFill:
+        """Write the copies of a call whose token offsets are ``s_off``, ``d_off`` (``offsets``) into ``batch.out``
+        (the caller holds ``batch.lock`` until it submits them): one per run, K/V, layer of the window and head,
+        runs inner. A resident load by copy engine fills layer after layer from one reading of the offsets."""
         parts = self.parts(first_layer, window)
         out = self.batch.reserve(len(s_off) * parts.shape[1])
         count = direct_fill.fill_engine(s_off, d_off, self.chunk, parts, out)

@@ -228,7 +228,7 @@ def test_a_per_layer_load_of_one_group_is_one_run_a_page_and_takes_the_copy_engi
     si = np.arange(page, 3 * page, dtype=np.int64)  # pages 1 and 2
     di = np.concatenate([np.arange(2 * page, 3 * page), np.arange(page)]).astype(np.int64)  # to slots 2 and 0
     engine = copy_sides({"src_view": pool, "dst_view": dst, "layers": 1}, False).engine
-    filled = engine.fill(si, di, 1, 1)
+    filled = engine.fill(*engine.offsets(si, di), 1, 1)
     assert (filled.runs, filled.copies) == (2, 4)  # one run a page, in K and in V
     assert set(engine.batch.out[2, :filled.copies].tolist()) == {page * heads * dim * 2}  # each a page of items
     stream = None

@@ -96,7 +96,7 @@ def test_runs_are_found_where_both_sides_follow_on():
     si = np.array([0, 1, 2, 3, 10, 11, 20, 21, 22], np.int64)
     di = np.array([6, 7, 8, 9, 30, 31, 40, 41, 50], np.int64)  # a page ends after 7; 22 -> 50 breaks the last run
     engine = plan.engine
-    found = engine.fill(si, di, 0, 1)
+    found = engine.fill(*engine.offsets(si, di), 0, 1)
     assert (found.copies, found.runs, found.nbytes) == (5, 5, 9 * 8)
     dsts, srcs, sizes = engine.batch.out[:, :found.copies]
     assert sizes.tolist() == [16, 16, 16, 16, 8]
@@ -124,7 +124,7 @@ def test_engine_copies_are_ordered_kind_layer_head_run(name):
             runs[-1][1] += 1
         else:
             runs.append([i, 1])
-    found = engine.fill(si, di, 0, 2)
+    found = engine.fill(*engine.offsets(si, di), 0, 2)
     parts = engine.parts(0, 2)
     assert parts.shape[1] == 2 * 2 * engine.heads
     assert (found.runs, found.copies, found.nbytes) == (len(runs), len(runs) * parts.shape[1],
