@@ -5,6 +5,7 @@ everything is enqueued: no test here leans on the host being quick); CUDA graph 
 wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
 staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
 import contextlib
+import time
 
 import numpy as np
 import pytest
@@ -56,45 +57,64 @@ def _staged_expected(count):
 
 
 class Gate:
-    """A stream held until the host opens the gate: ``cuStreamWaitValue32`` on a device word that a third stream
-    sets to 1 once it has waited for ``after`` (an event the test records once the reads it wants first are
-    enqueued)."""
+    """A stream held until the host opens the gate: the wait kernel (``kvnumba.kernels.layer_wait``) runs on it
+    and polls a word of mapped pinned host memory that ``open`` sets to 1 from the host. A kernel, not a stream
+    memory operation: CUDA's scheduler sees the hold, and opening needs no GPU work (a ``cuStreamWaitValue32``
+    gate opened by a write on another stream can be queued behind its own wait in a shared hardware queue, and
+    never open)."""
 
     def __init__(self, stream):
-        from kvnumba.driver.bindings import check, cu
+        from numba import cuda
 
-        self.word = torch.zeros(1, dtype=torch.int32, device="cuda")
-        torch.cuda.synchronize()  # zero before the held stream reads it
-        flag = cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_EQ
-        check(cu.cuStreamWaitValue32(cu.CUstream(stream.cuda_stream), cu.CUdeviceptr(self.word.data_ptr()), 1, flag),
-              "cuStreamWaitValue32")
+        from kvnumba.driver.launch import BoundKernel, launchable
+        from kvnumba.kernels.layer_wait import WAIT_SIGNATURE, get_wait_kernel
 
-    def open(self, after=None):
-        opener = torch.cuda.Stream()
-        if after is not None:
-            opener.wait_event(after)
-        with torch.cuda.stream(opener):
-            self.word.fill_(1)
+        self.word = cuda.mapped_array(1, np.uint32)
+        self.word[0] = 0
+        waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), 0,
+                             (self.word.device_ctypes_pointer.value, 1))
+        waiter.launch(1, 32, stream.cuda_stream, waiter.blocks.address)
+
+    def open(self):
+        self.word[0] = 1
 
 
-def _reads_behind(gate, done, dst, model):
-    """On stream ``model``: a read of the last K layer without a wait, then each layer's read after its wait; the
-    gate opens once the first read is done. ``(snapshots, held)``: the reads after a wait, and whether ``model``
-    was still held when the host had enqueued them. The read without a wait must have seen the poison."""
-    snapshots = [torch.empty_like(k) for k in dst.k]
+def _landed_while_shut(event, seconds=20.0):
+    """Whether ``event`` completes while a gate is shut, asked without GPU work (``query``)."""
+    deadline = time.monotonic() + seconds
+    while not event.query():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.001)
+    return True
+
+
+def _gated_reads(load, dst, loads, model):
+    """Hold ``loads`` shut; on ``model``, read the last K layer without a wait; enqueue ``load()`` (on ``loads``)
+    and, on ``model``, each layer's read after its wait; once the read without a wait has finished, open the
+    gate. Returns ``(done, snapshots, held)``: the load, the reads after a wait, and whether ``model`` was still
+    held when the host had enqueued them and the load had not run. Everything is enqueued in that order, and
+    nothing waits on the GPU while the gate is shut, so no stream can queue behind the held one."""
+    gate = Gate(loads)
     early = torch.empty_like(dst.k[-1])
+    snapshots = [torch.empty_like(k) for k in dst.k]
     read_early = torch.cuda.Event()
     with torch.cuda.stream(model):
         early.copy_(dst.k[-1])  # no wait: before the load
         read_early.record(model)
+    done = load()
+    assert not loads.query(), "kv.load_resident returned only once its stream had finished"
+    with torch.cuda.stream(model):
         for layer in range(L):
             done.wait(layer, model)
             snapshots[layer].copy_(dst.k[layer])
     held = not model.query()
-    gate.open(after=read_early)
+    early_done = _landed_while_shut(read_early)
+    gate.open()
     torch.cuda.synchronize()
-    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the test proves nothing"
-    return snapshots, held
+    assert early_done, "the read without a wait did not run while the load was held"
+    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the gate failed"
+    return done, snapshots, held
 
 
 def _warm(src, dst, si, di, signal):
@@ -114,9 +134,9 @@ def test_a_stream_that_waits_for_a_layer_sees_it(count):
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
     signal = kv.LayerSignal(L)
     _warm(src, dst, si_t, di_t, signal)
-    gate = Gate(loads)  # the load waits for the gate; the gate opens once the read without a wait is done
-    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
-    snapshots, _ = _reads_behind(gate, done, dst, model)
+    done, snapshots, held = _gated_reads(lambda: kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads),
+                                         dst, loads, model)
+    assert held, "ResidentLoad.wait returned only once the layer had landed"
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
     assert done.landed() == L
@@ -282,11 +302,9 @@ def test_a_load_by_copy_engine_is_waited_for_layer_by_layer(route, item):
     for layer in dst.k + dst.v:
         layer.fill_(POISON)
     torch.cuda.synchronize()
-    gate = Gate(loads)
-    done = kv.load_resident(src, dst, si, di, signal=signal, stream=loads, route=route)
+    done, snapshots, held = _gated_reads(
+        lambda: kv.load_resident(src, dst, si, di, signal=signal, stream=loads, route=route), dst, loads, model)
     assert done.route == "copy_engine"
-    assert not loads.query(), "kv.load_resident returned only once its stream had finished"
-    snapshots, held = _reads_behind(gate, done, dst, model)
     assert held, "ResidentLoad.wait returned only once the layer had landed"
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(snapshots[layer]), want[layer], err_msg=f"layer {layer}")
@@ -335,16 +353,11 @@ def test_an_fp8_load_is_waited_for_layer_by_layer():
         layer.fill_(1.5)
     torch.cuda.synchronize()
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
-    snapshots = [torch.empty_like(k) for k in dst.k]
-    gate = Gate(loads)
-    done = kv.load_resident(fp8, dst, si, di, signal=signal, stream=loads)
-    with torch.cuda.stream(model):
-        for layer in range(L):
-            done.wait(layer, model)
-            snapshots[layer].copy_(dst.k[layer])
-    assert not model.query(), "ResidentLoad.wait returned only once the layer had landed"
-    gate.open()
+    dst.k[-1].fill_(POISON)  # what the read without a wait must find
     torch.cuda.synchronize()
+    done, snapshots, held = _gated_reads(lambda: kv.load_resident(fp8, dst, si, di, signal=signal, stream=loads),
+                                         dst, loads, model)
+    assert held, "ResidentLoad.wait returned only once the layer had landed"
     for layer in range(L):
         assert torch.equal(snapshots[layer].view(torch.int16), want.k[layer].view(torch.int16)), f"layer {layer}"
     assert done.landed() == L
