@@ -11,7 +11,10 @@ on the load's stream:
 
 A waiter, on any stream of the device, enqueues ``cuStreamWaitEvent(started)`` (so it cannot read the count
 before the reset) and then ``cuStreamWaitValue32(layers_done, l + 1, CU_STREAM_WAIT_VALUE_GEQ)``: the GPU holds
-the stream's later work until the count reaches ``l + 1``, with no host involvement.
+the stream's later work until the count reaches ``l + 1``, with no host involvement. The event is also the order
+CUDA's scheduler can see (a stream memory operation's is not): the waits come after a load that is already
+enqueued, so no wait can be queued ahead of the work it waits for, even where two streams share a hardware
+queue. Work queued behind a wait on such a shared queue may be held until the layer lands.
 
 On a stream being captured into a CUDA graph the second step is a kernel instead (``kernels.layer_wait``: one
 warp polls the word), so that the graph holds the wait as a kernel node; capture the load and its waits in one
