@@ -95,6 +95,8 @@ def _gated_reads(load, dst, loads, model):
     gate. Returns ``(done, snapshots, held)``: the load, the reads after a wait, and whether ``model`` was still
     held when the host had enqueued them and the load had not run. Everything is enqueued in that order, and
     nothing waits on the GPU while the gate is shut, so no stream can queue behind the held one."""
+    before = dst.k[-1].clone()  # what the read without a wait must find
+    torch.cuda.synchronize()
     gate = Gate(loads)
     early = torch.empty_like(dst.k[-1])
     snapshots = [torch.empty_like(k) for k in dst.k]
@@ -113,7 +115,8 @@ def _gated_reads(load, dst, loads, model):
     gate.open()
     torch.cuda.synchronize()
     assert early_done, "the read without a wait did not run while the load was held"
-    assert (_bytes(early) == POISON).all(), "the load ran before the read that did not wait: the gate failed"
+    assert torch.equal(early.view(torch.uint8), before.view(torch.uint8)), \
+        "the load ran before the read that did not wait: the gate failed"
     return done, snapshots, held
 
 
@@ -353,8 +356,6 @@ def test_an_fp8_load_is_waited_for_layer_by_layer():
         layer.fill_(1.5)
     torch.cuda.synchronize()
     loads, model = torch.cuda.Stream(), torch.cuda.Stream()
-    dst.k[-1].fill_(POISON)  # what the read without a wait must find
-    torch.cuda.synchronize()
     done, snapshots, held = _gated_reads(lambda: kv.load_resident(fp8, dst, si, di, signal=signal, stream=loads),
                                          dst, loads, model)
     assert held, "ResidentLoad.wait returned only once the layer had landed"
