@@ -71,9 +71,9 @@ class Gate:
 
         self.word = cuda.mapped_array(1, np.uint32)
         self.word[0] = 0
-        waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), 0,
-                             (self.word.device_ctypes_pointer.value, 1))
-        waiter.launch(1, 32, stream.cuda_stream, waiter.blocks.address)
+        self._waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), 0,
+                                   (self.word.device_ctypes_pointer.value, 1))
+        self._waiter.launch(1, 32, stream.cuda_stream, self._waiter.blocks.address)
 
     def open(self):
         self.word[0] = 1
