@@ -79,7 +79,7 @@ class Gate:
         self.word[0] = 1
 
 
-def _landed_while_shut(event, seconds=20.0):
+def _finished_while_shut(event, seconds=20.0):
     """Whether ``event`` completes while a gate is shut, asked without GPU work (``query``)."""
     deadline = time.monotonic() + seconds
     while not event.query():
@@ -111,7 +111,7 @@ def _gated_reads(load, dst, loads, model):
             done.wait(layer, model)
             snapshots[layer].copy_(dst.k[layer])
     held = not model.query()
-    early_done = _landed_while_shut(read_early)
+    early_done = _finished_while_shut(read_early)
     gate.open()
     torch.cuda.synchronize()
     assert early_done, "the read without a wait did not run while the load was held"
