@@ -25,6 +25,8 @@ whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: th
 waiting on the GPU for its layer of a resident load queued first (GB/s: the load's bytes over the time from its
 issue to its last layer landing, seen on a third stream; ``x``: the compute's time so over its time alone; the
 JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has no streams to wait on: no such rows.
+``held`` rows move nothing: 1 to 8 SMs held whole by blocks that only wait, beside the compute, give what taking SMs
+costs the compute (``held_sms``), the bound on a loader that takes its SMs whole.
 
 The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
 ``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
@@ -403,6 +405,46 @@ def waits(torch, compute, b, block_quota=2, rounds=3):
     return row
 
 
+def held_sms(torch, compute, counts=(1, 2, 4, 8), rounds=3):
+    """What SMs taken whole cost the compute, with no load at all: ``n`` blocks of a kernel that only waits (the
+    layer wait's kernel, polling a word of mapped host memory), each asking for the most shared memory a block may
+    have, so that each holds an SM alone and no compute block shares it. They are launched first, the compute is
+    queued once they hold their SMs, and the word opens them once the compute has finished. ``*_x``: the compute's
+    time beside them over its time alone (median of ``rounds``, alternating). A loader that takes ``n`` SMs whole
+    costs the compute at least this; one that shares its SMs gets only what the compute leaves it."""
+    from numba import cuda
+
+    from kvnumba.driver.launch import BoundKernel, Kernel
+    from kvnumba.kernels.jit import kernel
+    from kvnumba.kernels.layer_wait import WAIT_SIGNATURE, _wait_layers
+    from kvnumba.plan.tensor_maps import shared_limit
+
+    device = torch.cuda.current_device()
+    holder = Kernel(kernel(_wait_layers), WAIT_SIGNATURE, shared_limit(device))
+    word = cuda.mapped_array(1, np.uint32)
+    bound = BoundKernel(holder, device, (word.device_ctypes_pointer.value, 1))
+    hold_stream, work_stream, alone_stream = torch.cuda.Stream(), torch.cuda.Stream(), torch.cuda.Stream()
+    for n in counts:
+        name = f"compute beside {n} held SM{'s' if n > 1 else ''} (no load)"
+        row = {"case": f"held {name}", "route": name, "impl": "kvnumba", "model": "mha", "held_sms": n}
+        for kind, (fn, reps) in compute.kinds.items():
+            ratios = []
+            for _ in range(rounds):
+                s, e = _compute(torch, fn, reps, alone_stream)
+                torch.cuda.synchronize()
+                alone = s.elapsed_time(e)
+                word[0] = 0
+                bound.launch(n, 32, hold_stream.cuda_stream, bound.blocks.address)
+                time.sleep(0.01)  # the holders take their SMs before any compute is queued
+                cs, ce = _compute(torch, fn, reps, work_stream)
+                ce.synchronize()
+                word[0] = 1
+                torch.cuda.synchronize()
+                ratios.append(cs.elapsed_time(ce) / alone)
+            row[f"{kind}_x"] = statistics.median(ratios)
+        yield row
+
+
 def run(reference, tokens_list=(8192, 512), quick=False, words=()):
     """Every overlap row, one record at a time (see the module docstring); ``words``: only the routes whose
     name holds one of them, and no crossover rows."""
@@ -436,6 +478,11 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
             if not words or any(w in ("resident", "waits") for w in words):
                 for bq in (1, 2):
                     row = waits(torch, compute, b, block_quota=bq)
+                    records.append(row)
+                    yield row
+            if tokens == tokens_list[0] and (not words or "held" in words):
+                for row in held_sms(torch, compute):
+                    row.update(tokens=tokens, bytes=0)
                     records.append(row)
                     yield row
             if tokens == tokens_list[0] and not words:
