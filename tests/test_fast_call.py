@@ -31,7 +31,7 @@ def _fast_answer(plan, src, dst, layer_id, quota, warps, **kwargs):
     """The fast call's launch ``(function, grid, threads, parameters)``, or "run" where it hands the call over."""
     launched, handed = [], []
     plan.kernel_for(len(src.values), warps)  # binds the narrow build, as a first call by run does
-    block = plan.kernel_for(len(src.values), warps).blocks
+    block = plan.kernel_for(len(src.values), warps)[0].blocks
 
     def launch(function, gx, gy, gz, bx, by, bz, shared, stream, address, extra):
         launched.append((function, gx, bx, tuple(block.values)))
@@ -49,7 +49,7 @@ def _fast_answer(plan, src, dst, layer_id, quota, warps, **kwargs):
 def _run_answer(plan, src, dst, layer_id, quota, warps, monkeypatch):
     """``run``'s launch for the same call, with the same index arrays (NumPy, at the same addresses)."""
     launched = []
-    kernel = plan.kernel_for(len(src), warps)
+    kernel, _ = plan.kernel_for(len(src), warps)
 
     def launch(self, grid, threads, stream, address, *rest):
         launched.append((self.launch_values[1], grid, threads, tuple(self.blocks.values)))

@@ -74,7 +74,6 @@ class Nvfp4Args(NamedTuple):
 
 
 SIGNATURE = signature(Nvfp4Args)
-PER_CALL = Nvfp4Args._fields.index("first_layer")
 
 E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
 E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even

@@ -45,7 +45,11 @@ StagedArgs = namedtuple("StagedArgs", KernelArgs._fields + STAGED_EXTRA)  # type
 
 
 def signature(args):
-    """The Numba signature of a kernel taking ``args`` (a parameter-block type): int64 scalars only."""
+    """The Numba signature of a kernel taking ``args`` (a parameter-block type): int64 scalars only. Its first
+    ``PER_LAYER_ARGS`` fields must be ``KernelArgs``' (``TypeError`` else): every call writes them with ``pack_call``."""
+    if args._fields[:PER_LAYER_ARGS] != KernelArgs._fields[:PER_LAYER_ARGS]:
+        raise TypeError(f"{args.__name__} must begin with {', '.join(KernelArgs._fields[:PER_LAYER_ARGS])}, the "
+                        "parameters every call writes (kvnumba.kernels.params.pack_call)")
     return "void(" + ", ".join(["int64"] * len(args._fields)) + ")"
 
 

@@ -68,7 +68,6 @@ class ScaledArgs(NamedTuple):
 
 
 SIGNATURE = signature(ScaledArgs)
-PER_CALL = ScaledArgs._fields.index("first_layer")  # a call writes src_indices .. items_per_warp
 HELD = 4  # words a lane keeps in registers between the amax and the codes
 
 

@@ -6,36 +6,30 @@ for one-layer loads from pinned host memory on sm_90+ (``plan.fp8_staged_plan``)
 ``plan.build`` builds one per (source view, destination view, layers) and the plan cache keeps it
 (``plan.cache``): the views checked against each other, every buffer described, aligned (plain 8 bytes, codes
 and scales 4), reachable by the GPU, on one device, the destinations writable and clear of the layer tables the
-kernel reads. A call (``Fp8Plan.fast``) checks its indices (host indices before anything is written, device
-indices by the kernel's guard and error flag), writes them into its parameter block and launches. The views are
+kernel reads. A call is every kernel plan's (``plan.per_call.run``): its indices checked (host indices before
+anything is written, device indices by the kernel's guard and error flag), written into the parameter block with
+the plan's one layer window (``CodecWindow``), then one launch. The views are
 read through their protocol (``is_fp8``), so this module does not import them.
 """
 from __future__ import annotations
 
-import struct
 from typing import Any
 
 import numpy as np
 
 from .. import config
-from ..arrays import HOST
-from ..checks import bounds, guard, validate
-from ..checks.devices import call_stream
+from ..checks import guard
 from ..checks.overlap import Clearance, check_disjoint
-from ..driver import capture
-from ..driver.devices import on_device
-from ..driver.launch import BoundKernel, launch_shape, launchable
+from ..driver.launch import BoundKernel, launchable
 from ..driver.target import SIMULATOR
-from ..errors import DeviceMismatchError, IndexOutOfRangeError
 from ..kernels import dequantise_pipelined, quantise_wide
 from ..kernels import scaled_copy as kernels
 from ..checks.user_layouts import check_user_layout
-from . import fp8_staged_plan, routes
+from . import fp8_staged_plan, per_call, routes
 from .copy_plan import copy_window, is_view, view_side
 from .sides import Placement, Side
+from .spec import SPECS
 from .tensor_maps import compute_capability, shared_limit
-
-_pack_call = struct.Struct(f"{kernels.PER_CALL}q").pack_into
 
 
 def is_fp8(view: Any) -> bool:
@@ -144,6 +138,9 @@ def copy_mode(src: Any, dst: Any, quantised: Any = None, what: str = "FP8", view
 class Fp8Plan:
     """The validated, launch-ready part of one FP8 copy (see the module docstring)."""
 
+    spec = SPECS["copy"]  # what plan.per_call reads of a plan's entry point: kv.copy's
+    engine = None  # no copy-engine form: the codec works in the kernel
+
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
         self.mode = mode = copy_mode(src, dst)
         fp8 = dst if mode == "quantise" else src
@@ -195,6 +192,8 @@ class Fp8Plan:
         self.clearance = Clearance(self.destinations)  # every call's index arrays against them
         self.tokens = (src.geometry.tokens, dst.geometry.tokens)
         self.labels = (f"src_view ({src!r})", f"dst_view ({dst!r})")
+        self.windows = {0: CodecWindow(self.first_layer, self.tokens, self.labels)}
+        self.flag = guard.flag_view()
 
     def _bound(self, dispatcher: Any, signature: Any, shared: int) -> None:
         """The plan's kernel bound to its template, and whether its calls check host indices."""
@@ -204,68 +203,36 @@ class Fp8Plan:
 
     tables: tuple = ()  # no layer tables of the caller's to read again with checks on (KernelPlan.tables)
 
+    def kernel_for(self, count: int, warps: int) -> tuple[Any, int]:
+        """``(kernel, warps)``: the staged load for its calls (whose blocks may have fewer warps than asked for:
+        ``dequantise_staged.WARPS``), else the plan's kernel in blocks of ``warps``."""
+        if self.staged is not None:
+            return self.staged.kernel_for(count, warps, self.kernel)
+        return self.kernel, warps
+
+    run = per_call.run  # a call as every kernel plan's: checked (plan.per_call.checked), then one launch
+
     def fast(self, src_indices: Any, dst_indices: Any, layer_id: Any, block_quota: Any = 2,
              num_warps_per_block: Any = 32, *, stream: Any = None, check: bool = False, route: Any = "auto") -> int:
         """A call as a plan's per-call path takes it (``KernelPlan.fast``'s arguments: ``layer_id`` is None
-        for ``kv.copy``): the route checked, a pending kernel error raised, then ``run``."""
+        for ``kv.copy``): a copy-engine route refused, then ``run``."""
         if routes.check_route(route) == "copy_engine":
             raise ValueError("route='copy_engine' cannot quantise or dequantise (nor copy FP8 views, whose scales are "
                              "4-byte items); use route='kernel'")
-        if guard.flag_set():
-            guard.raise_pending()
-        return self.run(src_indices, dst_indices, block_quota, num_warps_per_block, stream,
-                        check or guard.ALWAYS_CHECK)
+        return per_call.run(self, src_indices, dst_indices, None, block_quota, num_warps_per_block, stream, check)
 
-    def run(self, src_indices: Any, dst_indices: Any, block_quota: Any = 2, num_warps_per_block: Any = 32,
-            stream: Any = None, check: bool = False) -> int:
-        """One call: indices checked, then one launch (``check``: wait, and raise if the kernel skipped
-        items). Nothing is written when a check fails."""
-        block_quota, warps = validate.launch_config(block_quota, num_warps_per_block)
-        src_info, dst_info = validate.indices(src_indices, dst_indices)
-        count = src_info.shape[0]
-        host = []
-        for info, name, tokens, label in zip((src_info, dst_info), ("src_indices", "dst_indices"), self.tokens,
-                                             self.labels):
-            on_host = SIMULATOR or info.device == HOST
-            if not on_host and info.device != self.device:
-                raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{self.device}")
-            self.clearance.check(name, info.ptr, info.ptr + 8 * count)
-            values = bounds.host_indices(info) if on_host else None
-            if on_host and count and self.host_index_checks:
-                bounds.check_indices(name, values, tokens, label)
-            host.append((info.ptr, values if on_host and not SIMULATOR else None))
-        handle = call_stream(stream, self.device, self.uses_torch or src_info.is_torch or dst_info.is_torch)
-        if count == 0:
-            return handle
-        if check:
-            capture.refuse(handle, "check=True (it waits for the stream)", "call kv.check_errors() after the replay")
-        routes.log.record("kernel")
-        kernel = self.kernel
-        if self.staged is not None:  # its blocks may have fewer warps than asked for (dequantise_staged.WARPS)
-            kernel, warps = self.staged.kernel_for(count, warps, kernel)
-        items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
-        if any(values is not None for _, values in host):  # host indices on a GPU: copied for the kernel
-            capture.refuse(handle, "a call with indices in host memory",
-                           "pass GPU index arrays (a replay reads their contents then)")
-            from numba import cuda
 
-            with on_device(self.device):
-                cuda_stream = cuda.external_stream(handle) if handle else cuda.default_stream()
-                staged = [None if values is None else cuda.to_device(np.ascontiguousarray(values), stream=cuda_stream)
-                          for _, values in host]
-                pointers = [ptr if copy is None else copy.device_ctypes_pointer.value
-                            for (ptr, _), copy in zip(host, staged)]
-                _pack_call(kernel.blocks.view, 0, pointers[0], pointers[1], count, items_per_warp)
-                kernel.launch(grid, threads, handle, kernel.blocks.address)
-                cuda_stream.synchronize()
-        else:
-            _pack_call(kernel.blocks.view, 0, host[0][0], host[1][0], count, items_per_warp)
-            kernel.launch(grid, threads, handle, kernel.blocks.address)
-        if check:
-            with on_device(self.device):
-                guard.synchronize(handle)
-            if guard.flag_set():
-                guard.clear()
-                raise IndexOutOfRangeError("the kernel skipped items with out-of-range token indices (of "
-                                           f"{self.labels[0]} or {self.labels[1]}); the other items were copied")
-        return handle
+class CodecWindow:
+    """A codec plan's one layer window, read as ``plan.per_call`` reads a kernel plan's: the token limits that
+    the host checks and the kernel's guard apply, the kernel parameters they set, and how errors name a side."""
+
+    __slots__ = ("first_layer", "src_limit", "dst_limit", "params", "labels")
+
+    def __init__(self, first_layer: int, tokens: tuple[int, int], labels: tuple[str, str]) -> None:
+        self.first_layer = first_layer
+        self.src_limit, self.dst_limit = tokens
+        self.params = (first_layer, *tokens)  # first_layer, src_token_limit, dst_token_limit: as the template's
+        self.labels = labels
+
+    def what(self, plan: Any, side: str) -> str:
+        return self.labels[side == "dst"]

@@ -125,16 +125,17 @@ class KernelPlan:
                                       src.layout_dim, src.tokens, self.item_size)
 
     def kernel_for(self, count, warps):
-        """The bound kernel a call of ``count`` items in blocks of ``warps`` warps launches: the staged kernel
-        for two warps or more and at least ``staged_from`` items, else the register kernel; for one-warp blocks
-        its narrow build (such a block runs beside a GEMM's), bound on first use. The fast call inlines this."""
+        """``(kernel, warps)``: the bound kernel a call of ``count`` items in blocks of ``warps`` warps launches
+        (the staged kernel for two warps or more and at least ``staged_from`` items, else the register kernel;
+        for one-warp blocks its narrow build, which runs beside a GEMM's blocks, bound on first use), and the
+        warps of its blocks (as asked: a codec plan's staged load may take fewer). The fast call inlines this."""
         if warps > 1:
-            return self.kernel if count >= self.staged_from else self.register_kernel
+            return (self.kernel if count >= self.staged_from else self.register_kernel), warps
         narrow = self.narrow_kernel
         if narrow is None:
             kernel = launchable(get_kernel(*self.kernel_key, narrow=True), SIGNATURE)
             narrow = self.narrow_kernel = BoundKernel(kernel, self.device, self.template)
-        return narrow
+        return narrow, warps
 
     def fast_call(self, snapshot=None, again=None):
         """``per_call.make_fast_call`` for this plan (``self.fast`` is the plan's own, with neither argument)."""

@@ -5,8 +5,8 @@ format: ``kvnumba.quant.nvfp4``).
 Built by ``plan.build`` and cached in ``kv.copy``'s plan cache like every copy's plan, it checks the views once
 (geometry, heads, dtype, global scales), resolves every buffer through ``plan.sides`` (aligned, reachable,
 writable destinations, one device), gives each NVFP4 side a device table of its layers' addresses, and binds the
-kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is
-``Fp8Plan``'s call (indices checked, one launch): the same run, inherited.
+kernel: a load the pipelined one (``kernels.nvfp4_load``) where it runs, else ``kernels.nvfp4``'s. A call is every
+kernel plan's (``plan.per_call.run``: indices checked, one launch), through ``Fp8Plan``'s.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ class Nvfp4Plan(Fp8Plan):
         self._placed(place, src, dst)
         self.fmt, self.dtype = "nvfp4", dtype
         p = plain_side
-        self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # Fp8Plan's run packs only the first four
+        self.template = kernels.Nvfp4Args(  # type: ignore[assignment]  # its first seven: every call's (pack_call)
             src_indices=0, dst_indices=0, num_items=0, items_per_warp=0, first_layer=self.first_layer,
             src_token_limit=self.tokens[0], dst_token_limit=self.tokens[1], num_layers=self.window, heads=heads,
             groups=head_dim // 16, error_flag=guard.flag_address(),

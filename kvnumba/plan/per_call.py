@@ -44,9 +44,9 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
         return handle
     if route != "kernel" and by_copy_engine(plan, route, call, src_indices, dst_indices):
         return handle
-    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
     # A staged block needs two warps; small loads are faster on registers (kvnumba.plan.staged_plan).
-    kernel = plan.kernel_for(count, warps)
+    kernel, warps = plan.kernel_for(count, warps)
+    items_per_warp, grid, threads = launch_shape(count, block_quota, warps)
     if plan.spec.name == "copy":
         routes.log.record("kernel")
     if host_side and not SIMULATOR:

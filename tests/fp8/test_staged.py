@@ -106,11 +106,11 @@ def test_blocks_of_at_most_the_kernels_warps(choices, staged_ring, monkeypatch):
     """A call that asks for more warps a block than the staged kernel's ``WARPS`` (compiled for the registers of
     that many) launches blocks of ``WARPS``, more items a warp, and copies every item; the register kernel's
     calls keep the warps they ask for."""
-    from kvnumba.plan import fp8_plan
+    from kvnumba.plan import per_call
 
     launched = []
-    real = fp8_plan.launch_shape
-    monkeypatch.setattr(fp8_plan, "launch_shape",
+    real = per_call.launch_shape
+    monkeypatch.setattr(per_call, "launch_shape",
                         lambda count, quota, warps: launched.append(warps) or real(count, quota, warps))
     monkeypatch.setattr(dequantise_staged, "WARPS", 2)  # a small block for the simulator
     load_case("PageFirst", "LayerFirst", "mixed", warps=4, seed=6)

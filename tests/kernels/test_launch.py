@@ -22,7 +22,7 @@ pytestmark = pytest.mark.needs_target
 def _launches(plan, count, quota, warps, layer_id):
     """What the fast call launches for ``count`` items: the cuLaunchKernel arguments and the block's values."""
     launched = []
-    kernel = plan.kernel_for(count, warps)  # binds the narrow build of one-warp blocks, as a first call does
+    kernel, _ = plan.kernel_for(count, warps)  # binds the narrow build of one-warp blocks, as a first call does
 
     def launch(function, gx, gy, gz, bx, by, bz, shared, stream, address, extra):
         launched.append((function, (gx, gy, gz), (bx, by, bz), shared, address, tuple(kernel.blocks.values)))
@@ -40,7 +40,7 @@ def _launches(plan, count, quota, warps, layer_id):
 
 def _expected(plan, count, quota, warps, layer_id, src, dst):
     items_per_warp, blocks, threads = launch_shape(count, quota, warps)
-    kernel = plan.kernel_for(count, warps)
+    kernel, _ = plan.kernel_for(count, warps)
     assert (kernel is plan.narrow_kernel) == (warps == 1)
     block, function, _, shared = kernel.launch_values
     window = plan.window_for(layer_id) if plan.spec.per_layer else plan.windows[0]
