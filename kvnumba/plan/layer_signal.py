@@ -88,18 +88,10 @@ class LayerSignal:
             check(cu.cuMemsetD32Async(self._cu_address, 0, 1 + self.max_layers, stream), "cuMemsetD32Async")
             check(cu.cuEventRecord(self._event, stream), "cuEventRecord")
 
-    def publish_all(self, handle: int, layers: int) -> None:
-        """On stream ``handle``: the count becomes ``layers`` (a load with nothing to copy has landed them all)."""
-        if SIMULATOR:
-            self._words[0] = layers
-            return
-        with on_device(self.device):
-            check(cu.cuMemsetD32Async(self._cu_address, layers, 1, stream_object(handle)), "cuMemsetD32Async")
-
     def publish(self, handle: int, layers: int) -> None:
         """On stream ``handle``, once its earlier work is done: the count becomes ``layers``
         (``cuStreamWriteValue32``, which fences the stream's earlier writes first: a resident load by copy
-        engine publishes each layer so)."""
+        engine publishes each layer so, and a load with nothing to copy all its layers at once)."""
         if SIMULATOR:
             self._words[0] = layers
             return

@@ -92,7 +92,7 @@ def launch_resident(plan, call, signal):
     handle, window = call.handle, call.window
     signal.reset(handle)
     if call.items == 0:
-        signal.publish_all(handle, plan.window)
+        signal.publish(handle, plan.window)
         return (), False
     items_per_warp, grid, threads = launch_shape(call.items, call.block_quota, call.warps)
     bulk = staged_resident(plan) if call.warps > 1 else None
