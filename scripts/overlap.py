@@ -25,13 +25,9 @@ whole load, ``host_us`` per whole load. ``waits`` rows give the model's side: th
 waiting on the GPU for its layer of a resident load queued first (GB/s: the load's bytes over the time from its
 issue to its last layer landing, seen on a third stream; ``x``: the compute's time so over its time alone; the
 JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has no streams to wait on: no such rows.
-``held`` rows move nothing: 1 to 8 SMs held whole by blocks that only wait, beside the compute, give what taking SMs
-costs the compute (``held_sms``), the bound on a loader that takes its SMs whole.
-
-The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
-``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
-the GEMMs: where the copy engine starts to win (``kvnumba.plan.routes.COPY_ENGINE_MIN_BYTES``).
-Needs torch on a GPU. ``--quick`` (and the simulator, always) runs every route once, idle, on tiny buffers.
+``high-priority stream`` rows: the same resident load on a stream of the highest priority, whose blocks the
+scheduler places first. ``held`` rows move nothing: 1 to 8 SMs held whole by blocks that only wait, beside the
+compute, give what taking SMs costs the compute (``held_sms``), the bound on a loader that takes its SMs whole.
 """
 import statistics
 import time
@@ -45,6 +41,7 @@ ITEM = {"mha": 2048, "mla": 1152}
 HEADS = {"mha": 8, "mla": 1}
 LAYERS, PAGE = 32, 64
 LANE_SMS = 8  # the SM lanes rows' transfer SMs
+HIGHEST_PRIORITY = -5  # a stream priority past CUDA's highest (-5 on recent GPUs): torch clamps it to that
 
 
 class Buffers:
@@ -166,6 +163,12 @@ def routes(b, sms, reference):
             add(f"{layout} resident loader bq={bq}", whole_load(
                 lambda src=src, dst=dst, bq=bq, signal=signal: kv.load_resident(src, dst, si, di, block_quota=bq,
                                                                                  signal=signal)), model)
+        # The same load on a stream of the highest priority: the block scheduler gives its blocks the first SMs
+        # that free up, so the loader holds its two SMs from the start (the compute then runs on the others).
+        signal = kv.LayerSignal(L)
+        add(f"{layout} resident loader bq=2, high-priority stream", whole_load(
+            lambda src=src, dst=dst, signal=signal: kv.load_resident(src, dst, si, di, block_quota=2, signal=signal),
+            priority=HIGHEST_PRIORITY), model)
         add(f"{layout} kv.copy all layers bq=2", whole_load(
             lambda src=src, dst=dst: kv.copy(src, dst, si, di, route="kernel")), model)
     # A resident load with host indices: auto takes the copy engine where a page of a layer is one run (layer-first,
@@ -190,14 +193,15 @@ def routes(b, sms, reference):
     return out
 
 
-def whole_load(load_all):
+def whole_load(load_all, priority=0):
     """A route that loads every layer in one call: ``load(layer)`` runs ``load_all()`` at layer 0 and nothing after,
-    so the rows' event times and GB/s cover the whole load; ``load.whole`` tells ``host_us`` to time whole loads."""
+    so the rows' event times and GB/s cover the whole load; ``load.whole`` tells ``host_us`` to time whole loads.
+    ``load.priority``: the priority of the stream ``measure`` loads on (torch's: lower is higher)."""
     def load(layer):
         if layer == 0:
             load.last = load_all()
 
-    load.whole, load.last = True, None
+    load.whole, load.last, load.priority = True, None, priority
     return load
 
 
@@ -254,7 +258,8 @@ def _compute(torch, fn, n, stream):
 
 def measure(torch, compute, load, nbytes, layers, lanes=None, rounds=3):
     """One route's figures (see the module docstring)."""
-    load_stream = torch.cuda.Stream() if lanes is None else torch.cuda.ExternalStream(lanes.transfer.handle)
+    load_stream = (torch.cuda.Stream(priority=getattr(load, "priority", 0)) if lanes is None
+                   else torch.cuda.ExternalStream(lanes.transfer.handle))
     work_stream = torch.cuda.Stream() if lanes is None else torch.cuda.ExternalStream(lanes.compute.handle)
     alone_stream = torch.cuda.Stream()
     torch.cuda.synchronize()
