@@ -467,6 +467,11 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
     lanes = kv.SmLanes(LANE_SMS)
     side = torch.cuda.Stream()
     try:
+        if not words or "held" in words:  # first: the bound the load rows are read against
+            for row in held_sms(torch, compute):
+                row.update(tokens=0, bytes=0)
+                records.append(row)
+                yield row
         for tokens in tokens_list:
             b = Buffers(torch, tokens)
             for name, (load, model, on_lanes, impl) in routes(b, sms, reference).items():
@@ -483,11 +488,6 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
             if not words or any(w in ("resident", "waits") for w in words):
                 for bq in (1, 2):
                     row = waits(torch, compute, b, block_quota=bq)
-                    records.append(row)
-                    yield row
-            if tokens == tokens_list[0] and (not words or "held" in words):
-                for row in held_sms(torch, compute):
-                    row.update(tokens=tokens, bytes=0)
                     records.append(row)
                     yield row
             if tokens == tokens_list[0] and not words:
