@@ -114,10 +114,10 @@ def test_quick_overlap_runs_every_route(tmp_path, capsys):
     bench.main(["--only", "overlap", "--quick", "--json", str(out), "--quiet"])
     data = json.loads(out.read_text())
     routes = [r["route"] for r in data["records"]]
-    assert data["meta"]["section"] == "overlap" and len(routes) == len(set(routes)) == 19 + 5 * 4 + 3 + 2
+    assert data["meta"]["section"] == "overlap" and len(routes) == len(set(routes)) == 19 + 5 * 5 + 3 + 2
     for layout in ("page-first", "page-head", "layer-first", "page-unified", "mla page-first"):  # one launch
         assert {f"{layout} resident loader bq={bq}" for bq in (1, 2, 4)} | {f"{layout} kv.copy all layers bq=2"} \
-            <= set(routes)
+            | {f"{layout} resident loader bq=2, high-priority stream"} <= set(routes)
     for layout in ("layer-first", "page-unified", "page-first"):  # host indices: auto's route recorded
         assert {r.get("auto_took") for r in data["records"] if r["route"] == f"{layout} resident load auto (host indices)"
                 } <= {"copy_engine", "kernel"}
