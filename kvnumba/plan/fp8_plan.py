@@ -27,6 +27,7 @@ from ..kernels import scaled_copy as kernels
 from ..checks.user_layouts import check_user_layout
 from . import fp8_staged_plan, per_call, routes
 from .copy_plan import copy_window, is_view, view_side
+from .kernel_plan import announce
 from .sides import Placement, Side
 from .spec import SPECS
 from .tensor_maps import compute_capability, shared_limit
@@ -183,6 +184,7 @@ class Fp8Plan:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
+        announce(self)
 
     def _placed(self, place: Placement, src: Any, dst: Any) -> None:
         """The plan's device and destinations once its sides are placed, checked clear of what the kernel reads;

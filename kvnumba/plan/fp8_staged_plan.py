@@ -9,9 +9,9 @@ do). The geometry allows it for a source of ``dequantise_staged.SOURCES``, heads
 stage that holds a token's codes and scales (``dequantise_staged.run_limits``), and codes buffers the bulk-copy
 unit can read (``plan.tensor_maps.source_maps``). Anything else, and calls of one warp a block or fewer items,
 run the register FP8 kernel. The scales come through tensor maps of their own where the bulk unit can bring
-them (``_scale_maps``; ``config.override(scale_boxes=False)``: never). ``watching`` tells tests what a plan chose.
+them (``_scale_maps``; ``config.override(scale_boxes=False)``: never). ``kernel_plan.watching`` tells tests what a
+plan chose (its ``staged``).
 """
-import contextlib
 from typing import Any, NamedTuple
 
 from .. import config
@@ -38,28 +38,6 @@ class StagedFp8(NamedTuple):
         return register, warps
 
 
-_watchers: list = []
-
-
-@contextlib.contextmanager
-def watching(callback):
-    """``with watching(callback):`` calls ``callback(plan, staged)`` for every FP8 plan made in the block
-    (``staged``: its ``StagedFp8``, or None when its calls take the register kernel)."""
-    _watchers.append(callback)
-    try:
-        yield
-    finally:
-        _watchers.remove(callback)
-
-
-def bind_staged(plan, src_view, dst_view):
-    """``StagedFp8`` for ``plan`` (an ``fp8_plan.Fp8Plan`` from ``src_view`` to ``dst_view``), or None."""
-    found = _bind(plan, src_view, dst_view)
-    for watch in _watchers:
-        watch(plan, found)
-    return found
-
-
 def auto_stages(src_device, dst_device, device):
     """Whether ``auto`` stages a one-layer FP8 load that the geometry allows: from pinned host memory
     (``src_device``: ``arrays.HOST``) into GPU memory, on a GPU (``device``) of compute capability 9.0 or more,
@@ -68,7 +46,9 @@ def auto_stages(src_device, dst_device, device):
             and tensor_maps.compute_capability(device) >= (9, 0))
 
 
-def _bind(plan, src, dst):
+def bind_staged(plan, src, dst):
+    """``StagedFp8`` for ``plan`` (an ``fp8_plan.Fp8Plan`` from view ``src`` to view ``dst``), or None: its calls
+    take the register kernel."""
     path = config.load_path()
     if (path == "register" or plan.mode != "dequantise" or plan.window != 1
             or not dequantise_staged.fits(src.head_dim)):

@@ -111,8 +111,7 @@ class KernelPlan:
         if staged is not None:
             self.kernel, self.source_maps, self.staged_from = staged
         self.fast = per_call.make_fast_call(self)
-        for watch in _watchers:
-            watch(self)
+        announce(self)
 
     def _staged_source(self):
         """``(K and V addresses, bytes)`` of the source as the staged kernel's tensor maps picture it: an entry
@@ -178,10 +177,17 @@ class KernelPlan:
 _watchers: list = []
 
 
+def announce(plan):
+    """Tell the watchers (``watching``) of a plan made, its kernels bound: a kernel plan, or a codec plan."""
+    for watch in _watchers:
+        watch(plan)
+
+
 @contextlib.contextmanager
 def watching(callback):
-    """``with watching(callback):`` calls ``callback(plan)`` for every kernel plan made (or rebound) in the
-    block, once its kernels are bound: for tests and tools that ask what plans chose."""
+    """``with watching(callback):`` calls ``callback(plan)`` for every plan made (or rebound) in the block, kernel
+    and codec plans alike, once its kernels are bound: for tests and tools that ask what plans chose (a codec
+    plan's ``staged``: its staged load, or None)."""
     _watchers.append(callback)
     try:
         yield

@@ -23,6 +23,7 @@ from ..quant.nvfp4 import _rcp
 from .copy_plan import copy_window, view_side
 from .device_tables import device_table
 from .fp8_plan import Fp8Plan, check_views, copy_mode, kernel_numbers
+from .kernel_plan import announce
 from .sides import Placement, resolve_array
 from .tensor_maps import compute_capability, shared_limit
 
@@ -118,3 +119,4 @@ class Nvfp4Plan(Fp8Plan):
                                             dst_q and dst.layout == "HND", dtype, head_dim // 16)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = None
+        announce(self)

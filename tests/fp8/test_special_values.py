@@ -14,7 +14,8 @@ from kvnumba import config
 from kvnumba import quant_reference as qr
 from kvnumba.kernels import staged
 from kvnumba.quant.fp8 import CANONICAL_NAN, FORMATS, PLAIN_DTYPES
-from kvnumba.plan import fp8_staged_plan
+from kvnumba.plan import kernel_plan
+from kvnumba.plan.fp8_plan import Fp8Plan
 from tests.fp8.cases import FP8_POISON, copy_plan, fp8_bytes, make_fp8, make_view, put_values, view_bytes
 from tests.helpers.placement import device
 from tests.helpers.view_cases import assert_same_bytes
@@ -129,7 +130,8 @@ def settings(monkeypatch, staged_ring):
             if staged_load:
                 monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
                 staged_ring(RING)
-                stack.enter_context(fp8_staged_plan.watching(lambda plan, found: chosen.append(found is not None)))
+                stack.enter_context(kernel_plan.watching(
+                    lambda plan: isinstance(plan, Fp8Plan) and chosen.append(plan.staged is not None)))
             return chosen
         yield use
 

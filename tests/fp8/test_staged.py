@@ -1,7 +1,7 @@
 """Staged FP8 loads (``kernels.dequantise_staged``): ``kv.copy(fp8_view, plain_view, ..., layer)`` from pinned host
 memory through the bulk-copy ring, dequantised from shared memory, byte for byte against
 ``kvnumba.quant_reference.copy`` with the destination poisoned. ``KVNUMBA_LOAD_PATH=staged`` forces the
-path (the simulator's TMA twin; on a GPU, sm_90+: the real kernel); ``fp8_staged_plan.watching`` asserts
+path (the simulator's TMA twin; on a GPU, sm_90+: the real kernel); ``kernel_plan.watching`` asserts
 it was chosen. Launches are small: the simulator runs a Python thread per CUDA thread."""
 import numpy as np
 import pytest
@@ -9,7 +9,8 @@ import pytest
 import kvnumba as kv
 from kvnumba import quant_reference as qr
 from kvnumba.kernels import dequantise_staged, staged
-from kvnumba.plan import fp8_staged_plan
+from kvnumba.plan import fp8_staged_plan, kernel_plan
+from kvnumba.plan.fp8_plan import Fp8Plan
 from tests.fp8.cases import copy_plan, make_fp8, make_view, view_bytes
 from tests.helpers.placement import device
 
@@ -26,7 +27,7 @@ def choices(monkeypatch, fresh_plans):
     """Forces the staged path; records whether each FP8 plan made took it."""
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
     chosen = []
-    with fp8_staged_plan.watching(lambda plan, found: chosen.append(found is not None)):
+    with kernel_plan.watching(lambda plan: isinstance(plan, Fp8Plan) and chosen.append(plan.staged is not None)):
         yield chosen
 
 
@@ -228,7 +229,7 @@ def found(monkeypatch, fresh_plans):
     """Forces the staged path; records each FP8 plan's ``StagedFp8`` (None: the register kernel)."""
     monkeypatch.setenv("KVNUMBA_LOAD_PATH", "staged")
     seen = []
-    with fp8_staged_plan.watching(lambda plan, staged_fp8: seen.append(staged_fp8)):
+    with kernel_plan.watching(lambda plan: isinstance(plan, Fp8Plan) and seen.append(plan.staged)):
         yield seen
 
 
