@@ -28,6 +28,11 @@ JSON's ``wait_host_us``: host time of one wait). The simulator's quick run has n
 ``high-priority stream`` rows: the same resident load on a stream of the highest priority, whose blocks the
 scheduler places first. ``held`` rows move nothing: 1 to 8 SMs held whole by blocks that only wait, beside the
 compute, give what taking SMs costs the compute (``held_sms``), the bound on a loader that takes its SMs whole.
+
+The seed (``--reference``, SGLang's CUDA kernels) runs its own entry points on the same buffers and indices.
+``crossover`` rows time one load of runs of 2 KiB to 256 KiB through ``kv.copy`` by each route, idle and under
+the GEMMs: where the copy engine starts to win (``kvnumba.plan.routes.COPY_ENGINE_MIN_BYTES``).
+Needs torch on a GPU. ``--quick`` (and the simulator, always) runs every route once, idle, on tiny buffers.
 """
 import statistics
 import time
