@@ -5,10 +5,10 @@
 A refactor of a kernel's Python should leave its PTX alone; where a GPU is scarce, that is the cheapest check
 that it did. Each side is a git revision (exported with ``git archive``) or a folder holding a checkout (``.``:
 this working tree, the default ``--after``). Each side runs in its own Python with ``NUMBA_ENABLE_CUDASIM=0``:
-NVVM compiles for compute capability 9.0 without a GPU. Both sides compile the same list of kernels (``CASES``,
+NVVM compiles for compute capability 9.0 without a GPU. Both sides compile the same list of kernels (``cases()``,
 written against today's API: a case that an older checkout cannot build is reported as missing there).
 
-Before comparing, comments go, and Numba's mangled symbols (``_ZN...``, whose counters move when unrelated code
+Before comparing, comments and indentation go, and Numba's mangled symbols (``_ZN...``, whose counters move when unrelated code
 is compiled first) are numbered in order of first use. Per kernel it prints ``same`` (byte for byte), ``same once
 normalised``, ``differs (N lines)`` or why it is missing. ``--only`` keeps the kernels whose names contain a word
 (each takes seconds to a minute to compile: all of them take minutes per side on two cores). ``--keep DIR``
@@ -50,11 +50,9 @@ def cases():
         pool = PageUnified.arithmetic(kinds, groups)
         for src, dst in ((pool, L.LAYER_FIRST), (L.LAYER_FIRST, pool)):
             yield f"factory {src.name}->{dst.name}", lambda s=src, d=dst, m=kinds == 1: factory.kernel_ptx(s, d, m)
-    for src, dst in ((L.PAGE_FIRST, L.LAYER_FIRST), (L.PAGE_HEAD, L.LAYER_FIRST)):
-        yield f"staged {src.name}->{dst.name}", lambda s=src, d=dst: ptx_of(
-            staged.get_staged_kernel(s, d, False), staged.SIGNATURE, (9, 0))
-    yield "staged pf->lf mla", lambda: ptx_of(staged.get_staged_kernel(L.PAGE_FIRST, L.LAYER_FIRST, True),
-                                              staged.SIGNATURE, (9, 0))
+    for src, mla in ((L.PAGE_FIRST, False), (L.PAGE_HEAD, False), (L.PAGE_FIRST, True)):
+        yield f"staged {src.name}->lf{' mla' if mla else ''}", lambda s=src, m=mla: ptx_of(
+            staged.get_staged_kernel(s, L.LAYER_FIRST, m), staged.SIGNATURE, (9, 0))
     for src, mla, narrow in (("pf", False, False), ("ph", False, False), ("pf", True, False), ("pf", False, True)):
         yield (f"resident {src}->lf{' mla' if mla else ''}{' narrow' if narrow else ''}",
                lambda a=(src, mla, narrow): resident_ptx(a[0], "lf", a[1], narrow=a[2]))
