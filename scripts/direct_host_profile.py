@@ -73,6 +73,7 @@ STAGES = (
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_pages"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_runs"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_engine"),
+    ("one pass (check, runs, addresses)", "kvnumba.plan.routes", "EnginePlan.scan"),
     ("submit", "kvnumba.driver.batch_copy", "copy_many"),
     ("submit", "kvnumba.driver.batch_copy", "PreparedBatch.submit"),
     ("batch call", "kvnumba.driver.batch_copy", "CudartBatch.__call__"),

@@ -5,6 +5,9 @@ Why compiled: the same work in NumPy takes a dozen array operations, each with i
 cost, which is the whole call at 64 to 512 tokens; a ``numba.njit`` function touches each index once. It is
 compiled on first use and cached on disk (``kvnumba.checks.bounds.compiled``).
 
+``engine_pass`` is ``kv.copy``'s whole copy-engine pass for one pair of layouts: bounds check, both sides' token
+arithmetic, runs and copies in one loop, compiled for that pair on first use.
+
 Each function returns the number of copies written, or ``BAD`` when an index is out of range; the caller then
 runs the plain checks (``kvnumba.checks.bounds``), which raise the usual error, and submits nothing. Arrays are
 int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
@@ -121,23 +124,70 @@ def fill_engine(s_off, d_off, chunk, bases, out):
     token offsets advance by ``chunk``; ``bases``: ``(2, copies per run)``, the source's and the destination's
     (K/V, layer, head) part, flattened in that order. Offsets are checked by the caller."""
     n = s_off.shape[0]
-    parts = bases.shape[1]
     runs = 0
-    for i in range(n):  # first the runs: their starts and lengths in out[2] (sizes are rewritten below)
+    for i in range(n):
         if i == 0 or s_off[i] != s_off[i - 1] + chunk or d_off[i] != d_off[i - 1] + chunk:
-            out[2, runs] = i
+            out[0, runs], out[1, runs], out[2, runs] = s_off[i], d_off[i], i
             runs += 1
-    # out[2, :runs] holds the starts. Copies are written runs from the last: copy (part, r) lands at
-    # part * runs + r, which is r itself (already read) for part 0 and past every start for the others.
+    return write_runs(out, runs, n, chunk, bases)
+
+
+@_compiled
+def write_runs(out, runs, n, chunk, bases):
+    """The copies of ``runs`` runs over ``n`` tokens whose source offset, destination offset and first position
+    are in ``out[:, :runs]``: one per (part of ``bases``, run), runs inner. Copy (part, r) lands at ``part * runs +
+    r``: run r's own slot for part 0 (read first), past every run's for the others; so runs go from the last."""
+    parts = bases.shape[1]
     end = n
     for r in range(runs - 1, -1, -1):
-        start = out[2, r]
+        s_off, d_off, start = out[0, r], out[1, r], out[2, r]
         size = (end - start) * chunk
-        src, dst = s_off[start], d_off[start]
         for part in range(parts):
             k = part * runs + r
-            out[0, k] = bases[1, part] + dst
-            out[1, k] = bases[0, part] + src
+            out[0, k] = bases[1, part] + d_off
+            out[1, k] = bases[0, part] + s_off
             out[2, k] = size
         end = start
     return parts * runs
+
+
+def engine_pass(src_function, dst_function):
+    """``kv.copy``'s copy-engine pass for two of kvnumba's layouts, whose token arithmetic is ``src_function`` and
+    ``dst_function`` (``token_offset(token, layout_dim, item_size, heads, page_size)``), compiled for the host on
+    its first call and memoised.
+
+    ``scan(s_idx, d_idx, s_limit, d_limit, s_shape, d_shape, item_size, heads, bases, out)`` checks every index
+    against its side's exclusive limit (``BAD`` at the first one outside), computes both token offsets, finds the
+    runs (both offsets advance by one chunk, ``item_size // heads``) and writes them (``write_runs``), as
+    ``fill_engine`` does from the same offsets. ``s_shape``/``d_shape``: a side's ``(layout_dim, page_size)``."""
+    key = (src_function, dst_function)
+    found = _passes.get(key)
+    if found is None:
+        found = _passes[key] = _engine_pass(njit(src_function), njit(dst_function))
+    return found
+
+
+_passes: dict = {}  # (src token function, dst token function) -> its compiled pass
+
+
+def _engine_pass(src_part, dst_part):
+    @njit(nogil=True)
+    def scan(s_idx, d_idx, s_limit, d_limit, s_shape, d_shape, item_size, heads, bases, out):
+        n = s_idx.shape[0]
+        chunk = item_size // heads
+        s_dim, s_page, d_dim, d_page = s_shape[0], s_shape[1], d_shape[0], d_shape[1]
+        runs = 0
+        last_s = last_d = 0
+        for i in range(n):  # each run's token offsets and first position, in out[:, :runs]
+            a, b = s_idx[i], d_idx[i]
+            if a < 0 or a >= s_limit or b < 0 or b >= d_limit:
+                return BAD
+            s_off = src_part(a, s_dim, item_size, heads, s_page)
+            d_off = dst_part(b, d_dim, item_size, heads, d_page)
+            if i == 0 or s_off != last_s + chunk or d_off != last_d + chunk:
+                out[0, runs], out[1, runs], out[2, runs] = s_off, d_off, i
+                runs += 1
+            last_s, last_d = s_off, d_off
+        return write_runs(out, runs, n, chunk, bases)
+
+    return scan

@@ -38,8 +38,8 @@ def run(plan, src_indices, dst_indices, layer_id=None, block_quota=2, num_warps_
     ``kv.copy`` by copy engine (``plan.routes``). Nothing is written when a check fails."""
     if route != "kernel":
         route = routes.check_route(route)
-    call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check)
-    src, dst, count, warps, window, handle, host_side, check, block_quota, _ = call  # count: call.items
+    call = checked(plan, src_indices, dst_indices, layer_id, block_quota, num_warps_per_block, stream, check, route)
+    src, dst, count, warps, window, handle, host_side, check, block_quota = call[:9]  # count: call.items
     if count == 0:
         return handle
     if route != "kernel" and by_copy_engine(plan, route, call, src_indices, dst_indices):
@@ -73,12 +73,14 @@ class Checked(NamedTuple):
     check: bool  # wait and raise after the launch (check=True or KVNUMBA_CHECK)
     block_quota: int
     values: tuple  # the host values of (src, dst) checked on the host, read once (None for either not read)
+    deferred: bool = False  # host indices left for by_copy_engine to check (its one pass does)
 
 
-def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream, check):
+def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream, check, route="kernel"):
     """Every check of a call of ``plan`` before anything is launched (``run``'s and the resident loader's):
     a pending error flag, the layer, the launch shape, the index arrays, the stream, and what a stream being
-    captured cannot hold. Raises; writes nothing."""
+    captured cannot hold. Raises; writes nothing. A call that may go by copy engine (``route`` not "kernel")
+    leaves its host indices' values to ``by_copy_engine``, which checks them in the pass that reads them."""
     if plan.flag[0]:
         guard.raise_pending()
     if not plan.spec.per_layer:
@@ -99,8 +101,12 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
     _clear_of_destinations(plan, src, dst)
     host_side = src.on_host or dst.on_host
     values = (None, None)  # the host values checked here, read once: the copy engine takes them too
+    deferred = False
     if host_side and count and plan.host_index_checks:
-        values = _check_host_indices(plan, src, dst, window)
+        if route != "kernel" and plan.engine is not None:
+            deferred = True
+        else:
+            values = _check_host_indices(plan, src, dst, window)
     handle = call_stream(stream, plan.device, plan.uses_torch or src.torch or dst.torch)
     if count:
         if host_side and not SIMULATOR:
@@ -109,13 +115,14 @@ def checked(plan, src_indices, dst_indices, layer_id, block_quota, warps, stream
         if check:
             capture.refuse(handle, "check=True (it waits for the stream)",
                            "call kv.check_errors() after the replay instead")
-    return Checked(src, dst, count, warps, window, handle, host_side, check, block_quota, values)
+    return Checked(src, dst, count, warps, window, handle, host_side, check, block_quota, values, deferred)
 
 
 def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
     """A call of ``plan`` by copy engine (``plan.routes``; ``call``: what ``checked`` gave): True if it went that
-    way, False for the kernel. ``signal`` (a resident load's ``LayerSignal``): layer after layer, each layer's
-    copies followed on the stream by its count in ``signal``; else one batch for every layer (``kv.copy``)."""
+    way, False for the kernel (its host indices checked first, where ``checked`` left them here). ``signal`` (a
+    resident load's ``LayerSignal``): layer after layer, each layer's copies followed on the stream by its count
+    in ``signal``; else one batch for every layer (``kv.copy``), its indices checked in the pass that writes it."""
     engine, src, dst, window, handle = plan.engine, call.src, call.dst, call.window, call.handle
     if engine is None:
         if route == "copy_engine":
@@ -123,21 +130,31 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
         return False
     if route == "auto" and (not (src.on_host and dst.on_host) or not plan.host_index_checks
                             or not routes.engine_available(handle) or capture.capturing(handle)):
-        return False  # indices on the GPU (or taken as such), no batch call on this stream, or a graph to record
+        return _to_the_kernel(plan, call)  # indices on the GPU (or taken as such), no batch call here, a graph
     if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)
         capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
+    indices, objects = (src, dst), (src_indices, dst_indices)
     with on_device(plan.device):
-        s_idx, d_idx = engine_indices(plan, window, (src, dst), (src_indices, dst_indices), call.values)
         batch = engine.batch
-        with batch.lock:  # from the fill to the submission: threads may share a plan
-            s_off, d_off = engine.offsets(s_idx, d_idx)
-            found = engine.fill(s_off, d_off, window.first_layer, plan.window if signal is None else 1)
-            if route == "auto" and not routes.engine_pays(found):
-                return False
-            if signal is None:
+        if signal is None:
+            s_idx, d_idx = engine_indices(plan, window, indices, objects, call.values, check=False)
+            with batch.lock:  # from the pass to the submission: threads may share a plan
+                found = engine.scan(s_idx, d_idx, (window.src_limit, window.dst_limit), window.first_layer,
+                                    plan.window)
+                if found is None:  # an index outside its buffer: the plain checks say which; nothing was submitted
+                    for side, values in (("src", s_idx), ("dst", d_idx)):
+                        _check_values(plan, window, side, values)
+                if route == "auto" and not routes.engine_pays(found):
+                    return False  # the pass checked every index
                 batch.submit(found.copies, handle)
-                routes.log.record("copy_engine")
-            else:
+            routes.log.record("copy_engine")
+        else:
+            s_idx, d_idx = engine_indices(plan, window, indices, objects, call.values)
+            with batch.lock:  # a resident load: layer after layer from one reading of the offsets
+                s_off, d_off = engine.offsets(s_idx, d_idx)
+                found = engine.fill(s_off, d_off, window.first_layer, 1)
+                if route == "auto" and not routes.engine_pays(found):
+                    return False
                 signal.reset(handle)
                 for layer in range(plan.window):
                     if layer:
@@ -149,14 +166,23 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
     return True
 
 
-def engine_indices(plan, window, indices, objects, values):
+def _to_the_kernel(plan, call):
+    """False (the call goes by kernel), once the host indices ``checked`` left to the copy engine are checked."""
+    if call.deferred:
+        _check_host_indices(plan, call.src, call.dst, call.window)
+    return False
+
+
+def engine_indices(plan, window, indices, objects, values, check=True):
     """The call's indices (``Index``es ``indices`` of arrays ``objects``) as host int64 arrays for the copy engine,
-    each checked against ``window``'s limits unless ``checked`` read and checked it already (``values``)."""
+    each checked against ``window``'s limits unless ``checked`` read and checked it already (``values``) or the
+    caller checks them (``check=False``)."""
     host = []
     for index, known, obj, side in zip(indices, values, objects, ("src", "dst")):
         if known is None:  # not checked by checked(): no kernel guard here
             known = index.values() if index.on_host else bounds.host_indices(array_info(obj, side + "_indices"))
-            _check_values(plan, window, side, known)
+            if check:
+                _check_values(plan, window, side, known)
         host.append(np.ascontiguousarray(known, dtype=np.int64))
     return host
 
@@ -249,7 +275,7 @@ def _index(obj, name, device):
     if kind is np.ndarray:  # host memory: int64, one axis, aligned, contiguous (else _slow_index's errors)
         flags = obj.flags
         if obj.dtype is _INT64 and obj.ndim == 1 and flags.aligned and flags.c_contiguous:
-            return Index(obj.__array_interface__["data"][0], obj.shape[0], obj.view, True, False)
+            return Index(bounds.index_address(obj), obj.shape[0], obj.view, True, False)
     elif kind in _torch_types:
         ptr = obj.data_ptr()
         shape = obj.shape

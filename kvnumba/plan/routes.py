@@ -5,9 +5,9 @@ computes, the SMs are the model's. The copy engines need no SM and keep their sp
 copy has a fixed cost, so they pay only for long *runs*: tokens whose bytes follow each other in both the
 source and the destination (a page of a layer-first or page-first-direct pool, a vLLM block).
 
-``route="copy_engine"`` finds the runs of the call's indices on the host (GPU indices are copied there first)
-and writes one copy per run per layer, K/V and head in one compiled pass (``plan.direct_fill``), submitted as
-one batch (``kvnumba.driver.batch_copy``). ``route="kernel"`` always launches the kernel. ``route="auto"`` takes
+``route="copy_engine"`` reads the call's indices on the host (GPU indices are copied there first), and one pass
+compiled for the pair of layouts (``plan.direct_fill.engine_pass``) checks them, computes both sides' offsets,
+finds the runs and writes one copy per run per layer, K/V and head, submitted as one batch (``kvnumba.driver.batch_copy``). ``route="kernel"`` always launches the kernel. ``route="auto"`` takes
 the copy engine when the indices are on the host, the batch call is available on the stream, the copies average
 at least ``COPY_ENGINE_MIN_BYTES`` and the engine's call costs the host no more than the kernel's whole load
 (``HOST_COST``); the kernel otherwise. Only kvnumba's own layouts are evaluated on the host (a layout of your
@@ -115,6 +115,9 @@ class EnginePlan:
         self.src_device, self.dst_device = (None if side.device == HOST else side.device for side in (src, dst))
         self.batch = PreparedBatch(self.src_device, self.dst_device)
         self._parts: dict[tuple[int, int], np.ndarray] = {}
+        # The compiled pass for this pair of layouts (kvnumba's own: a layout of your own goes by kernel).
+        self.one_pass = direct_fill.engine_pass(src.parts.py[1], dst.parts.py[1])
+        self._shapes = [np.array([side.layout_dim, side.page_size], np.int64) for side in (src, dst)]
 
     def parts(self, first_layer: int, window: int) -> np.ndarray:
         """``(2, kinds * window * heads)``: what each copy of a run adds to the run's token offset, source then
@@ -141,3 +144,16 @@ class EnginePlan:
         out = self.batch.reserve(len(s_off) * parts.shape[1])
         count = direct_fill.fill_engine(s_off, d_off, self.chunk, parts, out)
         return EngineFill(count, count // parts.shape[1], len(s_off) * self.chunk * parts.shape[1])
+
+    def scan(self, s_idx: np.ndarray, d_idx: np.ndarray, limits: tuple[int, int], first_layer: int,
+             window: int) -> EngineFill | None:
+        """``offsets`` and ``fill`` in one compiled pass that first checks each index against its side's exclusive
+        limit in ``limits``: the copies written (the caller holds ``batch.lock``), or None for an index outside
+        (nothing written; the caller raises the usual error). Host int64 indices, contiguous."""
+        parts = self.parts(first_layer, window)
+        out = self.batch.reserve(len(s_idx) * parts.shape[1])
+        count = self.one_pass(s_idx, d_idx, limits[0], limits[1], self._shapes[0], self._shapes[1], self.item_size,
+                              self.heads, parts, out)
+        if count == direct_fill.BAD:
+            return None
+        return EngineFill(count, count // parts.shape[1], len(s_idx) * self.chunk * parts.shape[1])

@@ -139,6 +139,34 @@ def test_engine_copies_are_ordered_kind_layer_head_run(name):
         assert [length for _, length in runs] == [3, 1, 1]
 
 
+@pytest.mark.parametrize("src_name,dst_name", PAIRS, ids=[f"{s}-{d}" for s, d in PAIRS])
+def test_the_one_pass_writes_what_offsets_and_fill_write(src_name, dst_name):
+    """``EnginePlan.scan`` (the compiled check, offsets, runs and copies of a ``kv.copy`` by copy engine) writes
+    the copies ``fill`` writes from ``offsets``, for runs and scattered tokens over two layers; an index at its
+    side's limit is refused with nothing counted."""
+    rng = np.random.default_rng(7)
+    place = ("device", "numba")
+    _, src = make_view(src_name, L, T, P, H, D, rng, poison=False, mla=False, place=place)
+    _, dst = make_view(dst_name, L, T, P, H, D, rng, poison=True, mla=False, place=place)
+    plan = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=range(1, 3))._plan
+    engine, window = plan.engine, plan.windows[0]
+    limits = (window.src_limit, window.dst_limit)
+    for kind in ("runs", "scattered", "one"):
+        si, di = _indices(kind, rng, 8)
+        want = engine.fill(*engine.offsets(si, di), 1, 2)
+        written = engine.batch.out[:, :want.copies].copy()
+        engine.batch.out[:] = -1
+        found = engine.scan(si, di, limits, 1, 2)
+        assert found == want, kind
+        np.testing.assert_array_equal(engine.batch.out[:, :found.copies], written, err_msg=kind)
+    for side in (0, 1):
+        bad = [np.arange(4, dtype=np.int64), np.arange(4, dtype=np.int64)]
+        bad[side][3] = limits[side]
+        assert engine.scan(bad[0], bad[1], limits, 1, 2) is None
+        bad[side][3] = -1
+        assert engine.scan(bad[0], bad[1], limits, 1, 2) is None
+
+
 # --- auto -------------------------------------------------------------------------------------------------
 
 def _big_views(rng, tokens=128):
@@ -239,6 +267,43 @@ def test_indices_out_of_range_are_refused_before_any_copy(where, device_path):
     with pytest.raises(kv.IndexOutOfRangeError, match=r"dst_indices\[2\] = 16 is out of range"):
         kv.copy(src, dst, put(np.arange(3)), put(np.array([0, 1, T])), route="copy_engine")
     assert all((b == POISON).all() for b in view_bytes(dst))
+
+
+@pytest.mark.parametrize("route", ["copy_engine", "auto"])
+def test_host_indices_out_of_range_name_the_first_side_and_position(route):
+    """Host indices are checked in the copy engine's one pass; its errors are the plain checks' (the source's
+    first), and ``auto``, which would take the kernel for these short copies, raises them alike."""
+    rng = np.random.default_rng(6)
+    _, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    _, dst = make_view("PageFirstDirect", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    for si, di, match in ((np.arange(3), np.array([0, 1, T]), r"dst_indices\[2\] = 16 is out of range"),
+                          (np.array([0, -1, 2]), np.array([0, 1, T]), r"src_indices\[1\] = -1 is out of range")):
+        with pytest.raises(kv.IndexOutOfRangeError, match=match):
+            kv.copy(src, dst, si, di, route=route)
+    assert all((b == POISON).all() for b in view_bytes(dst))
+
+
+@pytest.mark.skipif(on_gpu(), reason="stands a capture in on the simulator; a GPU capture refuses host indices")
+def test_auto_checks_host_indices_where_it_takes_the_kernel_before_the_pass(monkeypatch):
+    """``auto`` leaves host indices to the copy engine's pass; where it takes the kernel before that pass (here a
+    stream being captured), the host checks them first, as the kernel route does: out of range, nothing written."""
+    from kvnumba.plan import per_call
+
+    rng = np.random.default_rng(8)
+    src_np, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    dst_np, dst = make_view("PageFirstDirect", L, T, P, H, D, rng, poison=True, mla=False,
+                            place=("device", "numba"))
+    kv.copy(src, dst, np.zeros(0, np.int64), np.zeros(0, np.int64))  # the plan built before the "capture"
+    monkeypatch.setattr(per_call.capture, "capturing", lambda handle: True)
+    with pytest.raises(kv.IndexOutOfRangeError, match=r"src_indices\[1\] = 16 is out of range"):
+        kv.copy(src, dst, np.array([0, T]), np.array([0, 1]))
+    assert all((b == POISON).all() for b in view_bytes(dst))
+    si, di = np.array([3, 7], np.int64), np.array([0, 1], np.int64)
+    kv.copy(src, dst, si, di)
+    assert kv.last_route() == "kernel"
+    reference.copy(src_np, dst_np, si, di)
+    for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
+        np.testing.assert_array_equal(got, want)
 
 
 def test_the_route_log():
