@@ -134,8 +134,9 @@ class LayerSignal:
         # A collected signal's event goes to the next signal made on its GPU, and its words are freed then: the
         # cycle collector may run this in the middle of a CUDA graph capture, where a cuMemFree of the words (Numba
         # frees in batches) would invalidate the capture. Events are reused, not destroyed and made again: on an
-        # H100 (driver 580) a new event made right after another was destroyed was found complete straight after
-        # being recorded behind work still held, so the next load's waits passed at once.
+        # H100 (driver 580), the event of a signal made after a collected signal's event was destroyed answered
+        # complete straight after being recorded behind held work, so every wait on it passed at once
+        # (scripts/RESULTS.md, 2026-12-07).
         event = getattr(self, "_event", None)
         if event is not None and _retired is not None:
             _retired.append((self.device, event, self._words))

@@ -5,6 +5,7 @@ everything is enqueued: no test here leans on the host being quick); CUDA graph 
 wait kernel), replayed with new indices; host indices. Both builds: 64 items take the register build, 512 the
 staged one (on sm_90 and newer, ``KVNUMBA_LOAD_PATH`` unset)."""
 import contextlib
+import gc
 import time
 
 import numpy as np
@@ -168,6 +169,34 @@ def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
     for layer in range(L):
         np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
     done.synchronize()
+
+
+def test_a_signal_made_after_a_collected_one_holds_its_waits():
+    """A signal that carried a load and was collected hands its event to the next signal made, whose waits then
+    hold behind a shut gate like the first's. (A new event made right after a collected signal's was destroyed was
+    found complete at once, its load's stream still held, so that every wait passed.)"""
+    src_np, src, dst_np, dst, si, di = _setup(seed=6)
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    old = kv.LayerSignal(L)
+    kv.load_resident(src, dst, si_t, di_t, signal=old).synchronize()
+    event = old._event
+    del old
+    gc.collect()
+    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
+    signal = kv.LayerSignal(L)
+    assert signal._event is event
+    _warm(src, dst, si_t, di_t, signal)
+    gate = Gate(loads)
+    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+    for layer in range(L):
+        done.wait(layer, model)
+    held = not model.query()
+    gate.open()
+    torch.cuda.synchronize()
+    assert held, "the new signal's waits passed while its load was held"
+    want = _want(src_np, dst_np, si, di)
+    for layer in range(L):
+        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
 
 
 def test_host_indices():
