@@ -153,3 +153,6 @@ def _spare_event(device: int) -> Any:
             del _retired[i]
             return event
     return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+
+
+_GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0
