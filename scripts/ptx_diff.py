@@ -8,12 +8,12 @@ this working tree, the default ``--after``). Each side runs in its own Python wi
 NVVM compiles for compute capability 9.0 without a GPU. Both sides compile the same list of kernels (``cases()``,
 written against today's API: a case that an older checkout cannot build is reported as missing there).
 
-Before comparing, comments and indentation go, and Numba's mangled symbols (``_ZN...``, whose counters move when unrelated code
-is compiled first) are numbered in order of first use. Per kernel it prints ``same`` (byte for byte), ``same once
-normalised``, ``differs (N lines)`` or why it is missing. ``--only`` keeps the kernels whose names contain a word
-(each takes seconds to a minute to compile: all of them take minutes per side on two cores). ``--keep DIR``
-writes each side's PTX and each difference there. Exit status: 0 when every kernel compared is the same, 1 when
-one differs or is missing.
+Before comparing, comments and indentation go, and Numba's mangled symbols (``_ZN...``, whose counters move when
+unrelated code is compiled first) are numbered in order of first use. Per kernel it prints ``same`` (byte for byte),
+``same once normalised``, ``differs (N lines)`` or why it is missing. ``--only`` keeps the kernels whose names
+contain a word (each takes seconds to a minute to compile: all of them take minutes per side on two cores).
+``--keep DIR`` writes each side's PTX and each difference there. Exit status: 0 when every kernel compared is the
+same, 1 when one differs or is missing.
 """
 import argparse
 import difflib

@@ -29,7 +29,7 @@ def compiled(function):
 @compiled
 def index_address(values):
     """The address of a host index array's first value, compiled: NumPy's ``__array_interface__`` builds a dict
-    for it, about 1.6 us a call)."""
+    for it, about 1.6 us a call."""
     return values.ctypes.data
 
 

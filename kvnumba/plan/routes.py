@@ -6,12 +6,12 @@ copy has a fixed cost, so they pay only for long *runs*: tokens whose bytes foll
 source and the destination (a page of a layer-first or page-first-direct pool, a vLLM block).
 
 ``route="copy_engine"`` reads the call's indices on the host (GPU indices are copied there first), and one pass
-compiled for the pair of layouts (``plan.direct_fill.engine_pass``) checks them, computes both sides' offsets,
-finds the runs and writes one copy per run per layer, K/V and head, submitted as one batch (``kvnumba.driver.batch_copy``). ``route="kernel"`` always launches the kernel. ``route="auto"`` takes
-the copy engine when the indices are on the host, the batch call is available on the stream, the copies average
-at least ``COPY_ENGINE_MIN_BYTES`` and the engine's call costs the host no more than the kernel's whole load
-(``HOST_COST``); the kernel otherwise. Only kvnumba's own layouts are evaluated on the host (a layout of your
-own goes by kernel).
+compiled for the pair of layouts (``plan.direct_fill.engine_pass``) checks them, computes both sides' offsets, finds
+the runs and writes one copy per run per layer, K/V and head, submitted as one batch
+(``kvnumba.driver.batch_copy``). ``route="kernel"`` always launches the kernel. ``route="auto"`` takes the copy
+engine when the indices are on the host, the batch call is available on the stream, the copies average at least
+``COPY_ENGINE_MIN_BYTES`` and the engine's call costs the host no more than the kernel's whole load (``HOST_COST``);
+the kernel otherwise. Only kvnumba's own layouts are evaluated on the host (a layout of your own goes by kernel).
 """
 from typing import Any, NamedTuple
 

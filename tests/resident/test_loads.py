@@ -221,4 +221,3 @@ def test_a_collected_signals_event_goes_to_the_next_signal_made_on_its_gpu(monke
     monkeypatch.setattr(layer_signal, "_retired", [(1, "event of cuda:1", "words"), (0, "event of cuda:0", "words")])
     assert layer_signal._spare_event(0) == "event of cuda:0"
     assert layer_signal._retired == [(1, "event of cuda:1", "words")]
-
