@@ -3,7 +3,7 @@ that says it belongs to another GPU, refused."""
 from ..driver.pointers import HOST
 from ..driver.devices import current_device
 from ..driver.lanes import LaneStream
-from ..driver.streams import PerStream, stream_handle
+from ..driver.streams import stream_handle
 from ..driver.target import SIMULATOR
 from ..errors import DeviceMismatchError
 
@@ -31,21 +31,16 @@ def stream_device(stream):
         return None
     if type(stream) is LaneStream:
         return stream.device
-    return _devices(stream)
-
-
-def _stream_object_device(stream):
     module = type(stream).__module__
     if module.startswith("torch"):
-        found = getattr(getattr(stream, "device", None), "index", None)
+        found = getattr(stream, "device_index", None)
+        if found is None:
+            found = getattr(getattr(stream, "device", None), "index", None)
     elif module.startswith("cupy"):
         found = getattr(stream, "device_id", None)
     else:
         return None
     return found if type(found) is int else None
-
-
-_devices = PerStream(_stream_object_device)  # a torch or CuPy stream's device, read once per stream object
 
 
 def call_stream(stream, device, uses_torch):

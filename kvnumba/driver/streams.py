@@ -5,7 +5,6 @@ transfer runs on*; otherwise the ``stream=`` argument, else the default stream. 
 raw handle, a torch, CuPy, Numba or ``cuda.core`` stream (anything with ``__cuda_stream__``).
 """
 import sys
-import weakref
 
 from .target import SIMULATOR
 
@@ -29,10 +28,12 @@ def stream_handle(stream, torch_device=None):
         return 0
     if type(stream) is int:
         return stream
-    return _handles(stream)
+    return _object_handle(stream)
 
 
 def _object_handle(stream):
+    # Read on every call, never remembered per stream object: torch (2.11) does not clear a collected stream's
+    # weak references, so a stream made at a collected one's address looked like it and took its handle.
     if isinstance(stream, bool):
         raise TypeError("stream must be a CUDA stream or a raw stream handle (int), got bool")
     if isinstance(stream, int):
@@ -50,33 +51,3 @@ def _object_handle(stream):
     if SIMULATOR and type(stream).__module__.startswith("numba.cuda.simulator"):
         return 0  # numba's simulated streams have no handle: the simulator runs everything in order
     raise TypeError(f"stream must be a CUDA stream or a raw stream handle (int), got {type(stream).__name__}")
-
-
-class PerStream:
-    """``memo(stream)``: ``compute(stream)``, kept per stream object while it lives, for torch's and CuPy's streams,
-    which wrap one stream (and one device) for life and cost a few attribute reads per call. Other objects (a
-    ``cuda.core`` stream can be closed, a Numba one is cheap to read) are asked every time."""
-
-    def __init__(self, compute):
-        self.compute = compute
-        self.known: dict[int, tuple] = {}  # id(stream) -> (weak reference to it, value)
-
-    def __call__(self, stream):
-        known = self.known.get(id(stream))
-        if known is not None and known[0]() is stream:
-            return known[1]
-        value = self.compute(stream)
-        if type(stream).__module__.startswith(("torch", "cupy")):
-            key, known_ = id(stream), self.known
-
-            def forget(_reference):  # when the stream goes, before its id can be another object's
-                known_.pop(key, None)
-
-            try:
-                known_[key] = (weakref.ref(stream, forget), value)
-            except TypeError:  # no weak references to it: asked every time
-                pass
-        return value
-
-
-_handles = PerStream(_object_handle)

@@ -58,10 +58,12 @@ class LayerSignal:
         else:
             from numba import cuda
 
+            _release_retired()  # making a signal is never captured (it allocates): a safe point to free old ones
             with on_device(device):
                 self._words = cuda.to_device(np.zeros(words, np.uint32))  # zero: nothing landed before a load
                 self.address = self._words.device_ctypes_pointer.value
-                self._event = _spare_event(device)
+                flags = cu.CUevent_flags.CU_EVENT_DISABLE_TIMING
+                self._event = check(cu.cuEventCreate(flags), "cuEventCreate")
             self._cu_address = cu.CUdeviceptr(self.address)
         # The wait kernel bound to the count, built now: nothing is compiled under a capture.
         self._waiter = BoundKernel(launchable(get_wait_kernel(), WAIT_SIGNATURE), device, (self.address, 0))
@@ -131,28 +133,21 @@ class LayerSignal:
         return int(out[0])
 
     def __del__(self) -> None:
-        # A collected signal's event goes to the next signal made on its GPU, and its words are freed then: the
-        # cycle collector may run this in the middle of a CUDA graph capture, where a cuMemFree of the words (Numba
-        # frees in batches) would invalidate the capture. Events are reused, not destroyed and made again: on an
-        # H100 (driver 580), the event of a signal made after a collected signal's event was destroyed answered
-        # complete straight after being recorded behind held work, so every wait on it passed at once
-        # (scripts/RESULTS.md, 2026-12-07).
+        # Collected signals keep their event and words until the next signal is made: the cycle collector may
+        # run this in the middle of a CUDA graph capture, where cuEventDestroy and a cuMemFree of the words
+        # (Numba frees in batches) would invalidate the capture.
         event = getattr(self, "_event", None)
         if event is not None and _retired is not None:
-            _retired.append((self.device, event, self._words))
+            _retired.append((event, self._words))
 
 
-_retired: list[tuple[int, Any, Any]] = []  # (device, event, words) of collected signals
+_retired: list[tuple[Any, Any]] = []  # (event, words) of collected signals, released by the next LayerSignal
 
 
-def _spare_event(device: int) -> Any:
-    """A collected signal's event on ``device`` (its words freed now: making a signal is never captured), else a
-    new one. Called with the device's context current."""
-    for i, (on, event, _words) in enumerate(_retired):
-        if on == device:
-            del _retired[i]
-            return event
-    return check(cu.cuEventCreate(cu.CUevent_flags.CU_EVENT_DISABLE_TIMING), "cuEventCreate")
+def _release_retired() -> None:
+    while _retired:
+        event, _words = _retired.pop()
+        cu.cuEventDestroy(event)
 
 
 _GEQ = int(cu.CUstreamWaitValue_flags.CU_STREAM_WAIT_VALUE_GEQ) if cu is not None else 0

@@ -171,32 +171,43 @@ def test_a_load_and_its_waits_return_while_the_streams_are_busy(count):
     done.synchronize()
 
 
-def test_a_signal_made_after_a_collected_one_holds_its_waits():
-    """A signal that carried a load and was collected hands its event to the next signal made, whose waits then
-    hold behind a shut gate like the first's. (A new event made right after a collected signal's was destroyed was
-    found complete at once, its load's stream still held, so that every wait passed.)"""
+@pytest.mark.parametrize("entry", ["load_resident", "copy"])
+def test_each_call_runs_on_the_stream_it_is_given(entry):
+    """Streams made one after another, each where the last was collected (torch 2.11 reuses the address and leaves
+    the dead stream's weak references alive): each call runs on its own stream, held by that stream's gate, and
+    not on an earlier stream at the same address (which ran the load at once, and let every wait pass)."""
     src_np, src, dst_np, dst, si, di = _setup(seed=6)
-    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
-    old = kv.LayerSignal(L)
-    kv.load_resident(src, dst, si_t, di_t, signal=old).synchronize()
-    event = old._event
-    del old
-    gc.collect()
-    loads, model = torch.cuda.Stream(), torch.cuda.Stream()
-    signal = kv.LayerSignal(L)
-    assert signal._event is event
-    _warm(src, dst, si_t, di_t, signal)
-    gate = Gate(loads)
-    done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
-    for layer in range(L):
-        done.wait(layer, model)
-    held = not model.query()
-    gate.open()
-    torch.cuda.synchronize()
-    assert held, "the new signal's waits passed while its load was held"
     want = _want(src_np, dst_np, si, di)
-    for layer in range(L):
-        np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
+    si_t, di_t = torch.from_numpy(si).cuda(), torch.from_numpy(di).cuda()
+    signal = kv.LayerSignal(L)
+    _warm(src, dst, si_t, di_t, signal)
+    for _ in range(4):
+        loads, other = torch.cuda.Stream(), torch.cuda.Stream()
+        gate = Gate(loads)
+        if entry == "copy":
+            kv.copy(src, dst, si_t, di_t, stream=loads)
+        else:
+            done = kv.load_resident(src, dst, si_t, di_t, signal=signal, stream=loads)
+            assert done.stream == loads.cuda_stream
+            for layer in range(L):
+                done.wait(layer, other)
+        time.sleep(0.05)  # a load on another (idle) stream would have landed by now
+        with torch.cuda.stream(other):
+            early = dst.k[-1].clone()  # after the waits, if any: read once the gate is open
+        if entry == "copy":
+            other.synchronize()
+            assert (_bytes(early) == POISON).all(), "the copy ran while its stream was held"
+        else:
+            assert not other.query(), "the waits passed while the load's stream was held"
+        gate.open()
+        torch.cuda.synchronize()
+        for layer in range(L):
+            np.testing.assert_array_equal(_bytes(dst.k[layer]), want[layer], err_msg=f"layer {layer}")
+            dst.k[layer].fill_(POISON)
+            dst.v[layer].fill_(POISON)
+        torch.cuda.synchronize()
+        del loads, other, gate
+        gc.collect()
 
 
 def test_host_indices():

@@ -211,13 +211,3 @@ def test_the_wait_kernel_returns_once_the_count_is_reached():
         signal._words[0] = 1
         with pytest.raises(RuntimeError, match="landed 1 layers, not 2"):
             signal.wait(0, 2)
-
-
-def test_a_collected_signals_event_goes_to_the_next_signal_made_on_its_gpu(monkeypatch):
-    """``LayerSignal`` reuses the event of a collected signal of the same GPU (a GPU's events are never destroyed
-    and made again: ``kvnumba.plan.layer_signal``), and leaves other GPUs' events for their own next signals."""
-    from kvnumba.plan import layer_signal
-
-    monkeypatch.setattr(layer_signal, "_retired", [(1, "event of cuda:1", "words"), (0, "event of cuda:0", "words")])
-    assert layer_signal._spare_event(0) == "event of cuda:0"
-    assert layer_signal._retired == [(1, "event of cuda:1", "words")]
