@@ -143,7 +143,9 @@ def checkout(side, scratch, label):
 
 def ptx_of_side(folder, only, label):
     """Kernel name -> ``{"ptx": ...}`` or ``{"error": ...}`` for the checkout in ``folder``."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=folder)
+    # The side's folder first, then the caller's own path (where numba and numpy may come from).
+    path = os.pathsep.join(p for p in (folder, os.environ.get("PYTHONPATH")) if p)
+    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0", PYTHONPATH=path)
     command = [sys.executable, os.path.abspath(__file__), "--dump", *(["--only", *only] if only else [])]
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True)
     lines = done.stdout.strip().splitlines()

@@ -8,6 +8,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from kvnumba.driver.target import SIMULATOR
 from kvnumba.kernels import nvfp4_packed as packed
 from kvnumba.kernels.simulator.nvfp4_packed import make_decode4, make_decode4_unit, make_encode16
 from kvnumba.quant import nvfp4 as q
@@ -198,6 +199,7 @@ def test_decode4_ptx_and_twin_are_the_reference(dtype):
             assert twin(codes >> 16 * j, sf & 0x7FFFFFFF, bits(global_scale)) & 0xFFFFFFFFFFFFFFFF == int(want[j])
 
 
+@pytest.mark.skipif(not SIMULATOR, reason="calls a device function as Python, which only the simulator allows")
 def test_a_groups_scale_code_is_the_references():
     """``kernels.nvfp4.e4m3_code`` (branch-free: subnormals by a float32 add, normals on the bits, saturated) on
     the simulator, where a device function is its Python: every boundary of e4m3's grid and random magnitudes."""
