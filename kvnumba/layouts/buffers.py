@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import flagged, is_torch, memory_of, shape_of
+from ..arrays import flagged, is_torch, memory_of, numpy_address, shape_of
 from ..driver.target import SIMULATOR
 
 
@@ -53,8 +53,7 @@ def _owner(array: np.ndarray) -> np.ndarray:
 
 
 def _numpy_fingerprint(array: np.ndarray, owner: np.ndarray) -> tuple[int, int, int, int]:
-    return (array.__array_interface__["data"][0], array.nbytes, owner.__array_interface__["data"][0],
-            owner.nbytes)
+    return numpy_address(array), array.nbytes, numpy_address(owner), owner.nbytes
 
 
 class _Watch(NamedTuple):

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from .. import config
-from ..arrays import WRITEABLE, is_torch
+from ..arrays import WRITEABLE, is_torch, numpy_address
 from ..driver.target import SIMULATOR
 
 MAX_ENTRIES = 1024
@@ -206,7 +206,7 @@ def _torch_key(t):
 
 def _numpy_key(a):
     flags = a.flags
-    return a.__array_interface__["data"][0], a.nbytes, flags.c_contiguous, flags.writeable
+    return numpy_address(a), a.nbytes, flags.c_contiguous, flags.writeable
 
 
 def _fake_key(fake):  # the simulator's device arrays wrap a NumPy array
@@ -226,7 +226,7 @@ def _list_key(items):  # SGLang's lists of torch layers have make_keyer's torch_
 def _layer_key(x):
     if type(x) is np.ndarray:
         flags = x.flags
-        return x.__array_interface__["data"][0], flags.c_contiguous, flags.writeable, x.shape, x.dtype
+        return numpy_address(x), flags.c_contiguous, flags.writeable, x.shape, x.dtype
     return _element_key(x), getattr(x, "shape", None), getattr(x, "dtype", None)
 
 
@@ -341,5 +341,5 @@ def _same_numpy_owner(a, reference):
 def _still_pinned(a, reference):
     from ..driver.pointers import is_pinned_host
 
-    address = a.__array_interface__["data"][0]
+    address = numpy_address(a)
     return a.nbytes == 0 or (is_pinned_host(address) and is_pinned_host(address + a.nbytes - 1))
