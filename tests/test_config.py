@@ -147,8 +147,8 @@ print(issubclass(kv.SettingError, ValueError), kv.NoGpuError.__name__)
 # --- read in one place, documented ---------------------------------------------------------------------
 
 # Read the environment only to hand it on to the processes they start: the Jupyter kernel (JUPYTER_PATH,
-# PYTHONPATH), the two checkouts' workers (PYTHONPATH, the checkout first).
-CHILD_ENVIRONMENT = {"scripts/render_notebooks.py", "scripts/ab_host_cost.py"}
+# PYTHONPATH), the two checkouts' workers and compilers (PYTHONPATH, the checkout first).
+CHILD_ENVIRONMENT = {"scripts/render_notebooks.py", "scripts/ab_host_cost.py", "scripts/ptx_diff.py"}
 
 
 def test_only_config_reads_the_environment():
