@@ -98,14 +98,16 @@ def _cai_info(obj, name):
                             not read_only, obj))
 
 
-def _compiled_address(array):
+def _address(array):
+    """The address of the first element of a NumPy array whose dtype Numba types (an int64 index array), compiled
+    (``typed_address``): about 0.3 us. ``numpy_address`` takes any array."""
     return array.ctypes.data
 
 
 try:  # compiled for the CPU, cached on disk where Numba finds a directory it may write
-    _first_byte = njit(cache=True, nogil=True)(_compiled_address)
+    typed_address = njit(cache=True, nogil=True)(_address)
 except RuntimeError:  # pragma: no cover - no cache locator: compiled again in each process
-    _first_byte = njit(nogil=True)(_compiled_address)
+    typed_address = njit(nogil=True)(_address)
 _DIRECT, _BY_NUMPY = "direct", "numpy"
 _address_ways: dict[Any, Any] = {}  # dtype -> _DIRECT, an unsigned dtype of its size to view it as, or _BY_NUMPY
 
@@ -121,10 +123,10 @@ def numpy_address(array: np.ndarray) -> int:
     if way is None:
         way = _learn_address_way(array)
     if way is _DIRECT:
-        return _first_byte(array)
+        return typed_address(array)
     if way is _BY_NUMPY:
         return array.__array_interface__["data"][0]
-    return _first_byte(array.view(way))
+    return typed_address(array.view(way))
 
 
 def _learn_address_way(array):
@@ -133,7 +135,8 @@ def _learn_address_way(array):
     way: Any = _BY_NUMPY
     for option in options:
         try:
-            if _first_byte(array if option is _DIRECT else array.view(option)) == array.__array_interface__["data"][0]:
+            form = array if option is _DIRECT else array.view(option)
+            if typed_address(form) == array.__array_interface__["data"][0]:
                 way = option
                 break
         except Exception:  # noqa: BLE001 - Numba's typing errors (TypingError, NotImplementedError), NumPy's view

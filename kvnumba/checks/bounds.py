@@ -27,13 +27,6 @@ def compiled(function):
 
 
 @compiled
-def index_address(values):
-    """The address of a host index array's first value, compiled: NumPy's ``__array_interface__`` builds a dict
-    for it, about 1.6 us a call."""
-    return values.ctypes.data
-
-
-@compiled
 def _first_outside(values, low, high):
     for i in range(values.shape[0]):
         if values[i] < low or values[i] >= high:

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from ..arrays import HOST, array_info
+from ..arrays import HOST, array_info, typed_address
 from ..checks import bounds, guard, validate
 from ..checks.devices import call_stream
 from ..checks.overlap import overlaps_any
@@ -275,7 +275,7 @@ def _index(obj, name, device):
     if kind is np.ndarray:  # host memory: int64, one axis, aligned, contiguous (else _slow_index's errors)
         flags = obj.flags
         if obj.dtype is _INT64 and obj.ndim == 1 and flags.aligned and flags.c_contiguous:
-            return Index(bounds.index_address(obj), obj.shape[0], obj.view, True, False)
+            return Index(typed_address(obj), obj.shape[0], obj.view, True, False)
     elif kind in _torch_types:
         ptr = obj.data_ptr()
         shape = obj.shape
