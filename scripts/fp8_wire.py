@@ -23,7 +23,8 @@ Rows (every ``case`` starts with ``fp8``):
   convert more per byte than FP8's, so the quota at which they fill the link is a row of its own;
 - ``under compute``: at ``block_quota=2``, 4 backups in a row and 32 per-layer loads (every layer), each way of
   the rows above, idle and while a compute stream runs: ``scripts/overlap.py``'s prefill GEMMs and decode layers,
-  measured as its rows are (``overlap.measure``: ``*_x`` is what the compute pays).
+  measured as its rows are (``overlap.measure``: ``*_x`` is what the compute pays); and the same 32 layers of
+  FP8 and NVFP4 in one ``kv.load_resident`` (``kv.load_resident`` rows).
 
 Every row has ``bf16_bytes`` (the tokens' bytes in bf16: 4096 a token and layer, K and V) and ``link_bytes`` (the
 bytes that cross PCIe: FP8 codes and scales, 2 x (1024 + 32) a token and layer, NVFP4's 2 x 576, or the bf16
@@ -206,6 +207,19 @@ def _calls(bench, c, what, block_quota):
     return out
 
 
+def _resident(c, block_quota=2):
+    """The under-compute load rows' resident loads: every layer in one ``kv.load_resident`` call at layer 0 (and
+    nothing at the others, ``overlap.whole_load``), each layer signalled as it lands."""
+    d2, h1 = c.on_gpu["d2"], c.on_gpu["h1"]
+    out = {}
+    for fmt, view in ((FMT, c.host_fp8), ("nvfp4", c.host_nvfp4)):
+        signal = kv.LayerSignal(len(c.layers[0]))
+        out[fmt, "kv.load_resident", "kvnumba"] = overlap.whole_load(
+            lambda view=view, signal=signal: kv.load_resident(view, c.device, h1, d2, block_quota=block_quota,
+                                                              signal=signal))
+    return out
+
+
 def _case(what, fmt, api, impl, block_quota, under=False):
     return (f"fp8 {'under compute ' if under else ''}{what} {fmt} {api} bq={block_quota}"
             + (" [seed]" if impl == "seed" else ""))
@@ -300,7 +314,7 @@ def run(bench, quick=False, words=()):
                           bf16_gbps=record["bf16_bytes"] / seconds / 1e9, link_gbps=record["link_bytes"] / seconds / 1e9)
             yield record
     under = [(case, what, key, call) for what in ("backup", "load")
-             for key, call in _calls(bench, c, what, 2).items()
+             for key, call in {**_calls(bench, c, what, 2), **(_resident(c) if what == "load" else {})}.items()
              for case in [_case(what, *key, 2, under=True)] if wanted(case)]
     if not under:
         return

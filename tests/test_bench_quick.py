@@ -138,6 +138,7 @@ FP8_ROWS += [f"fp8 load {fmt} {api} bq={bq}{seed}" for bq in (4, 2)
                                     ("bf16", "transfer_kv_per_layer_pf_lf", " [seed]"))]
 FP8_ROWS += [f"fp8 {what} nvfp4 kv.copy bq={bq}" for bq in (8, 16, 32) for what in ("backup", "load")]  # NVFP4 alone
 FP8_ROWS += [f"fp8 under compute {row.removeprefix('fp8 ')}" for row in FP8_ROWS if "bq=2" in row]
+FP8_ROWS += [f"fp8 under compute load {fmt} kv.load_resident bq=2" for fmt in ("e4m3", "nvfp4")]
 
 
 def test_quick_fp8_runs_every_row(tmp_path, capsys):
