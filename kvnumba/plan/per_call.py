@@ -128,8 +128,9 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
         if route == "copy_engine":
             raise ValueError(f"route='copy_engine' cannot copy these views: {plan.no_engine}; use route='kernel'")
         return False
+    # On a GPU, checked() has refused a capture for host indices already: only the simulator asks again.
     if route == "auto" and (not (src.on_host and dst.on_host) or not plan.host_index_checks
-                            or not routes.engine_available(handle) or capture.capturing(handle)):
+                            or not routes.engine_available(handle) or (SIMULATOR and capture.capturing(handle))):
         return _to_the_kernel(plan, call)  # indices on the GPU (or taken as such), no batch call here, a graph
     if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)
         capture.refuse(handle, "route='copy_engine'", "use route='kernel' with GPU index arrays")
