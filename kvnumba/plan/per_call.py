@@ -129,7 +129,7 @@ def by_copy_engine(plan, route, call, src_indices, dst_indices, signal=None):
             raise ValueError(f"route='copy_engine' cannot copy these views: {plan.no_engine}; use route='kernel'")
         return False
     # On a GPU, checked() has refused a capture for host indices already: only the simulator asks again.
-    if route == "auto" and (not (src.on_host and dst.on_host) or not plan.host_index_checks
+    if route == "auto" and (not (src.on_host and dst.on_host) or not plan.host_index_checks or not engine.may_pay
                             or not routes.engine_available(handle) or (SIMULATOR and capture.capturing(handle))):
         return _to_the_kernel(plan, call)  # indices on the GPU (or taken as such), no batch call here, a graph
     if SIMULATOR or not (src.on_host or dst.on_host):  # else checked() has refused a capture (host indices)

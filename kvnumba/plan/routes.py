@@ -118,6 +118,10 @@ class EnginePlan:
         # The compiled pass for this pair of layouts (kvnumba's own: a layout of your own goes by kernel).
         self.one_pass = direct_fill.engine_pass(src.parts.py[1], dst.parts.py[1])
         self._shapes = [np.array([side.layout_dim, side.page_size], np.int64) for side in (src, dst)]
+        # Whether auto may take it: chunks shorter than COPY_ENGINE_MIN_BYTES that no two tokens can join into a
+        # run (a layer-first side of several heads, say) never pay, so auto goes by kernel without a pass.
+        self.may_pay = self.chunk >= COPY_ENGINE_MIN_BYTES or all(
+            side.can_step(self.chunk, item_size, heads) for side in (src, dst))
 
     def parts(self, first_layer: int, window: int) -> np.ndarray:
         """``(2, kinds * window * heads)``: what each copy of a run adds to the run's token offset, source then

@@ -122,6 +122,21 @@ class Side:
             return elementwise(function, tokens, self.layout_dim, item_size, heads, self.page_size)
         return found
 
+    def can_step(self, nbytes: int, item_size: int, heads: int) -> bool:
+        """Whether two of its tokens can lie ``nbytes`` apart (a run of chunks of ``nbytes`` needs that on both
+        sides). Built-in token parts are ``A * (t // P) + B * (t % P)``, so any two lie a multiple of
+        ``gcd(A, B)`` apart: ``nbytes`` not such a multiple cannot be a step. True where the form does not hold."""
+        page = max(self.page_size, 1)
+        if page > 1 << 14:
+            return True  # no claim
+        sample = np.arange(3 * page + 1, dtype=np.int64)
+        found = self.token_offsets(sample, item_size, heads)
+        across, within = int(found[page]), int(found[1]) if page > 1 else 0
+        if not np.array_equal(found, across * (sample // page) + within * (sample % page)):
+            return True  # not of that form: no claim
+        step = np.gcd(across, within)
+        return bool(nbytes % step == 0) if step else nbytes == 0
+
     def head_stride(self, item_size: int, heads: int) -> int:
         return int(self.parts.py[2](self.layout_dim, item_size, heads, self.page_size))
 

@@ -14,6 +14,7 @@ import kvnumba as kv
 from kvnumba import reference
 from kvnumba import layouts
 from kvnumba.plan.copy_plan import copy_sides
+from kvnumba.plan import routes
 from kvnumba.remote.sides import find_parts
 from tests.helpers.placement import device, host, on_gpu, synchronize, to_numpy
 
@@ -248,12 +249,15 @@ def test_a_per_layer_load_of_one_group_is_one_run_a_page_and_takes_the_copy_engi
         np.testing.assert_array_equal(np.stack([to_numpy(a) for a in got]) if per_layer else to_numpy(got), want)
 
 
-def test_with_more_groups_the_runs_shorten_and_auto_takes_the_kernel():
-    """Two head groups: a token's heads are two runs of half an item; the copies would be short, so ``auto``
-    takes the kernel, and the bytes are still the reference's."""
+def test_with_more_groups_the_runs_shorten_and_auto_takes_the_kernel(monkeypatch):
+    """Two head groups: a token's heads are two runs of half an item, and the layer-first side keeps each apart
+    from the next token's, so no copy could be longer: ``auto`` takes the kernel without scanning the indices
+    (``EnginePlan.may_pay``), and the bytes are still the reference's."""
     rng = np.random.default_rng(12)
     pool = kv.PageUnified(_pool(2, rng=rng))
     dst = _layer_first()
+    assert not kv.prepare(kv.copy, src_view=pool, dst_view=dst, layers=1)._plan.engine.may_pay
+    monkeypatch.setattr(routes.EnginePlan, "scan", lambda *args: pytest.fail("auto scanned indices that cannot pay"))
     si = np.arange(P, 3 * P, dtype=np.int64)
     assert _copy_and_compare(_numpy_twin(pool), pool, _numpy_twin(dst), dst, si, si.copy(), layers=1) > 0
     assert kv.last_route() == "kernel"

@@ -167,6 +167,20 @@ def test_the_one_pass_writes_what_offsets_and_fill_write(src_name, dst_name):
         assert engine.scan(bad[0], bad[1], limits, 1, 2) is None
 
 
+@pytest.mark.parametrize("src_name,dst_name", PAIRS, ids=[f"{s}-{d}" for s, d in PAIRS])
+def test_auto_skips_the_pass_only_where_no_run_can_form(src_name, dst_name):
+    """``EnginePlan.may_pay`` is False (``auto`` takes the kernel without the pass) only where no two tokens of a
+    side lie one chunk apart, which every run needs: checked against every pair of tokens of both sides."""
+    rng = np.random.default_rng(9)
+    place = ("device", "numba")
+    _, src = make_view(src_name, L, T, P, H, D, rng, poison=False, mla=False, place=place)
+    _, dst = make_view(dst_name, L, T, P, H, D, rng, poison=True, mla=False, place=place)
+    engine = kv.prepare(kv.copy, src_view=src, dst_view=dst, layers=0)._plan.engine
+    tokens = np.arange(T, dtype=np.int64)
+    steps = [np.subtract.outer(offsets, offsets) for offsets in engine.offsets(tokens, tokens)]
+    assert engine.may_pay or not all((step == engine.chunk).any() for step in steps)
+
+
 # --- auto -------------------------------------------------------------------------------------------------
 
 def _big_views(rng, tokens=128):
