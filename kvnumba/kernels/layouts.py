@@ -45,9 +45,10 @@ class LayoutParts:
     """
 
     def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False,
-                 title=None, token_limit=None, head_runs=None):
+                 title=None, token_limit=None, head_runs=None, unified=None):
         self.name, self.table, self.head_split, self.head_runs = name, table, head_split, head_runs
         self.title, self.token_limit = title or name, token_limit
+        self.unified = unified  # (kinds, groups) of a page-unified pool: the staged kernel's tensor maps picture it
         self.py = (layer_base, token_offset, head_stride)  # the Python functions (bounds, reference checks)
         self.layer_base = device_function(layer_base)
         self.token_offset = device_function(token_offset)

@@ -73,6 +73,15 @@ SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map ca
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
 SIGNATURE = signature(StagedArgs)
 
+
+def stageable(parts):
+    """A source the tensor maps can picture: SOURCES, or a page-unified pool of K and V."""
+    return parts in SOURCES or (parts.unified is not None and parts.unified[0] == 2)
+
+
+def head_major_source(parts):
+    return parts is PAGE_HEAD or parts.unified is not None
+
 _END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, and
 # the register mark (few runs: every warp copies its register-kernel share, and no other post follows)
 LEAVE_OUT = ("", "data", "stores")
@@ -160,7 +169,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
     with ``async_copy.landed_arrive``)."""
     fills = fill_piece is not None
     fill = fill_piece if fills else _no_fill
-    head_major = layout is PAGE_HEAD  # the map has a head dimension, and a piece never crosses a page
+    head_major = head_major_source(layout)  # the map has a head dimension, and a piece never crosses a page
     layered = layout is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     buffers = 1 if mla else 2
     bulk_stores = ring.bulk_stores
@@ -543,7 +552,7 @@ def check_ring(ring):
 def get_staged_kernel(src, dst, mla, ring=None):
     """The staged kernel for source layout ``src`` (one of ``SOURCES``) and destination ``dst`` (one of
     ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
-    if src not in SOURCES or dst not in DESTINATIONS:
+    if not stageable(src) or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
     # the direct items' inner loop is part of the kernel, so of its key
     return memoised(_build, src, dst, bool(mla), copy_shape_for(src, dst, mla), check_ring(ring or SHAPE))

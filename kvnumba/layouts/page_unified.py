@@ -59,7 +59,7 @@ class PageUnified(Paged):
         made = layouts.LayoutParts(name, layer_base, token_offset,
                                    layouts.item_head_stride if groups == 1 else group_stride,
                                    head_split=groups > 1, head_runs=groups if groups > 1 else None,
-                                   title="page-unified")
+                                   title="page-unified", unified=(kinds, groups))
         cls._made[(kinds, groups)] = made
         return made
 

@@ -120,7 +120,8 @@ class KernelPlan:
         if self.spec.name != "copy":
             return ptrs, src.nbytes
         assert src.tokens is not None  # a view's side: its shapes give its tokens
-        return tensor_maps.layer_part(src.kernel_parts, ptrs, src.tokens * src.layout_dim, self.first_layer,
+        per_token = src.layout_dim // src.page_size if src.kernel_parts.unified is not None else src.layout_dim
+        return tensor_maps.layer_part(src.kernel_parts, ptrs, src.tokens * per_token, self.first_layer,
                                       src.layout_dim, src.tokens, self.item_size)
 
     def kernel_for(self, count, warps):

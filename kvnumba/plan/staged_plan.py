@@ -56,7 +56,7 @@ def auto_declines(memory, device, ring):
 
 def short_pages(path, src_parts, run_limits, page_size):
     """``auto`` keeps page-head pages shorter than a bulk piece on registers (every item would go through them)."""
-    return (path == "auto" and src_parts is PAGE_HEAD
+    return (path == "auto" and staged.head_major_source(src_parts)
             and page_size < tensor_maps.piece_limits(run_limits, True, page_size)[1])
 
 
@@ -66,7 +66,7 @@ def unaligned_destination(template):
 
 
 def _recipe(path, ring, plan, src_parts, dst_parts, mla, src_bytes, src_dim, src_page, memory):
-    if (path == "register" or plan.window != 1 or src_bytes is None or src_parts not in staged.SOURCES
+    if (path == "register" or plan.window != 1 or src_bytes is None or not staged.stageable(src_parts)
             or dst_parts not in staged.DESTINATIONS or (path == "auto" and auto_declines(memory, plan.device, ring))):
         return None
     picture = tensor_maps.geometry(src_parts, src_bytes, plan.item_size, src_dim, src_page, plan.head_num)

@@ -112,6 +112,18 @@ def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
     source buffer, or None if the bulk-copy unit cannot read it so."""
     if item_size % 16:
         return None
+    if layout.unified is not None:  # [pages, G, L, 2, P, H/G, D]: groups as page-head's heads, K/V by base
+        kinds, groups = layout.unified
+        chunk = item_size // heads  # heads: the copy's runs, i.e. the groups
+        if heads != groups or chunk % 16 or chunk // 8 > MAX_BOX or groups > MAX_BOX or layout_dim % 16:
+            return None
+        pages = nbytes // layout_dim  # layout_dim: one page's bytes
+        if pages == 0 or nbytes % layout_dim:
+            return None
+        layers = layout_dim // (groups * kinds * page_size * chunk)
+        sizes = (chunk // 8, layers, groups, page_size, pages)
+        strides = (kinds * page_size * chunk, layout_dim // groups, chunk, layout_dim)
+        return sizes, strides, groups, True
     if layout is PAGE_HEAD:
         chunk = item_size // heads
         if chunk % 16 or chunk // 8 > MAX_BOX or heads > MAX_BOX or layout_dim % (16 * heads):

@@ -416,6 +416,7 @@ VIEW_LOADS = [  # (source view, destination view, MLA): the sources a tensor map
     ("PageFirst", "LayerFirstList", False),  # SGLang's host pool into its per-layer device arrays
     ("LayerFirst", "LayerFirstList", False),  # a layer-first map is the copied layer's, not layer 0's
     ("PageHead", "LayerFirst", False),
+    ("PageUnified", "LayerFirst", False),  # SGLang's page-unified pool of one head group
     ("PageFirst", "LayerFirstList", True),
 ]
 
@@ -427,6 +428,35 @@ def test_a_view_load_of_one_layer_is_staged(staged_copies, staged_ring, src_name
     staged_ring(RING)
     _view_load(src_name, dst_name, pattern, 1, mla=mla)
     assert staged_copies == [True]
+
+
+@pytest.mark.parametrize("groups", [2, 4])
+@pytest.mark.parametrize("pattern", ["runs", "mixed", "random", "pages"])
+def test_a_page_unified_load_of_head_groups_is_staged(staged_copies, staged_ring, groups, pattern):
+    """SGLang's page-unified pool of several head groups ``[T/P, G, L, 2, P, H/G, D]``: the map pictures each group
+    as a page-head pool's head, so one box brings a token's groups together, as the layer-first item keeps them;
+    every head of every token lands where SGLang's definition says, nothing else is written."""
+    from kvnumba import reference
+
+    staged_ring(RING)
+    rng = np.random.default_rng(groups)
+    L, P, H, D = 2, 16, 8, 16  # 256-byte items: a group's chunk is 128 or 64 bytes
+    pool_np = rng.integers(0, 2**16, kv.PageUnified.pool_shape(L, POOL, P, (H, D), groups, False), dtype=np.uint16)
+    dst_np = [np.full((L, POOL, H, D), 0xA5A5, np.uint16) for _ in range(2)]
+    dst = kv.LayerFirst(device(dst_np[0]), device(dst_np[1]))
+    si = _patterns(P)[pattern].astype(np.int64)
+    di = rng.permutation(POOL)[:len(si)].astype(np.int64)
+    kv.copy(kv.PageUnified(host(pool_np)), dst, device(si), device(di), 1, block_quota=2, num_warps_per_block=3,
+            route="kernel")
+    assert staged_copies == [True]
+    reference.copy(kv.PageUnified(pool_np), kv.LayerFirst(*dst_np), si, di, 1)
+    per_group = H // groups
+    for kind, got in enumerate((to_numpy(dst.k), to_numpy(dst.v))):
+        np.testing.assert_array_equal(got, dst_np[kind])
+        for token, slot in zip(si[:3], di[:3]):  # SGLang's definition, head by head, beside the reference's
+            for head in range(H):
+                want = pool_np[token // P, head // per_group, 1, kind, token % P, head % per_group]
+                np.testing.assert_array_equal(got[1, slot, head], want)
 
 
 def test_a_view_load_of_layer_zero_and_of_the_last(staged_copies, staged_ring):
