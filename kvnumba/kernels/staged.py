@@ -75,12 +75,14 @@ SIGNATURE = signature(StagedArgs)
 
 
 def stageable(parts):
-    """A source the tensor maps can picture: SOURCES, or a page-unified pool of K and V."""
+    """A source the tensor maps can picture: ``SOURCES``, or SGLang's page-unified pool of K and V."""
     return parts in SOURCES or (parts.unified is not None and parts.unified[0] == 2)
 
 
 def head_major_source(parts):
+    """A source whose map has a head dimension (page-head's heads, page-unified's head groups)."""
     return parts is PAGE_HEAD or parts.unified is not None
+
 
 _END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, and
 # the register mark (few runs: every warp copies its register-kernel share, and no other post follows)
@@ -550,7 +552,7 @@ def check_ring(ring):
 
 
 def get_staged_kernel(src, dst, mla, ring=None):
-    """The staged kernel for source layout ``src`` (one of ``SOURCES``) and destination ``dst`` (one of
+    """The staged kernel for source layout ``src`` (``stageable``) and destination ``dst`` (one of
     ``DESTINATIONS``) with ring ``ring`` (default ``SHAPE``), built on first request and memoised."""
     if not stageable(src) or dst not in DESTINATIONS:
         raise ValueError(f"no staged kernel from {src.name} to {dst.name}")
