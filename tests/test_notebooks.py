@@ -42,7 +42,7 @@ FROM_SAVED_RUNS = {"03_performance": "h200.json", "06_transfers_under_load": "h2
                    "08_why_offload": "h200-2026-12-01-overlap.json",
                    **({"07_kv_on_the_wire_fp8": FP8_RUN} if FP8_SAVED else {})}
 PICTURES = {"00_the_copy_kernel": 1, "01_layouts": 1, "02_hicache_round_trip": 1, "03_performance": 2,
-            "04_prototype_a_layout": 0, "05_disaggregated_handoff": 0, "06_transfers_under_load": 2,
+            "04_prototype_a_layout": 0, "05_disaggregated_handoff": 0, "06_transfers_under_load": 3,
             "07_kv_on_the_wire_fp8": 1 + FP8_SAVED, "08_why_offload": 2 + TIMELINE_SAVED}
 # Notebooks that teach: each has an exercise (a TODO cell) whose solution is in notebooks/solutions/<stem>.py.
 EXERCISES = {"00_the_copy_kernel", "01_layouts", "02_hicache_round_trip", "03_performance", "04_prototype_a_layout",
