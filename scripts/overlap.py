@@ -16,8 +16,9 @@ drifts over seconds): ``*_x`` is the median ratio of the two compute times (the 
 ``*_wall_x`` the median ratio of the whole (first start to last end) to the compute alone, ``*_gbps`` the loads'
 GB/s while the compute ran. SM-lane rows run the compute on the lanes' compute stream (fewer SMs) and compare it
 with the compute alone on every SM. ``host_us``: host time per load call (20 back to back, median of 5).
-``kv.copy auto`` rows say which route ``auto`` took (``auto_took``); SGLang's page-unified pool is loaded so
-with one head group and with two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
+``kv.copy auto`` rows say which route ``auto`` took (``auto_took``), and per-layer kernel rows whether their plan
+bound the staged kernel (``staged_bound``); SGLang's page-unified pool is loaded so with one head group and with
+two. ``resident loader bq=N`` rows load all 32 layers in one ``kv.load_resident`` (N blocks
 held for the whole load, each layer signalled as it lands; ``resident load auto`` rows with host indices, where
 ``auto`` takes the copy engine for long runs: ``auto_took``), ``kv.copy all layers`` rows in one ``kv.copy`` over
 every layer, for page-first, page-head, layer-first, page-unified and MLA page-first pools: GB/s over the
@@ -41,6 +42,7 @@ import numpy as np
 
 import kvnumba as kv
 from kvnumba.driver.target import SIMULATOR
+from kvnumba.plan import kernel_plan
 
 ITEM = {"mha": 2048, "mla": 1152}
 HEADS = {"mha": 8, "mla": 1}
@@ -482,7 +484,10 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
             for name, (load, model, on_lanes, impl) in routes(b, sms, reference).items():
                 if words and not any(w in name for w in words):
                     continue
-                row = measure(torch, compute, load, b.bytes_per_load(model), LAYERS, lanes if on_lanes else None)
+                made = []
+                with kernel_plan.watching(made.append):
+                    row = measure(torch, compute, load, b.bytes_per_load(model), LAYERS, lanes if on_lanes else None)
+                row.update(kernel_builds(made, tokens, load))
                 row["host_us"] = host_us(torch, load, side if not on_lanes else
                                          torch.cuda.ExternalStream(lanes.transfer.handle))
                 row.update(case=f"overlap {name} {tokens}tok", route=name, impl=impl, model=model, tokens=tokens,
@@ -507,6 +512,17 @@ def run(reference, tokens_list=(8192, 512), quick=False, words=()):
         lanes.close()
 
 
+def kernel_builds(plans, items, load):
+    """``staged_bound``: whether a kvnumba kernel plan a per-layer row made bound the staged kernel for calls of
+    ``items`` items (blocks of two warps or more launch it; one-warp blocks the register kernel's narrow build);
+    nothing where the row made no kernel plan (a copy-engine route, the seed's kernels, views another row planned
+    first) or loads every layer in one call (``resident_build`` says what moved a resident load)."""
+    made = [p for p in plans if isinstance(p, kernel_plan.KernelPlan)]
+    if not made or getattr(load, "whole", False):
+        return {}
+    return {"staged_bound": any(p.source_maps is not None and items >= p.staged_from for p in made)}
+
+
 def _run_quick():
     """Every route once, idle, on tiny buffers: a check that each runs (the simulator has no compute to overlap;
     on a GPU, ``--quick`` the same), its times meaning nothing. NumPy buffers on the simulator, torch on a GPU."""
@@ -516,13 +532,15 @@ def _run_quick():
     b = Buffers(torch, 8, layers=2, page=4)
     for name, (load, model, _, impl) in routes(b, 1, None).items():
         start = time.perf_counter()
-        for layer in range(b.layers):
-            load(layer)
+        made = []
+        with kernel_plan.watching(made.append):
+            for layer in range(b.layers):
+                load(layer)
         if torch is not None:
             torch.cuda.synchronize()
         yield {"case": f"overlap {name} {b.tokens}tok", "route": name, "impl": impl, "model": model, "tokens": b.tokens,
                "bytes": b.bytes_per_load(model) * b.layers, "idle_seconds": time.perf_counter() - start,
-               **route_taken(name, load)}
+               **route_taken(name, load), **kernel_builds(made, b.tokens, load)}
 
 
 def route_taken(name, load):

@@ -127,6 +127,10 @@ def test_quick_overlap_runs_every_route(tmp_path, capsys):
     assert {f"page-unified kv.copy auto, {g} (host indices)" for g in ("1 head group", "2 head groups")} <= set(routes)
     assert {"page-first-direct kv.copy auto (host indices)", "page-first-direct kv.copy kernel"} <= set(routes)
     assert all(r["idle_seconds"] > 0 and r["bytes"] > 0 for r in data["records"])
+    by_route = {r["route"]: r for r in data["records"]}  # whether a per-layer row's kernel plan bound the staged kernel
+    assert isinstance(by_route["page-unified kv.copy auto, 2 head groups (host indices)"]["staged_bound"], bool)
+    assert not {"staged_bound"} & (by_route["layer-first direct (copy engine)"].keys()
+                                   | by_route["page-unified resident loader bq=1"].keys())
     assert "overlap page-head kernel on SM lanes (8 SMs) 8tok" in capsys.readouterr().out
 
 
