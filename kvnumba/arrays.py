@@ -98,16 +98,22 @@ def _cai_info(obj, name):
                             not read_only, obj))
 
 
-def _address(array):
-    """The address of the first element of a NumPy array whose dtype Numba types (an int64 index array), compiled
-    (``typed_address``): about 0.3 us. ``numpy_address`` takes any array."""
+def compiled(function):
+    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write (the host
+    passes: address reads here, index checks in ``checks.bounds``, copy lists in ``plan.direct_fill``)."""
+    try:
+        return njit(cache=True, nogil=True)(function)
+    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
+        return njit(nogil=True)(function)
+
+
+@compiled
+def typed_address(array):
+    """The address of the first element of a NumPy array whose dtype Numba types (an int64 index array), compiled:
+    about 0.3 us. ``numpy_address`` takes any array."""
     return array.ctypes.data
 
 
-try:  # compiled for the CPU, cached on disk where Numba finds a directory it may write
-    typed_address = njit(cache=True, nogil=True)(_address)
-except RuntimeError:  # pragma: no cover - no cache locator: compiled again in each process
-    typed_address = njit(nogil=True)(_address)
 _DIRECT, _BY_NUMPY = "direct", "numpy"
 _address_ways: dict[Any, Any] = {}  # dtype -> _DIRECT, an unsigned dtype of its size to view it as, or _BY_NUMPY
 

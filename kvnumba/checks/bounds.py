@@ -10,20 +10,12 @@ make two, each with its own fixed cost.
 import functools
 
 import numpy as np
-from numba import njit
 
+from ..arrays import compiled
 from ..driver.pointers import HOST
 from ..errors import IndexOutOfRangeError
 from ..kernels.params import NO_LIMIT
 from ..kernels.layouts import PARTS, Layout, LayoutParts
-
-
-def compiled(function):
-    """``function`` compiled for the CPU, cached on disk where Numba finds a directory it may write."""
-    try:
-        return njit(cache=True, nogil=True)(function)
-    except RuntimeError:  # no cache locator (no writable directory): compiled again in each process
-        return njit(nogil=True)(function)
 
 
 @compiled

@@ -3,7 +3,7 @@ destination, source and size into a prepared batch, in one compiled loop over th
 
 Why compiled: the same work in NumPy takes a dozen array operations, each with its own temporary and fixed
 cost, which is the whole call at 64 to 512 tokens; a ``numba.njit`` function touches each index once. It is
-compiled on first use and cached on disk (``kvnumba.checks.bounds.compiled``).
+compiled on first use and cached on disk (``kvnumba.arrays.compiled``).
 
 ``engine_pass`` is ``kv.copy``'s whole copy-engine pass for one pair of layouts: bounds check, both sides' token
 arithmetic, runs and copies in one loop, compiled for that pair on first use.
@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 from numba.core.errors import NumbaError
 
-from ..checks.bounds import compiled as _compiled
+from ..arrays import compiled as _compiled
 
 BAD = -1  # an index out of range: nothing to submit
 
