@@ -41,14 +41,21 @@ class LayoutParts:
     copy goes head by head). ``token_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads)``,
     where given, is the closed form of the token bound (``kvnumba.checks.bounds``; else it is searched for).
     ``head_runs``: for a head-split layout that keeps groups of heads together, how many runs it cuts a
-    token's item into (None: one per head).
+    token's item into (None: one per head). ``page_dim``: ``layout_dim`` counts one page's bytes, not one token
+    slot's (``slot_bytes``).
+
+    ``map_geometry(nbytes, item_size, layout_dim, page_size, heads)``, where given, is how the staged load kernel's
+    tensor maps see one source buffer (``kvnumba.plan.tensor_maps``): ``(sizes, strides, runs)``, five sizes
+    (innermost: the 8-byte words of one run of a token's item) and four byte strides, or None where these
+    sizes cannot be pictured. ``head_major``: its sizes are ``(run words, layers, runs, tokens of a page, pages)``
+    (runs: heads or head groups); else ``(row words, rows, layers, tokens, 1)``.
     """
 
     def __init__(self, name, layer_base, token_offset, head_stride, *, table=False, head_split=False,
-                 title=None, token_limit=None, head_runs=None, unified=None):
+                 title=None, token_limit=None, head_runs=None, page_dim=False, map_geometry=None, head_major=False):
         self.name, self.table, self.head_split, self.head_runs = name, table, head_split, head_runs
-        self.title, self.token_limit = title or name, token_limit
-        self.unified = unified  # (kinds, groups) of a page-unified pool: the staged kernel's tensor maps picture it
+        self.title, self.token_limit, self.page_dim = title or name, token_limit, page_dim
+        self.map_geometry, self.head_major = map_geometry, head_major
         self.py = (layer_base, token_offset, head_stride)  # the Python functions (bounds, reference checks)
         self.layer_base = device_function(layer_base)
         self.token_offset = device_function(token_offset)
@@ -111,6 +118,46 @@ def page_head_head_stride(layout_dim, item_size, heads, page_size):  # a head's 
     return layout_dim // heads * page_size
 
 
+MAX_BOX = 256  # the bulk-copy unit's box: at most 256 elements a dimension
+
+
+def item_rows(item_size):
+    """The fewest rows a box cuts a token's item into: each a multiple of 16 bytes, at most ``MAX_BOX`` words."""
+    return next((r for r in range(1, item_size // 16 + 1)
+                 if item_size % r == 0 and (item_size // r) % 16 == 0 and item_size // r // 8 <= MAX_BOX), None)
+
+
+def _token_map(nbytes, item_size, layers, token_bytes):  # [row words, rows, layers, tokens, 1]
+    rows = item_rows(item_size)
+    tokens = nbytes // token_bytes
+    if rows is None or tokens == 0 or nbytes % token_bytes:
+        return None
+    row = item_size // rows
+    return (row // 8, rows, layers, tokens, 1), (row, item_size, token_bytes, token_bytes * tokens), rows
+
+
+def layer_first_map(nbytes, item_size, layout_dim, page_size, heads):  # one layer's buffer
+    return _token_map(nbytes, item_size, 1, item_size)
+
+
+def page_first_map(nbytes, item_size, layout_dim, page_size, heads):
+    if layout_dim % 16 or layout_dim < item_size:
+        return None
+    return _token_map(nbytes, item_size, layout_dim // item_size, layout_dim)
+
+
+def page_head_map(nbytes, item_size, layout_dim, page_size, heads):
+    """``[head words, layers, heads, tokens of a page, pages]``: heads before tokens, though a head's tokens are
+    closer in memory, so that a box lands token-major, every token's heads together, as a destination keeps them."""
+    chunk = item_size // heads
+    page_bytes = page_size * layout_dim
+    pages = nbytes // page_bytes
+    if chunk % 16 or layout_dim % (16 * heads) or pages == 0 or nbytes % page_bytes:
+        return None
+    sizes = (chunk // 8, layout_dim // item_size, heads, page_size, pages)
+    return sizes, (chunk, page_bytes // heads, layout_dim // heads, page_bytes), heads
+
+
 def layer_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads):
     return max((nbytes - last_layer * layout_dim) // item_size, 0)  # end(t) = last * dim + (t + 1) * item
 
@@ -127,13 +174,13 @@ def page_first_limit(nbytes, item_size, layout_dim, last_layer, page_size, heads
 
 
 LAYER_FIRST = LayoutParts("lf", layer_first_layer_base, item_token_offset, item_head_stride, title="layer-first",
-                          token_limit=layer_first_limit)
+                          token_limit=layer_first_limit, map_geometry=layer_first_map)
 LAYER_TABLE = LayoutParts("lf_tbl", table_layer_base, item_token_offset, item_head_stride, table=True,
                           title="layer-first", token_limit=table_limit)
 PAGE_FIRST = LayoutParts("pf", page_first_layer_base, page_first_token_offset, item_head_stride, title="page-first",
-                         token_limit=page_first_limit)
+                         token_limit=page_first_limit, map_geometry=page_first_map)
 PAGE_HEAD = LayoutParts("ph", page_head_layer_base, page_head_token_offset, page_head_head_stride, head_split=True,
-                        title="page-head")  # not linear in the token: its bound is searched for
+                        title="page-head", map_geometry=page_head_map, head_major=True)  # its bound is searched for
 
 PARTS = {Layout.LAYER_FIRST: LAYER_FIRST, Layout.LAYER_TABLE: LAYER_TABLE, Layout.PAGE_FIRST: PAGE_FIRST,
          Layout.PAGE_HEAD: PAGE_HEAD}
@@ -146,6 +193,11 @@ def head_runs(parts, heads):
     if not parts.head_split:
         return 1
     return parts.head_runs or heads
+
+
+def slot_bytes(parts, layout_dim, page_size):
+    """The bytes of one token slot of a buffer of layout ``parts`` (``layout_dim``, or a page's share of it)."""
+    return layout_dim // page_size if parts.page_dim else layout_dim
 
 
 def kv_layer_bases(parts, kinds):

@@ -69,19 +69,13 @@ SHAPE = StagedShape()
 MAP_BYTES = 128  # one CUtensorMap
 TMA_ALIGN = 128  # a tensor load's destination in shared memory (cp.async.bulk.tensor, no swizzle)
 
-SOURCES = (LAYER_FIRST, PAGE_FIRST, PAGE_HEAD)  # source layouts a tensor map can describe
 DESTINATIONS = (LAYER_FIRST, LAYER_TABLE.one_layer())  # item t at base + t * item_size
 SIGNATURE = signature(StagedArgs)
 
 
 def stageable(parts):
-    """A source the tensor maps can picture: ``SOURCES``, or SGLang's page-unified pool of K and V."""
-    return parts in SOURCES or (parts.unified is not None and parts.unified[0] == 2)
-
-
-def head_major_source(parts):
-    """A source whose map has a head dimension (page-head's heads, page-unified's head groups)."""
-    return parts is PAGE_HEAD or parts.unified is not None
+    """A source the tensor maps can picture: its layout declares how (``LayoutParts.map_geometry``)."""
+    return parts.map_geometry is not None
 
 
 _END, _DIRECT, _BULK, _REGISTER = 0, 1, 2, 3  # a post's kind: the end mark, short-run items, a bulk piece, and
@@ -163,7 +157,7 @@ def wait_phase(bar, parity):
 
 def make_ring(layout, mla, ring, fill_piece=None):
     """``make_block``: the ring every staged kernel's block runs (this one's and ``kernels.dequantise_staged``'s)
-    over sources whose tensor maps picture ``layout`` (one of ``SOURCES``: layer-first maps are one layer's).
+    over sources whose tensor maps picture ``layout`` (``stageable``: layer-first maps are one layer's).
 
     ``fill_piece(lane, stage, full, first, count, layer, args)``, where given: every lane of the loader warp
     calls it for each bulk piece once the piece's stage and slot are free and before its boxes are posted,
@@ -171,7 +165,7 @@ def make_ring(layout, mla, ring, fill_piece=None):
     with ``async_copy.landed_arrive``)."""
     fills = fill_piece is not None
     fill = fill_piece if fills else _no_fill
-    head_major = head_major_source(layout)  # the map has a head dimension, and a piece never crosses a page
+    head_major = layout.head_major  # the map has a head dimension, and a piece never crosses a page
     layered = layout is not LAYER_FIRST  # the layer is a coordinate of the map (a layer-first map is one layer)
     buffers = 1 if mla else 2
     bulk_stores = ring.bulk_stores

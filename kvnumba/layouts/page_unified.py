@@ -55,11 +55,22 @@ class PageUnified(Paged):
         def group_stride(layout_dim: int, item_size: int, heads: int, page_size: int) -> int:
             return layout_dim // groups  # the next head group's block of the page (a copy goes by groups)
 
+        def map_geometry(nbytes: int, item_size: int, layout_dim: int, page_size: int, heads: int) -> Any:
+            """The staged kernel's maps see page-head's five dimensions, each head group a head:
+            ``[group words, layers, groups, tokens of a page, pages]``, V's map at K's plus ``kind_offset``."""
+            chunk = item_size // heads  # heads: a copy's runs, i.e. the groups
+            pages = nbytes // layout_dim
+            if heads != groups or chunk % 16 or layout_dim % 16 or pages == 0 or nbytes % layout_dim:
+                return None
+            sizes = (chunk // 8, layout_dim // (groups * kinds * page_size * chunk), groups, page_size, pages)
+            return sizes, (kinds * page_size * chunk, layout_dim // groups, chunk, layout_dim), groups
+
         name = "pu" if kinds == 2 and groups == 1 else "pu_mla" if kinds == 1 else f"pu_g{groups}"
         made = layouts.LayoutParts(name, layer_base, token_offset,
                                    layouts.item_head_stride if groups == 1 else group_stride,
                                    head_split=groups > 1, head_runs=groups if groups > 1 else None,
-                                   title="page-unified", unified=(kinds, groups))
+                                   title="page-unified", page_dim=True, head_major=kinds == 2,
+                                   map_geometry=map_geometry if kinds == 2 else None)  # MLA: the register kernel loads
         cls._made[(kinds, groups)] = made
         return made
 

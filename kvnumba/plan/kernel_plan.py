@@ -12,7 +12,7 @@ from ..checks import guard, pinned, validate
 from ..checks.overlap import Clearance, check_disjoint
 from ..driver.launch import BoundKernel, launchable
 from ..kernels.factory import get_kernel
-from ..kernels.layouts import Layout
+from ..kernels.layouts import Layout, slot_bytes
 from ..kernels.params import NO_LIMIT, SIGNATURE, KernelArgs
 from . import per_call, tensor_maps
 from .copy_plan import copy_sides
@@ -120,8 +120,8 @@ class KernelPlan:
         if self.spec.name != "copy":
             return ptrs, src.nbytes
         assert src.tokens is not None  # a view's side: its shapes give its tokens
-        per_token = src.layout_dim // src.page_size if src.kernel_parts.unified is not None else src.layout_dim
-        return tensor_maps.layer_part(src.kernel_parts, ptrs, src.tokens * per_token, self.first_layer,
+        slot = slot_bytes(src.kernel_parts, src.layout_dim, src.page_size)
+        return tensor_maps.layer_part(src.kernel_parts, ptrs, src.tokens * slot, self.first_layer,
                                       src.layout_dim, src.tokens, self.item_size)
 
     def kernel_for(self, count, warps):

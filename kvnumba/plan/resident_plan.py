@@ -16,7 +16,7 @@ from .. import config
 from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, launch_shape, launchable
 from ..kernels import resident_staged, staged
-from ..kernels.layouts import LAYER_FIRST
+from ..kernels.layouts import LAYER_FIRST, slot_bytes
 from ..kernels.params import pack_call
 from ..kernels.resident import RESIDENT_SIGNATURE, ResidentArgs, get_resident_kernel
 from . import per_call, tensor_maps
@@ -73,7 +73,8 @@ def _bind_staged(plan, path, ring):
     run_limits = staged.run_limits(plan.item_size, mla, ring)
     if run_limits is None or src.tokens is None or short_pages(path, src_parts, run_limits, src.page_size):
         return None
-    maps = tensor_maps.source_maps(src_parts, template.src_k, template.src_v, src.tokens * src.layout_dim,
+    maps = tensor_maps.source_maps(src_parts, template.src_k, template.src_v,
+                                   src.tokens * slot_bytes(src_parts, src.layout_dim, src.page_size),
                                    plan.item_size, src.layout_dim, src.page_size, plan.head_num, mla, run_limits,
                                    ring.stage_bytes)
     if maps is None:

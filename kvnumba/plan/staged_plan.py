@@ -56,7 +56,7 @@ def auto_declines(memory, device, ring):
 
 def short_pages(path, src_parts, run_limits, page_size):
     """``auto`` keeps page-head pages shorter than a bulk piece on registers (every item would go through them)."""
-    return (path == "auto" and staged.head_major_source(src_parts)
+    return (path == "auto" and src_parts.head_major
             and page_size < tensor_maps.piece_limits(run_limits, True, page_size)[1])
 
 

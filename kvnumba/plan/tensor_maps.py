@@ -1,13 +1,14 @@
 """Tensor maps of a load's source buffers, for the staged kernel's bulk copies (``kernels.staged``).
 
 A tensor map tells the bulk-copy unit a buffer's layout (sizes and byte strides of up to five dimensions)
-and the box one copy moves. Each source layout is five dimensions, the innermost the 8-byte words of one
-row of at most 2 KB (a box is at most 256 elements wide):
+and the box one copy moves. Each source layout declares its picture in five dimensions, the innermost the
+8-byte words of one row of at most 2 KB (a box is at most 256 elements wide; ``LayoutParts.map_geometry``):
 
 - layer-first and page-first: ``[row words, rows per item, layers, tokens, 1]``; a box is ``2**r``
   consecutive tokens of one layer;
-- page-head: ``[head words, layers, tokens of a page, heads, pages]``; a box is every head of ``2**r``
-  consecutive tokens of one page and layer.
+- page-head: ``[head words, layers, heads, tokens of a page, pages]``; a box is every head of ``2**r``
+  consecutive tokens of one page and layer; SGLang's page-unified pool is pictured so too, its head groups
+  as the heads (``kvnumba.layouts.page_unified``).
 
 One map per box length the kernel uses, for K then V. The maps live in pinned host memory (``MapStore``),
 which the bulk-copy unit reads as fast as device memory, so a new plan's maps cost no device allocation or
@@ -21,12 +22,11 @@ import weakref
 import numpy as np
 
 from .. import config
-from ..kernels.layouts import LAYER_FIRST, PAGE_HEAD
+from ..kernels.layouts import LAYER_FIRST, MAX_BOX
 from ..driver.devices import attribute
 from ..driver.target import SIMULATOR
 from ..memo import BoundedMemo
 
-MAX_BOX = 256  # elements per box dimension
 L2_PROMOTION = "L2_256B"  # CUtensorMapL2promotion: how much L2 fetches per miss (config's l2_promotion: others)
 MAX_STRIDE = 1 << 40
 MAP_BYTES = 128  # one CUtensorMap (the simulator's form is 16 int64 words: the same size)
@@ -108,52 +108,14 @@ def layer_part(layout, ptrs, nbytes, layer, layout_dim, tokens, item_size):
 
 
 def geometry(layout, nbytes, item_size, layout_dim, page_size, heads):
-    """``(sizes, strides, rows per item or heads, head_major)`` of the five-dimension picture of one
-    source buffer, or None if the bulk-copy unit cannot read it so."""
-    if item_size % 16:
+    """``(sizes, strides, runs, head_major)``: the five-dimension picture of one source buffer that its layout
+    declares (``LayoutParts.map_geometry``), or None if the bulk-copy unit cannot read it so."""
+    if layout.map_geometry is None or item_size % 16:
         return None
-    if layout.unified is not None:  # [pages, G, L, 2, P, H/G, D]: groups as page-head's heads, K/V by base
-        kinds, groups = layout.unified
-        chunk = item_size // heads  # heads: the copy's runs, i.e. the groups
-        if heads != groups or chunk % 16 or chunk // 8 > MAX_BOX or groups > MAX_BOX or layout_dim % 16:
-            return None
-        pages = nbytes // layout_dim  # layout_dim: one page's bytes
-        if pages == 0 or nbytes % layout_dim:
-            return None
-        layers = layout_dim // (groups * kinds * page_size * chunk)
-        sizes = (chunk // 8, layers, groups, page_size, pages)
-        strides = (kinds * page_size * chunk, layout_dim // groups, chunk, layout_dim)
-        return sizes, strides, groups, True
-    if layout is PAGE_HEAD:
-        chunk = item_size // heads
-        if chunk % 16 or chunk // 8 > MAX_BOX or heads > MAX_BOX or layout_dim % (16 * heads):
-            return None
-        page_bytes = page_size * layout_dim
-        pages = nbytes // page_bytes
-        if pages == 0 or nbytes % page_bytes:
-            return None
-        # Heads before tokens, though a head's tokens are closer in memory: the box then lands in shared
-        # memory token-major, every token's heads together, as the destination keeps them.
-        sizes = (chunk // 8, layout_dim // item_size, heads, page_size, pages)
-        strides = (chunk, page_bytes // heads, layout_dim // heads, page_bytes)
-        return sizes, strides, heads, True
-    rows = next((r for r in range(1, item_size // 16 + 1)
-                 if item_size % r == 0 and (item_size // r) % 16 == 0 and item_size // r // 8 <= MAX_BOX), None)
-    if rows is None or rows > MAX_BOX:
+    picture = layout.map_geometry(nbytes, item_size, layout_dim, page_size, heads)
+    if picture is None or picture[0][0] > MAX_BOX or picture[2] > MAX_BOX:  # a box spans a run's words, every run
         return None
-    row = item_size // rows
-    if layout is LAYER_FIRST:
-        layers, token_bytes = 1, item_size
-    else:
-        if layout_dim % 16 or layout_dim < item_size:
-            return None
-        layers, token_bytes = layout_dim // item_size, layout_dim
-    tokens = nbytes // token_bytes
-    if tokens == 0 or nbytes % token_bytes:
-        return None
-    sizes = (row // 8, rows, layers, tokens, 1)
-    strides = (row, item_size, token_bytes, token_bytes * tokens)
-    return sizes, strides, rows, False
+    return (*picture, layout.head_major)
 
 
 def source_maps(layout, k_ptr, v_ptr, nbytes, item_size, layout_dim, page_size, heads, mla, run_limits,

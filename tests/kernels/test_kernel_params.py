@@ -2,8 +2,12 @@
 order, and the plans fill their blocks from it (KernelArgs, StagedArgs)."""
 import pytest
 
-from kvnumba.kernels import factory, params, staged
+from kvnumba.kernels import factory, layouts, params, staged
+from kvnumba.layouts.page_unified import PageUnified
 from kvnumba.plan.spec import KERNEL_ENTRY_POINTS, SPECS
+
+# Every source whose layout declares a map geometry (a page-unified pool's, of K and V in head groups)
+STAGED_SOURCES = (layouts.LAYER_FIRST, layouts.PAGE_FIRST, layouts.PAGE_HEAD, PageUnified.arithmetic(2, 2))
 
 
 @pytest.mark.parametrize("op", KERNEL_ENTRY_POINTS)
@@ -13,7 +17,12 @@ def test_register_kernels_take_kernel_args(op):
     assert params.parameters(kernel.py_func) == params.KernelArgs._fields
 
 
-@pytest.mark.parametrize("src", staged.SOURCES, ids=lambda p: p.name)
+def test_the_staged_sources_are_those_that_declare_a_map_geometry():
+    assert all(staged.stageable(parts) for parts in STAGED_SOURCES)
+    assert not any(staged.stageable(parts) for parts in (layouts.LAYER_TABLE, PageUnified.arithmetic(1, 1)))
+
+
+@pytest.mark.parametrize("src", STAGED_SOURCES, ids=lambda p: p.name)
 @pytest.mark.parametrize("dst", staged.DESTINATIONS, ids=lambda p: p.name)
 @pytest.mark.parametrize("mla", [False, True])
 def test_staged_kernels_take_staged_args(src, dst, mla):
