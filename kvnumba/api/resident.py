@@ -94,9 +94,9 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ----------
     src_view, dst_view, src_indices, dst_indices, layers, num_warps_per_block, stream, check
         As for ``kv.copy`` (the kernel route). Any pair of views: page-first, page-head, layer-first,
-        MLA, page-unified, vLLM's, a layout of your own; and FP8 or NVFP4 views (``kv.Fp8View``,
-        ``kv.Nvfp4View``), dequantised (or quantised) by ``kv.copy``'s kernel launched layer by layer, each
-        launch followed by its layer's count: not one resident launch.
+        MLA, page-unified, vLLM's, a layout of your own; and FP8 views (``kv.Fp8View``), dequantised (or
+        quantised) in the same one launch by the loader's codec build. NVFP4 views (``kv.Nvfp4View``) go by
+        ``kv.copy``'s kernel launched layer by layer, each launch followed by its layer's count.
     block_quota : int
         Keyword only: the blocks (SMs) the load holds from start to end; 2 by default. Page-first and page-head
         sources in pinned memory take the loader's staged build on sm_90 and newer (runs of tokens by the
@@ -147,10 +147,13 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     if not isinstance(plan, (KernelPlan, Fp8Plan)):  # kv.copy's plans are kernel or codec plans
         raise TypeError(f"kv.load_resident cannot load through a {type(plan).__name__}")
     layers = range(plan.first_layer, plan.first_layer + plan.window)  # the view layers the load copies
-    if isinstance(plan, Fp8Plan):  # FP8 or NVFP4 on a side (Nvfp4Plan is one): its codec's kernel, layer by layer
+    if isinstance(plan, Fp8Plan) and route == "copy_engine":
+        raise ValueError("route='copy_engine' cannot quantise or dequantise: load FP8 and NVFP4 views with "
+                         "route='kernel' (or 'auto')")
+    if isinstance(plan, Fp8Plan) and plan.codec_kernel is None:  # NVFP4 on a side: its kernel, layer by layer
         layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream) for layer in layers]
         return _codec_load(plan, layers, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block,
-                           signal, stream, check or guard.ALWAYS_CHECK, route)
+                           signal, stream, check or guard.ALWAYS_CHECK)
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
     if route != "kernel" and call.items and by_copy_engine(plan, route, call, src_indices, dst_indices, signal):
@@ -164,15 +167,12 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
 
 
 def _codec_load(plan: Any, layers: range, layer_plans: list, src_indices: ArrayLike, dst_indices: ArrayLike,
-                block_quota: Any, warps: Any, signal: LayerSignal | None, stream: StreamLike | None, check: bool,
-                route: str) -> ResidentLoad:
-    """A resident load with a quantised view on a side: the codec's kernel (``kv.copy``'s, one layer a launch, the
-    staged FP8 load where it applies) layer after layer on the stream, each launch followed by the layer's count.
+                block_quota: Any, warps: Any, signal: LayerSignal | None, stream: StreamLike | None,
+                check: bool) -> ResidentLoad:
+    """A resident load with an NVFP4 view on a side: its codec's kernel (``kv.copy``'s, one layer a launch) layer
+    after layer on the stream, each launch followed by the layer's count.
     Layer 0's call checks the indices before anything is written; with host indices each launch waits for its
     index copies (GPU indices keep the host free)."""
-    if route == "copy_engine":
-        raise ValueError("route='copy_engine' cannot quantise or dequantise: load FP8 and NVFP4 views with "
-                         "route='kernel' (or 'auto')")
     handle = call_stream(stream, plan.device, plan.uses_torch or is_torch(src_indices) or is_torch(dst_indices))
     signal = _signal_for(plan, signal, handle)
     signal.reset(handle)

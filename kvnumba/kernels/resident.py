@@ -11,7 +11,8 @@ One counter, not one per layer: a block arrives at layer ``l + 1`` only after it
 so the word counts layers landed in order, a waiter for layer ``l`` waits for ``layers_done >= l + 1``
 (``kvnumba.plan.layer_signal``), and one word is all the host resets between loads.
 
-This is the register build; ``resident_staged`` moves runs of tokens by the bulk-copy unit and publishes alike.
+This is the register build; ``resident_staged`` moves runs of tokens by the bulk-copy unit and publishes alike,
+and ``scaled_copy.get_resident_kernel`` quantises or dequantises each layer (FP8's codecs).
 """
 from collections import namedtuple
 
@@ -19,15 +20,25 @@ from numba import cuda
 
 from .factory import MAX_REGISTERS, NARROW_REGISTERS, _parts, copy_shape_for, memoised
 from .item_copy import make_items_copy
-from .jit import WARP_SIZE, kernel
+from .jit import WARP_SIZE, device_function, kernel
 from .params import KernelArgs, check_parameters, signature
 from .ptx import ptx_of
-from .signals import arrive_u32, publish_u32
+from .signals import arrive_u32, fence_system, publish_u32
 
 # layers_done: one uint32, the layers of this load landed; arrivals: one uint32 per layer, the blocks done with it.
 RESIDENT_EXTRA = ("layers_done", "arrivals")
 ResidentArgs = namedtuple("ResidentArgs", KernelArgs._fields + RESIDENT_EXTRA)  # type: ignore[misc]  # computed
 RESIDENT_SIGNATURE = signature(ResidentArgs)
+
+
+@device_function
+def layer_landed(layer, blocks, layers_done, arrivals):
+    """A block's end of ``layer``, by its first thread once every warp has stored its share (after a barrier):
+    fence, then arrive; the block that brings the count to ``blocks`` fences again and publishes."""
+    fence_system()  # the block's stores before its arrival, for any observer (a destination may be host memory)
+    if arrive_u32(arrivals + 4 * layer) == blocks - 1:
+        fence_system()  # every block's stores (seen through the arrivals) before the signal
+        publish_u32(layers_done, layer + 1)
 
 
 def _build_kernel(src, dst, mla, copy_shape, narrow):
@@ -40,7 +51,6 @@ def _build_kernel(src, dst, mla, copy_shape, narrow):
         warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
         first_item = warp * items_per_warp
         count = min(items_per_warp, num_items - first_item)  # negative for warps past the last item
-        blocks = cuda.gridDim.x
         layer = 0
         while layer < num_layers:
             copy_items(lane, first_item, 0, count, 1, src_indices, dst_indices, first_layer + layer, 1,
@@ -48,10 +58,7 @@ def _build_kernel(src, dst, mla, copy_shape, narrow):
                        dst_layout_dim, src_page_size, dst_page_size, head_num, error_flag)
             cuda.syncthreads()  # every warp of the block has stored its share of the layer
             if cuda.threadIdx.x == 0:
-                cuda.threadfence_system()  # the block's stores before its arrival, for any observer
-                if arrive_u32(arrivals + 4 * layer) == blocks - 1:
-                    cuda.threadfence_system()  # every block's stores (seen through the arrivals) before the signal
-                    publish_u32(layers_done, layer + 1)
+                layer_landed(layer, cuda.gridDim.x, layers_done, arrivals)
             layer += 1
 
     check_parameters(resident_load, ResidentArgs)
@@ -72,3 +79,4 @@ def get_resident_kernel(src_layout, dst_layout, mla, narrow=False):
 def resident_ptx(src_layout, dst_layout, mla, cc=(9, 0), narrow=False):
     """PTX of one resident loader for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
     return ptx_of(get_resident_kernel(src_layout, dst_layout, mla, narrow), RESIDENT_SIGNATURE, cc)
+

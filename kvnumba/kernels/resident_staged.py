@@ -17,8 +17,7 @@ from .jit import kernel
 from .layouts import LAYER_FIRST, LAYER_TABLE, PAGE_FIRST, PAGE_HEAD
 from .params import StagedArgs, check_parameters, signature
 from .ptx import ptx_of
-from .resident import RESIDENT_EXTRA
-from .signals import arrive_u32, publish_u32
+from .resident import RESIDENT_EXTRA, layer_landed
 from .staged import MAX_STAGES, SHAPE, check_ring, make_load_block, make_reset
 
 ResidentStagedArgs = namedtuple("ResidentStagedArgs", StagedArgs._fields + RESIDENT_EXTRA)  # type: ignore[misc]
@@ -40,7 +39,6 @@ def _build(src, dst, mla, shape, ring):
         smem = cuda.shared.array(0, int64)
         holder = cuda.local.array(MAX_STAGES, int64)
         tid = cuda.threadIdx.x
-        blocks = cuda.gridDim.x
         layer = 0
         while layer < num_layers:
             if layer > 0 and tid == 0:
@@ -55,10 +53,7 @@ def _build(src, dst, mla, shape, ring):
                       item_size, args)
             cuda.syncthreads()  # every warp is done with the layer (its bulk stores waited for)
             if tid == 0:
-                cuda.threadfence_system()
-                if arrive_u32(arrivals + 4 * layer) == blocks - 1:
-                    cuda.threadfence_system()
-                    publish_u32(layers_done, layer + 1)
+                layer_landed(layer, cuda.gridDim.x, layers_done, arrivals)
             layer += 1
 
     check_parameters(resident_load_staged, ResidentStagedArgs)

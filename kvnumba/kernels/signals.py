@@ -4,16 +4,18 @@
 - ``publish_u32(addr, value)``: ``atom.global.max.u32`` with release semantics at system scope. A maximum, not a
   store: the word only grows within a load, whichever block publishes last;
 - ``acquire_u32(addr) -> value``: ``ld.acquire.sys.global.u32`` (what ``layer_wait`` polls); ``backoff()``: a
-  short ``nanosleep`` between two polls.
+  short ``nanosleep`` between two polls;
+- ``fence_system()``: ``__threadfence_system``, the thread's stores before it seen before its stores after it,
+  by every observer (host memory too).
 
 On the simulator the names are twins (``kernels.simulator.signals``), chosen here once.
 """
 from ..driver.target import SIMULATOR
 
-__all__ = ["acquire_u32", "arrive_u32", "backoff", "publish_u32"]
+__all__ = ["acquire_u32", "arrive_u32", "backoff", "fence_system", "publish_u32"]
 
 if SIMULATOR:
-    from .simulator.signals import acquire_u32, arrive_u32, backoff, publish_u32  # noqa: F401
+    from .simulator.signals import acquire_u32, arrive_u32, backoff, fence_system, publish_u32  # noqa: F401
 else:
     from llvmlite import ir
     from numba import cuda, types
@@ -57,3 +59,7 @@ else:
     @device_function
     def backoff():
         cuda.nanosleep(500)  # a poll every ~0.5 us: a layer lands every ~tens of us
+
+    @device_function
+    def fence_system():
+        cuda.threadfence_system()

@@ -141,6 +141,7 @@ class Fp8Plan:
 
     spec = SPECS["copy"]  # what plan.per_call reads of a plan's entry point: kv.copy's
     engine = None  # no copy-engine form: the codec works in the kernel
+    codec_kernel = None  # the resident loader's key (kernels.scaled_copy.get_resident_kernel), where it has one
 
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
         self.mode = mode = copy_mode(src, dst)
@@ -183,6 +184,7 @@ class Fp8Plan:
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
+        self.codec_kernel = (s.parts, d.parts, src.mla, mode, self.codec, dtype)  # kv.load_resident's, in one launch
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         announce(self)
 

@@ -1,11 +1,13 @@
-"""kv.load_resident with an FP8 view on a side: kv.copy's FP8 kernel launched layer by layer on the stream, each
-launch followed by its layer's count. Loads (dequantising) and backups (quantising) byte for byte against
-kvnumba.quant_reference.copy with the destinations poisoned; the layers published; errors with nothing written."""
+"""kv.load_resident with an FP8 view on a side: one launch of the resident loader's codec build
+(kernels.scaled_copy.get_resident_kernel), every layer published as it lands. Loads (dequantising) and backups
+(quantising) byte for byte against kvnumba.quant_reference.copy with the destinations poisoned; the layers
+published; errors with nothing written."""
 import numpy as np
 import pytest
 
 import kvnumba as kv
 from kvnumba import quant_reference as qr
+from kvnumba.driver.launch import BoundKernel
 from tests.fp8.cases import FP8_POISON, fp8_bytes, make_fp8, make_view, view_bytes
 from tests.helpers.placement import PLACE, synchronize
 from tests.helpers.view_cases import POISON, assert_same_bytes
@@ -40,6 +42,19 @@ def test_a_load_dequantises_every_layer(fp8_name, plain_name, where):
     qr.copy(src_np, dst_np, si, di)
     for got, want in zip(view_bytes(dst), view_bytes(dst_np)):
         np.testing.assert_array_equal(got, want)
+
+
+def test_every_layer_of_an_fp8_load_is_one_launch(monkeypatch):
+    rng = np.random.default_rng(3)
+    _, src = make_fp8("PageHead", L, T, P, H, D, rng=rng, special_codes=False)
+    _, dst = make_view("LayerFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
+    si, di = _indices(rng)
+    launches = []
+    launch = BoundKernel.launch
+    monkeypatch.setattr(BoundKernel, "launch", lambda self, *args: (launches.append(self), launch(self, *args))[1])
+    done = kv.load_resident(src, dst, PLACE["device"](si), PLACE["device"](di), signal=kv.LayerSignal(L))
+    _waited(done)
+    assert len(launches) == 1 and done.moved_by == "register"
 
 
 def test_a_backup_quantises_some_layers():

@@ -5,7 +5,7 @@ import threading
 
 from .alignment import check_aligned
 
-__all__ = ["acquire_u32", "arrive_u32", "backoff", "publish_u32"]
+__all__ = ["acquire_u32", "arrive_u32", "backoff", "fence_system", "publish_u32"]
 
 _lock = threading.Lock()
 
@@ -31,3 +31,7 @@ def acquire_u32(addr):
 
 def backoff():
     """Between two polls: nothing to wait for on the simulator (its grids run one at a time)."""
+
+
+def fence_system():
+    """Nothing: the simulator's stores are seen at once, in order (its words go through one lock)."""
