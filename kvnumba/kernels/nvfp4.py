@@ -12,6 +12,7 @@ one token item, then every layer, K and V together; lane ``i`` takes groups ``i,
 An NVFP4 side is a table of its layers' addresses (``*_table``), its page bytes and block size; token ``t``
 of head ``h`` sits at slot ``t * H + h`` (NHD) or ``h * block + t`` (HND) of its side's regions.
 """
+from collections import namedtuple
 from typing import Any, NamedTuple
 
 from numba import cuda
@@ -27,6 +28,7 @@ from .memory import load_i64, load_i128
 from .nvfp4_packed import NEVER, THRESHOLDS, decoder, encoder, unit_decoder
 from .params import check_parameters, signature
 from .ptx import ptx_of
+from .resident import RESIDENT_EXTRA, layer_landed
 
 MODES = ("quantise", "dequantise", "copy")
 NAN_F32 = 0x7FC00000
@@ -74,6 +76,8 @@ class Nvfp4Args(NamedTuple):
 
 
 SIGNATURE = signature(Nvfp4Args)
+ResidentArgs = namedtuple("ResidentArgs", Nvfp4Args._fields + RESIDENT_EXTRA)  # type: ignore[misc]  # computed
+RESIDENT_SIGNATURE = signature(ResidentArgs)  # the resident loader's NVFP4 build (get_resident_kernel)
 
 E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
 E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even
@@ -286,7 +290,7 @@ def group_ops(dtype):
     return encode, decode
 
 
-def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
+def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head, resident):
     src_slot, dst_slot = slot_of(src_hnd), slot_of(dst_hnd)
     plain_src = mode == "quantise"  # the plain side is the source
     lb: Any = plain_parts.layer_base if plain_parts is not None else None
@@ -374,38 +378,67 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head):
                         decode(j < total, pv + plain_at2, cv2, sv2, g2, v_scale)
                         base += 2 * WARP_SIZE
 
+    @device_function
+    def token_args(first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                   src_table, src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale,
+                   k_unscale, v_unscale, thresholds):
+        """What ``move_token`` reads, for this mode."""
+        if mode == "copy":
+            return (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table,
+                    dst_page_bytes, dst_block)
+        if plain_src:
+            return (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                    dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
+        return (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
+
+    @device_function
+    def move_items(lane, first, count, src_indices, dst_indices, src_token_limit, dst_token_limit, error_flag, a):
+        """The warp's items ``first .. first + count`` (out of bounds: skipped and flagged)."""
+        j = 0
+        while j < count:
+            s_tok = load_i64(src_indices + (first + j) * 8)
+            d_tok = load_i64(dst_indices + (first + j) * 8)
+            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
+                move_token(lane, s_tok, d_tok, a)
+            j += 1
+
     def nvfp4_kv(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit, dst_token_limit,
                  num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim, plain_page, src_table,
                  src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale,
                  v_unscale, thresholds):
         lane = cuda.threadIdx.x & (WARP_SIZE - 1)
-        warp = cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)
-        first = warp * items_per_warp
-        a: tuple
-        if mode == "copy":
-            a = (first_layer, num_layers, heads, groups, src_table, src_page_bytes, src_block, dst_table,
-                 dst_page_bytes, dst_block)
-        elif plain_src:
-            a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 dst_table, dst_page_bytes, dst_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
-        else:
-            a = (first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
-                 src_table, src_page_bytes, src_block, k_scale, v_scale, k_unscale, v_unscale, thresholds)
-        j = 0
-        count = min(items_per_warp, num_items - first)
-        while j < count:
-            item = first + j
-            s_tok = load_i64(src_indices + item * 8)
-            d_tok = load_i64(dst_indices + item * 8)
-            if in_bounds(lane, s_tok, d_tok, src_token_limit, dst_token_limit, error_flag):
-                move_token(lane, s_tok, d_tok, a)
-            j += 1
+        first = (cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)) * items_per_warp
+        a = token_args(first_layer, num_layers, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                       src_table, src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale, v_scale,
+                       k_unscale, v_unscale, thresholds)
+        move_items(lane, first, min(items_per_warp, num_items - first), src_indices, dst_indices, src_token_limit,
+                   dst_token_limit, error_flag, a)
 
-    check_parameters(nvfp4_kv, Nvfp4Args)
+    def nvfp4_resident(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
+                       dst_token_limit, num_layers, heads, groups, error_flag, plain_k, plain_v, plain_item, plain_dim,
+                       plain_page, src_table, src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale,
+                       v_scale, k_unscale, v_unscale, thresholds, layers_done, arrivals):
+        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
+        first = (cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)) * items_per_warp
+        count = min(items_per_warp, num_items - first)
+        layer = 0
+        while layer < num_layers:
+            a = token_args(first_layer + layer, 1, heads, groups, plain_k, plain_v, plain_item, plain_dim, plain_page,
+                           src_table, src_page_bytes, src_block, dst_table, dst_page_bytes, dst_block, k_scale,
+                           v_scale, k_unscale, v_unscale, thresholds)
+            move_items(lane, first, count, src_indices, dst_indices, src_token_limit, dst_token_limit, error_flag, a)
+            cuda.syncthreads()  # every warp of the block has stored its share of the layer
+            if cuda.threadIdx.x == 0:
+                layer_landed(layer, cuda.gridDim.x, layers_done, arrivals)
+            layer += 1
+
     plain = "" if plain_parts is None else f"_{plain_parts.name}"
     order = f"_{'hnd' if src_hnd else 'nhd'}_{'hnd' if dst_hnd else 'nhd'}"
-    nvfp4_kv.__name__ = nvfp4_kv.__qualname__ = f"nvfp4_{mode}_{dtype}{plain}{order}_g{per_head}"
-    return kernel(nvfp4_kv, max_registers=64)
+    fn, args = (nvfp4_resident, ResidentArgs) if resident else (nvfp4_kv, Nvfp4Args)
+    check_parameters(fn, args)
+    fn.__name__ = fn.__qualname__ = f"nvfp4_{'resident_' if resident else ''}{mode}_{dtype}{plain}{order}_g{per_head}"
+    return kernel(fn, max_registers=64)
 
 
 def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
@@ -414,7 +447,17 @@ def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
     memoised (a compiled kernel, not a plan: no setting changes it)."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups))
+    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups),
+                    False)
+
+
+def get_resident_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
+    """The resident loader's NVFP4 build (``kernels.resident``), as ``get_kernel``'s: its per-token copy one layer
+    after another on the load's few blocks, each layer published as it lands. Memoised."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups),
+                    True)
 
 
 def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):

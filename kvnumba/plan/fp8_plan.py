@@ -141,7 +141,6 @@ class Fp8Plan:
 
     spec = SPECS["copy"]  # what plan.per_call reads of a plan's entry point: kv.copy's
     engine = None  # no copy-engine form: the codec works in the kernel
-    codec_kernel = None  # the resident loader's key (kernels.scaled_copy.get_resident_kernel), where it has one
 
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
         self.mode = mode = copy_mode(src, dst)
@@ -184,7 +183,7 @@ class Fp8Plan:
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
-        self.codec_kernel = (s.parts, d.parts, src.mla, mode, self.codec, dtype)  # kv.load_resident's, in one launch
+        self._resident_key = (s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         announce(self)
 
@@ -213,6 +212,11 @@ class Fp8Plan:
         if self.staged is not None:
             return self.staged.kernel_for(count, warps, self.kernel)
         return self.kernel, warps
+
+    def resident_build(self) -> tuple[Any, Any]:
+        """``(kernel, its parameters' namedtuple)``: the resident loader's build for this plan's copies
+        (``kv.load_resident``: every layer in one launch), ``kernels.scaled_copy``'s."""
+        return kernels.get_resident_kernel(*self._resident_key), kernels.ResidentArgs
 
     run = per_call.run  # a call as every kernel plan's: checked (plan.per_call.checked), then one launch
 

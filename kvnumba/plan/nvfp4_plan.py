@@ -111,12 +111,18 @@ class Nvfp4Plan(Fp8Plan):
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
             k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1], thresholds=thresholds)
         shared = 0
+        dispatcher = None
         if p is not None and mode == "dequantise" and _pipelined(self.device):
             dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)
             shared = nvfp4_load.SHARED_BYTES
-        else:
-            dispatcher = kernels.get_kernel(mode, p.parts if p else None, src_q and src.layout == "HND",
-                                            dst_q and dst.layout == "HND", dtype, head_dim // 16)
+        self._resident_key = (mode, p.parts if p else None, src_q and src.layout == "HND", dst_q and dst.layout == "HND",
+                              dtype, head_dim // 16)
+        if not shared:
+            dispatcher = kernels.get_kernel(*self._resident_key)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = None
         announce(self)
+
+    def resident_build(self):
+        """``Fp8Plan.resident_build``'s: ``kernels.nvfp4``'s resident build."""
+        return kernels.get_resident_kernel(*self._resident_key), kernels.ResidentArgs

@@ -7,8 +7,8 @@ The loader is bound to a plan on first use, with the plan's parameter values (``
 the signal's two addresses, which each load writes into its block with its indices. Its staged build
 (``kernels.resident_staged``) takes the loads the staged kernel's setting gives it (``plan.staged_plan``,
 ``KVNUMBA_LOAD_PATH``), for a load of every layer; the register build the others. The source's tensor maps
-picture every layer: one set serves every load of the plan. An FP8 copy's plan (``Fp8Plan.codec_kernel``) takes
-the codec build, which quantises or dequantises on registers.
+picture every layer: one set serves every load of the plan. An FP8 or NVFP4 copy's plan takes
+its codec's build (``resident_build``), which quantises or dequantises on registers.
 """
 import struct
 from typing import Any, NamedTuple
@@ -18,15 +18,12 @@ from ..driver.devices import on_device
 from ..driver.launch import BoundKernel, launch_shape, launchable
 from ..kernels import resident_staged, staged
 from ..kernels.layouts import LAYER_FIRST, slot_bytes
-from ..kernels.params import pack_call
-from ..kernels import scaled_copy
-from ..kernels.resident import RESIDENT_SIGNATURE, ResidentArgs, get_resident_kernel
+from ..kernels.params import pack_call, signature
+from ..kernels.resident import ResidentArgs, get_resident_kernel
 from . import per_call, tensor_maps
 from .staged_plan import AUTO_MIN_ITEMS, auto_declines, ring_in_force, short_pages, unaligned_destination
 
-# The signal's addresses in a parameter block: the last two values of every build's.
-_SIGNAL_AT = 8 * ResidentArgs._fields.index("layers_done")
-_CODEC_SIGNAL_AT = 8 * scaled_copy.ResidentArgs._fields.index("layers_done")
+# Where the signal's addresses go in the staged build's parameter block (the others': resident_kernel).
 _STAGED_SIGNAL_AT = 8 * resident_staged.ResidentStagedArgs._fields.index("layers_done")
 _pack_signal = struct.Struct("2q").pack_into
 
@@ -34,22 +31,19 @@ _pack_signal = struct.Struct("2q").pack_into
 def resident_kernel(plan, narrow=False):
     """``(kernel, where its signal goes)``: the resident loader bound to ``plan``'s parameter values (made on first
     use, and again for a plan whose template changed, a rebound one's); ``narrow``: its build for one-warp blocks
-    (``kernels.resident``). A codec plan's (``Fp8Plan.codec_kernel``) takes its codec build, for any blocks."""
-    if getattr(plan, "codec_kernel", None) is not None:
-        def bind_codec():
-            kernel = launchable(scaled_copy.get_resident_kernel(*plan.codec_kernel), scaled_copy.RESIDENT_SIGNATURE)
-            template = scaled_copy.ResidentArgs._make((*plan.template, 0, 0))
-            return BoundKernel(kernel, plan.device, template), _CODEC_SIGNAL_AT
-
-        return _per_template(plan, "_resident", bind_codec)
+    (``kernels.resident``). A codec plan's loader is its codec's build (``resident_build``), for any blocks."""
+    codec_build = getattr(plan, "resident_build", None)
 
     def bind():
-        src, dst, mla = plan.kernel_key
-        kernel = launchable(get_resident_kernel(src, dst, mla, narrow), RESIDENT_SIGNATURE)
-        template = ResidentArgs._make((*plan.template, 0, 0))  # the signal's addresses: per load
-        return BoundKernel(kernel, plan.device, template), _SIGNAL_AT
+        if codec_build is not None:
+            dispatcher, args = codec_build()
+        else:
+            dispatcher, args = get_resident_kernel(*plan.kernel_key, narrow), ResidentArgs
+        kernel = launchable(dispatcher, signature(args))
+        template = args._make((*plan.template, 0, 0))  # the signal's addresses: per load
+        return BoundKernel(kernel, plan.device, template), 8 * args._fields.index("layers_done")
 
-    return _per_template(plan, "_resident_narrow" if narrow else "_resident", bind)
+    return _per_template(plan, "_resident_narrow" if narrow and codec_build is None else "_resident", bind)
 
 
 def _per_template(plan, key, make):
@@ -71,8 +65,8 @@ class StagedResident(NamedTuple):
 def staged_resident(plan):
     """``plan``'s staged resident loader (``StagedResident``), or None when its loads stay on registers; made on
     first use (the setting and the ring read then)."""
-    if getattr(plan, "codec_kernel", None) is not None:
-        return None  # a codec's layers go through registers
+    if getattr(plan, "resident_build", None) is not None:
+        return None  # a codec plan's resident loader has one build
     return _per_template(plan, "_resident_staged", lambda: _bind_staged(plan, config.load_path(), ring_in_force()))
 
 
