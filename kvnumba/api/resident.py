@@ -12,7 +12,9 @@ from __future__ import annotations
 from typing import Any, SupportsIndex
 
 from ..layouts import CacheView
+from ..arrays import is_torch
 from ..checks import guard, validate
+from ..checks.devices import call_stream
 from ..driver import capture
 from ..driver.devices import on_device
 from ..plan import routes
@@ -92,8 +94,9 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     ----------
     src_view, dst_view, src_indices, dst_indices, layers, num_warps_per_block, stream, check
         As for ``kv.copy`` (the kernel route). Any pair of views: page-first, page-head, layer-first,
-        MLA, page-unified, vLLM's, a layout of your own; and FP8 or NVFP4 views (``kv.Fp8View``,
-        ``kv.Nvfp4View``), dequantised (or quantised) in the same one launch by the loader's build for the codec.
+        MLA, page-unified, vLLM's, a layout of your own; NVFP4 views (``kv.Nvfp4View``), dequantised (or
+        quantised) in the same one launch by the loader's NVFP4 build; and FP8 views (``kv.Fp8View``), by
+        ``kv.copy``'s FP8 kernels launched layer by layer, each launch followed by its layer's count.
     block_quota : int
         Keyword only: the blocks (SMs) the load holds from start to end; 2 by default. Page-first and page-head
         sources in pinned memory take the loader's staged build on sm_90 and newer (runs of tokens by the
@@ -147,6 +150,10 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
     if isinstance(plan, Fp8Plan) and route == "copy_engine":  # FP8 and NVFP4 plans: the codec works in the kernel
         raise ValueError("route='copy_engine' cannot quantise or dequantise: load FP8 and NVFP4 views with "
                          "route='kernel' (or 'auto')")
+    if isinstance(plan, Fp8Plan) and plan.resident_build is None:  # FP8: its per-layer kernels, layer by layer
+        layer_plans = [copies._plan_for_geometry((src_view, dst_view, layer), strict, stream) for layer in layers]
+        return _codec_load(plan, layers, layer_plans, src_indices, dst_indices, block_quota, num_warps_per_block,
+                           signal, stream, check or guard.ALWAYS_CHECK)
     call = checked_call(plan, src_indices, dst_indices, block_quota, num_warps_per_block, stream, check)
     signal = _signal_for(plan, signal, call.handle)
     if route != "kernel" and call.items and by_copy_engine(plan, route, call, src_indices, dst_indices, signal):
@@ -155,6 +162,25 @@ def load_resident(src_view: CacheView, dst_view: CacheView, src_indices: ArrayLi
         keep, staged = launch_resident(plan, call, signal)
         load = ResidentLoad(layers, signal, call.handle, keep, staged, stream=stream)
     if call.check:
+        load.synchronize()
+    return load
+
+
+def _codec_load(plan: Any, layers: range, layer_plans: list, src_indices: ArrayLike, dst_indices: ArrayLike,
+                block_quota: Any, warps: Any, signal: LayerSignal | None, stream: StreamLike | None,
+                check: bool) -> ResidentLoad:
+    """A resident load with an FP8 view on a side: ``kv.copy``'s FP8 kernels (the staged or pipelined dequantising
+    load where it applies), one launch a layer on the stream, each followed by the layer's count.
+    Layer 0's call checks the indices before anything is written; with host indices each launch waits for its
+    index copies (GPU indices keep the host free)."""
+    handle = call_stream(stream, plan.device, plan.uses_torch or is_torch(src_indices) or is_torch(dst_indices))
+    signal = _signal_for(plan, signal, handle)
+    signal.reset(handle)
+    for landed, layer_plan in enumerate(layer_plans, 1):
+        layer_plan.fast(src_indices, dst_indices, None, block_quota, warps, stream=handle, route="kernel")
+        signal.publish(handle, landed)
+    load = ResidentLoad(layers, signal, handle, stream=stream)
+    if check:
         load.synchronize()
     return load
 

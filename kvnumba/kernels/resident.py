@@ -12,7 +12,7 @@ so the word counts layers landed in order, a waiter for layer ``l`` waits for ``
 (``kvnumba.plan.layer_signal``), and one word is all the host resets between loads.
 
 This is the register build; ``resident_staged`` moves runs of tokens by the bulk-copy unit and publishes alike,
-and ``scaled_copy.get_resident_kernel`` quantises or dequantises each layer (FP8's codecs).
+and ``nvfp4.get_resident_kernel`` quantises or dequantises each layer (NVFP4's codec).
 """
 from collections import namedtuple
 

@@ -14,7 +14,6 @@ Warp ``w`` takes items ``[w * items_per_warp, (w + 1) * items_per_warp)`` (bound
 head by head; lane ``i`` takes a head's words ``i, i + 32, ...``. Quantising, a lane holds up to ``HELD``
 words in registers between the head's amax (``words.group_max``) and its codes, reading again only past them.
 """
-from collections import namedtuple
 from typing import NamedTuple
 
 from numba import cuda, types
@@ -28,7 +27,6 @@ from .layouts import LayoutParts
 from .memory import load_i64
 from .params import check_parameters, signature
 from .ptx import ptx_of
-from .resident import RESIDENT_EXTRA, layer_landed
 from .words import group_max, load_i32, store_i32, store_i64
 
 MODES = ("quantise", "dequantise", "copy")
@@ -70,8 +68,6 @@ class ScaledArgs(NamedTuple):
 
 
 SIGNATURE = signature(ScaledArgs)
-ResidentArgs = namedtuple("ResidentArgs", ScaledArgs._fields + RESIDENT_EXTRA)  # type: ignore[misc]  # computed
-RESIDENT_SIGNATURE = signature(ResidentArgs)  # the resident loader's codec build (get_resident_kernel)
 HELD = 4  # words a lane keeps in registers between the amax and the codes
 
 
@@ -246,46 +242,6 @@ def _build_kernel(src, dst, mla, mode, codec, dtype):
     check_parameters(scaled_kv, ScaledArgs)
     scaled_kv.__name__ = scaled_kv.__qualname__ = f"{mode}_{kernel_name(codec, dtype, src, dst, mla)}"
     return kernel(scaled_kv, max_registers=64)
-
-
-def _build_resident(src, dst, mla, mode, codec, dtype):
-    copy_items = make_items_copy(src, dst, mla, mode, codec, dtype)
-
-    def resident_codec_load(src_indices, dst_indices, num_items, items_per_warp, first_layer, src_token_limit,
-                            dst_token_limit, num_layers, heads, words, error_flag, src_k, src_v, src_item, src_dim,
-                            src_page, src_scales_k, src_scales_v, src_scales_item, src_scales_dim, dst_k, dst_v,
-                            dst_item, dst_dim, dst_page, dst_scales_k, dst_scales_v, dst_scales_item, dst_scales_dim,
-                            layers_done, arrivals):
-        lane = cuda.threadIdx.x & (WARP_SIZE - 1)
-        first = (cuda.blockIdx.x * (cuda.blockDim.x >> 5) + (cuda.threadIdx.x >> 5)) * items_per_warp
-        count = min(items_per_warp, num_items - first)
-        layer = 0
-        while layer < num_layers:
-            args = (src_indices, dst_indices, first_layer + layer, src_token_limit, dst_token_limit, 1, heads, words,
-                    error_flag, src_k, src_v, src_item, src_dim, src_page, src_scales_k, src_scales_v,
-                    src_scales_item, src_scales_dim, dst_k, dst_v, dst_item, dst_dim, dst_page, dst_scales_k,
-                    dst_scales_v, dst_scales_item, dst_scales_dim)
-            copy_items(lane, first, 0, count, 1, args)
-            cuda.syncthreads()  # every warp of the block has stored its share of the layer
-            if cuda.threadIdx.x == 0:
-                layer_landed(layer, cuda.gridDim.x, layers_done, arrivals)
-            layer += 1
-
-    check_parameters(resident_codec_load, ResidentArgs)
-    name = f"resident_{mode}_{kernel_name(codec, dtype, src, dst, mla)}"
-    resident_codec_load.__name__ = resident_codec_load.__qualname__ = name
-    return kernel(resident_codec_load, max_registers=64)
-
-
-def get_resident_kernel(src, dst, mla, mode, codec, dtype):
-    """The resident loader's codec build (``kernels.resident``) for one (source, destination, MLA, mode, codec,
-    plain dtype), as ``get_kernel``'s: this kernel's per-token copy one layer after another, each layer published
-    as it lands. Built on first request and memoised. Here, not in ``kernels.resident``: the simulator gives
-    ``cuda.local`` to the functions of the kernel's own module."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    src, dst, mla, codec, dtype = codec_key(src, dst, mla, codec, dtype)
-    return memoised(_build_resident, src, dst, mla, mode, codec, dtype)
 
 
 def kernel_name(codec, dtype, src, dst, mla):

@@ -141,6 +141,9 @@ class Fp8Plan:
 
     spec = SPECS["copy"]  # what plan.per_call reads of a plan's entry point: kv.copy's
     engine = None  # no copy-engine form: the codec works in the kernel
+    # kv.load_resident's one-launch build, () -> (kernel, its parameters' namedtuple); None: FP8's loads launch its
+    # per-layer kernels layer by layer (its register kernel moves a head a round trip: slow in one launch)
+    resident_build: Any = None
 
     def __init__(self, src: Any, dst: Any, layers: Any) -> None:
         self.mode = mode = copy_mode(src, dst)
@@ -183,7 +186,6 @@ class Fp8Plan:
         else:
             dispatcher = kernels.get_kernel(s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
-        self._resident_key = (s.parts, d.parts, src.mla, mode, self.codec, dtype)
         self.staged = fp8_staged_plan.bind_staged(self, src, dst)  # staged loads (kvnumba.plan.fp8_staged_plan)
         announce(self)
 
@@ -212,11 +214,6 @@ class Fp8Plan:
         if self.staged is not None:
             return self.staged.kernel_for(count, warps, self.kernel)
         return self.kernel, warps
-
-    def resident_build(self) -> tuple[Any, Any]:
-        """``(kernel, its parameters' namedtuple)``: the resident loader's build for this plan's copies
-        (``kv.load_resident``: every layer in one launch), ``kernels.scaled_copy``'s."""
-        return kernels.get_resident_kernel(*self._resident_key), kernels.ResidentArgs
 
     run = per_call.run  # a call as every kernel plan's: checked (plan.per_call.checked), then one launch
 

@@ -123,6 +123,7 @@ class Nvfp4Plan(Fp8Plan):
         self.staged = None
         announce(self)
 
-    def resident_build(self):
-        """``Fp8Plan.resident_build``'s: ``kernels.nvfp4``'s resident build."""
+    def resident_build(self):  # a method where Fp8Plan has None
+        """``(kernel, its parameters' namedtuple)``: the resident loader's NVFP4 build (``kv.load_resident``: every
+        layer of a load in one launch)."""
         return kernels.get_resident_kernel(*self._resident_key), kernels.ResidentArgs

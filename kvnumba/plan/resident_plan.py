@@ -7,7 +7,7 @@ The loader is bound to a plan on first use, with the plan's parameter values (``
 the signal's two addresses, which each load writes into its block with its indices. Its staged build
 (``kernels.resident_staged``) takes the loads the staged kernel's setting gives it (``plan.staged_plan``,
 ``KVNUMBA_LOAD_PATH``), for a load of every layer; the register build the others. The source's tensor maps
-picture every layer: one set serves every load of the plan. An FP8 or NVFP4 copy's plan takes
+picture every layer: one set serves every load of the plan. An NVFP4 copy's plan takes
 its codec's build (``resident_build``), which quantises or dequantises on registers.
 """
 import struct
@@ -38,7 +38,8 @@ def resident_kernel(plan, narrow=False):
         if codec_build is not None:
             dispatcher, args = codec_build()
         else:
-            dispatcher, args = get_resident_kernel(*plan.kernel_key, narrow), ResidentArgs
+            src, dst, mla = plan.kernel_key
+            dispatcher, args = get_resident_kernel(src, dst, mla, narrow), ResidentArgs
         kernel = launchable(dispatcher, signature(args))
         template = args._make((*plan.template, 0, 0))  # the signal's addresses: per load
         return BoundKernel(kernel, plan.device, template), 8 * args._fields.index("layers_done")

@@ -1,7 +1,6 @@
-"""kv.load_resident with an FP8 view on a side: one launch of the resident loader's codec build
-(kernels.scaled_copy.get_resident_kernel), every layer published as it lands. Loads (dequantising) and backups
-(quantising) byte for byte against kvnumba.quant_reference.copy with the destinations poisoned; the layers
-published; errors with nothing written."""
+"""kv.load_resident with an FP8 view on a side: kv.copy's FP8 kernels launched layer by layer on the stream, each
+launch followed by its layer's count. Loads (dequantising) and backups (quantising) byte for byte against
+kvnumba.quant_reference.copy with the destinations poisoned; the layers published; errors with nothing written."""
 import numpy as np
 import pytest
 
@@ -44,7 +43,7 @@ def test_a_load_dequantises_every_layer(fp8_name, plain_name, where):
         np.testing.assert_array_equal(got, want)
 
 
-def test_every_layer_of_an_fp8_load_is_one_launch(monkeypatch):
+def test_an_fp8_load_is_a_launch_a_layer(monkeypatch):
     rng = np.random.default_rng(3)
     _, src = make_fp8("PageHead", L, T, P, H, D, rng=rng, special_codes=False)
     _, dst = make_view("LayerFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
@@ -54,7 +53,7 @@ def test_every_layer_of_an_fp8_load_is_one_launch(monkeypatch):
     monkeypatch.setattr(BoundKernel, "launch", lambda self, *args: (launches.append(self), launch(self, *args))[1])
     done = kv.load_resident(src, dst, PLACE["device"](si), PLACE["device"](di), signal=kv.LayerSignal(L))
     _waited(done)
-    assert len(launches) == 1 and done.moved_by == "register"
+    assert len(launches) == L and done.moved_by == "register"
 
 
 def test_a_backup_quantises_some_layers():

@@ -386,8 +386,8 @@ def _fp8_setup(rng):
 
 
 def test_an_fp8_load_is_waited_for_layer_by_layer():
-    """An FP8 page-first pool in pinned memory, dequantised into bfloat16 GPU caches by the resident loader's codec
-    build (one launch) behind a gate: a stream that waits for a layer sees what kv.copy makes of it."""
+    """An FP8 page-first pool in pinned memory, dequantised into bfloat16 GPU caches by kv.copy's FP8 kernel, one
+    launch per layer behind a gate: a stream that waits for a layer sees what kv.copy makes of it."""
     rng = np.random.default_rng(7)
     fp8, dst, caches_like = _fp8_setup(rng)
     want = caches_like()
@@ -409,7 +409,7 @@ def test_an_fp8_load_is_waited_for_layer_by_layer():
 
 
 def test_an_fp8_load_and_its_waits_are_captured():
-    """The FP8 resident load (one launch of the codec build) and the main stream's waits
+    """The FP8 resident load (a launch and a count written on the stream per layer) and the main stream's waits
     and reads of every layer, captured in one graph and replayed twice with new indices written in place."""
     rng = np.random.default_rng(8)
     fp8, dst, caches_like = _fp8_setup(rng)
