@@ -65,14 +65,22 @@ def fill(placed, values):
         np.asarray(placed)[...] = values
 
 
+def finite_view(plain_name, rng, layers=L):
+    """``(numpy view, placed view)`` of ``plain_name`` over the same random finite bfloat16 values."""
+    view_np, view = make_view(plain_name, layers, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    for which in ("k", "v"):
+        for values, placed in zip(view_np.buffers(which), view.buffers(which)):
+            finite(values)
+            fill(placed, values)
+    return view_np, view
+
+
 def quantise_case(plain_name, layout, *, count=3, seed=0, dtype="bfloat16", specials=False, tokens=None):
     rng = np.random.default_rng(seed)
-    src_np, src = make_view(plain_name, L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
-    if not specials:
-        for which in ("k", "v"):
-            for values, placed in zip(src_np.buffers(which), src.buffers(which)):
-                finite(values)
-                fill(placed, values)
+    if specials:
+        src_np, src = make_view(plain_name, L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
+    else:
+        src_np, src = finite_view(plain_name, rng)
     dst_np, dst = make_nvfp4(layout=layout, dtype=dtype)
     si, di = tokens or (rng.choice(T, count, replace=False).astype(np.int64),
                         rng.choice(T, count, replace=False).astype(np.int64))
@@ -133,11 +141,7 @@ def test_pages_to_pages_across_orders_and_block_sizes(src_layout, dst_layout, ds
 
 def test_a_round_trip_through_nvfp4_pages_is_the_references():
     rng = np.random.default_rng(4)
-    src_np, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
-    for which in ("k", "v"):
-        for values, placed in zip(src_np.buffers(which), src.buffers(which)):
-            finite(values)
-            fill(placed, values)
+    src_np, src = finite_view("LayerFirst", rng)
     _, pages = make_nvfp4()
     back_np, back = make_view("PageFirst", L, T, P, H, D, rng, poison=True, mla=False, place=("device", "numba"))
     idx = np.arange(T, dtype=np.int64)

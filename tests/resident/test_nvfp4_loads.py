@@ -9,7 +9,7 @@ from kvnumba import quant_reference as qr
 from kvnumba.driver.launch import BoundKernel
 from tests.helpers.placement import PLACE
 from tests.helpers.view_cases import POISON as PLAIN_POISON, make_view, view_bytes
-from tests.quant.test_nvfp4_copy import POISON, fill, finite, make_nvfp4, nvfp4_bytes
+from tests.quant.test_nvfp4_copy import POISON, finite_view, make_nvfp4, nvfp4_bytes
 
 pytestmark = pytest.mark.needs_target
 
@@ -49,11 +49,7 @@ def test_a_load_dequantises_every_layer_in_one_launch(monkeypatch, plain_name, l
 
 def test_a_backup_quantises_some_layers(monkeypatch):
     rng = np.random.default_rng(1)
-    src_np, src = make_view("LayerFirst", L, T, P, H, D, rng, poison=False, mla=False, place=("device", "numba"))
-    for which in ("k", "v"):
-        for values, placed in zip(src_np.buffers(which), src.buffers(which)):
-            finite(values)
-            fill(placed, values)
+    src_np, src = finite_view("LayerFirst", rng, L)
     dst_np, dst = make_nvfp4(L=L, layout="HND")
     si, di = _indices(rng)
     launches, landed = _counted_load(monkeypatch, src, dst, si, di, range(1, 3))
