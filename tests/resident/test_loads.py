@@ -1,7 +1,7 @@
 """kv.load_resident on the simulator and a GPU: every source layout (and MLA) byte for byte against
 kvnumba.reference.copy, destinations poisoned; the layer count the load publishes; kv.copy's errors, with
 nothing written; the kernel's guard; what a capture refuses. The GPU's own waits: test_gpu_resident.py; FP8
-views: test_codec_loads.py."""
+views: test_codec_loads.py; NVFP4 views: test_nvfp4_loads.py."""
 import numpy as np
 import pytest
 
