@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Any, SupportsIndex
 
-from ..layouts import CacheView
 from ..arrays import is_torch
-from ..checks import guard, validate
 from ..checks.devices import call_stream
+from ..layouts import CacheView
+from ..checks import guard, validate
 from ..driver import capture
 from ..driver.devices import on_device
 from ..plan import routes

@@ -110,14 +110,14 @@ class Nvfp4Plan(Fp8Plan):
             src_block=src.page_size if src_q else 0, dst_table=tables.get("dst_view", 0),
             dst_page_bytes=dst.page_bytes if dst_q else 0, dst_block=dst.page_size if dst_q else 0,
             k_scale=scales[0], v_scale=scales[1], k_unscale=unscales[0], v_unscale=unscales[1], thresholds=thresholds)
+        # kernels.nvfp4's key: its per-layer kernel's, and the resident loader's build (resident_build)
+        self._resident_key = (mode, p.parts if p else None, src_q and src.layout == "HND", dst_q and dst.layout == "HND",
+                              dtype, head_dim // 16)
         shared = 0
-        dispatcher = None
         if p is not None and mode == "dequantise" and _pipelined(self.device):
             dispatcher = nvfp4_load.get_kernel(p.parts, src.layout == "HND", dtype, head_dim // 16)
             shared = nvfp4_load.SHARED_BYTES
-        self._resident_key = (mode, p.parts if p else None, src_q and src.layout == "HND", dst_q and dst.layout == "HND",
-                              dtype, head_dim // 16)
-        if not shared:
+        else:
             dispatcher = kernels.get_kernel(*self._resident_key)
         self._bound(dispatcher, kernels.SIGNATURE, shared)
         self.staged = None

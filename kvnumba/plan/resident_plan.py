@@ -7,8 +7,8 @@ The loader is bound to a plan on first use, with the plan's parameter values (``
 the signal's two addresses, which each load writes into its block with its indices. Its staged build
 (``kernels.resident_staged``) takes the loads the staged kernel's setting gives it (``plan.staged_plan``,
 ``KVNUMBA_LOAD_PATH``), for a load of every layer; the register build the others. The source's tensor maps
-picture every layer: one set serves every load of the plan. An NVFP4 copy's plan takes
-its codec's build (``resident_build``), which quantises or dequantises on registers.
+picture every layer: one set serves every load of the plan. An NVFP4 copy's plan takes its codec's build
+(``resident_build``), which quantises or dequantises on registers.
 """
 import struct
 from typing import Any, NamedTuple
