@@ -77,7 +77,7 @@ class Nvfp4Args(NamedTuple):
 
 SIGNATURE = signature(Nvfp4Args)
 ResidentArgs = namedtuple("ResidentArgs", Nvfp4Args._fields + RESIDENT_EXTRA)  # type: ignore[misc]  # computed
-RESIDENT_SIGNATURE = signature(ResidentArgs)  # the resident loader's NVFP4 build (get_resident_kernel)
+RESIDENT_SIGNATURE = signature(ResidentArgs)  # the resident loader's NVFP4 build (get_kernel(..., resident=True))
 
 E2M1_UP = (0x3E800000, 0x3FA00000, 0x40200000, 0x40A00000)  # 0.25, 1.25, 2.5, 5: ties below go to even
 E2M1_AT = (0x3F400000, 0x3FE00000, 0x40600000)  # 0.75, 1.75, 3.5: ties from here go up, to even
@@ -441,23 +441,16 @@ def _build_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype, per_head, resident
     return kernel(fn, max_registers=64)
 
 
-def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
+def get_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8, resident=False):
     """The kernel for one (mode, plain side's ``LayoutParts`` or None, NVFP4 orders, plain dtype, ``groups``: a head's
     ``D / 16``, compiled in, so that a group's head is a division by a constant), built on first request and
-    memoised (a compiled kernel, not a plan: no setting changes it)."""
+    memoised (a compiled kernel, not a plan: no setting changes it). ``resident``: the resident loader's NVFP4
+    build (``kernels.resident``, parameters ``ResidentArgs``): the same per-token copy one layer after another
+    on the load's few blocks, each layer published as it lands."""
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
     return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups),
-                    False)
-
-
-def get_resident_kernel(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", groups=8):
-    """The resident loader's NVFP4 build (``kernels.resident``), as ``get_kernel``'s: its per-token copy one layer
-    after another on the load's few blocks, each layer published as it lands. Memoised."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-    return memoised(_build_kernel, mode, plain_parts, bool(src_hnd), bool(dst_hnd), plain_dtype(dtype), int(groups),
-                    True)
+                    bool(resident))
 
 
 def kernel_ptx(mode, plain_parts, src_hnd, dst_hnd, dtype="bfloat16", cc=(9, 0), groups=8):

@@ -12,7 +12,7 @@ so the word counts layers landed in order, a waiter for layer ``l`` waits for ``
 (``kvnumba.plan.layer_signal``), and one word is all the host resets between loads.
 
 This is the register build; ``resident_staged`` moves runs of tokens by the bulk-copy unit and publishes alike,
-and ``nvfp4.get_resident_kernel`` quantises or dequantises each layer (NVFP4's codec).
+and ``nvfp4.get_kernel(..., resident=True)`` quantises or dequantises each layer (NVFP4's codec).
 """
 from collections import namedtuple
 
@@ -79,4 +79,3 @@ def get_resident_kernel(src_layout, dst_layout, mla, narrow=False):
 def resident_ptx(src_layout, dst_layout, mla, cc=(9, 0), narrow=False):
     """PTX of one resident loader for compute capability ``cc``; needs NVVM, not a GPU (not the simulator)."""
     return ptx_of(get_resident_kernel(src_layout, dst_layout, mla, narrow), RESIDENT_SIGNATURE, cc)
-

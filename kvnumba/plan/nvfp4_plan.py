@@ -126,4 +126,4 @@ class Nvfp4Plan(Fp8Plan):
     def resident_build(self):  # a method where Fp8Plan has None
         """``(kernel, its parameters' namedtuple)``: the resident loader's NVFP4 build (``kv.load_resident``: every
         layer of a load in one launch)."""
-        return kernels.get_resident_kernel(*self._resident_key), kernels.ResidentArgs
+        return kernels.get_kernel(*self._resident_key, resident=True), kernels.ResidentArgs

@@ -1,6 +1,6 @@
 """kv.load_resident with a kv.Nvfp4View on a side: one launch of the resident loader's NVFP4 build
-(kernels.nvfp4.get_resident_kernel), every layer published as it lands. Loads (dequantising), backups (quantising)
-and page-to-page copies byte for byte against kvnumba.quant_reference.copy, with the destinations poisoned."""
+(kernels.nvfp4.get_kernel(..., resident=True)), every layer published as it lands. Loads (dequantising), backups
+(quantising) and page-to-page copies byte for byte against kvnumba.quant_reference.copy, destinations poisoned."""
 import numpy as np
 import pytest
 
