@@ -22,10 +22,16 @@ The binding converts its Python-list arguments element by element, so kvnumba ca
 signature by ``cudaRuntimeGetVersion`` of the library it loaded (CUDA 13 dropped ``failIdx``), never by the
 driver's version. The binding, used where libcudart cannot be loaded, returns ``(err, failIdx)`` in 12.x and
 ``(err,)`` in 13.x: the form is chosen by its major version.
+
+The copy-engine entry points skip even the ctypes call: ``PreparedBatch.native`` gives the addresses of
+``cudaMemcpyBatchAsync``, ``cudaStreamIsCapturing`` and ``cuCtxGetCurrent`` with everything the batch call
+shares, in one int64 array (``NATIVE_SLOTS``), and ``plan.direct_fill`` checks the stream, fills the copies and
+submits them in one compiled call. ``settle`` reads what it answered.
 """
 import ctypes
 import functools
 import threading
+from collections.abc import Callable
 from typing import NamedTuple
 
 import numpy as np
@@ -60,6 +66,29 @@ log = PathLog()
 class BatchResult(NamedTuple):
     error: int  # cudaError_t as an int; 0 is success
     fail_index: object  # the failing copy's index (12.x), else None
+
+
+# The slots of a prepared batch's native array (``PreparedBatch.native``): C functions' addresses, what every
+# call passes, and words the functions write (the compiled submission sets each before its call).
+(BATCH_FUNCTION, CAPTURING_FUNCTION, CONTEXT_FUNCTION, CONTEXT, ATTRIBUTES, ATTRIBUTES_INDEX, HAS_FAIL_INDEX,
+ STATUS, CURRENT, FAIL, ERROR, COUNT) = range(12)
+NATIVE_SLOTS = 12
+NOT_HERE = -2  # the compiled submission did nothing: the stream captures, or another context is current
+FAILED = -3  # the batch call answered an error: ERROR and FAIL say which (``settle``)
+_NO_INDEX = -1  # failIdx's "no copy" (SIZE_MAX), as int64
+
+
+class NativeCalls(NamedTuple):
+    """The C functions the compiled submission calls, by address, and each device's context as it names it."""
+
+    batch: int  # cudaMemcpyBatchAsync
+    capturing: int  # cudaStreamIsCapturing(stream, cudaStreamCaptureStatus*)
+    current_context: int  # cuCtxGetCurrent(CUcontext*)
+    context_of: Callable[[int], int]  # device ordinal -> the handle of its primary context
+
+
+def _function_address(function):
+    return ctypes.cast(function, ctypes.c_void_p).value
 
 
 class SimulatorRuntime:
@@ -108,6 +137,7 @@ class CudartBatch:
         self.device = int(rt.cudaMemLocationType.cudaMemLocationTypeDevice)
         self.attrs_index = (ctypes.c_size_t * 1)(0)
         self._attrs = {}  # (src device, dst device) -> the one cudaMemcpyAttributes every copy shares
+        self.native: NativeCalls | None = None  # set where the driver library loads too (_load_cudart_batch)
 
     def attributes(self, src_device, dst_device):
         attrs = self._attrs.get((src_device, dst_device))
@@ -135,13 +165,24 @@ class CudartBatch:
 
 
 def _load_cudart_batch(rt):
-    """``(CudartBatch, None)`` for the libcudart cuda-python uses, or ``(None, why not)``."""
+    """``(CudartBatch, None)`` for the libcudart cuda-python uses, or ``(None, why not)``; its ``native`` calls
+    where libcuda loads too."""
     try:
         from cuda.pathfinder import load_nvidia_dynamic_lib
 
-        return CudartBatch(ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path), rt), None
+        lib = ctypes.CDLL(load_nvidia_dynamic_lib("cudart").abs_path)
+        cudart = CudartBatch(lib, rt)
     except Exception as error:  # noqa: BLE001 - any failure means "use the binding"
         return None, f"{type(error).__name__}: {error}"
+    try:
+        from .devices import context
+
+        driver = ctypes.CDLL("libcuda.so.1")
+        cudart.native = NativeCalls(_function_address(cudart.fn), _function_address(lib.cudaStreamIsCapturing),
+                                    _function_address(driver.cuCtxGetCurrent), lambda device: context(device)[1])
+    except (OSError, AttributeError):  # no compiled submission: the ctypes call serves every call
+        pass
+    return cudart, None
 
 
 class CudaRuntime:
@@ -289,13 +330,15 @@ class PreparedBatch:
     from the fill to the submission (threads may share a plan).
     """
 
-    def __init__(self, src_device, dst_device, batch=True):
+    def __init__(self, src_device, dst_device, batch=True, device=None):
         self.lock = threading.Lock()
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
+        self.device = device  # the GPU whose context the copies run in (the plan's): None, no compiled submission
         self.out = np.zeros((3, 0), np.int64)
         self.pointers: tuple = ()
         # (the runtime, its CudartBatch, byref of this plan's attributes) once that runtime takes the batch call
         self._ready: tuple = (None, None, None)
+        self._native: tuple = (None, None)  # (the runtime, its native array or None)
 
     def reserve(self, count):
         """``out`` with room for ``count`` copies (a new array when it has less: twice the room)."""
@@ -328,6 +371,49 @@ class PreparedBatch:
             out = self.out
             raise _batch_error(result, out[0, :count].tolist(), out[1, :count].tolist(), out[2, :count].tolist())
         return self._by_copy_many(count, stream, False)  # not supported: page by page, without asking again
+
+    def native(self, stream):
+        """The int64 array (``NATIVE_SLOTS``) that ``plan.direct_fill``'s compiled submission reads, for a call on
+        ``stream``; None where it cannot serve: no libcudart or libcuda by ctypes, a runtime or driver without the
+        batch call, a side of mixed memory, a legacy default stream, no device given."""
+        rt = runtime()
+        ready, native = self._native
+        if ready is not rt:
+            native = self._native_array(rt)
+            self._native = (rt, native)
+        if native is None or int(stream) in LEGACY_STREAMS:
+            return None
+        return native
+
+    def _native_array(self, rt):
+        cudart = getattr(rt, "cudart", None)
+        calls = getattr(cudart, "native", None)
+        if (cudart is None or calls is None or self.device is None or not self.batch or not rt.has_batch
+                or rt.driver_version < MIN_DRIVER_VERSION):
+            return None
+        native = np.zeros(NATIVE_SLOTS, np.int64)
+        native[BATCH_FUNCTION], native[CAPTURING_FUNCTION], native[CONTEXT_FUNCTION] = calls[:3]
+        native[CONTEXT] = calls.context_of(self.device)
+        native[ATTRIBUTES] = ctypes.addressof(cudart.attributes(self.src_device, self.dst_device))  # kept by cudart
+        native[ATTRIBUTES_INDEX] = ctypes.addressof(cudart.attrs_index)
+        native[HAS_FAIL_INDEX] = cudart.has_fail_index
+        return native
+
+    def settle(self, result, stream):
+        """What a compiled submission on ``stream`` answered: a count of copies submitted (logged), or ``FAILED``:
+        a batch call the runtime does not support goes page by page, any other error raises ``CopyError``."""
+        if result >= 0:
+            if result:
+                log.record("batch")
+            return
+        native, out = self._native[1], self.out
+        count, error = int(native[COUNT]), int(native[ERROR])
+        if error in (_NOT_SUPPORTED, _REQUIRES_NEWER_DRIVER):
+            self._by_copy_many(count, stream, False)
+            return
+        fail = int(native[FAIL])
+        result = BatchResult(error, fail if native[HAS_FAIL_INDEX] and fail != _NO_INDEX else None)
+        raise _batch_error(result, out[0, :count].tolist(), out[1, :count].tolist(), out[2, :count].tolist())
 
     def _by_copy_many(self, count, stream, batch):
         out = self.out

@@ -11,12 +11,22 @@ arithmetic, runs and copies in one loop, compiled for that pair on first use.
 Each function returns the number of copies written, or ``BAD`` when an index is out of range; the caller then
 runs the plain checks (``kvnumba.checks.bounds``), which raise the usual error, and submits nothing. Arrays are
 int64; ``out`` is ``(3, room)``: destinations, sources, sizes.
+
+``submit_pages`` and ``submit_runs`` go one step further on a GPU: they read the host indices by address, ask
+whether the stream captures and which context is current, fill, and call ``cudaMemcpyBatchAsync``, all in one
+compiled call (``kvnumba.driver.c_calls``; the addresses and shared arguments in a prepared batch's ``native``
+array). They answer ``NOT_HERE`` (nothing done: the caller takes the plain path, which refuses a capture and
+makes the buffers' context current), ``BAD``, ``FAILED`` or the count submitted, for ``PreparedBatch.settle``.
 """
 import numpy as np
 from numba import njit
 from numba.core.errors import NumbaError
 
 from ..arrays import compiled as _compiled
+from ..driver.batch_copy import (ATTRIBUTES, ATTRIBUTES_INDEX, BATCH_FUNCTION, CAPTURING_FUNCTION, CONTEXT,
+                                 CONTEXT_FUNCTION, COUNT, CURRENT, ERROR, FAIL, FAILED, HAS_FAIL_INDEX, NOT_HERE,
+                                 STATUS)
+from ..driver.c_calls import call_c, int64_view
 
 BAD = -1  # an index out of range: nothing to submit
 
@@ -191,3 +201,57 @@ def _engine_pass(src_part, dst_part):
         return write_runs(out, runs, n, chunk, bases)
 
     return scan
+
+
+@_compiled
+def stream_ready(native, stream):
+    """Whether the compiled submission may go on: ``stream`` is not capturing (nor unable to say) and the
+    context current on this thread is the plan's."""
+    words = native.ctypes.data
+    native[STATUS] = 0  # cudaStreamCaptureStatus is 4 bytes: the word's high half stays 0
+    if call_c(native[CAPTURING_FUNCTION], (stream, words + 8 * STATUS)) != 0 or native[STATUS] != 0:
+        return False
+    native[CURRENT] = 0
+    return call_c(native[CONTEXT_FUNCTION], (words + 8 * CURRENT,)) == 0 and native[CURRENT] == native[CONTEXT]
+
+
+@_compiled
+def submit_batch(native, out, count, stream):
+    """``cudaMemcpyBatchAsync`` of ``out[:, :count]`` on ``stream``: ``count``, or ``FAILED`` with the error in
+    ``native[ERROR]`` (and the failing copy in ``native[FAIL]`` where the runtime reports it)."""
+    native[COUNT] = count
+    if count == 0:
+        return 0
+    room = out.shape[1]
+    dsts = out.ctypes.data
+    shared = (dsts, dsts + 8 * room, dsts + 16 * room, count, native[ATTRIBUTES], native[ATTRIBUTES_INDEX], np.int64(1))
+    native[FAIL] = -1
+    if native[HAS_FAIL_INDEX]:  # CUDA 12's signature: size_t* failIdx before the stream
+        error = call_c(native[BATCH_FUNCTION], shared + (native.ctypes.data + 8 * FAIL, stream))
+    else:
+        error = call_c(native[BATCH_FUNCTION], shared + (stream,))
+    native[ERROR] = error
+    return count if error == 0 else FAILED
+
+
+@_compiled
+def submit_pages(lf_address, pf_address, n, params, bases, out, native, stream):
+    """``fill_pages`` of the ``n`` host indices at ``lf_address`` and ``pf_address``, then its copies submitted
+    (see the module docstring for the answers)."""
+    if not stream_ready(native, stream):
+        return NOT_HERE
+    count = fill_pages(int64_view(lf_address, n), int64_view(pf_address, n), params, bases, out)
+    if count == BAD:
+        return BAD
+    return submit_batch(native, out, count, stream)
+
+
+@_compiled
+def submit_runs(s_address, d_address, n, limits, bases, out, native, stream):
+    """``fill_runs`` of the ``n`` host indices at ``s_address`` and ``d_address``, then its copies submitted."""
+    if not stream_ready(native, stream):
+        return NOT_HERE
+    count = fill_runs(int64_view(s_address, n), int64_view(d_address, n), limits, bases, out)
+    if count == BAD:
+        return BAD
+    return submit_batch(native, out, count, stream)

@@ -9,13 +9,15 @@
 Every call's copies go as one ``cudaMemcpyBatchAsync`` where the driver, binding and stream allow it, else one
 by one (``kvnumba.driver.batch_copy``). Indices are brought to the host first, as the seed does (a synchronous
 copy for device indices); checking them and writing every copy is one compiled pass (``plan.direct_fill``)
-into the batch arrays the plan keeps: per call, only the work that depends on the indices.
+into the batch arrays the plan keeps: per call, only the work that depends on the indices. With host indices
+on a GPU that pass also asks about the stream and submits the copies (``direct_fill.submit_pages``/``_runs``),
+so a call is its plan look-up, a few reads of its index arrays and one compiled call.
 """
 import sys
 
 import numpy as np
 
-from ..arrays import HOST, array_info
+from ..arrays import HOST, array_info, typed_address
 from ..checks import bounds, guard, validate
 from ..checks.devices import call_stream, one_device
 from ..driver import batch_copy, capture
@@ -43,6 +45,7 @@ class DirectPlan:
             src, dst = self._init_pages(geometry)
         self.device = one_device([(f"{name}[{i}]", info.device) for name, infos in zip(spec.buffers, (src, dst))
                                   for i, info in enumerate(infos)])
+        self.batch.device = self.device  # the context its compiled submission expects current
         self.uses_torch = any(info.is_torch for info in src + dst)
         self.empty = not src
         self.staging = IndexStaging()
@@ -75,10 +78,13 @@ class DirectPlan:
         out = batch.reserve(len(s_idx) * len(self.rows))
         count = direct_fill.fill_runs(s_idx, d_idx, self.limits, self.bases, out)
         if count == direct_fill.BAD:
-            bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
-            bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
-            raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
+            self._runs_error(s_idx, d_idx)
         batch.submit(count, handle)
+
+    def _runs_error(self, s_idx, d_idx):
+        bounds.check_indices("src_indices", s_idx, int(self.limits[0]), "the rows of src_layers")
+        bounds.check_indices("dst_indices", d_idx, int(self.limits[1]), "the rows of dst_layers")
+        raise AssertionError("fill_runs refused indices the bounds check accepts")  # pragma: no cover
 
     def _init_pages(self, geometry):
         self.lf_to_pf = self.spec.dst_layout == PAGE_FIRST_DIRECT
@@ -146,22 +152,27 @@ class DirectPlan:
         """Check the indices, bring them to the host, copy; ``check``: wait for the copies."""
         guard.raise_pending()
         device = self.device
-        src, count, src_torch = _index(src_indices, "src_indices", device)
-        dst, dst_count, dst_torch = _index(dst_indices, "dst_indices", device)
+        src, count, src_torch, src_at = _index(src_indices, "src_indices", device)
+        dst, dst_count, dst_torch, dst_at = _index(dst_indices, "dst_indices", device)
         if count != dst_count:
             validate.same_length(array_info(src_indices, "src_indices"), array_info(dst_indices, "dst_indices"))
         page_size = self.page_size
         if count % page_size:
             validate.page_size(page_size, count)
         handle = call_stream(stream, device, self.uses_torch or src_torch or dst_torch)
+        if count and not self.empty:
+            native = self.batch.native(handle)
+            if native is not None and self._submit_compiled(src, dst, src_at, dst_at, count, native, handle):
+                if check or guard.ALWAYS_CHECK:
+                    guard.synchronize(handle)
+                return
         refuse_in_capture(self.spec.name, handle)
         if count == 0 or self.empty:
             return
         with on_device(device):
             with self.batch.lock:  # from the indices' host copies to the submission: threads may share a plan
-                if type(src) is np.ndarray and type(dst) is np.ndarray:
-                    s_idx, d_idx = src, dst
-                else:  # indices on the GPU: copied to the host, as SGLang's entry points copy them
+                s_idx, d_idx = _host_values(src), _host_values(dst)
+                if s_idx is None or d_idx is None:  # indices on the GPU: copied to the host, as SGLang's are
                     s_idx, d_idx = self.staging.fetch(src, dst, count, device)
                 if self.runs:
                     self._run_merged(s_idx, d_idx, handle)
@@ -173,8 +184,55 @@ class DirectPlan:
                 guard.synchronize(handle)
 
 
+    def _submit_compiled(self, src, dst, s_address, d_address, count, native, handle):
+        """Host indices: the whole call in one compiled pass (``direct_fill.submit_pages``/``submit_runs``); False
+        where it did nothing (device indices; a capturing stream or another context current: the plain path).
+        ``src``/``dst``, ``s_address``/``d_address``: as ``_index`` gave them."""
+        if s_address is None:
+            s_address = _numpy_address(src)
+        if d_address is None:
+            d_address = _numpy_address(dst)
+        if s_address is None or d_address is None:
+            return False
+        batch = self.batch
+        with batch.lock:  # the batch arrays, from the fill to the submission
+            if self.runs:
+                out = batch.reserve(count * len(self.rows))
+                result = direct_fill.submit_runs(s_address, d_address, count, self.limits, self.bases, out, native,
+                                                 handle)
+            else:
+                lf, pf = (s_address, d_address) if self.lf_to_pf else (d_address, s_address)
+                out = batch.reserve(count // self.page_size * self.copies_per_page)
+                result = direct_fill.submit_pages(lf, pf, count, self.params, self.bases, out, native, handle)
+            if result == batch_copy.NOT_HERE:
+                return False
+            if result == direct_fill.BAD:
+                s_idx, d_idx = _host_values(src), _host_values(dst)
+                if self.runs:
+                    self._runs_error(s_idx, d_idx)
+                self._page_error(*((s_idx, d_idx) if self.lf_to_pf else (d_idx, s_idx)))
+            batch.settle(result, handle)
+        return True
+
+
 _INT64 = np.dtype(np.int64)
 _TORCH: list = []  # [torch.Tensor, torch.int64] once a torch tensor has been seen
+
+
+def _host_values(values):
+    """``_index``'s values as a host NumPy array where they are in host memory, else None."""
+    if type(values) is np.ndarray:
+        return values
+    if _TORCH and type(values) is _TORCH[0] and not values.is_cuda:
+        return values.numpy()
+    return None
+
+
+def _numpy_address(values):
+    """The address of ``_index``'s values where they are a NumPy array, else None."""
+    return typed_address(values) if type(values) is np.ndarray else None
+
+
 
 
 def _index(obj, name, device):
@@ -186,25 +244,26 @@ def _index(obj, name, device):
     if kind is np.ndarray:
         flags = obj.flags
         if obj.dtype is _INT64 and obj.ndim == 1 and flags.aligned and flags.c_contiguous:
-            return obj, obj.shape[0], False
+            return obj, obj.shape[0], False, None
     elif _TORCH and kind is _TORCH[0]:  # int64 tensors never require grad: numpy() takes them as they are
-        shape = obj.shape
-        if obj.dtype is _TORCH[1] and len(shape) == 1 and not obj.data_ptr() & 7 and obj.is_contiguous():
+        shape, address = obj.shape, obj.data_ptr()
+        if obj.dtype is _TORCH[1] and len(shape) == 1 and not address & 7 and obj.is_contiguous():
             on = obj.get_device()
             if on < 0:
-                return obj.numpy(), shape[0], True
+                return obj, shape[0], True, address  # read in place: by address, or as NumPy (_host_values)
             if on != device:
                 raise DeviceMismatchError(f"{name} is on cuda:{on} but the buffers are on cuda:{device}")
-            return obj, shape[0], True  # checked: the caller copies it to the host
+            return obj, shape[0], True, None  # checked: the caller copies it to the host
     elif not _TORCH and kind.__module__.startswith("torch"):
         torch = sys.modules["torch"]
         _TORCH[:] = [torch.Tensor, torch.int64]
+        return _index(obj, name, device)
     info = validate.index_info(name, obj)
     if info.device != HOST and not SIMULATOR and info.device != device:
         raise DeviceMismatchError(f"{name} is on cuda:{info.device} but the buffers are on cuda:{device}")
     if info.device == HOST and isinstance(obj, np.ndarray):
-        return obj, info.shape[0], False
-    return info, info.shape[0], info.is_torch
+        return obj, info.shape[0], False, None
+    return info, info.shape[0], info.is_torch, None
 
 
 class IndexStaging:
@@ -218,7 +277,8 @@ class IndexStaging:
 
     def fetch(self, src, dst, count, device):
         """``(src values, dst values)`` as host int64 arrays; ``src``/``dst`` as ``_index`` gave them."""
-        if SIMULATOR or not (_TORCH and type(src) is _TORCH[0] and type(dst) is _TORCH[0]):  # _index: contiguous
+        if SIMULATOR or not (_TORCH and type(src) is _TORCH[0] and type(dst) is _TORCH[0] and src.is_cuda
+                             and dst.is_cuda):  # _index: contiguous
             return tuple(values if type(values) is np.ndarray else _on_host(values) for values in (src, dst))
         if self.host.shape[0] < 2 * count:
             from numba import cuda
