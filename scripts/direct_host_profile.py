@@ -74,6 +74,10 @@ STAGES = (
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_runs"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.direct_fill", "fill_engine"),
     ("one pass (check, runs, addresses)", "kvnumba.plan.routes", "EnginePlan.scan"),
+    ("compiled call: check, fill, submit", "kvnumba.plan.direct_fill", "submit_pages"),
+    ("compiled call: check, fill, submit", "kvnumba.plan.direct_fill", "submit_runs"),
+    ("submit", "kvnumba.driver.batch_copy", "PreparedBatch.native"),
+    ("submit", "kvnumba.driver.batch_copy", "PreparedBatch.settle"),
     ("submit", "kvnumba.driver.batch_copy", "copy_many"),
     ("submit", "kvnumba.driver.batch_copy", "PreparedBatch.submit"),
     ("batch call", "kvnumba.driver.batch_copy", "CudartBatch.__call__"),
@@ -89,15 +93,50 @@ class StubBatch:
     the simulator, which is no picture of a GPU's path)."""
 
     has_fail_index = False
+    attrs_index = ctypes.c_size_t(0)
+
+    def __init__(self):
+        self.native = _stub_native_calls()  # the compiled submission's C functions, where this checkout has it
+        self._attributes = ctypes.c_int(0)
 
     def attributes(self, src_device, dst_device):
-        return ctypes.c_int(0)
+        return self._attributes
 
     def __call__(self, dsts, srcs, sizes, src_device, dst_device, stream, addresses=None):
         return batch_copy.BatchResult(0, None)
 
     def call(self, *args):  # the raw form a prepared batch uses (kvnumba.plan.direct_fill), where it exists
         return batch_copy.BatchResult(0, None)
+
+
+def _stub_native_calls():
+    """``NativeCalls`` of three compiled C functions standing in for libcudart's and libcuda's (a batch that
+    moves nothing, a stream that never captures, the one context current), or None before the compiled
+    submission existed."""
+    if not hasattr(batch_copy, "NativeCalls"):
+        return None
+    from numba import cfunc, types
+
+    from kvnumba.driver.c_calls import int64_view
+
+    word = types.int64
+
+    @cfunc(types.int32(word, word, word, word, word, word, word, word))
+    def batch(dsts, srcs, sizes, count, attrs, attrs_index, num_attrs, stream):
+        return 0
+
+    @cfunc(types.int32(word, word))
+    def capturing(stream, status):
+        int64_view(status, 1)[0] = 0
+        return 0
+
+    @cfunc(types.int32(word))
+    def current_context(context):
+        int64_view(context, 1)[0] = 1
+        return 0
+
+    _stub_native_calls.keep = (batch, capturing, current_context)  # their code lives as long as these do
+    return batch_copy.NativeCalls(batch.address, capturing.address, current_context.address, lambda device: 1)
 
 
 class StubRuntime:
