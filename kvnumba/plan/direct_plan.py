@@ -229,8 +229,9 @@ def _host_values(values):
 
 
 def _numpy_address(values):
-    """The address of ``_index``'s values where they are a NumPy array, else None."""
-    return typed_address(values) if type(values) is np.ndarray else None
+    """The address of ``_index``'s values where they are a contiguous NumPy array (the compiled submission reads
+    ``count`` int64 there), else None: a strided array takes the plain path, whose pass follows its strides."""
+    return typed_address(values) if type(values) is np.ndarray and values.flags.c_contiguous else None
 
 
 

@@ -232,3 +232,15 @@ def test_torch_host_indices_are_read_in_place(native):
         kv.transfer_kv_per_layer_direct_pf_lf(host, [gpu[0], gpu[3]], torch.from_numpy(s), torch.from_numpy(d), 1, 4,
                                               stream=STREAM)
     assert len(libraries.batches) == 1
+
+
+def test_strided_host_indices_are_refused_and_nothing_is_submitted(native):
+    """The compiled pass reads ``count`` contiguous int64 at an array's address: a strided index array must never
+    get there (it is refused, naming it, as before)."""
+    libraries = native()
+    host, gpu = _pools()
+    s = np.repeat(np.arange(4, 12, dtype=np.int64), 2)[::2]
+    d = np.arange(8, dtype=np.int64)
+    with pytest.raises(ValueError, match="src_indices must be C-contiguous"):
+        kv.transfer_kv_per_layer_direct_pf_lf(host, [gpu[0], gpu[3]], s, d, 0, 4, stream=STREAM)
+    assert not libraries.batches and not libraries.plain and (gpu[0] == 0xA5).all()
