@@ -218,10 +218,11 @@ def stream_ready(native, stream):
 @_compiled
 def submit_batch(native, out, count, stream):
     """``cudaMemcpyBatchAsync`` of ``out[:, :count]`` on ``stream``: ``count``, or ``FAILED`` with the error in
-    ``native[ERROR]`` (and the failing copy in ``native[FAIL]`` where the runtime reports it)."""
+    ``native[ERROR]`` (and the failing copy in ``native[FAIL]`` where the runtime reports it); a fill's ``BAD``
+    is passed on, nothing submitted."""
     native[COUNT] = count
-    if count == 0:
-        return 0
+    if count <= 0:
+        return count
     room = out.shape[1]
     dsts = out.ctypes.data
     shared = (dsts, dsts + 8 * room, dsts + 16 * room, count, native[ATTRIBUTES], native[ATTRIBUTES_INDEX], np.int64(1))
@@ -241,8 +242,6 @@ def submit_pages(lf_address, pf_address, n, params, bases, out, native, stream):
     if not stream_ready(native, stream):
         return NOT_HERE
     count = fill_pages(int64_view(lf_address, n), int64_view(pf_address, n), params, bases, out)
-    if count == BAD:
-        return BAD
     return submit_batch(native, out, count, stream)
 
 
@@ -252,6 +251,4 @@ def submit_runs(s_address, d_address, n, limits, bases, out, native, stream):
     if not stream_ready(native, stream):
         return NOT_HERE
     count = fill_runs(int64_view(s_address, n), int64_view(d_address, n), limits, bases, out)
-    if count == BAD:
-        return BAD
     return submit_batch(native, out, count, stream)
