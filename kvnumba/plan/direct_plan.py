@@ -183,7 +183,6 @@ class DirectPlan:
             if check or guard.ALWAYS_CHECK:
                 guard.synchronize(handle)
 
-
     def _submit_compiled(self, src, dst, s_address, d_address, count, native, handle):
         """Host indices: the whole call in one compiled pass (``direct_fill.submit_pages``/``submit_runs``); False
         where it did nothing (device indices; a capturing stream or another context current: the plain path).
@@ -230,17 +229,17 @@ def _host_values(values):
 
 def _numpy_address(values):
     """The address of ``_index``'s values where they are a contiguous NumPy array (the compiled submission reads
-    ``count`` int64 there), else None: a strided array takes the plain path, whose pass follows its strides."""
+    ``count`` int64 there), else None. Strided indices are refused before a call gets here; this keeps the
+    compiled read from ever being given one."""
     return typed_address(values) if type(values) is np.ndarray and values.flags.c_contiguous else None
 
 
-
-
 def _index(obj, name, device):
-    """An index array as ``(values, length, is_torch)``: ``values`` its host NumPy int64 values where they are
-    on the host already, else the device tensor or its ``ArrayInfo``, brought to the host by the caller
-    (``_on_host``) after the stream is checked. Anything but int64 NumPy arrays and torch tensors goes through
-    ``validate.index_info``, which gives every error message."""
+    """An index array as ``(values, length, is_torch, address)``: ``values`` its host NumPy int64 values or a
+    host torch tensor (``address``: its ``data_ptr``) where they are on the host already, else the device tensor
+    or its ``ArrayInfo``, brought to the host by the caller (``_host_values``, ``IndexStaging``) after the stream
+    is checked. Anything but int64 NumPy arrays and torch tensors goes through ``validate.index_info``, which
+    gives every error message."""
     kind = type(obj)
     if kind is np.ndarray:
         flags = obj.flags
