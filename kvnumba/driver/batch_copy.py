@@ -330,10 +330,12 @@ class PreparedBatch:
     from the fill to the submission (threads may share a plan).
     """
 
-    def __init__(self, src_device, dst_device, batch=True, device=None):
+    def __init__(self, src_device, dst_device, batch=True):
         self.lock = threading.Lock()
         self.src_device, self.dst_device, self.batch = src_device, dst_device, batch
-        self.device = device  # the GPU whose context the copies run in (the plan's): None, no compiled submission
+        # The GPU whose context the copies run in, set by a plan that takes the compiled submission (DirectPlan);
+        # None: no native array (``native``).
+        self.device = None
         self.out = np.zeros((3, 0), np.int64)
         self.pointers: tuple = ()
         # (the runtime, its CudartBatch, byref of this plan's attributes) once that runtime takes the batch call

@@ -160,12 +160,10 @@ class DirectPlan:
         if count % page_size:
             validate.page_size(page_size, count)
         handle = call_stream(stream, device, self.uses_torch or src_torch or dst_torch)
-        if count and not self.empty:
-            native = self.batch.native(handle)
-            if native is not None and self._submit_compiled(src, dst, src_at, dst_at, count, native, handle):
-                if check or guard.ALWAYS_CHECK:
-                    guard.synchronize(handle)
-                return
+        if count and not self.empty and self._submit_compiled(src, dst, src_at, dst_at, count, handle):
+            if check or guard.ALWAYS_CHECK:
+                guard.synchronize(handle)
+            return
         refuse_in_capture(self.spec.name, handle)
         if count == 0 or self.empty:
             return
@@ -183,17 +181,20 @@ class DirectPlan:
             if check or guard.ALWAYS_CHECK:
                 guard.synchronize(handle)
 
-    def _submit_compiled(self, src, dst, s_address, d_address, count, native, handle):
+    def _submit_compiled(self, src, dst, s_address, d_address, count, handle):
         """Host indices: the whole call in one compiled pass (``direct_fill.submit_pages``/``submit_runs``); False
-        where it did nothing (device indices; a capturing stream or another context current: the plain path).
-        ``src``/``dst``, ``s_address``/``d_address``: as ``_index`` gave them."""
+        where it did nothing (device indices, no native batch call for this stream; a capturing stream or another
+        context current: the plain path). ``src``/``dst``, ``s_address``/``d_address``: as ``_index`` gave them."""
         if s_address is None:
             s_address = _numpy_address(src)
         if d_address is None:
             d_address = _numpy_address(dst)
-        if s_address is None or d_address is None:
+        if s_address is None or d_address is None:  # device indices: the plain path's staging, not the runtime here
             return False
         batch = self.batch
+        native = batch.native(handle)
+        if native is None:
+            return False
         with batch.lock:  # the batch arrays, from the fill to the submission
             if self.runs:
                 out = batch.reserve(count * len(self.rows))
